@@ -1,0 +1,51 @@
+# shardcron — the two commands a newcomer needs: `make dev` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(VENV)/bin/pip
+STAMP  := $(VENV)/.installed
+PROTOS := $(wildcard proto/shardcron/v1/*.proto)
+DEV_ARGS ?=
+
+.PHONY: install dev test test-unit test-e2e proto proto-check lint fmt clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { apt-get update -q && apt-get install -y -q python3 python3-venv; }
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e '.[dev]'
+	touch $@
+
+dev: install
+	$(VENV)/bin/shardcron dev $(DEV_ARGS)
+
+# Regenerates the committed Python code from proto/ (never edit *_pb2*.py by hand).
+proto: install
+	$(PY) -m grpc_tools.protoc -Iproto --python_out=proto --grpc_python_out=proto \
+		--pyi_out=proto $(PROTOS)
+
+# Fails when the committed generated code is not what `make proto` produces.
+proto-check: install
+	@tmp=$$(mktemp -d) && \
+	$(PY) -m grpc_tools.protoc -Iproto --python_out=$$tmp --grpc_python_out=$$tmp \
+		--pyi_out=$$tmp $(PROTOS) && \
+	for f in $$tmp/shardcron/v1/*; do \
+		cmp -s $$f proto/shardcron/v1/$$(basename $$f) || \
+		{ echo "stale generated code: proto/shardcron/v1/$$(basename $$f) (run make proto)"; exit 1; }; \
+	done && rm -rf $$tmp && echo "generated code is current"
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+fmt: install
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+test: install proto-check
+	$(VENV)/bin/pytest -q
+
+clean:
+	rm -rf $(VENV) .pytest_cache

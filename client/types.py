@@ -1,0 +1,321 @@
+"""Domain types shared by the SDK, the server roles and the worker.
+
+Frozen, slotted, keyword-only dataclasses; times are aware UTC datetimes and
+durations are ``timedelta``. Protobuf never appears here: ``shardcron.client.convert``
+is the one place that maps these to and from the wire.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+DEFAULT_OWNER = "default"
+
+
+class ScheduleKind(StrEnum):
+    IMMEDIATE = "IMMEDIATE"
+    AT = "AT"
+    CRON = "CRON"
+    INTERVAL = "INTERVAL"
+
+
+class DstGap(StrEnum):
+    """What a cron fire does when its local time does not exist that day."""
+
+    SHIFT = "SHIFT"  # fire at the first local time that exists after the gap
+    SKIP = "SKIP"  # drop the fire (recorded as SKIPPED, reason DST_GAP)
+
+
+class DstOverlap(StrEnum):
+    """What a cron fire does when its local time happens twice that day."""
+
+    FIRST = "FIRST"  # fire once, at the first occurrence
+    BOTH = "BOTH"  # fire at both occurrences
+
+
+class OverlapPolicy(StrEnum):
+    ALLOW = "ALLOW"
+    FORBID = "FORBID"
+    REPLACE = "REPLACE"
+    QUEUE = "QUEUE"
+
+
+class MisfirePolicy(StrEnum):
+    RUN_ONCE = "RUN_ONCE"
+    SKIP = "SKIP"
+    RUN_ALL = "RUN_ALL"
+
+
+class JobState(StrEnum):
+    ACTIVE = "ACTIVE"
+    PAUSED = "PAUSED"
+    DELETED = "DELETED"
+    COMPLETED = "COMPLETED"
+
+
+class RunState(StrEnum):
+    PENDING = "PENDING"
+    LEASED = "LEASED"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    TIMED_OUT = "TIMED_OUT"
+    CANCELLED = "CANCELLED"
+    SKIPPED = "SKIPPED"
+    MISSED = "MISSED"
+
+    @property
+    def is_final(self) -> bool:
+        return self in FINAL_RUN_STATES
+
+    @property
+    def is_active(self) -> bool:
+        return self in (RunState.LEASED, RunState.RUNNING)
+
+
+FINAL_RUN_STATES = frozenset(
+    {
+        RunState.SUCCEEDED,
+        RunState.FAILED,
+        RunState.TIMED_OUT,
+        RunState.CANCELLED,
+        RunState.SKIPPED,
+        RunState.MISSED,
+    }
+)
+
+
+class RunReason(StrEnum):
+    """Why a run failed, was skipped or was missed (empty when it succeeded)."""
+
+    NONE = ""
+    NON_ZERO_EXIT = "NON_ZERO_EXIT"
+    HANDLER_ERROR = "HANDLER_ERROR"
+    TIMEOUT = "TIMEOUT"
+    WORKER_LOST = "WORKER_LOST"
+    NO_HANDLER = "NO_HANDLER"
+    SPAWN_FAILED = "SPAWN_FAILED"
+    CANCELLED_BY_USER = "CANCELLED_BY_USER"
+    REPLACED = "REPLACED"  # cancelled by a newer fire under OverlapPolicy.REPLACE
+    JOB_DELETED = "JOB_DELETED"
+    OVERLAP = "OVERLAP"  # skipped: FORBID and a run was still going
+    PAUSED = "PAUSED"  # skipped: the job was paused at fire time
+    DST_GAP = "DST_GAP"  # skipped: local time did not exist and dst_gap=SKIP
+    MISFIRE = "MISFIRE"  # skipped: overdue fire dropped by the misfire policy
+    DEADLINE = "DEADLINE"  # missed: not started before starting_deadline
+    SUPERSEDED = "SUPERSEDED"  # cancelled: the job's schedule changed before this fire ran
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Schedule:
+    """When a job fires. Build one with the class methods below."""
+
+    kind: ScheduleKind = ScheduleKind.IMMEDIATE
+    at: datetime | None = None  # AT: the instant
+    cron: str | None = None  # CRON: 5 fields, or 6 with seconds last
+    timezone: str = "UTC"  # CRON: IANA zone the expression is read in
+    interval: timedelta | None = None  # INTERVAL: period
+    anchor: datetime | None = None  # INTERVAL: fires at anchor + k*interval
+    start_at: datetime | None = None  # no fire before this instant
+    end_at: datetime | None = None  # no fire after this instant
+    jitter: timedelta = timedelta(0)  # each fire delayed by a stable random 0..jitter
+    dst_gap: DstGap = DstGap.SHIFT
+    dst_overlap: DstOverlap = DstOverlap.FIRST
+
+    @classmethod
+    def immediate(cls) -> Schedule:
+        return cls(kind=ScheduleKind.IMMEDIATE)
+
+    @classmethod
+    def once_at(cls, at: datetime) -> Schedule:
+        return cls(kind=ScheduleKind.AT, at=at)
+
+    @classmethod
+    def cron_expr(cls, expr: str, timezone: str = "UTC", **kw: object) -> Schedule:
+        return cls(kind=ScheduleKind.CRON, cron=expr, timezone=timezone, **kw)  # type: ignore[arg-type]
+
+    @classmethod
+    def every(cls, interval: timedelta, anchor: datetime | None = None, **kw: object) -> Schedule:
+        return cls(kind=ScheduleKind.INTERVAL, interval=interval, anchor=anchor, **kw)  # type: ignore[arg-type]
+
+    @property
+    def recurring(self) -> bool:
+        return self.kind in (ScheduleKind.CRON, ScheduleKind.INTERVAL)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Fire:
+    """One nominal fire of a schedule.
+
+    ``key`` identifies the fire within its job: the nominal local time and its
+    fold (``2026-10-25T02:30:00+fold1``), so one fire can never be materialised
+    twice. ``at`` is the UTC instant it is due (before jitter). ``skip_reason`` is
+    set for a fire that exists in the schedule but must not run (DST_GAP).
+    """
+
+    key: str
+    at: datetime
+    local: datetime  # aware, in the schedule's zone
+    skip_reason: RunReason = RunReason.NONE
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommandTask:
+    argv: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HandlerTask:
+    name: str
+    payload: bytes = b""
+
+
+Task = CommandTask | HandlerTask
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryPolicy:
+    max_attempts: int = 1  # total attempts, 1 = no retry
+    initial_backoff: timedelta = timedelta(seconds=1)
+    multiplier: float = 2.0
+    max_backoff: timedelta = timedelta(minutes=5)
+    jitter: float = 0.0  # fraction of the backoff, 0..1
+
+    def backoff(self, attempt: int) -> timedelta:
+        """Delay before attempt ``attempt + 1`` given that ``attempt`` failed (no jitter)."""
+        seconds = self.initial_backoff.total_seconds() * (self.multiplier ** max(0, attempt - 1))
+        return min(timedelta(seconds=seconds), self.max_backoff)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConcurrencyPolicy:
+    max_concurrent: int = 1
+    overlap: OverlapPolicy = OverlapPolicy.ALLOW
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Resources:
+    slots: int = 1
+    cpu_millis: int = 0
+    memory_mb: int = 0
+    labels: dict[str, str] = field(default_factory=dict)  # the worker must have all of them
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobSpec:
+    """What a user asks for. Everything a create or update carries."""
+
+    name: str
+    task: Task
+    schedule: Schedule = field(default_factory=Schedule.immediate)
+    priority: int = 0
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    timeout: timedelta | None = None
+    concurrency: ConcurrencyPolicy = field(default_factory=ConcurrencyPolicy)
+    misfire: MisfirePolicy = MisfirePolicy.RUN_ONCE
+    starting_deadline: timedelta | None = None
+    resources: Resources = field(default_factory=Resources)
+    pause_after_failures: int = 0  # auto-pause after N consecutive failed runs; 0 = never
+    labels: dict[str, str] = field(default_factory=dict)  # free-form, for listing
+
+    def replace(self, **changes: object) -> JobSpec:
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Job:
+    id: str
+    owner: str
+    spec: JobSpec
+    state: JobState
+    version: int
+    created_at: datetime
+    updated_at: datetime
+    next_fire_at: datetime | None = None  # UTC instant of the next fire not yet materialised
+    next_fire_key: str = ""
+    idempotency_key: str = ""
+    consecutive_failures: int = 0
+    pause_reason: str = ""
+    schedule_version: int = 1  # the version at which the schedule last changed
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Run:
+    id: str
+    job_id: str
+    owner: str
+    fire_key: str
+    fire_at: datetime  # when the fire was meant to run (nominal, UTC)
+    due_at: datetime  # when this attempt may start
+    state: RunState
+    attempt: int = 1
+    priority: int = 0
+    shard: int = 0
+    worker_id: str = ""
+    lease_token: int = 0
+    lease_expires_at: datetime | None = None
+    created_at: datetime | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    exit_code: int | None = None
+    reason: RunReason = RunReason.NONE
+    error: str = ""
+    output_bytes: int = 0
+    replayed_from: str = ""  # a dead letter this run replays
+    dead_letter: bool = False  # final failure with no attempt left, not yet replayed or dropped
+    schedule_version: int = 0  # scheduled fires: the job's schedule_version that made it; 0 otherwise
+
+    @property
+    def is_final(self) -> bool:
+        return self.state.is_final
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Page(Generic[T]):
+    items: list[T]
+    next_page_token: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutputChunk:
+    run_id: str
+    offset: int  # byte offset of ``data`` in the run's kept output
+    data: bytes
+    stream: str = "stdout"  # stdout | stderr
+    eof: bool = False  # the run is final and nothing more will come
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerInfo:
+    id: str
+    address: str
+    slots_total: int
+    slots_used: int
+    labels: dict[str, str] = field(default_factory=dict)
+    handlers: tuple[str, ...] = ()
+    connected_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShardInfo:
+    shard: int
+    owner: str
+    lag_seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterStatus:
+    leader: str
+    epoch: int
+    members: list[str]
+    shards: list[ShardInfo]
+    workers: list[WorkerInfo]
+    mode: str = "dev"

@@ -1,0 +1,49 @@
+"""Identifiers and placement: time-ordered ids, shard and bucket of a run.
+
+Ids are time-ordered (a 48-bit millisecond prefix, as in UUIDv7) because random
+keys scatter B-tree and SSTable inserts: creating 100k jobs ran 4x faster with
+time-ordered keys than with UUID4 (BENCHMARKS.md). Run ids are also deterministic
+— the same job, fire and attempt always give the same id — so materialising a
+fire twice (after a crash, or by two pollers during a hand-over) writes one row.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from datetime import UTC, datetime
+
+import uuid6
+
+
+def new_job_id() -> str:
+    return str(uuid6.uuid7())
+
+
+def run_id(job_id: str, fire_key: str, attempt: int, due_at: datetime) -> str:
+    """A UUIDv8: 48 bits of due time (ms), then 74 bits of a hash of (job, fire, attempt)."""
+    millis = int(due_at.timestamp() * 1000) & ((1 << 48) - 1)
+    digest = hashlib.blake2b(f"{job_id}|{fire_key}|{attempt}".encode(), digest_size=10).digest()
+    rand = int.from_bytes(digest, "big")  # 80 bits
+    value = millis << 80 | (rand & ((1 << 80) - 1))
+    value &= ~(0xF << 76)
+    value |= 0x8 << 76  # version 8
+    value &= ~(0x3 << 62)
+    value |= 0x2 << 62  # RFC 4122 variant
+    return str(uuid.UUID(int=value))
+
+
+def shard_for(job_id: str, shard_count: int) -> int:
+    """Stable shard of a job: every run of a job lives in one shard, so one poller owns it."""
+    digest = hashlib.blake2b(job_id.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % shard_count
+
+
+def bucket_for(due_at: datetime, bucket_seconds: int) -> int:
+    """The due-index time bucket: due time truncated to bucket_seconds, as epoch seconds."""
+    seconds = int(due_at.timestamp())
+    return seconds - seconds % bucket_seconds
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)

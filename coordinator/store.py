@@ -1,0 +1,216 @@
+"""The JobStore seam: everything shardcron keeps durably, behind one Protocol.
+
+Two implementations hold the same logical tables (DESIGN.md §3): SQLite, the
+embedded default, and Cassandra for a cluster. One contract suite
+(tests/store_contract.py) runs unchanged against each. No caller may use what
+only one implementation has.
+
+Write ownership, which keeps the store free of cross-process locks on the hot path:
+- the api role creates jobs and their first runs, and changes a job's spec and
+  state (``update_job``, compare-and-set on ``version``);
+- the poller that owns a run's shard is the only writer of that run once it
+  exists (``commit``), and of a job's progress fields (next fire, failure count,
+  COMPLETED, auto-pause) through ``JobProgress``.
+
+Every write method returns only once its data is durable (SQLite committed with
+``synchronous=FULL``; Cassandra acknowledged at the configured consistency).
+Implementations group-commit concurrent writes: many callers, one transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol, runtime_checkable
+
+from shardcron.client.types import Job, JobState, OutputChunk, Page, Run, RunState
+
+DEFAULT_SHARD_COUNT = 64
+DEFAULT_BUCKET_SECONDS = 60
+DEFAULT_OUTPUT_CAP_BYTES = 1 << 20  # per run; the tail is kept
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DueEntry:
+    """One row of the due index: partition (shard, bucket), clustered by (due_at, run_id)."""
+
+    shard: int
+    due_at: datetime
+    run_id: str
+    job_id: str
+    priority: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewJob:
+    """A job to create with its first runs (the first fire; SKIPPED records before it)."""
+
+    job: Job
+    runs: Sequence[Run] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobProgress:
+    """Poller-owned fields of a job. ``None`` leaves a field as it is.
+
+    These never touch ``spec``, ``version`` or ``schedule_version``, so a poller's
+    progress write never clashes with a user's update. ``state`` may only move an
+    ACTIVE job to COMPLETED or PAUSED (auto-pause); on a job in any other state it
+    is ignored.
+    """
+
+    job_id: str
+    next_fire_at: datetime | None = None
+    next_fire_key: str | None = None  # "" clears the next fire (schedule exhausted)
+    consecutive_failures: int | None = None
+    state: JobState | None = None
+    pause_reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunFilter:
+    states: frozenset[RunState] = frozenset()  # empty = any
+
+
+@runtime_checkable
+class JobStore(Protocol):
+    """Durable jobs, runs, due index, run output and per-shard cursors.
+
+    Errors: ``NotFound`` for an unknown (or other owner's) job or run;
+    ``VersionConflict`` for a stale expected version; ``InvalidArgument`` with
+    field ``page_token`` for a page token this store did not issue. Anything else
+    is an infrastructure failure and propagates as is.
+    """
+
+    shard_count: int
+    bucket_seconds: int
+    output_cap_bytes: int
+
+    async def open(self) -> None:
+        """Connects and creates the schema if it is missing. Idempotent."""
+
+    async def close(self) -> None:
+        """Flushes pending writes and releases connections."""
+
+    # --- jobs -------------------------------------------------------------
+
+    async def create_jobs(self, items: Sequence[NewJob]) -> list[tuple[Job, bool]]:
+        """Writes every new job, its runs and their due-index rows, all or nothing.
+
+        An item whose (owner, idempotency_key) already names a job writes nothing
+        and yields ``(existing_job, False)``; the others yield ``(job, True)``.
+        Results come in the order of ``items``. Runs are written as given; those
+        in state PENDING also get a due-index row.
+        """
+
+    async def get_job(self, owner: str, job_id: str) -> Job:
+        """The job, if it belongs to ``owner``. Raises NotFound otherwise."""
+
+    async def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Job]:
+        """Jobs by id whatever their owner or state (for pollers); missing ids are absent."""
+
+    async def list_jobs(
+        self,
+        owner: str,
+        *,
+        states: frozenset[JobState] = frozenset(),
+        name_prefix: str = "",
+        labels: dict[str, str] | None = None,
+        page_size: int = 100,
+        page_token: str = "",
+    ) -> Page[Job]:
+        """The owner's jobs in creation order. Empty ``states`` = every state but DELETED."""
+
+    async def update_job(
+        self,
+        job: Job,
+        *,
+        expected_version: int,
+        runs: Sequence[Run] = (),
+        due: Sequence[Run] = (),
+    ) -> Job:
+        """Replaces the job's spec and state if its stored version is ``expected_version``.
+
+        Stores ``job`` with ``version = expected_version + 1`` (the caller sets the
+        other fields), upserts ``runs`` and adds a due-index row for each run in
+        ``due``, all in one transaction. Raises NotFound (no such job for
+        ``job.owner``) or VersionConflict; then nothing is written.
+        """
+
+    # --- runs -------------------------------------------------------------
+
+    async def commit(
+        self,
+        *,
+        runs: Sequence[Run] = (),
+        due: Sequence[Run] = (),
+        progress: Sequence[JobProgress] = (),
+    ) -> None:
+        """The poller's group commit: upserts ``runs`` (whole records), adds a
+        due-index row for each run in ``due`` and applies ``progress``, durably,
+        in one transaction. A run inserted here that already exists with the same
+        id is overwritten only by a run of the same or a later state order, so a
+        replayed materialisation never resets a run that moved on."""
+
+    async def get_run(self, owner: str, run_id: str) -> Run:
+        """The run, if its job belongs to ``owner``. Raises NotFound otherwise."""
+
+    async def get_runs(self, run_ids: Sequence[str]) -> dict[str, Run]:
+        """Runs by id whatever their owner (for pollers); missing ids are absent."""
+
+    async def list_runs(
+        self,
+        owner: str,
+        job_id: str,
+        *,
+        states: frozenset[RunState] = frozenset(),
+        page_size: int = 100,
+        page_token: str = "",
+    ) -> Page[Run]:
+        """Runs of one job, newest due first. Raises NotFound for an unknown job."""
+
+    async def list_active_runs(self, job_id: str) -> list[Run]:
+        """Runs of the job that are not final (PENDING, LEASED, RUNNING)."""
+
+    async def list_dead_letters(
+        self, owner: str, *, job_id: str = "", page_size: int = 100, page_token: str = ""
+    ) -> Page[Run]:
+        """Runs with ``dead_letter`` set, newest first; of one job or of every job of the owner."""
+
+    # --- due index ----------------------------------------------------------
+
+    async def scan_due(
+        self,
+        shard: int,
+        *,
+        due_from: datetime,
+        due_until: datetime,
+        after: tuple[datetime, str] | None = None,
+        limit: int = 1000,
+    ) -> list[DueEntry]:
+        """Due-index rows of ``shard`` with ``due_from <= due_at < due_until``,
+        ordered by (due_at, run_id), strictly after ``after`` when given, at most
+        ``limit``. Rows stay until their bucket expires: callers skip runs that
+        are already final."""
+
+    async def load_cursors(self, shards: Sequence[int]) -> dict[int, datetime]:
+        """Per shard, the start of the oldest bucket that may still hold unfinished
+        runs; shards with no cursor are absent (start from the oldest row)."""
+
+    async def save_cursors(self, cursors: dict[int, datetime]) -> None:
+        """Persists cursors; a cursor never moves backwards (a lower value is ignored)."""
+
+    async def oldest_due(self, shard: int) -> datetime | None:
+        """The due time of the oldest due-index row of ``shard`` (where a shard with no cursor starts)."""
+
+    # --- output -------------------------------------------------------------
+
+    async def append_output(self, chunks: Sequence[OutputChunk]) -> None:
+        """Appends each chunk's data (``offset`` ignored) to its run's output and
+        keeps at most ``output_cap_bytes`` per run, dropping the oldest bytes."""
+
+    async def read_output(self, run_id: str, *, offset: int = 0, limit: int = 1 << 16) -> list[OutputChunk]:
+        """Kept output from byte ``offset`` (absolute; clamped to the oldest byte
+        kept; negative = that many bytes before the end), at most about ``limit``
+        bytes, as chunks with their absolute offsets. ``eof`` is never set here."""

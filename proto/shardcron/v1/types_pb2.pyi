@@ -1,0 +1,381 @@
+import datetime
+
+from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ScheduleKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SCHEDULE_KIND_UNSPECIFIED: _ClassVar[ScheduleKind]
+    SCHEDULE_KIND_IMMEDIATE: _ClassVar[ScheduleKind]
+    SCHEDULE_KIND_AT: _ClassVar[ScheduleKind]
+    SCHEDULE_KIND_CRON: _ClassVar[ScheduleKind]
+    SCHEDULE_KIND_INTERVAL: _ClassVar[ScheduleKind]
+
+class DstGap(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DST_GAP_UNSPECIFIED: _ClassVar[DstGap]
+    DST_GAP_SHIFT: _ClassVar[DstGap]
+    DST_GAP_SKIP: _ClassVar[DstGap]
+
+class DstOverlap(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DST_OVERLAP_UNSPECIFIED: _ClassVar[DstOverlap]
+    DST_OVERLAP_FIRST: _ClassVar[DstOverlap]
+    DST_OVERLAP_BOTH: _ClassVar[DstOverlap]
+
+class OverlapPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    OVERLAP_POLICY_UNSPECIFIED: _ClassVar[OverlapPolicy]
+    OVERLAP_POLICY_ALLOW: _ClassVar[OverlapPolicy]
+    OVERLAP_POLICY_FORBID: _ClassVar[OverlapPolicy]
+    OVERLAP_POLICY_REPLACE: _ClassVar[OverlapPolicy]
+    OVERLAP_POLICY_QUEUE: _ClassVar[OverlapPolicy]
+
+class MisfirePolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    MISFIRE_POLICY_UNSPECIFIED: _ClassVar[MisfirePolicy]
+    MISFIRE_POLICY_RUN_ONCE: _ClassVar[MisfirePolicy]
+    MISFIRE_POLICY_SKIP: _ClassVar[MisfirePolicy]
+    MISFIRE_POLICY_RUN_ALL: _ClassVar[MisfirePolicy]
+
+class JobState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    JOB_STATE_UNSPECIFIED: _ClassVar[JobState]
+    JOB_STATE_ACTIVE: _ClassVar[JobState]
+    JOB_STATE_PAUSED: _ClassVar[JobState]
+    JOB_STATE_DELETED: _ClassVar[JobState]
+    JOB_STATE_COMPLETED: _ClassVar[JobState]
+
+class RunState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RUN_STATE_UNSPECIFIED: _ClassVar[RunState]
+    RUN_STATE_PENDING: _ClassVar[RunState]
+    RUN_STATE_LEASED: _ClassVar[RunState]
+    RUN_STATE_RUNNING: _ClassVar[RunState]
+    RUN_STATE_SUCCEEDED: _ClassVar[RunState]
+    RUN_STATE_FAILED: _ClassVar[RunState]
+    RUN_STATE_TIMED_OUT: _ClassVar[RunState]
+    RUN_STATE_CANCELLED: _ClassVar[RunState]
+    RUN_STATE_SKIPPED: _ClassVar[RunState]
+    RUN_STATE_MISSED: _ClassVar[RunState]
+
+class RunReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RUN_REASON_UNSPECIFIED: _ClassVar[RunReason]
+    RUN_REASON_NON_ZERO_EXIT: _ClassVar[RunReason]
+    RUN_REASON_HANDLER_ERROR: _ClassVar[RunReason]
+    RUN_REASON_TIMEOUT: _ClassVar[RunReason]
+    RUN_REASON_WORKER_LOST: _ClassVar[RunReason]
+    RUN_REASON_NO_HANDLER: _ClassVar[RunReason]
+    RUN_REASON_SPAWN_FAILED: _ClassVar[RunReason]
+    RUN_REASON_CANCELLED_BY_USER: _ClassVar[RunReason]
+    RUN_REASON_REPLACED: _ClassVar[RunReason]
+    RUN_REASON_JOB_DELETED: _ClassVar[RunReason]
+    RUN_REASON_OVERLAP: _ClassVar[RunReason]
+    RUN_REASON_PAUSED: _ClassVar[RunReason]
+    RUN_REASON_DST_GAP: _ClassVar[RunReason]
+    RUN_REASON_MISFIRE: _ClassVar[RunReason]
+    RUN_REASON_DEADLINE: _ClassVar[RunReason]
+    RUN_REASON_SUPERSEDED: _ClassVar[RunReason]
+SCHEDULE_KIND_UNSPECIFIED: ScheduleKind
+SCHEDULE_KIND_IMMEDIATE: ScheduleKind
+SCHEDULE_KIND_AT: ScheduleKind
+SCHEDULE_KIND_CRON: ScheduleKind
+SCHEDULE_KIND_INTERVAL: ScheduleKind
+DST_GAP_UNSPECIFIED: DstGap
+DST_GAP_SHIFT: DstGap
+DST_GAP_SKIP: DstGap
+DST_OVERLAP_UNSPECIFIED: DstOverlap
+DST_OVERLAP_FIRST: DstOverlap
+DST_OVERLAP_BOTH: DstOverlap
+OVERLAP_POLICY_UNSPECIFIED: OverlapPolicy
+OVERLAP_POLICY_ALLOW: OverlapPolicy
+OVERLAP_POLICY_FORBID: OverlapPolicy
+OVERLAP_POLICY_REPLACE: OverlapPolicy
+OVERLAP_POLICY_QUEUE: OverlapPolicy
+MISFIRE_POLICY_UNSPECIFIED: MisfirePolicy
+MISFIRE_POLICY_RUN_ONCE: MisfirePolicy
+MISFIRE_POLICY_SKIP: MisfirePolicy
+MISFIRE_POLICY_RUN_ALL: MisfirePolicy
+JOB_STATE_UNSPECIFIED: JobState
+JOB_STATE_ACTIVE: JobState
+JOB_STATE_PAUSED: JobState
+JOB_STATE_DELETED: JobState
+JOB_STATE_COMPLETED: JobState
+RUN_STATE_UNSPECIFIED: RunState
+RUN_STATE_PENDING: RunState
+RUN_STATE_LEASED: RunState
+RUN_STATE_RUNNING: RunState
+RUN_STATE_SUCCEEDED: RunState
+RUN_STATE_FAILED: RunState
+RUN_STATE_TIMED_OUT: RunState
+RUN_STATE_CANCELLED: RunState
+RUN_STATE_SKIPPED: RunState
+RUN_STATE_MISSED: RunState
+RUN_REASON_UNSPECIFIED: RunReason
+RUN_REASON_NON_ZERO_EXIT: RunReason
+RUN_REASON_HANDLER_ERROR: RunReason
+RUN_REASON_TIMEOUT: RunReason
+RUN_REASON_WORKER_LOST: RunReason
+RUN_REASON_NO_HANDLER: RunReason
+RUN_REASON_SPAWN_FAILED: RunReason
+RUN_REASON_CANCELLED_BY_USER: RunReason
+RUN_REASON_REPLACED: RunReason
+RUN_REASON_JOB_DELETED: RunReason
+RUN_REASON_OVERLAP: RunReason
+RUN_REASON_PAUSED: RunReason
+RUN_REASON_DST_GAP: RunReason
+RUN_REASON_MISFIRE: RunReason
+RUN_REASON_DEADLINE: RunReason
+RUN_REASON_SUPERSEDED: RunReason
+
+class Schedule(_message.Message):
+    __slots__ = ("kind", "at", "cron", "timezone", "interval", "anchor", "start_at", "end_at", "jitter", "dst_gap", "dst_overlap")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    CRON_FIELD_NUMBER: _ClassVar[int]
+    TIMEZONE_FIELD_NUMBER: _ClassVar[int]
+    INTERVAL_FIELD_NUMBER: _ClassVar[int]
+    ANCHOR_FIELD_NUMBER: _ClassVar[int]
+    START_AT_FIELD_NUMBER: _ClassVar[int]
+    END_AT_FIELD_NUMBER: _ClassVar[int]
+    JITTER_FIELD_NUMBER: _ClassVar[int]
+    DST_GAP_FIELD_NUMBER: _ClassVar[int]
+    DST_OVERLAP_FIELD_NUMBER: _ClassVar[int]
+    kind: ScheduleKind
+    at: _timestamp_pb2.Timestamp
+    cron: str
+    timezone: str
+    interval: _duration_pb2.Duration
+    anchor: _timestamp_pb2.Timestamp
+    start_at: _timestamp_pb2.Timestamp
+    end_at: _timestamp_pb2.Timestamp
+    jitter: _duration_pb2.Duration
+    dst_gap: DstGap
+    dst_overlap: DstOverlap
+    def __init__(self, kind: _Optional[_Union[ScheduleKind, str]] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., cron: _Optional[str] = ..., timezone: _Optional[str] = ..., interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., anchor: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., jitter: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., dst_gap: _Optional[_Union[DstGap, str]] = ..., dst_overlap: _Optional[_Union[DstOverlap, str]] = ...) -> None: ...
+
+class CommandTask(_message.Message):
+    __slots__ = ("argv", "env", "cwd")
+    class EnvEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ARGV_FIELD_NUMBER: _ClassVar[int]
+    ENV_FIELD_NUMBER: _ClassVar[int]
+    CWD_FIELD_NUMBER: _ClassVar[int]
+    argv: _containers.RepeatedScalarFieldContainer[str]
+    env: _containers.ScalarMap[str, str]
+    cwd: str
+    def __init__(self, argv: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., cwd: _Optional[str] = ...) -> None: ...
+
+class HandlerTask(_message.Message):
+    __slots__ = ("name", "payload")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    payload: bytes
+    def __init__(self, name: _Optional[str] = ..., payload: _Optional[bytes] = ...) -> None: ...
+
+class Task(_message.Message):
+    __slots__ = ("command", "handler")
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    HANDLER_FIELD_NUMBER: _ClassVar[int]
+    command: CommandTask
+    handler: HandlerTask
+    def __init__(self, command: _Optional[_Union[CommandTask, _Mapping]] = ..., handler: _Optional[_Union[HandlerTask, _Mapping]] = ...) -> None: ...
+
+class RetryPolicy(_message.Message):
+    __slots__ = ("max_attempts", "initial_backoff", "multiplier", "max_backoff", "jitter")
+    MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    INITIAL_BACKOFF_FIELD_NUMBER: _ClassVar[int]
+    MULTIPLIER_FIELD_NUMBER: _ClassVar[int]
+    MAX_BACKOFF_FIELD_NUMBER: _ClassVar[int]
+    JITTER_FIELD_NUMBER: _ClassVar[int]
+    max_attempts: int
+    initial_backoff: _duration_pb2.Duration
+    multiplier: float
+    max_backoff: _duration_pb2.Duration
+    jitter: float
+    def __init__(self, max_attempts: _Optional[int] = ..., initial_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., multiplier: _Optional[float] = ..., max_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., jitter: _Optional[float] = ...) -> None: ...
+
+class ConcurrencyPolicy(_message.Message):
+    __slots__ = ("max_concurrent", "overlap")
+    MAX_CONCURRENT_FIELD_NUMBER: _ClassVar[int]
+    OVERLAP_FIELD_NUMBER: _ClassVar[int]
+    max_concurrent: int
+    overlap: OverlapPolicy
+    def __init__(self, max_concurrent: _Optional[int] = ..., overlap: _Optional[_Union[OverlapPolicy, str]] = ...) -> None: ...
+
+class Resources(_message.Message):
+    __slots__ = ("slots", "cpu_millis", "memory_mb", "labels")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    SLOTS_FIELD_NUMBER: _ClassVar[int]
+    CPU_MILLIS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_MB_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    slots: int
+    cpu_millis: int
+    memory_mb: int
+    labels: _containers.ScalarMap[str, str]
+    def __init__(self, slots: _Optional[int] = ..., cpu_millis: _Optional[int] = ..., memory_mb: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class JobSpec(_message.Message):
+    __slots__ = ("name", "task", "schedule", "priority", "retry", "timeout", "concurrency", "misfire", "starting_deadline", "resources", "pause_after_failures", "labels")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    RETRY_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
+    MISFIRE_FIELD_NUMBER: _ClassVar[int]
+    STARTING_DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    PAUSE_AFTER_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    task: Task
+    schedule: Schedule
+    priority: int
+    retry: RetryPolicy
+    timeout: _duration_pb2.Duration
+    concurrency: ConcurrencyPolicy
+    misfire: MisfirePolicy
+    starting_deadline: _duration_pb2.Duration
+    resources: Resources
+    pause_after_failures: int
+    labels: _containers.ScalarMap[str, str]
+    def __init__(self, name: _Optional[str] = ..., task: _Optional[_Union[Task, _Mapping]] = ..., schedule: _Optional[_Union[Schedule, _Mapping]] = ..., priority: _Optional[int] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., concurrency: _Optional[_Union[ConcurrencyPolicy, _Mapping]] = ..., misfire: _Optional[_Union[MisfirePolicy, str]] = ..., starting_deadline: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., pause_after_failures: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class Job(_message.Message):
+    __slots__ = ("id", "owner", "spec", "state", "version", "created_at", "updated_at", "next_fire_at", "next_fire_key", "idempotency_key", "consecutive_failures", "pause_reason", "schedule_version")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    NEXT_FIRE_AT_FIELD_NUMBER: _ClassVar[int]
+    NEXT_FIRE_KEY_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    CONSECUTIVE_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    PAUSE_REASON_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    owner: str
+    spec: JobSpec
+    state: JobState
+    version: int
+    created_at: _timestamp_pb2.Timestamp
+    updated_at: _timestamp_pb2.Timestamp
+    next_fire_at: _timestamp_pb2.Timestamp
+    next_fire_key: str
+    idempotency_key: str
+    consecutive_failures: int
+    pause_reason: str
+    schedule_version: int
+    def __init__(self, id: _Optional[str] = ..., owner: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., version: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., next_fire_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., next_fire_key: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., consecutive_failures: _Optional[int] = ..., pause_reason: _Optional[str] = ..., schedule_version: _Optional[int] = ...) -> None: ...
+
+class Run(_message.Message):
+    __slots__ = ("id", "job_id", "owner", "fire_key", "fire_at", "due_at", "state", "attempt", "priority", "shard", "worker_id", "lease_token", "lease_expires_at", "created_at", "started_at", "ended_at", "has_exit_code", "exit_code", "reason", "error", "output_bytes", "replayed_from", "dead_letter", "schedule_version")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    FIRE_KEY_FIELD_NUMBER: _ClassVar[int]
+    FIRE_AT_FIELD_NUMBER: _ClassVar[int]
+    DUE_AT_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    LEASE_EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    ENDED_AT_FIELD_NUMBER: _ClassVar[int]
+    HAS_EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    REPLAYED_FROM_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTER_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    job_id: str
+    owner: str
+    fire_key: str
+    fire_at: _timestamp_pb2.Timestamp
+    due_at: _timestamp_pb2.Timestamp
+    state: RunState
+    attempt: int
+    priority: int
+    shard: int
+    worker_id: str
+    lease_token: int
+    lease_expires_at: _timestamp_pb2.Timestamp
+    created_at: _timestamp_pb2.Timestamp
+    started_at: _timestamp_pb2.Timestamp
+    ended_at: _timestamp_pb2.Timestamp
+    has_exit_code: bool
+    exit_code: int
+    reason: RunReason
+    error: str
+    output_bytes: int
+    replayed_from: str
+    dead_letter: bool
+    schedule_version: int
+    def __init__(self, id: _Optional[str] = ..., job_id: _Optional[str] = ..., owner: _Optional[str] = ..., fire_key: _Optional[str] = ..., fire_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., due_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state: _Optional[_Union[RunState, str]] = ..., attempt: _Optional[int] = ..., priority: _Optional[int] = ..., shard: _Optional[int] = ..., worker_id: _Optional[str] = ..., lease_token: _Optional[int] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ended_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., has_exit_code: _Optional[bool] = ..., exit_code: _Optional[int] = ..., reason: _Optional[_Union[RunReason, str]] = ..., error: _Optional[str] = ..., output_bytes: _Optional[int] = ..., replayed_from: _Optional[str] = ..., dead_letter: _Optional[bool] = ..., schedule_version: _Optional[int] = ...) -> None: ...
+
+class Fire(_message.Message):
+    __slots__ = ("key", "at", "local_time", "skip_reason")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_TIME_FIELD_NUMBER: _ClassVar[int]
+    SKIP_REASON_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    at: _timestamp_pb2.Timestamp
+    local_time: str
+    skip_reason: RunReason
+    def __init__(self, key: _Optional[str] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., local_time: _Optional[str] = ..., skip_reason: _Optional[_Union[RunReason, str]] = ...) -> None: ...
+
+class OutputChunk(_message.Message):
+    __slots__ = ("run_id", "offset", "data", "stream", "eof")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    EOF_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    offset: int
+    data: bytes
+    stream: str
+    eof: bool
+    def __init__(self, run_id: _Optional[str] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., stream: _Optional[str] = ..., eof: _Optional[bool] = ...) -> None: ...
