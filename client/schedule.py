@@ -19,6 +19,7 @@ from itertools import islice
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadDateError, croniter
+
 from shardcron.client.errors import InvalidArgument
 from shardcron.client.types import DstGap, DstOverlap, Fire, RunReason, Schedule, ScheduleKind
 
@@ -26,6 +27,7 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MIN_INTERVAL = timedelta(seconds=1)
 NEVER_FIRES_YEARS = 5  # a cron must fire within this many years to be valid
 _SECOND = timedelta(seconds=1)
+_EARLIEST = datetime(1, 1, 3, tzinfo=UTC)  # cron iteration starts no earlier (date range)
 _FALLBACK_PROBE_HOURS = 27  # look this far ahead for a fall-back that repeats wall times
 
 # --------------------------------------------------------------------------- validation
@@ -184,8 +186,12 @@ def _cron_fires(s: Schedule, tz: ZoneInfo, lo: datetime) -> Iterator[Fire]:
     collapse into the earliest; skip fires are each kept and come first.
     """
     assert s.cron is not None
-    probe = lo - _SECOND  # a fire at exactly lo (start_at) needs its whole gap group
-    begin = probe.astimezone(tz).replace(tzinfo=None, microsecond=0) - _fallback_margin(tz, probe)
+    probe = max(lo, _EARLIEST) - _SECOND  # a fire at exactly lo needs its whole gap group
+    try:
+        begin = probe.astimezone(tz).replace(tzinfo=None, microsecond=0)
+    except OverflowError:  # local time past year 9999
+        return
+    begin -= _fallback_margin(tz, probe)
     heap: list[tuple[datetime, int, int, Fire]] = []
     last_real: datetime | None = None
     seq = 0
@@ -201,7 +207,10 @@ def _cron_fires(s: Schedule, tz: ZoneInfo, lo: datetime) -> Iterator[Fire]:
             yield fire
 
     for nominal in _nominal_times(s.cron, begin):
-        fires = _map_nominal(s, tz, nominal)
+        try:
+            fires = _map_nominal(s, tz, nominal)
+        except OverflowError:  # the instant is past year 9999
+            break
         yield from drain(fires[0].at)
         for fire in fires:
             heapq.heappush(heap, (fire.at, 0 if fire.skip_reason else 1, seq, fire))
@@ -212,11 +221,11 @@ def _cron_fires(s: Schedule, tz: ZoneInfo, lo: datetime) -> Iterator[Fire]:
 def _fallback_margin(tz: ZoneInfo, at: datetime) -> timedelta:
     """How far wall time falls back soon after ``at``: fold-1 fires of that many earlier
     wall times are still ahead."""
-    offset = at.astimezone(tz).utcoffset()
-    lowest = min(
-        (at + timedelta(hours=h)).astimezone(tz).utcoffset()
-        for h in range(1, _FALLBACK_PROBE_HOURS + 1)
-    )
+    offset = lowest = at.astimezone(tz).utcoffset()
+    for h in range(1, _FALLBACK_PROBE_HOURS + 1):
+        if at > datetime.max.replace(tzinfo=UTC) - timedelta(hours=h + 24):
+            break
+        lowest = min(lowest, (at + timedelta(hours=h)).astimezone(tz).utcoffset())  # type: ignore[type-var]
     return max(timedelta(0), offset - lowest)  # type: ignore[operator]
 
 

@@ -197,7 +197,7 @@ class RetryPolicy:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConcurrencyPolicy:
-    max_concurrent: int = 1
+    max_concurrent: int = 0  # 0 = unlimited for ALLOW, 1 for the other policies
     overlap: OverlapPolicy = OverlapPolicy.ALLOW
 
 

@@ -1,0 +1,652 @@
+"""The one mapping between domain types and protobuf, and between domain errors and gRPC status.
+
+``X_to_proto`` turns a domain object from ``shardcron.client.types`` into its
+``shardcron.v1`` message; ``X_from_proto`` reads one back. Readers check structure only
+(a task kind is set, an AT schedule has ``at``, durations are not negative, enum
+values are known) and raise ``InvalidArgument`` naming the field path; what a value
+means (cron syntax, zones, limits) is the server's to validate. UNSPECIFIED enum
+values and unset fields read as the domain defaults documented in types.proto.
+
+``ERROR_CODES`` maps each domain error to its gRPC status code; ``status_for`` is what
+servers send for an exception and ``error_from_rpc`` is what clients raise for a
+failed call.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Any, TypeVar
+
+import grpc
+from google.protobuf.message import Message
+
+from shardcron.client.errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    ShardcronError,
+    StaleLease,
+    Unavailable,
+    VersionConflict,
+)
+from shardcron.client.types import (
+    ClusterStatus,
+    CommandTask,
+    ConcurrencyPolicy,
+    DstGap,
+    DstOverlap,
+    Fire,
+    HandlerTask,
+    Job,
+    JobSpec,
+    JobState,
+    MisfirePolicy,
+    OutputChunk,
+    OverlapPolicy,
+    Resources,
+    RetryPolicy,
+    Run,
+    RunReason,
+    RunState,
+    Schedule,
+    ScheduleKind,
+    ShardInfo,
+    Task,
+    WorkerInfo,
+)
+from shardcron.v1 import cluster_pb2, types_pb2
+
+E = TypeVar("E", bound=StrEnum)
+
+# --------------------------------------------------------------------------- field helpers
+
+
+def _set_time(msg: Message, name: str, value: datetime | None) -> None:
+    """Set Timestamp field ``name`` of ``msg`` (left unset for None)."""
+    if value is not None:
+        getattr(msg, name).FromDatetime(value)
+
+
+def _get_time(msg: Message, name: str, field: str) -> datetime | None:
+    """Timestamp field ``name`` as an aware UTC datetime, None when unset."""
+    if not msg.HasField(name):
+        return None
+    try:
+        return getattr(msg, name).ToDatetime(tzinfo=UTC)
+    except (ValueError, OverflowError):
+        raise InvalidArgument(f"{field}.{name}", "not a valid timestamp") from None
+
+
+def _get_required_time(msg: Message, name: str, field: str) -> datetime:
+    value = _get_time(msg, name, field)
+    if value is None:
+        raise InvalidArgument(f"{field}.{name}", "required")
+    return value
+
+
+def _set_duration(msg: Message, name: str, value: timedelta | None) -> None:
+    """Set Duration field ``name`` of ``msg`` (left unset for None)."""
+    if value is not None:
+        getattr(msg, name).FromTimedelta(value)
+
+
+def _get_duration(
+    msg: Message, name: str, field: str, default: timedelta | None = None
+) -> timedelta | None:
+    """Duration field ``name`` as a timedelta (``default`` when unset); never negative."""
+    if not msg.HasField(name):
+        return default
+    try:
+        value = getattr(msg, name).ToTimedelta()
+    except (ValueError, OverflowError):
+        raise InvalidArgument(f"{field}.{name}", "not a valid duration") from None
+    if value < timedelta(0):
+        raise InvalidArgument(f"{field}.{name}", "must not be negative")
+    return value
+
+
+def _non_negative(value: int, path: str) -> int:
+    if value < 0:
+        raise InvalidArgument(path, "must not be negative")
+    return value
+
+
+def _enum_to_proto(value: StrEnum | str, pb_enum: Any, prefix: str) -> int:
+    """``RunState.SUCCEEDED`` -> ``RUN_STATE_SUCCEEDED``; an empty value (``RunReason.NONE``)
+    -> the UNSPECIFIED number."""
+    return pb_enum.Value(prefix + (str(value) or "UNSPECIFIED"))
+
+
+def _enum_from_proto(
+    number: int, pb_enum: Any, prefix: str, enum_cls: type[E], field: str, default: E | None = None
+) -> E:
+    """``RUN_STATE_SUCCEEDED`` -> ``RunState.SUCCEEDED``; UNSPECIFIED -> ``default``
+    (InvalidArgument "required" when there is none); unknown numbers -> InvalidArgument."""
+    try:
+        name = pb_enum.Name(number)
+    except ValueError:
+        raise InvalidArgument(field, f"unknown value {number}") from None
+    suffix = name.removeprefix(prefix)
+    if suffix == "UNSPECIFIED":
+        if default is None:
+            raise InvalidArgument(field, "required")
+        return default
+    try:
+        return enum_cls(suffix)
+    except ValueError:
+        raise InvalidArgument(field, f"unknown value {name}") from None
+
+
+# --------------------------------------------------------------------------- enums used in requests
+
+
+def job_state_to_proto(state: JobState) -> int:
+    return _enum_to_proto(state, types_pb2.JobState, "JOB_STATE_")
+
+
+def job_state_from_proto(number: int, field: str = "state") -> JobState:
+    return _enum_from_proto(number, types_pb2.JobState, "JOB_STATE_", JobState, field)
+
+
+def run_state_to_proto(state: RunState) -> int:
+    return _enum_to_proto(state, types_pb2.RunState, "RUN_STATE_")
+
+
+def run_state_from_proto(number: int, field: str = "state") -> RunState:
+    return _enum_from_proto(number, types_pb2.RunState, "RUN_STATE_", RunState, field)
+
+
+def run_reason_to_proto(reason: RunReason) -> int:
+    return _enum_to_proto(reason, types_pb2.RunReason, "RUN_REASON_")
+
+
+def run_reason_from_proto(number: int, field: str = "reason") -> RunReason:
+    return _enum_from_proto(
+        number, types_pb2.RunReason, "RUN_REASON_", RunReason, field, RunReason.NONE
+    )
+
+
+# --------------------------------------------------------------------------- schedule
+
+
+def schedule_to_proto(s: Schedule) -> types_pb2.Schedule:
+    msg = types_pb2.Schedule(
+        kind=_enum_to_proto(s.kind, types_pb2.ScheduleKind, "SCHEDULE_KIND_"),
+        cron=s.cron or "",
+        timezone=s.timezone,
+        dst_gap=_enum_to_proto(s.dst_gap, types_pb2.DstGap, "DST_GAP_"),
+        dst_overlap=_enum_to_proto(s.dst_overlap, types_pb2.DstOverlap, "DST_OVERLAP_"),
+    )
+    _set_time(msg, "at", s.at)
+    _set_duration(msg, "interval", s.interval)
+    _set_time(msg, "anchor", s.anchor)
+    _set_time(msg, "start_at", s.start_at)
+    _set_time(msg, "end_at", s.end_at)
+    _set_duration(msg, "jitter", s.jitter or None)
+    return msg
+
+
+def schedule_from_proto(msg: types_pb2.Schedule, field: str = "schedule") -> Schedule:
+    """Raises InvalidArgument when the kind's own field is missing (AT without ``at``,
+    CRON without ``cron``, INTERVAL without ``interval``)."""
+    kind = _enum_from_proto(
+        msg.kind,
+        types_pb2.ScheduleKind,
+        "SCHEDULE_KIND_",
+        ScheduleKind,
+        f"{field}.kind",
+        ScheduleKind.IMMEDIATE,
+    )
+    s = Schedule(
+        kind=kind,
+        at=_get_time(msg, "at", field),
+        cron=msg.cron or None,
+        timezone=msg.timezone or "UTC",
+        interval=_get_duration(msg, "interval", field),
+        anchor=_get_time(msg, "anchor", field),
+        start_at=_get_time(msg, "start_at", field),
+        end_at=_get_time(msg, "end_at", field),
+        jitter=_get_duration(msg, "jitter", field, timedelta(0)),  # type: ignore[arg-type]
+        dst_gap=_enum_from_proto(
+            msg.dst_gap, types_pb2.DstGap, "DST_GAP_", DstGap, f"{field}.dst_gap", DstGap.SHIFT
+        ),
+        dst_overlap=_enum_from_proto(
+            msg.dst_overlap,
+            types_pb2.DstOverlap,
+            "DST_OVERLAP_",
+            DstOverlap,
+            f"{field}.dst_overlap",
+            DstOverlap.FIRST,
+        ),
+    )
+    if kind is ScheduleKind.AT and s.at is None:
+        raise InvalidArgument(f"{field}.at", "required for an AT schedule")
+    if kind is ScheduleKind.CRON and not s.cron:
+        raise InvalidArgument(f"{field}.cron", "required for a CRON schedule")
+    if kind is ScheduleKind.INTERVAL and s.interval is None:
+        raise InvalidArgument(f"{field}.interval", "required for an INTERVAL schedule")
+    return s
+
+
+# --------------------------------------------------------------------------- task and policies
+
+
+def task_to_proto(task: Task) -> types_pb2.Task:
+    if isinstance(task, CommandTask):
+        return types_pb2.Task(
+            command=types_pb2.CommandTask(argv=list(task.argv), env=task.env, cwd=task.cwd)
+        )
+    if isinstance(task, HandlerTask):
+        return types_pb2.Task(handler=types_pb2.HandlerTask(name=task.name, payload=task.payload))
+    raise TypeError(f"not a task: {task!r}")
+
+
+def task_from_proto(msg: types_pb2.Task, field: str = "task") -> Task:
+    """Raises InvalidArgument when no kind is set, a command has no argv or a handler no name."""
+    which = msg.WhichOneof("kind")
+    if which == "command":
+        if not msg.command.argv:
+            raise InvalidArgument(f"{field}.command.argv", "must not be empty")
+        return CommandTask(
+            argv=tuple(msg.command.argv), env=dict(msg.command.env), cwd=msg.command.cwd
+        )
+    if which == "handler":
+        if not msg.handler.name:
+            raise InvalidArgument(f"{field}.handler.name", "required")
+        return HandlerTask(name=msg.handler.name, payload=bytes(msg.handler.payload))
+    raise InvalidArgument(field, "required: set a command or a handler")
+
+
+def retry_to_proto(r: RetryPolicy) -> types_pb2.RetryPolicy:
+    msg = types_pb2.RetryPolicy(
+        max_attempts=r.max_attempts, multiplier=r.multiplier, jitter=r.jitter
+    )
+    _set_duration(msg, "initial_backoff", r.initial_backoff)
+    _set_duration(msg, "max_backoff", r.max_backoff)
+    return msg
+
+
+def retry_from_proto(msg: types_pb2.RetryPolicy, field: str = "retry") -> RetryPolicy:
+    """0 and unset read as the defaults: max_attempts 1, multiplier 2.0, backoffs 1s and 5m."""
+    d = RetryPolicy()
+    if not math.isfinite(msg.multiplier) or msg.multiplier < 0:
+        raise InvalidArgument(f"{field}.multiplier", "must be a non-negative number")
+    if not math.isfinite(msg.jitter) or not 0 <= msg.jitter <= 1:
+        raise InvalidArgument(f"{field}.jitter", "must be between 0 and 1")
+    return RetryPolicy(
+        max_attempts=_non_negative(msg.max_attempts, f"{field}.max_attempts") or d.max_attempts,
+        initial_backoff=_get_duration(msg, "initial_backoff", field, d.initial_backoff),  # type: ignore[arg-type]
+        multiplier=msg.multiplier or d.multiplier,
+        max_backoff=_get_duration(msg, "max_backoff", field, d.max_backoff),  # type: ignore[arg-type]
+        jitter=msg.jitter,
+    )
+
+
+def concurrency_to_proto(c: ConcurrencyPolicy) -> types_pb2.ConcurrencyPolicy:
+    return types_pb2.ConcurrencyPolicy(
+        max_concurrent=c.max_concurrent,
+        overlap=_enum_to_proto(c.overlap, types_pb2.OverlapPolicy, "OVERLAP_POLICY_"),
+    )
+
+
+def concurrency_from_proto(
+    msg: types_pb2.ConcurrencyPolicy, field: str = "concurrency"
+) -> ConcurrencyPolicy:
+    """``max_concurrent`` is kept as sent (0 = the server's default for the policy)."""
+    return ConcurrencyPolicy(
+        max_concurrent=_non_negative(msg.max_concurrent, f"{field}.max_concurrent"),
+        overlap=_enum_from_proto(
+            msg.overlap,
+            types_pb2.OverlapPolicy,
+            "OVERLAP_POLICY_",
+            OverlapPolicy,
+            f"{field}.overlap",
+            OverlapPolicy.ALLOW,
+        ),
+    )
+
+
+def resources_to_proto(r: Resources) -> types_pb2.Resources:
+    return types_pb2.Resources(
+        slots=r.slots, cpu_millis=r.cpu_millis, memory_mb=r.memory_mb, labels=r.labels
+    )
+
+
+def resources_from_proto(msg: types_pb2.Resources, field: str = "resources") -> Resources:
+    """``slots`` 0 reads as 1."""
+    return Resources(
+        slots=_non_negative(msg.slots, f"{field}.slots") or 1,
+        cpu_millis=_non_negative(msg.cpu_millis, f"{field}.cpu_millis"),
+        memory_mb=_non_negative(msg.memory_mb, f"{field}.memory_mb"),
+        labels=dict(msg.labels),
+    )
+
+
+# --------------------------------------------------------------------------- job spec, job
+
+
+def job_spec_to_proto(spec: JobSpec) -> types_pb2.JobSpec:
+    msg = types_pb2.JobSpec(
+        name=spec.name,
+        task=task_to_proto(spec.task),
+        schedule=schedule_to_proto(spec.schedule),
+        priority=spec.priority,
+        retry=retry_to_proto(spec.retry),
+        concurrency=concurrency_to_proto(spec.concurrency),
+        misfire=_enum_to_proto(spec.misfire, types_pb2.MisfirePolicy, "MISFIRE_POLICY_"),
+        resources=resources_to_proto(spec.resources),
+        pause_after_failures=spec.pause_after_failures,
+        labels=spec.labels,
+    )
+    _set_duration(msg, "timeout", spec.timeout)
+    _set_duration(msg, "starting_deadline", spec.starting_deadline)
+    return msg
+
+
+def job_spec_from_proto(msg: types_pb2.JobSpec, field: str = "spec") -> JobSpec:
+    """Read a spec off the wire; malformed input raises ``InvalidArgument("spec.<path>", why)``.
+
+    Unset sub-messages (schedule, retry, concurrency, resources) read as the domain
+    defaults: an immediate schedule, no retry, ``ConcurrencyPolicy()``, ``Resources()``.
+    """
+    if not msg.name:
+        raise InvalidArgument(f"{field}.name", "required")
+    if not msg.HasField("task"):
+        raise InvalidArgument(f"{field}.task", "required: set a command or a handler")
+    return JobSpec(
+        name=msg.name,
+        task=task_from_proto(msg.task, f"{field}.task"),
+        schedule=schedule_from_proto(msg.schedule, f"{field}.schedule"),
+        priority=msg.priority,
+        retry=retry_from_proto(msg.retry, f"{field}.retry"),
+        timeout=_get_duration(msg, "timeout", field),
+        concurrency=(
+            concurrency_from_proto(msg.concurrency, f"{field}.concurrency")
+            if msg.HasField("concurrency")
+            else ConcurrencyPolicy()
+        ),
+        misfire=_enum_from_proto(
+            msg.misfire,
+            types_pb2.MisfirePolicy,
+            "MISFIRE_POLICY_",
+            MisfirePolicy,
+            f"{field}.misfire",
+            MisfirePolicy.RUN_ONCE,
+        ),
+        starting_deadline=_get_duration(msg, "starting_deadline", field),
+        resources=resources_from_proto(msg.resources, f"{field}.resources"),
+        pause_after_failures=_non_negative(
+            msg.pause_after_failures, f"{field}.pause_after_failures"
+        ),
+        labels=dict(msg.labels),
+    )
+
+
+def job_to_proto(job: Job) -> types_pb2.Job:
+    msg = types_pb2.Job(
+        id=job.id,
+        owner=job.owner,
+        spec=job_spec_to_proto(job.spec),
+        state=job_state_to_proto(job.state),
+        version=job.version,
+        next_fire_key=job.next_fire_key,
+        idempotency_key=job.idempotency_key,
+        consecutive_failures=job.consecutive_failures,
+        pause_reason=job.pause_reason,
+        schedule_version=job.schedule_version,
+    )
+    _set_time(msg, "created_at", job.created_at)
+    _set_time(msg, "updated_at", job.updated_at)
+    _set_time(msg, "next_fire_at", job.next_fire_at)
+    return msg
+
+
+def job_from_proto(msg: types_pb2.Job, field: str = "job") -> Job:
+    return Job(
+        id=msg.id,
+        owner=msg.owner,
+        spec=job_spec_from_proto(msg.spec, f"{field}.spec"),
+        state=job_state_from_proto(msg.state, f"{field}.state"),
+        version=msg.version,
+        created_at=_get_required_time(msg, "created_at", field),
+        updated_at=_get_required_time(msg, "updated_at", field),
+        next_fire_at=_get_time(msg, "next_fire_at", field),
+        next_fire_key=msg.next_fire_key,
+        idempotency_key=msg.idempotency_key,
+        consecutive_failures=msg.consecutive_failures,
+        pause_reason=msg.pause_reason,
+        schedule_version=msg.schedule_version or 1,
+    )
+
+
+# --------------------------------------------------------------------------- runs, fires, output
+
+
+def run_to_proto(run: Run) -> types_pb2.Run:
+    msg = types_pb2.Run(
+        id=run.id,
+        job_id=run.job_id,
+        owner=run.owner,
+        fire_key=run.fire_key,
+        state=run_state_to_proto(run.state),
+        attempt=run.attempt,
+        priority=run.priority,
+        shard=run.shard,
+        worker_id=run.worker_id,
+        lease_token=run.lease_token,
+        has_exit_code=run.exit_code is not None,
+        exit_code=run.exit_code or 0,
+        reason=run_reason_to_proto(run.reason),
+        error=run.error,
+        output_bytes=run.output_bytes,
+        replayed_from=run.replayed_from,
+        dead_letter=run.dead_letter,
+        schedule_version=run.schedule_version,
+    )
+    _set_time(msg, "fire_at", run.fire_at)
+    _set_time(msg, "due_at", run.due_at)
+    _set_time(msg, "lease_expires_at", run.lease_expires_at)
+    _set_time(msg, "created_at", run.created_at)
+    _set_time(msg, "started_at", run.started_at)
+    _set_time(msg, "ended_at", run.ended_at)
+    return msg
+
+
+def run_from_proto(msg: types_pb2.Run, field: str = "run") -> Run:
+    return Run(
+        id=msg.id,
+        job_id=msg.job_id,
+        owner=msg.owner,
+        fire_key=msg.fire_key,
+        fire_at=_get_required_time(msg, "fire_at", field),
+        due_at=_get_required_time(msg, "due_at", field),
+        state=run_state_from_proto(msg.state, f"{field}.state"),
+        attempt=msg.attempt or 1,
+        priority=msg.priority,
+        shard=msg.shard,
+        worker_id=msg.worker_id,
+        lease_token=msg.lease_token,
+        lease_expires_at=_get_time(msg, "lease_expires_at", field),
+        created_at=_get_time(msg, "created_at", field),
+        started_at=_get_time(msg, "started_at", field),
+        ended_at=_get_time(msg, "ended_at", field),
+        exit_code=msg.exit_code if msg.has_exit_code else None,
+        reason=run_reason_from_proto(msg.reason, f"{field}.reason"),
+        error=msg.error,
+        output_bytes=msg.output_bytes,
+        replayed_from=msg.replayed_from,
+        dead_letter=msg.dead_letter,
+        schedule_version=msg.schedule_version,
+    )
+
+
+def fire_to_proto(fire: Fire) -> types_pb2.Fire:
+    msg = types_pb2.Fire(
+        key=fire.key,
+        local_time=fire.local.isoformat(),
+        skip_reason=run_reason_to_proto(fire.skip_reason),
+    )
+    _set_time(msg, "at", fire.at)
+    return msg
+
+
+def fire_from_proto(msg: types_pb2.Fire, field: str = "fire") -> Fire:
+    """``local`` comes back with the fixed UTC offset written in ``local_time`` (the zone
+    name is not on the wire); an empty ``local_time`` reads as ``at`` in UTC."""
+    at = _get_required_time(msg, "at", field)
+    local = at
+    if msg.local_time:
+        try:
+            local = datetime.fromisoformat(msg.local_time)
+        except ValueError:
+            raise InvalidArgument(f"{field}.local_time", "not an ISO 8601 time") from None
+        if local.utcoffset() is None:
+            raise InvalidArgument(f"{field}.local_time", "must carry a UTC offset")
+    return Fire(
+        key=msg.key,
+        at=at,
+        local=local,
+        skip_reason=run_reason_from_proto(msg.skip_reason, f"{field}.skip_reason"),
+    )
+
+
+def output_chunk_to_proto(chunk: OutputChunk) -> types_pb2.OutputChunk:
+    return types_pb2.OutputChunk(
+        run_id=chunk.run_id,
+        offset=chunk.offset,
+        data=chunk.data,
+        stream=chunk.stream,
+        eof=chunk.eof,
+    )
+
+
+def output_chunk_from_proto(msg: types_pb2.OutputChunk, field: str = "chunk") -> OutputChunk:
+    return OutputChunk(
+        run_id=msg.run_id,
+        offset=msg.offset,
+        data=bytes(msg.data),
+        stream=msg.stream or "stdout",
+        eof=msg.eof,
+    )
+
+
+# --------------------------------------------------------------------------- cluster
+
+
+def worker_info_to_proto(w: WorkerInfo) -> cluster_pb2.WorkerInfo:
+    msg = cluster_pb2.WorkerInfo(
+        id=w.id,
+        address=w.address,
+        slots_total=w.slots_total,
+        slots_used=w.slots_used,
+        labels=w.labels,
+        handlers=list(w.handlers),
+    )
+    _set_time(msg, "connected_at", w.connected_at)
+    return msg
+
+
+def worker_info_from_proto(msg: cluster_pb2.WorkerInfo, field: str = "worker") -> WorkerInfo:
+    return WorkerInfo(
+        id=msg.id,
+        address=msg.address,
+        slots_total=msg.slots_total,
+        slots_used=msg.slots_used,
+        labels=dict(msg.labels),
+        handlers=tuple(msg.handlers),
+        connected_at=_get_time(msg, "connected_at", field),
+    )
+
+
+def shard_info_to_proto(s: ShardInfo) -> cluster_pb2.ShardInfo:
+    return cluster_pb2.ShardInfo(shard=s.shard, owner=s.owner, lag_seconds=s.lag_seconds)
+
+
+def shard_info_from_proto(msg: cluster_pb2.ShardInfo) -> ShardInfo:
+    return ShardInfo(shard=msg.shard, owner=msg.owner, lag_seconds=msg.lag_seconds)
+
+
+def cluster_status_to_proto(status: ClusterStatus) -> cluster_pb2.ClusterStatus:
+    return cluster_pb2.ClusterStatus(
+        mode=status.mode,
+        leader=status.leader,
+        epoch=status.epoch,
+        members=status.members,
+        shards=[shard_info_to_proto(s) for s in status.shards],
+        workers=[worker_info_to_proto(w) for w in status.workers],
+    )
+
+
+def cluster_status_from_proto(msg: cluster_pb2.ClusterStatus) -> ClusterStatus:
+    """An empty ``mode`` reads as ``"dev"``."""
+    return ClusterStatus(
+        mode=msg.mode or "dev",
+        leader=msg.leader,
+        epoch=msg.epoch,
+        members=list(msg.members),
+        shards=[shard_info_from_proto(s) for s in msg.shards],
+        workers=[worker_info_from_proto(w, f"workers[{i}]") for i, w in enumerate(msg.workers)],
+    )
+
+
+# --------------------------------------------------------------------------- errors <-> status
+
+ERROR_CODES: dict[type[ShardcronError], grpc.StatusCode] = {
+    InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
+    NotFound: grpc.StatusCode.NOT_FOUND,
+    VersionConflict: grpc.StatusCode.ABORTED,
+    FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
+    StaleLease: grpc.StatusCode.FAILED_PRECONDITION,
+    AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
+    Unavailable: grpc.StatusCode.UNAVAILABLE,
+}
+
+# Reverse of ERROR_CODES (the first class listed for a code wins), plus the codes the
+# transport itself produces.
+_ERRORS_BY_CODE: dict[grpc.StatusCode, type[ShardcronError]] = {}
+for _cls, _code in ERROR_CODES.items():
+    _ERRORS_BY_CODE.setdefault(_code, _cls)
+_ERRORS_BY_CODE[grpc.StatusCode.DEADLINE_EXCEEDED] = Unavailable
+
+
+def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
+    """The status a server sends for ``exc``: the ``ERROR_CODES`` code and the error's
+    message for domain errors (``"field: reason"`` for InvalidArgument); INTERNAL for
+    anything that is not a ``ShardcronError``."""
+    for cls in type(exc).__mro__:
+        if cls in ERROR_CODES:
+            return ERROR_CODES[cls], exc.message  # type: ignore[attr-defined]
+    if isinstance(exc, ShardcronError):
+        code = getattr(grpc.StatusCode, exc.code, grpc.StatusCode.UNKNOWN)
+        return code, exc.message
+    return grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
+
+
+def error_from_rpc(e: grpc.RpcError) -> ShardcronError:
+    """The domain error for a failed call; ``.code`` is the status code's name.
+
+    INVALID_ARGUMENT details ``"field: reason"`` become ``InvalidArgument(field, reason)``;
+    DEADLINE_EXCEEDED and UNAVAILABLE become ``Unavailable``; codes with no domain class
+    become a plain ``ShardcronError``.
+    """
+    code_fn = getattr(e, "code", None)
+    details_fn = getattr(e, "details", None)
+    code = (code_fn() if callable(code_fn) else None) or grpc.StatusCode.UNKNOWN
+    details = (details_fn() if callable(details_fn) else None) or ""
+    cls = _ERRORS_BY_CODE.get(code)
+    err: ShardcronError
+    if cls is InvalidArgument:
+        field, sep, reason = details.partition(": ")
+        err = InvalidArgument(field, reason) if sep else InvalidArgument("", details)
+        if not sep:
+            err.message = details
+            err.args = (details,)
+    elif cls is not None:
+        err = cls(details or code.name)
+    else:
+        err = ShardcronError(details or code.name)
+    err.code = code.name
+    return err

@@ -1,0 +1,310 @@
+"""The api role's logic: jobs and runs in domain terms, on a JobStore.
+
+Stateless: everything is read from and written to the store. What must reach
+the poller that owns a run (new runs due soon, cancels) goes through a
+``PollerLink``; in ``shardcron dev`` that is the poller in the same process.
+Validation happens before any write, so a rejected call changes nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Protocol
+
+from shardcron.client.errors import FailedPrecondition, InvalidArgument
+from shardcron.client.schedule import preview, validate_schedule
+from shardcron.client.types import (
+    Fire,
+    Job,
+    JobSpec,
+    JobState,
+    Page,
+    Run,
+    RunReason,
+    RunState,
+    Schedule,
+    ScheduleKind,
+)
+from shardcron.coordinator.fires import MANUAL_PREFIX, REPLAY_PREFIX, first_fire, make_run
+from shardcron.coordinator.ids import new_job_id, run_id, shard_for, utcnow
+from shardcron.coordinator.metrics import Metrics
+from shardcron.coordinator.store import JobStore, NewJob
+from shardcron.coordinator.validation import validate_spec
+
+MAX_BATCH = 10_000
+
+
+class PollerLink(Protocol):
+    """How the api reaches the poller that owns a run's shard."""
+
+    def runs_created(self, runs: Sequence[Run]) -> None:
+        """Best-effort hint: these PENDING runs were just written (pollers also scan)."""
+
+    async def cancel(self, run: Run, reason: RunReason) -> Run:
+        """Cancels the run; returns it as it stands. Raises FailedPrecondition if final."""
+
+    def cancel_job(self, job_id: str, reason: RunReason) -> None:
+        """Cancels every leased or running run of the job."""
+
+
+class JobsApi:
+    def __init__(self, store: JobStore, link: PollerLink, metrics: Metrics) -> None:
+        self.store = store
+        self.link = link
+        self.metrics = metrics
+
+    # --- jobs -----------------------------------------------------------------
+
+    def _new_job(self, owner: str, spec: JobSpec, key: str, now: datetime) -> NewJob:
+        if spec.schedule.kind == ScheduleKind.INTERVAL and spec.schedule.anchor is None:
+            anchor = spec.schedule.start_at or now
+            spec = spec.replace(schedule=dataclasses.replace(spec.schedule, anchor=anchor))
+        job = Job(
+            id=new_job_id(),
+            owner=owner,
+            spec=spec,
+            state=JobState.ACTIVE,
+            version=1,
+            schedule_version=1,
+            created_at=now,
+            updated_at=now,
+            idempotency_key=key,
+        )
+        return self._with_first_fire(job, now)
+
+    def _with_first_fire(self, job: Job, now: datetime) -> NewJob:
+        shards = self.store.shard_count
+        fire, skips = first_fire(job, now=now, shard_count=shards)
+        runs: list[Run] = list(skips)
+        if fire is None:
+            job = dataclasses.replace(job, next_fire_at=None, next_fire_key="", state=JobState.COMPLETED)
+            return NewJob(job=job, runs=runs)
+        run = make_run(job, fire, shard_count=shards, now=now)
+        if run.due_at < now:  # an AT in the past runs now
+            run = dataclasses.replace(run, due_at=now, id=run_id(job.id, fire.key, 1, now))
+        runs.append(run)
+        job = dataclasses.replace(job, next_fire_at=fire.at, next_fire_key=fire.key)
+        return NewJob(job=job, runs=runs)
+
+    async def create_jobs(self, owner: str, items: Sequence[tuple[JobSpec, str]]) -> list[tuple[Job, bool]]:
+        if len(items) > MAX_BATCH:
+            raise InvalidArgument("jobs", f"at most {MAX_BATCH} jobs per call")
+        single = len(items) == 1
+        for i, (spec, key) in enumerate(items):
+            validate_spec(spec, "spec" if single else f"jobs[{i}].spec")
+            if len(key) > 200:
+                raise InvalidArgument("idempotency_key" if single else f"jobs[{i}].idempotency_key", "at most 200 characters")
+        now = utcnow()
+        new = [self._new_job(owner, spec, key, now) for spec, key in items]
+        results = await self.store.create_jobs(new)
+        created = [n for n, (_, fresh) in zip(new, results, strict=True) if fresh]
+        self.metrics.jobs_created.inc(len(created))
+        self._hint([r for n in created for r in n.runs])
+        return results
+
+    def _hint(self, runs: Sequence[Run]) -> None:
+        pending = [r for r in runs if r.state == RunState.PENDING]
+        if pending:
+            self.link.runs_created(pending)
+
+    async def get_job(self, owner: str, job_id: str) -> Job:
+        return await self.store.get_job(owner, job_id)
+
+    async def list_jobs(self, owner: str, **filters: object) -> Page[Job]:
+        return await self.store.list_jobs(owner, **filters)  # type: ignore[arg-type]
+
+    async def _load(self, owner: str, job_id: str, expected_version: int) -> Job:
+        if not job_id:
+            raise InvalidArgument("job_id", "must not be empty")
+        if expected_version < 0:
+            raise InvalidArgument("expected_version", "must not be negative")
+        return await self.store.get_job(owner, job_id)
+
+    async def update_job(self, owner: str, job_id: str, spec: JobSpec, expected_version: int) -> Job:
+        if expected_version <= 0:
+            raise InvalidArgument("expected_version", "required: the version of the job you read")
+        validate_spec(spec)
+        job = await self._load(owner, job_id, expected_version)
+        if job.state == JobState.DELETED:
+            raise FailedPrecondition(f"job {job_id} is deleted")
+        now = utcnow()
+        if spec.schedule.kind == ScheduleKind.INTERVAL and spec.schedule.anchor is None:
+            anchor = job.spec.schedule.anchor if job.spec.schedule.interval == spec.schedule.interval else None
+            spec = spec.replace(schedule=dataclasses.replace(spec.schedule, anchor=anchor or now))
+        version = expected_version + 1
+        updated = dataclasses.replace(job, spec=spec, version=version, updated_at=now)
+        runs: list[Run] = []
+        if spec.schedule != job.spec.schedule:
+            state = JobState.ACTIVE if job.state == JobState.COMPLETED else job.state
+            fresh = self._with_first_fire(dataclasses.replace(updated, schedule_version=version, state=state), now)
+            updated, runs = fresh.job, list(fresh.runs)
+        due = [r for r in runs if r.state == RunState.PENDING]
+        stored = await self.store.update_job(updated, expected_version=expected_version, runs=runs, due=due)
+        self._hint(due)
+        if stored.schedule_version != job.schedule_version:
+            # fires of the old schedule end now, not when they would have come due
+            for old in await self.store.list_active_runs(job_id):
+                superseded = 0 < old.schedule_version < stored.schedule_version and old.attempt == 1
+                if superseded and old.state == RunState.PENDING:
+                    with contextlib.suppress(FailedPrecondition):
+                        await self.link.cancel(old, RunReason.SUPERSEDED)
+        return stored
+
+    async def _set_state(self, owner: str, job_id: str, expected_version: int, state: JobState, **changes: object) -> Job:
+        job = await self._load(owner, job_id, expected_version)
+        version = expected_version or job.version
+        updated = dataclasses.replace(job, state=state, version=version + 1, updated_at=utcnow(), **changes)  # type: ignore[arg-type]
+        return await self.store.update_job(updated, expected_version=version)
+
+    async def pause_job(self, owner: str, job_id: str, expected_version: int = 0) -> Job:
+        job = await self._load(owner, job_id, expected_version)
+        if job.state == JobState.PAUSED:
+            return job
+        if job.state != JobState.ACTIVE:
+            raise FailedPrecondition(f"job {job_id} is {job.state.value}; only an ACTIVE job can be paused")
+        return await self._set_state(owner, job_id, expected_version, JobState.PAUSED, pause_reason="paused by user")
+
+    async def resume_job(self, owner: str, job_id: str, expected_version: int = 0) -> Job:
+        job = await self._load(owner, job_id, expected_version)
+        if job.state == JobState.ACTIVE:
+            return job
+        if job.state != JobState.PAUSED:
+            raise FailedPrecondition(f"job {job_id} is {job.state.value}; only a PAUSED job can be resumed")
+        now = utcnow()
+        # runs that waited while the job was paused (one-off runs, retries, manual runs)
+        # go back into the due index, due now
+        parked = [
+            dataclasses.replace(r, due_at=now)
+            for r in await self.store.list_active_runs(job_id)
+            if r.state == RunState.PENDING and r.due_at <= now
+        ]
+        version = expected_version or job.version
+        updated = dataclasses.replace(
+            job,
+            state=JobState.ACTIVE,
+            version=version + 1,
+            updated_at=now,
+            pause_reason="",
+            consecutive_failures=0,
+        )
+        stored = await self.store.update_job(updated, expected_version=version, runs=parked, due=parked)
+        self._hint(parked)
+        return stored
+
+    async def delete_job(self, owner: str, job_id: str, expected_version: int = 0, cancel_running: bool = False) -> Job:
+        job = await self._load(owner, job_id, expected_version)
+        if job.state == JobState.DELETED:
+            return job
+        stored = await self._set_state(
+            owner, job_id, expected_version, JobState.DELETED, next_fire_at=None, next_fire_key=""
+        )
+        if cancel_running:
+            self.link.cancel_job(job_id, RunReason.JOB_DELETED)
+        return stored
+
+    async def run_job_now(self, owner: str, job_id: str) -> Run:
+        job = await self._load(owner, job_id, 0)
+        if job.state not in (JobState.ACTIVE, JobState.COMPLETED):
+            raise FailedPrecondition(f"job {job_id} is {job.state.value}; resume it first")
+        now = utcnow()
+        key = f"{MANUAL_PREFIX}{new_job_id()}"
+        run = self._extra_run(job, key, now)
+        await self.store.commit(runs=[run], due=[run])
+        self._hint([run])
+        return run
+
+    def _extra_run(self, job: Job, fire_key: str, now: datetime, replayed_from: str = "") -> Run:
+        return Run(
+            id=run_id(job.id, fire_key, 1, now),
+            job_id=job.id,
+            owner=job.owner,
+            fire_key=fire_key,
+            fire_at=now,
+            due_at=now,
+            state=RunState.PENDING,
+            priority=job.spec.priority,
+            shard=shard_for(job.id, self.store.shard_count),
+            created_at=now,
+            replayed_from=replayed_from,
+        )
+
+    async def preview_fires(self, owner: str, source: str | Schedule, count: int, after: datetime | None) -> list[Fire]:
+        if not 0 <= count <= 1000:
+            raise InvalidArgument("count", "must be 0 to 1000")
+        if isinstance(source, str):
+            schedule = (await self._load(owner, source, 0)).spec.schedule
+        else:
+            validate_schedule(source, field="schedule")
+            schedule = source
+        now = after or utcnow()
+        if schedule.kind == ScheduleKind.IMMEDIATE:
+            return [Fire(key="now", at=now, local=now)]
+        return preview(schedule, now, count or 10)
+
+    # --- runs ---------------------------------------------------------------------
+
+    async def list_runs(self, owner: str, job_id: str, **filters: object) -> Page[Run]:
+        if not job_id:
+            raise InvalidArgument("job_id", "must not be empty")
+        return await self.store.list_runs(owner, job_id, **filters)  # type: ignore[arg-type]
+
+    async def get_run(self, owner: str, run_id_: str) -> Run:
+        if not run_id_:
+            raise InvalidArgument("run_id", "must not be empty")
+        return await self.store.get_run(owner, run_id_)
+
+    async def cancel_run(self, owner: str, run_id_: str) -> Run:
+        run = await self.get_run(owner, run_id_)
+        if run.state.is_final:
+            raise FailedPrecondition(f"run {run.id} is already {run.state.value}")
+        return await self.link.cancel(run, RunReason.CANCELLED_BY_USER)
+
+    async def list_dead_letters(self, owner: str, **filters: object) -> Page[Run]:
+        return await self.store.list_dead_letters(owner, **filters)  # type: ignore[arg-type]
+
+    async def _dead_letters(self, owner: str, run_ids: Sequence[str], job_id: str) -> list[Run]:
+        if not run_ids and not job_id:
+            raise InvalidArgument("run_ids", "name run ids or a job_id")
+        if run_ids:
+            runs = [await self.store.get_run(owner, rid) for rid in run_ids]
+            for i, run in enumerate(runs):
+                if not run.dead_letter:
+                    raise FailedPrecondition(f"run_ids[{i}]: run {run.id} is not a dead letter")
+            return runs
+        await self.store.get_job(owner, job_id)
+        out: list[Run] = []
+        token = ""
+        while True:
+            page = await self.store.list_dead_letters(owner, job_id=job_id, page_size=1000, page_token=token)
+            out.extend(page.items)
+            if not page.next_page_token:
+                return out
+            token = page.next_page_token
+
+    async def replay_dead_letters(self, owner: str, run_ids: Sequence[str], job_id: str) -> list[Run]:
+        runs = await self._dead_letters(owner, run_ids, job_id)
+        now = utcnow()
+        jobs = await self.store.get_jobs(list({r.job_id for r in runs}))
+        fresh: list[Run] = []
+        for run in runs:
+            job = jobs.get(run.job_id)
+            if job is None or job.state == JobState.DELETED:
+                raise FailedPrecondition(f"job {run.job_id} of run {run.id} is deleted")
+            fresh.append(self._extra_run(job, f"{REPLAY_PREFIX}{run.id}:{new_job_id()}", now, replayed_from=run.id))
+        cleared = [dataclasses.replace(r, dead_letter=False) for r in runs]
+        await self.store.commit(runs=cleared + fresh, due=fresh)
+        self._hint(fresh)
+        return fresh
+
+    async def drop_dead_letters(self, owner: str, run_ids: Sequence[str], job_id: str) -> int:
+        runs = await self._dead_letters(owner, run_ids, job_id)
+        await self.store.commit(runs=[dataclasses.replace(r, dead_letter=False) for r in runs])
+        return len(runs)
+
+    async def read_output(self, owner: str, run_id_: str, offset: int) -> tuple[Run, list]:  # type: ignore[type-arg]
+        run = await self.get_run(owner, run_id_)
+        return run, await self.store.read_output(run_id_, offset=offset)
+

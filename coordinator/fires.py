@@ -1,0 +1,220 @@
+"""What happens to a fire when it comes due: the scheduling rules, as pure functions.
+
+The poller calls these at a run's due time and writes what they return. Kept
+free of I/O so every rule (misfire policies, DST skips, the schedule window,
+retries with backoff) is tested without a clock or a store.
+
+Every nominal fire of a recurring job ends with a record: a run, or a run in
+state SKIPPED/MISSED with its reason (DESIGN.md §2, "every expected fire gets an
+outcome").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from shardcron.client.schedule import iter_fires, jitter_delay, next_fire
+from shardcron.client.types import (
+    Fire,
+    Job,
+    MisfirePolicy,
+    Run,
+    RunReason,
+    RunState,
+    ScheduleKind,
+)
+from shardcron.coordinator.ids import run_id, shard_for
+
+# An overdue fire within this much of its due time is on time, not a misfire.
+MISFIRE_GRACE = timedelta(seconds=5)
+# RUN_ALL backfills at most this many fires; the rest are SKIPPED (MISFIRE).
+MAX_BACKFILL = 100
+# At most this many SKIPPED records are written for one catch-up; the rest are counted.
+MAX_SKIP_RECORDS = 1000
+# A run lost with its worker is tried again at least this many times in all.
+WORKER_LOST_ATTEMPTS = 3
+
+
+@dataclass(slots=True)
+class FireOutcome:
+    """The writes a due fire leads to."""
+
+    runs: list[Run] = field(default_factory=list)  # new or changed runs (skips included)
+    due: list[Run] = field(default_factory=list)  # new PENDING runs to index
+    next_fire: Fire | None = None  # the job's next fire after this one (None = exhausted)
+    skipped: dict[RunReason, int] = field(default_factory=dict)  # fires skipped by reason
+    run_this: bool = True  # False: the fire itself was skipped (its record is in runs)
+
+
+def make_run(job: Job, fire: Fire, *, shard_count: int, now: datetime, attempt: int = 1) -> Run:
+    """The first attempt of a scheduled fire, due at the fire time plus the job's jitter."""
+    due = fire.at + jitter_delay(job.id, fire.key, job.spec.schedule.jitter)
+    return Run(
+        id=run_id(job.id, fire.key, attempt, due),
+        job_id=job.id,
+        owner=job.owner,
+        fire_key=fire.key,
+        fire_at=fire.at,
+        due_at=due,
+        state=RunState.PENDING,
+        attempt=attempt,
+        priority=job.spec.priority,
+        shard=shard_for(job.id, shard_count),
+        created_at=now,
+        schedule_version=job.schedule_version,
+    )
+
+
+MANUAL_PREFIX = "manual:"
+REPLAY_PREFIX = "replay:"
+
+
+def is_extra_run(run: Run) -> bool:
+    """A run started by hand (RunJobNow) or replaying a dead letter: not a fire of the schedule."""
+    return run.fire_key.startswith((MANUAL_PREFIX, REPLAY_PREFIX))
+
+
+def skipped_run(job: Job, fire: Fire, reason: RunReason, *, shard_count: int, now: datetime) -> Run:
+    base = make_run(job, fire, shard_count=shard_count, now=now)
+    state = RunState.MISSED if reason == RunReason.DEADLINE else RunState.SKIPPED
+    return dataclasses.replace(base, state=state, reason=reason, ended_at=now)
+
+
+def first_fire(job: Job, *, now: datetime, shard_count: int) -> tuple[Fire | None, list[Run]]:
+    """The first fire of a new (or rescheduled) job, and SKIPPED records for DST-skipped fires before it."""
+    schedule = job.spec.schedule
+    if schedule.kind == ScheduleKind.IMMEDIATE:
+        return Fire(key=f"now:{now.isoformat()}", at=now, local=now), []
+    if schedule.kind == ScheduleKind.AT:
+        at = schedule.at
+        assert at is not None
+        if schedule.end_at is not None and at > schedule.end_at:
+            return None, []
+        return Fire(key=at.isoformat(), at=at, local=at), []
+    return _next_runnable(job, after=now - timedelta(microseconds=1), now=now, shard_count=shard_count)
+
+
+def _next_runnable(job: Job, *, after: datetime, now: datetime, shard_count: int) -> tuple[Fire | None, list[Run]]:
+    skips: list[Run] = []
+    for fire in iter_fires(job.spec.schedule, after):
+        if fire.skip_reason == RunReason.NONE:
+            return fire, skips
+        if len(skips) < MAX_SKIP_RECORDS:
+            skips.append(skipped_run(job, fire, fire.skip_reason, shard_count=shard_count, now=now))
+        else:
+            after = fire.at  # keep going without recording
+    return None, skips
+
+
+def on_fire_due(job: Job, run: Run, *, now: datetime, shard_count: int, paused: bool) -> FireOutcome:
+    """A scheduled fire of a recurring job is due: apply the misfire policy,
+    record the fires it passed over, and materialise the next one."""
+    out = FireOutcome()
+    spec = job.spec
+    overdue: list[Fire] = []
+    last_seen = run.fire_at
+    if now - run.fire_at > MISFIRE_GRACE:
+        for fire in iter_fires(spec.schedule, run.fire_at):
+            if now - fire.at <= MISFIRE_GRACE:
+                break
+            overdue.append(fire)
+            last_seen = fire.at
+            if len(overdue) > MAX_SKIP_RECORDS:
+                # far behind: jump to the present and count the rest
+                jumped = sum(1 for _ in _take_until(spec.schedule, fire.at, now - MISFIRE_GRACE))
+                out.skipped[RunReason.MISFIRE] = out.skipped.get(RunReason.MISFIRE, 0) + jumped
+                nf = next_fire(spec.schedule, now - MISFIRE_GRACE)
+                last_seen = now - MISFIRE_GRACE if nf is None else nf.at - timedelta(microseconds=1)
+                break
+
+    this_overdue = now - run.due_at > MISFIRE_GRACE
+    if paused:
+        _skip(out, job, [run], RunReason.PAUSED, now)
+        _skip_fires(out, job, overdue, RunReason.PAUSED, now, shard_count)
+    elif spec.misfire == MisfirePolicy.SKIP:
+        if this_overdue:
+            _skip(out, job, [run], RunReason.MISFIRE, now)
+        _skip_fires(out, job, overdue, RunReason.MISFIRE, now, shard_count)
+    elif spec.misfire == MisfirePolicy.RUN_ALL:
+        backfill, rest = overdue[:MAX_BACKFILL], overdue[MAX_BACKFILL:]
+        for fire in backfill:
+            if fire.skip_reason != RunReason.NONE:
+                _skip_fires(out, job, [fire], fire.skip_reason, now, shard_count)
+                continue
+            new = make_run(job, fire, shard_count=shard_count, now=now)
+            out.runs.append(new)
+            out.due.append(new)
+        _skip_fires(out, job, rest, RunReason.MISFIRE, now, shard_count)
+    else:  # RUN_ONCE: this run is the one catch-up run
+        _skip_fires(out, job, overdue, RunReason.MISFIRE, now, shard_count)
+
+    fire, dst_skips = _next_runnable(job, after=last_seen, now=now, shard_count=shard_count)
+    for skip in dst_skips:
+        out.runs.append(skip)
+        out.skipped[skip.reason] = out.skipped.get(skip.reason, 0) + 1
+    out.next_fire = fire
+    if fire is not None:
+        new = make_run(job, fire, shard_count=shard_count, now=now)
+        out.runs.append(new)
+        out.due.append(new)
+    return out
+
+
+def _take_until(schedule, after: datetime, until: datetime):  # type: ignore[no-untyped-def]
+    for fire in iter_fires(schedule, after):
+        if fire.at > until:
+            return
+        yield fire
+
+
+def _skip(out: FireOutcome, job: Job, runs: list[Run], reason: RunReason, now: datetime) -> None:
+    for r in runs:
+        out.runs.append(dataclasses.replace(r, state=RunState.SKIPPED, reason=reason, ended_at=now))
+        out.skipped[reason] = out.skipped.get(reason, 0) + 1
+        out.run_this = False
+
+
+def _skip_fires(out: FireOutcome, job: Job, fires: list[Fire], reason: RunReason, now: datetime, shard_count: int) -> None:
+    for i, fire in enumerate(fires):
+        why = fire.skip_reason if fire.skip_reason != RunReason.NONE else reason
+        out.skipped[why] = out.skipped.get(why, 0) + 1
+        if i < MAX_SKIP_RECORDS:
+            out.runs.append(skipped_run(job, fire, why, shard_count=shard_count, now=now))
+
+
+def retry_run(job: Job, failed: Run, *, now: datetime) -> Run | None:
+    """The next attempt of a failed run, or None when its attempts are used up."""
+    allowed = job.spec.retry.max_attempts
+    if failed.reason == RunReason.WORKER_LOST:
+        allowed = max(allowed, WORKER_LOST_ATTEMPTS)
+    if failed.attempt >= allowed or failed.state not in (RunState.FAILED, RunState.TIMED_OUT):
+        return None
+    policy = job.spec.retry
+    delay = policy.backoff(failed.attempt)
+    if policy.jitter > 0:
+        digest = hashlib.blake2b(f"{failed.id}".encode(), digest_size=4).digest()
+        fraction = int.from_bytes(digest, "big") / 2**32
+        delay += timedelta(seconds=delay.total_seconds() * policy.jitter * fraction)
+    due = now + delay
+    attempt = failed.attempt + 1
+    return dataclasses.replace(
+        failed,
+        id=run_id(job.id, failed.fire_key, attempt, due),
+        due_at=due,
+        state=RunState.PENDING,
+        attempt=attempt,
+        worker_id="",
+        lease_token=0,
+        lease_expires_at=None,
+        created_at=now,
+        started_at=None,
+        ended_at=None,
+        exit_code=None,
+        reason=RunReason.NONE,
+        error="",
+        output_bytes=0,
+        dead_letter=False,
+    )

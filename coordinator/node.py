@@ -1,0 +1,100 @@
+"""A node: the server roles (api, coordinator, poller) wired on one store and one gRPC port.
+
+``Node`` takes its parts ready-made (store, coordination, config) so the same
+code serves ``shardcron dev`` (SQLite, local coordination) and a cluster node.
+Start order matters: the store opens, the gRPC server listens, the poller
+starts, and only then does coordination hand out shards.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import uuid
+from dataclasses import dataclass, field
+
+import grpc
+from grpc_health.v1 import health_pb2
+
+from shardcron.coordinator.api import JobsApi
+from shardcron.coordinator.coordination import Coordination
+from shardcron.coordinator.metrics import Metrics, TimedStore, serve_metrics
+from shardcron.coordinator.poller import Poller, PollerConfig
+from shardcron.coordinator.service import build_server
+from shardcron.coordinator.store import JobStore
+
+log = logging.getLogger("shardcron.node")
+
+ROLES = frozenset({"api", "coordinator", "poller"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeConfig:
+    listen: str = "127.0.0.1:7400"
+    advertise: str = ""  # host:port others use to reach this node; default derived from listen
+    metrics_listen: str = ""  # "" = no /metrics endpoint
+    roles: frozenset[str] = ROLES
+    node_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}")
+    poller: PollerConfig = field(default_factory=PollerConfig)
+
+
+class Node:
+    def __init__(self, store: JobStore, coordination: Coordination, config: NodeConfig) -> None:
+        unknown = config.roles - ROLES
+        if unknown:
+            raise ValueError(f"unknown roles: {', '.join(sorted(unknown))}")
+        self.config = config
+        self.metrics = Metrics()
+        self.raw_store = store
+        self.store: JobStore = TimedStore(store, self.metrics)  # type: ignore[assignment]
+        self.coordination = coordination
+        self.poller: Poller | None = None
+        self.api: JobsApi | None = None
+        self.server: grpc.aio.Server | None = None
+        self.port = 0
+        self.metrics_port = 0
+
+    @property
+    def address(self) -> str:
+        if self.config.advertise:
+            return self.config.advertise
+        host = self.config.listen.rpartition(":")[0] or "127.0.0.1"
+        if host in ("0.0.0.0", "[::]", ""):
+            host = socket.gethostname()
+        return f"{host}:{self.port}"
+
+    async def start(self) -> None:
+        await self.raw_store.open()
+        if "poller" in self.config.roles:
+            self.poller = Poller(
+                self.store, poller_id=self.config.node_id, config=self.config.poller, metrics=self.metrics
+            )
+            self.coordination.subscribe(self.poller.on_assignment)
+        if "api" in self.config.roles:
+            if self.poller is None:
+                raise ValueError("the api role without a poller in the same node is not supported yet")
+            self.api = JobsApi(self.store, self.poller, self.metrics)
+        self.server, self.port = build_server(
+            self.config.listen, api=self.api, poller=self.poller, coordination=self.coordination
+        )
+        await self.server.start()
+        if self.config.metrics_listen:
+            self.metrics_port = serve_metrics(self.metrics, self.config.metrics_listen)
+        if self.poller is not None:
+            self.poller.start()
+        await self.coordination.start(
+            poller_id=self.config.node_id if self.poller else None, poller_address=self.address
+        )
+        self.metrics.is_leader.set(1 if "coordinator" in self.config.roles else 0)
+        await self.server.health.set("", health_pb2.HealthCheckResponse.SERVING)  # type: ignore[attr-defined]
+        log.info("node %s serving on %s (roles: %s)", self.config.node_id, self.address, ",".join(sorted(self.config.roles)))
+
+    async def stop(self, grace: float = 2.0) -> None:
+        if self.server is not None:
+            await self.server.health.enter_graceful_shutdown()  # type: ignore[attr-defined]
+        await self.coordination.stop()
+        if self.poller is not None:
+            await self.poller.stop()
+        if self.server is not None:
+            await self.server.stop(grace)
+        await self.raw_store.close()

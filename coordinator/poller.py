@@ -1,0 +1,818 @@
+"""The poller role: from the due index of its shards to leases on workers.
+
+One asyncio task owns all mutable state; everything else (worker streams, the
+api's hints and cancels, assignment changes) reaches it through an inbox. Each
+turn of the loop drains the inbox, loads what became due soon, triggers what is
+due, matches ready runs to worker slots, and writes everything the turn decided
+in ONE store commit (group commit) before it sends anything that depends on it:
+a lease is durable before the worker sees it, a result is durable before the
+worker is told it was accepted.
+
+Never twice at once: a lease carries a fencing token (epoch << 32 | sequence);
+a worker holds a run only while it keeps renewing; a result or heartbeat whose
+token is not the current lease's is refused; a run that was leased under an
+earlier epoch (a crashed or deposed poller) is re-leased only one full TTL after
+this poller took the shard over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import heapq
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from enum import Enum
+from typing import Any
+
+from shardcron.client.errors import FailedPrecondition, NotFound, Unavailable
+from shardcron.client.types import (
+    Job,
+    JobState,
+    OutputChunk,
+    OverlapPolicy,
+    Run,
+    RunReason,
+    RunState,
+    ScheduleKind,
+    ShardInfo,
+    WorkerInfo,
+)
+from shardcron.coordinator.coordination import Assignment
+from shardcron.coordinator.fires import is_extra_run, on_fire_due, retry_run
+from shardcron.coordinator.ids import bucket_for, utcnow
+from shardcron.coordinator.metrics import Metrics
+from shardcron.coordinator.store import JobProgress, JobStore
+from shardcron.coordinator.workers import WorkerConn, result_fields
+
+log = logging.getLogger("shardcron.poller")
+
+_EPOCH_SHIFT = 32
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PollerConfig:
+    lease_ttl: timedelta = timedelta(seconds=10)
+    heartbeat_interval: timedelta = timedelta(seconds=3)
+    lookahead: timedelta = timedelta(seconds=5)  # load runs this far ahead of due
+    scan_interval: timedelta = timedelta(seconds=1)
+    # Also re-read the recent past of the due index this often, for runs whose
+    # creation hint never arrived (api on another node). None: hints are reliable.
+    recheck_interval: timedelta | None = None
+    recheck_window: timedelta = timedelta(seconds=30)
+    # A lease is taken back only this long after it expired: the worker counts its
+    # TTL from when the lease reached it, later than the poller granted it.
+    expiry_grace: timedelta = timedelta(milliseconds=500)
+    max_batch: int = 2000  # runs leased or triggered per turn
+    max_loaded: int = 500_000  # runs held in memory before loading pauses
+    cursor_save_interval: timedelta = timedelta(seconds=5)
+
+
+class Phase(Enum):
+    WAITING = 1  # in the timer heap until due
+    READY = 2  # due, admitted, waiting for a worker slot
+    BLOCKED = 3  # due, waiting for the job's concurrency limit
+    LEASED = 4  # on a worker
+
+
+@dataclass(slots=True, eq=False)
+class Slot:
+    run: Run
+    job: Job | None = None
+    phase: Phase = Phase.WAITING
+    worker: WorkerConn | None = None
+    cancel_reason: RunReason | None = None
+    cancel_waiters: list[asyncio.Future[Run]] = field(default_factory=list)
+    output_bytes: int = 0
+
+
+@dataclass(slots=True)
+class _Turn:
+    """What one turn of the loop writes, and what it does once that is durable."""
+
+    runs: dict[str, Run] = field(default_factory=dict)
+    due: list[Run] = field(default_factory=list)
+    progress: dict[str, JobProgress] = field(default_factory=dict)
+    output: list[OutputChunk] = field(default_factory=list)
+    after: list[Any] = field(default_factory=list)  # callables run after the commit
+
+    def progress_for(self, job_id: str) -> JobProgress:
+        return self.progress.get(job_id) or JobProgress(job_id=job_id)
+
+    def set_progress(self, job_id: str, **changes: Any) -> None:
+        self.progress[job_id] = dataclasses.replace(self.progress_for(job_id), **changes)
+
+    def empty(self) -> bool:
+        return not (self.runs or self.due or self.progress or self.output)
+
+
+class Poller:
+    def __init__(self, store: JobStore, *, poller_id: str, config: PollerConfig, metrics: Metrics) -> None:
+        self.store = store
+        self.poller_id = poller_id
+        self.config = config
+        self.metrics = metrics
+        self.epoch = 0
+        self.active = False
+        self._seq = 0
+        self._shards: frozenset[int] = frozenset()
+        self._taken_at: dict[int, datetime] = {}
+        self._loaded_until: dict[int, datetime] = {}
+        self._slots: dict[str, Slot] = {}
+        self._timers: list[tuple[datetime, str]] = []
+        self._ready: list[tuple[int, datetime, str]] = []
+        self._expiries: list[tuple[datetime, str, int]] = []
+        self._admitted: dict[str, set[str]] = {}
+        self._blocked: dict[str, deque[Slot]] = {}
+        self._job_slots: dict[str, int] = {}
+        self._failures: dict[str, int] = {}
+        self._recent_final: dict[str, float] = {}
+        self._workers: dict[str, WorkerConn] = {}
+        self._inbox: deque[tuple[Any, ...]] = deque()
+        self._wake = asyncio.Event()
+        self._next_scan = 0.0
+        self._next_recheck = 0.0
+        self._next_cursor_save = 0.0
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+
+    # --- inputs (any task) ---------------------------------------------------
+
+    def submit(self, *event: Any) -> None:
+        self._inbox.append(event)
+        self._wake.set()
+
+    def on_assignment(self, assignment: Assignment) -> None:
+        self.submit("assignment", assignment)
+
+    def runs_created(self, runs: Sequence[Run]) -> None:
+        """Hint from the api: these PENDING runs were just written."""
+        self.submit("runs", list(runs))
+
+    async def cancel(self, run: Run, reason: RunReason) -> Run:
+        """Cancels a run of an owned shard; returns the run as it stands after the request."""
+        fut: asyncio.Future[Run] = asyncio.get_running_loop().create_future()
+        self.submit("cancel", run, reason, fut)
+        return await fut
+
+    def cancel_job(self, job_id: str, reason: RunReason) -> None:
+        self.submit("cancel_job", job_id, reason)
+
+    def owns(self, shard: int) -> bool:
+        return shard in self._shards
+
+    # --- lifecycle -----------------------------------------------------------
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="poller")
+
+    async def stop(self) -> None:
+        self._stopping = True
+        self._wake.set()
+        if self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for conn in list(self._workers.values()):
+            conn.close()
+
+    async def _loop(self) -> None:
+        while not self._stopping:
+            try:
+                await self._turn()
+            except Exception:
+                log.exception("poller turn failed; retrying")
+                await asyncio.sleep(0.5)
+                continue
+            timeout = self._sleep_for()
+            if timeout > 0 and not self._inbox:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout)
+            self._wake.clear()
+
+    def _sleep_for(self) -> float:
+        now = time.time()
+        candidates = [self._next_scan - now, 0.5]
+        if self._timers:
+            candidates.append(self._timers[0][0].timestamp() - now)
+        if self._expiries:
+            grace = self.config.expiry_grace.total_seconds()
+            candidates.append(self._expiries[0][0].timestamp() + grace - now)
+        if self._ready and self._free_capacity() > 0:
+            candidates.append(0.05)
+        return max(0.0, min(candidates))
+
+    # --- one turn --------------------------------------------------------------
+
+    async def _turn(self) -> None:
+        turn = _Turn()
+        now = utcnow()
+        while self._inbox:
+            await self._handle(self._inbox.popleft(), turn, now)
+        now = utcnow()
+        if self._shards and time.time() >= self._next_scan:
+            await self._scan(now)
+        self._expire(now, turn)
+        await self._trigger_due(now, turn)
+        if self.active:
+            self._dispatch(now, turn)
+        if not turn.empty():
+            if turn.output:
+                await self.store.append_output(turn.output)
+            await self.store.commit(runs=list(turn.runs.values()), due=turn.due, progress=list(turn.progress.values()))
+        for action in turn.after:
+            action()
+        for conn in self._workers.values():
+            conn.flush()
+        if time.time() >= self._next_cursor_save and self._shards:
+            await self._save_cursors(now)
+        self._update_gauges()
+
+    async def _handle(self, event: tuple[Any, ...], turn: _Turn, now: datetime) -> None:
+        kind = event[0]
+        if kind == "msg":
+            self._on_worker_message(event[1], event[2], turn, now)
+        elif kind == "runs":
+            for run in event[1]:
+                self._admit_new(run, now)
+        elif kind == "hello":
+            self._on_hello(event[1], turn, now)
+        elif kind == "closed":
+            self._on_closed(event[1])
+        elif kind == "cancel":
+            await self._on_cancel(event[1], event[2], event[3], turn, now)
+        elif kind == "cancel_job":
+            for slot in [s for s in self._slots.values() if s.run.job_id == event[1]]:
+                self._cancel_slot(slot, event[2], turn, now)
+        elif kind == "assignment":
+            self._on_assignment_event(event[1], now)
+
+    # --- assignment and loading ---------------------------------------------------
+
+    def _on_assignment_event(self, a: Assignment, now: datetime) -> None:
+        if a.epoch != self.epoch:
+            self._seq = 0
+        self.epoch = a.epoch
+        self.active = a.active
+        lost = self._shards - a.shards
+        for shard in a.shards - self._shards:
+            self._taken_at[shard] = now
+            self._loaded_until.pop(shard, None)
+        for shard in lost:
+            self._taken_at.pop(shard, None)
+            self._loaded_until.pop(shard, None)
+        self._shards = a.shards
+        if lost:
+            for slot in [s for s in self._slots.values() if s.run.shard in lost]:
+                self._forget(slot)
+        self._next_scan = 0.0
+        self.metrics.epoch.set(self.epoch)
+        self.metrics.owned_shards.set(len(self._shards))
+
+    async def _scan(self, now: datetime) -> None:
+        """Loads runs that come due before now + lookahead from every owned shard."""
+        until = now + self.config.lookahead
+        recheck = self.config.recheck_interval is not None and time.time() >= self._next_recheck
+        for shard in sorted(self._shards):
+            if len(self._slots) >= self.config.max_loaded:
+                break
+            start = self._loaded_until.get(shard)
+            if start is None:
+                start = await self._shard_start(shard, now)
+            if recheck:
+                start = min(start, now - self.config.recheck_window)
+            loaded = await self._load_range(shard, start, until, now)
+            if loaded:
+                self._loaded_until[shard] = max(until, self._loaded_until.get(shard, until))
+        self._next_scan = time.time() + self.config.scan_interval.total_seconds()
+        if recheck:
+            assert self.config.recheck_interval is not None
+            self._next_recheck = time.time() + self.config.recheck_interval.total_seconds()
+
+    async def _shard_start(self, shard: int, now: datetime) -> datetime:
+        cursors = await self.store.load_cursors([shard])
+        if shard in cursors:
+            return cursors[shard]
+        oldest = await self.store.oldest_due(shard)
+        return min(oldest, now) if oldest is not None else now
+
+    async def _load_range(self, shard: int, start: datetime, until: datetime, now: datetime) -> bool:
+        """Reads [start, until) of a shard's due index; False if memory filled up first."""
+        after: tuple[datetime, str] | None = None
+        while True:
+            entries = await self.store.scan_due(shard, due_from=start, due_until=until, after=after, limit=2000)
+            fresh = [e.run_id for e in entries if e.run_id not in self._slots and e.run_id not in self._recent_final]
+            if fresh:
+                runs = await self.store.get_runs(fresh)
+                jobs = await self.store.get_jobs(list({r.job_id for r in runs.values()}))
+                for run in runs.values():
+                    if run.id in self._slots or run.state.is_final:
+                        continue
+                    if run.state == RunState.PENDING:
+                        self._add_waiting(Slot(run=run, job=jobs.get(run.job_id)))
+                    else:
+                        self._adopt_orphan(run, jobs.get(run.job_id), now)
+            if len(entries) < 2000:
+                return True
+            if len(self._slots) >= self.config.max_loaded:
+                return False
+            last = entries[-1]
+            after = (last.due_at, last.run_id)
+
+    def _adopt_orphan(self, run: Run, job: Job | None, now: datetime) -> None:
+        """A run leased before this poller held the shard: wait out its lease, one TTL at least."""
+        taken = self._taken_at.get(run.shard, now)
+        expires = max(run.lease_expires_at or now, taken + self.config.lease_ttl)
+        run = dataclasses.replace(run, lease_expires_at=expires)
+        slot = Slot(run=run, job=job, phase=Phase.LEASED)
+        self._track(slot)
+        self._admitted.setdefault(run.job_id, set()).add(run.id)
+        heapq.heappush(self._expiries, (expires, run.id, run.lease_token))
+
+    def _admit_new(self, run: Run, now: datetime) -> None:
+        if run.shard not in self._shards or run.id in self._slots or run.state != RunState.PENDING:
+            return
+        if run.due_at >= self._loaded_until.get(run.shard, now):
+            return  # the scan will load it in time
+        self._add_waiting(Slot(run=run))
+
+    def _track(self, slot: Slot) -> None:
+        self._slots[slot.run.id] = slot
+        self._job_slots[slot.run.job_id] = self._job_slots.get(slot.run.job_id, 0) + 1
+
+    def _add_waiting(self, slot: Slot) -> None:
+        self._track(slot)
+        slot.phase = Phase.WAITING
+        heapq.heappush(self._timers, (slot.run.due_at, slot.run.id))
+
+    def _forget(self, slot: Slot) -> None:
+        rid = slot.run.id
+        if self._slots.pop(rid, None) is None:
+            return
+        job_id = slot.run.job_id
+        left = self._job_slots.get(job_id, 1) - 1
+        if left <= 0:
+            self._job_slots.pop(job_id, None)
+            self._failures.pop(job_id, None)
+        else:
+            self._job_slots[job_id] = left
+        admitted = self._admitted.get(job_id)
+        if admitted is not None:
+            admitted.discard(rid)
+            if not admitted:
+                del self._admitted[job_id]
+        if slot.worker is not None:
+            slot.worker.release(slot.run.id)
+            slot.worker = None
+
+    async def _save_cursors(self, now: datetime) -> None:
+        bucket = self.store.bucket_seconds
+        oldest: dict[int, datetime] = {}
+        for slot in self._slots.values():
+            s = slot.run.shard
+            if s not in oldest or slot.run.due_at < oldest[s]:
+                oldest[s] = slot.run.due_at
+        cursors = {}
+        for shard in self._shards:
+            if shard not in self._loaded_until:
+                continue
+            low = min(oldest.get(shard, self._loaded_until[shard]), self._loaded_until[shard], now)
+            cursors[shard] = datetime.fromtimestamp(bucket_for(low, bucket), low.tzinfo)
+        if cursors:
+            await self.store.save_cursors(cursors)
+        cutoff = time.time() - (self.config.recheck_window + self.config.lookahead).total_seconds() - 60
+        self._recent_final = {k: v for k, v in self._recent_final.items() if v > cutoff}
+        self._next_cursor_save = time.time() + self.config.cursor_save_interval.total_seconds()
+
+    # --- triggering --------------------------------------------------------------
+
+    async def _trigger_due(self, now: datetime, turn: _Turn) -> None:
+        due: list[Slot] = []
+        while self._timers and self._timers[0][0] <= now and len(due) < self.config.max_batch:
+            _, rid = heapq.heappop(self._timers)
+            slot = self._slots.get(rid)
+            if slot is not None and slot.phase == Phase.WAITING:
+                due.append(slot)
+        if not due:
+            return
+        jobs = await self.store.get_jobs(list({s.run.job_id for s in due}))
+        for slot in due:
+            slot.job = jobs.get(slot.run.job_id)
+            self._trigger(slot, now, turn)
+
+    def _trigger(self, slot: Slot, now: datetime, turn: _Turn) -> None:
+        run, job = slot.run, slot.job
+        if job is None or job.state == JobState.DELETED:
+            self._finish(slot, RunState.CANCELLED, RunReason.JOB_DELETED, turn, now)
+            return
+        scheduled = run.schedule_version > 0 and run.attempt == 1
+        if scheduled and run.schedule_version < job.schedule_version:
+            self._finish(slot, RunState.CANCELLED, RunReason.SUPERSEDED, turn, now)
+            return
+        paused = job.state == JobState.PAUSED
+        fresh = (
+            scheduled
+            and job.spec.schedule.recurring
+            and job.next_fire_key == run.fire_key
+            and job.state in (JobState.ACTIVE, JobState.PAUSED)
+        )
+        if fresh:
+            out = on_fire_due(job, run, now=now, shard_count=self.store.shard_count, paused=paused)
+            for reason, n in out.skipped.items():
+                self.metrics.fires_skipped.labels(reason=reason.value).inc(n)
+            for r in out.runs:
+                if r.id == run.id:
+                    self._forget(slot)
+                    self._recent_final[run.id] = time.time()
+                turn.runs[r.id] = r
+            turn.due.extend(out.due)
+            for r in out.due:
+                self._add_waiting(Slot(run=r, job=job))
+            nxt = out.next_fire
+            slot.job = job = dataclasses.replace(
+                job, next_fire_at=nxt.at if nxt else None, next_fire_key=nxt.key if nxt else ""
+            )
+            turn.set_progress(
+                job.id,
+                next_fire_at=nxt.at if nxt else None,
+                next_fire_key=nxt.key if nxt else "",
+            )
+            if nxt is None and not out.run_this and self._job_slots.get(job.id, 0) == 0:
+                turn.set_progress(job.id, state=JobState.COMPLETED)
+            if not out.run_this:
+                return
+        elif paused:
+            # a one-off, retry or manual run of a paused job waits in the store;
+            # ResumeJob indexes it again
+            self._forget(slot)
+            return
+        deadline = job.spec.starting_deadline
+        if deadline is not None and now - run.due_at > deadline:
+            self._finish(slot, RunState.MISSED, RunReason.DEADLINE, turn, now)
+            return
+        self._admit(slot, fresh, turn, now)
+
+    def _limit(self, job: Job) -> float:
+        c = job.spec.concurrency
+        if c.max_concurrent > 0:
+            return c.max_concurrent
+        return math.inf if c.overlap == OverlapPolicy.ALLOW else 1
+
+    def _admit(self, slot: Slot, fresh_fire: bool, turn: _Turn, now: datetime) -> None:
+        job = slot.job
+        assert job is not None
+        admitted = self._admitted.setdefault(job.id, set())
+        if len(admitted) < self._limit(job) and not self._blocked.get(job.id):
+            admitted.add(slot.run.id)
+            slot.phase = Phase.READY
+            heapq.heappush(self._ready, (-slot.run.priority, slot.run.due_at, slot.run.id))
+            return
+        policy = job.spec.concurrency.overlap
+        if fresh_fire and policy == OverlapPolicy.FORBID:
+            self._finish(slot, RunState.SKIPPED, RunReason.OVERLAP, turn, now)
+            self.metrics.fires_skipped.labels(reason=RunReason.OVERLAP.value).inc()
+            return
+        slot.phase = Phase.BLOCKED
+        queue = self._blocked.setdefault(job.id, deque())
+        if fresh_fire and policy == OverlapPolicy.REPLACE:
+            queue.appendleft(slot)
+            running = [self._slots[r] for r in admitted if r in self._slots]
+            victims = [s for s in running if s.cancel_reason is None]
+            if victims:
+                oldest = min(victims, key=lambda s: (s.run.due_at, s.run.id))
+                self._cancel_slot(oldest, RunReason.REPLACED, turn, now)
+        else:
+            queue.append(slot)
+
+    def _unblock(self, job_id: str, turn: _Turn, now: datetime) -> None:
+        queue = self._blocked.get(job_id)
+        while queue:
+            slot = queue[0]
+            if self._slots.get(slot.run.id) is not slot or slot.phase != Phase.BLOCKED:
+                queue.popleft()
+                continue
+            assert slot.job is not None
+            if len(self._admitted.get(job_id, ())) >= self._limit(slot.job):
+                return
+            queue.popleft()
+            slot.phase = Phase.READY
+            self._admitted.setdefault(job_id, set()).add(slot.run.id)
+            heapq.heappush(self._ready, (-slot.run.priority, slot.run.due_at, slot.run.id))
+        self._blocked.pop(job_id, None)
+
+    # --- dispatch ---------------------------------------------------------------
+
+    def _free_capacity(self) -> int:
+        return sum(w.free for w in self._workers.values())
+
+    def _dispatch(self, now: datetime, turn: _Turn) -> None:
+        free = self._free_capacity()
+        if free <= 0 or not self._ready:
+            return
+        deferred: list[tuple[int, datetime, str]] = []
+        leased = 0
+        ttl = self.config.lease_ttl
+        while self._ready and free > 0 and leased < self.config.max_batch and len(deferred) < 4 * free + 64:
+            entry = heapq.heappop(self._ready)
+            slot = self._slots.get(entry[2])
+            if slot is None or slot.phase != Phase.READY:
+                continue
+            job = slot.job
+            assert job is not None
+            deadline = job.spec.starting_deadline
+            if deadline is not None and now - slot.run.due_at > deadline:
+                self._finish(slot, RunState.MISSED, RunReason.DEADLINE, turn, now)
+                continue
+            worker = self._pick_worker(job)
+            if worker is None:
+                deferred.append(entry)
+                continue
+            self._seq += 1
+            token = (self.epoch << _EPOCH_SHIFT) | self._seq
+            expires = now + ttl
+            run = dataclasses.replace(
+                slot.run,
+                state=RunState.LEASED,
+                worker_id=worker.id,
+                lease_token=token,
+                lease_expires_at=expires,
+            )
+            slot.run = run
+            slot.phase = Phase.LEASED
+            slot.worker = worker
+            worker.hold(run.id, job.spec.resources)
+            turn.runs[run.id] = run
+            heapq.heappush(self._expiries, (expires, run.id, token))
+            turn.after.append(lambda w=worker, r=run, j=job: w.send_lease(r, j, ttl))
+            leased += 1
+            free -= job.spec.resources.slots or 1
+        for entry in deferred:
+            heapq.heappush(self._ready, entry)
+        if leased:
+            self.metrics.runs_leased.inc(leased)
+
+    def _pick_worker(self, job: Job) -> WorkerConn | None:
+        best: WorkerConn | None = None
+        for w in self._workers.values():
+            if w.fits(job.spec) and (best is None or w.free > best.free):
+                best = w
+        return best
+
+    # --- leases and results -------------------------------------------------------
+
+    def _expire(self, now: datetime, turn: _Turn) -> None:
+        cutoff = now - self.config.expiry_grace
+        while self._expiries and self._expiries[0][0] <= cutoff:
+            expires, rid, token = heapq.heappop(self._expiries)
+            slot = self._slots.get(rid)
+            if slot is None or slot.phase != Phase.LEASED or slot.run.lease_token != token:
+                continue
+            if slot.run.lease_expires_at is not None and slot.run.lease_expires_at > cutoff:
+                continue  # renewed since; a later heap entry covers it
+            self.metrics.leases_expired.inc()
+            if slot.cancel_reason is not None:
+                self._finish(slot, RunState.CANCELLED, slot.cancel_reason, turn, now)
+            else:
+                self._finish(
+                    slot, RunState.FAILED, RunReason.WORKER_LOST, turn, now, error="lease expired: worker lost"
+                )
+
+    def _on_hello(self, conn: WorkerConn, turn: _Turn, now: datetime) -> None:
+        old = self._workers.get(conn.id)
+        if old is not None and old is not conn:
+            old.close()
+        self._workers[conn.id] = conn
+        conn.send_welcome(self.poller_id, self.epoch, self.config.lease_ttl, self.config.heartbeat_interval)
+        self._renew(conn, conn.hello_held, turn, now)
+        for result in conn.hello_results:
+            self._on_result(conn, result, turn, now)
+        self.metrics.workers.set(len(self._workers))
+
+    def _on_closed(self, conn: WorkerConn) -> None:
+        if self._workers.get(conn.id) is conn:
+            del self._workers[conn.id]
+        self.metrics.workers.set(len(self._workers))
+        # its leases stay until they expire: the worker may come back and renew them
+
+    def _on_worker_message(self, conn: WorkerConn, msg: Any, turn: _Turn, now: datetime) -> None:
+        body = msg.WhichOneof("body")
+        if body == "heartbeat":
+            self._renew(conn, [(r.run_id, r.fencing_token) for r in msg.heartbeat.leases], turn, now)
+        elif body == "started":
+            at = msg.started.at.ToDatetime(tzinfo=UTC) if msg.started.HasField("at") else now
+            for ref in msg.started.leases:
+                slot = self._held_slot(ref.run_id, ref.fencing_token)
+                if slot is None or slot.run.state != RunState.LEASED:
+                    continue
+                slot.run = dataclasses.replace(slot.run, state=RunState.RUNNING, started_at=at)
+                turn.runs[slot.run.id] = slot.run
+                self.metrics.schedule_lag.observe(max(0.0, (at - slot.run.due_at).total_seconds()))
+        elif body == "results":
+            for result in msg.results.results:
+                self._on_result(conn, result, turn, now)
+        elif body == "output":
+            for chunk in msg.output.chunks:
+                slot = self._slots.get(chunk.run_id)
+                if slot is None or slot.phase != Phase.LEASED:
+                    continue
+                slot.output_bytes += len(chunk.data)
+                turn.output.append(
+                    OutputChunk(run_id=chunk.run_id, offset=0, data=chunk.data, stream=chunk.stream or "stdout")
+                )
+        elif body == "credits":
+            conn.limit = min(conn.slots, max(0, msg.credits.limit))
+
+    def _held_slot(self, run_id: str, token: int) -> Slot | None:
+        slot = self._slots.get(run_id)
+        if slot is None or slot.phase != Phase.LEASED or slot.run.lease_token != token:
+            return None
+        return slot
+
+    def _renew(self, conn: WorkerConn, refs: Sequence[tuple[str, int]], turn: _Turn, now: datetime) -> None:
+        if not refs:
+            return
+        expires = now + self.config.lease_ttl
+        answers = []
+        for run_id, token in refs:
+            slot = self._held_slot(run_id, token)
+            ok = slot is not None and self.active and slot.run.worker_id == conn.id
+            if ok:
+                assert slot is not None
+                if slot.worker is not conn:
+                    if slot.worker is not None:
+                        slot.worker.release(run_id)
+                    assert slot.job is not None
+                    conn.hold(run_id, slot.job.spec.resources)
+                    slot.worker = conn
+                slot.run = dataclasses.replace(slot.run, lease_expires_at=expires)
+                heapq.heappush(self._expiries, (expires, run_id, token))
+                if slot.cancel_reason is not None:
+                    conn.send_cancel(run_id, token, slot.cancel_reason)
+            answers.append((run_id, token, ok))
+        conn.send_renewals(answers, self.config.lease_ttl)
+
+    def _on_result(self, conn: WorkerConn, result: Any, turn: _Turn, now: datetime) -> None:
+        slot = self._held_slot(result.run_id, result.fencing_token)
+        if slot is None:
+            self.metrics.results_rejected.inc()
+            conn.send_ack(result.run_id, result.fencing_token, False, "stale fencing token")
+            return
+        state, reason, exit_code, error, started, ended = result_fields(result)
+        if slot.run.started_at is None and started is not None:
+            self.metrics.schedule_lag.observe(max(0.0, (started - slot.run.due_at).total_seconds()))
+        if slot.cancel_reason is not None and state == RunState.CANCELLED:
+            reason = slot.cancel_reason
+        self._finish(
+            slot,
+            state,
+            reason,
+            turn,
+            now,
+            exit_code=exit_code,
+            error=error,
+            started_at=started or slot.run.started_at or now,
+            ended_at=ended or now,
+        )
+        turn.after.append(lambda: conn.send_ack(result.run_id, result.fencing_token, True, ""))
+
+    # --- cancel ---------------------------------------------------------------------
+
+    async def _on_cancel(self, run: Run, reason: RunReason, fut: asyncio.Future[Run], turn: _Turn, now: datetime) -> None:
+        slot = self._slots.get(run.id)
+        if slot is not None:
+            self._cancel_slot(slot, reason, turn, now)
+            if slot.phase == Phase.LEASED and slot.run.state != RunState.CANCELLED:
+                slot.cancel_waiters.append(fut)
+            else:
+                final = turn.runs.get(run.id, slot.run)
+                turn.after.append(lambda: fut.done() or fut.set_result(final))
+            return
+        if run.shard not in self._shards:
+            fut.set_exception(Unavailable(f"shard {run.shard} of run {run.id} is not served here"))
+            return
+        stored = (await self.store.get_runs([run.id])).get(run.id)
+        if stored is None:
+            fut.set_exception(NotFound(f"run {run.id} not found"))
+        elif stored.state.is_final:
+            fut.set_exception(FailedPrecondition(f"run {run.id} is already {stored.state.value}"))
+        else:
+            final = dataclasses.replace(stored, state=RunState.CANCELLED, reason=reason, ended_at=now)
+            turn.runs[final.id] = final
+            self.metrics.runs_final.labels(state=final.state.value, reason=reason.value).inc()
+            turn.after.append(lambda: fut.done() or fut.set_result(final))
+
+    def _cancel_slot(self, slot: Slot, reason: RunReason, turn: _Turn, now: datetime) -> None:
+        if slot.phase == Phase.LEASED:
+            if slot.cancel_reason is None:
+                slot.cancel_reason = reason
+                worker = slot.worker
+                if worker is not None:
+                    token = slot.run.lease_token
+                    turn.after.append(lambda: worker.send_cancel(slot.run.id, token, reason))
+            return
+        self._finish(slot, RunState.CANCELLED, reason, turn, now)
+
+    # --- the end of a run ------------------------------------------------------------------
+
+    def _finish(
+        self,
+        slot: Slot,
+        state: RunState,
+        reason: RunReason,
+        turn: _Turn,
+        now: datetime,
+        *,
+        exit_code: int | None = None,
+        error: str = "",
+        started_at: datetime | None = None,
+        ended_at: datetime | None = None,
+    ) -> None:
+        job = slot.job
+        final = dataclasses.replace(
+            slot.run,
+            state=state,
+            reason=reason,
+            exit_code=exit_code,
+            error=error,
+            started_at=started_at or slot.run.started_at,
+            ended_at=ended_at or now,
+            output_bytes=slot.run.output_bytes + slot.output_bytes,
+        )
+        self._forget(slot)
+        self._recent_final[final.id] = time.time()
+        self.metrics.runs_final.labels(state=state.value, reason=reason.value).inc()
+        if state in (RunState.SKIPPED, RunState.MISSED):
+            self.metrics.fires_skipped.labels(reason=reason.value).inc()
+        if job is not None:
+            final = self._follow_up(job, final, turn, now)
+            self._unblock(job.id, turn, now)
+        turn.runs[final.id] = final
+        for fut in slot.cancel_waiters:
+            turn.after.append(lambda f=fut, r=final: f.done() or f.set_result(r))
+
+    def _follow_up(self, job: Job, final: Run, turn: _Turn, now: datetime) -> Run:
+        """Retries, dead letters, failure streaks, auto-pause and completion after a run ends."""
+        failed = final.state in (RunState.FAILED, RunState.TIMED_OUT)
+        if failed and job.state != JobState.DELETED:
+            nxt = retry_run(job, final, now=now)
+            if nxt is not None:
+                turn.runs[nxt.id] = nxt
+                turn.due.append(nxt)
+                self._add_waiting(Slot(run=nxt, job=job))
+                return final
+            final = dataclasses.replace(final, dead_letter=True)
+        if final.state in (RunState.SUCCEEDED, RunState.FAILED, RunState.TIMED_OUT):
+            streak = 0 if final.state == RunState.SUCCEEDED else self._failures.get(job.id, job.consecutive_failures) + 1
+            if streak != self._failures.get(job.id, job.consecutive_failures):
+                self._failures[job.id] = streak
+                turn.set_progress(job.id, consecutive_failures=streak)
+            limit = job.spec.pause_after_failures
+            if limit and streak >= limit and job.state == JobState.ACTIVE:
+                turn.set_progress(
+                    job.id,
+                    state=JobState.PAUSED,
+                    pause_reason=f"paused after {streak} consecutive failed runs",
+                )
+        kind = job.spec.schedule.kind
+        one_off = kind in (ScheduleKind.IMMEDIATE, ScheduleKind.AT) and not is_extra_run(final)
+        exhausted = job.spec.schedule.recurring and job.next_fire_key == "" and job.next_fire_at is None
+        done = one_off or (exhausted and self._job_slots.get(job.id, 0) == 0)
+        if done and job.state == JobState.ACTIVE:
+            turn.set_progress(job.id, state=JobState.COMPLETED)
+        return final
+
+    # --- status ------------------------------------------------------------------------
+
+    def _update_gauges(self) -> None:
+        self.metrics.active_leases.set(sum(len(w.leases) for w in self._workers.values()))
+        self.metrics.ready_runs.set(len(self._ready))
+        used = sum(w.used for w in self._workers.values())
+        total = sum(w.slots for w in self._workers.values())
+        self.metrics.worker_slots.labels(use="used").set(used)
+        self.metrics.worker_slots.labels(use="free").set(total - used)
+
+    def workers(self) -> list[WorkerInfo]:
+        return [w.info() for w in self._workers.values()]
+
+    def shard_lag(self, now: datetime | None = None) -> list[ShardInfo]:
+        now = now or utcnow()
+        oldest: dict[int, datetime] = {}
+        for slot in self._slots.values():
+            if slot.phase in (Phase.READY, Phase.BLOCKED):
+                s = slot.run.shard
+                if s not in oldest or slot.run.due_at < oldest[s]:
+                    oldest[s] = slot.run.due_at
+        return [
+            ShardInfo(
+                shard=s,
+                owner=self.poller_id,
+                lag_seconds=max(0.0, (now - oldest[s]).total_seconds()) if s in oldest else 0.0,
+            )
+            for s in sorted(self._shards)
+        ]
+

@@ -1,0 +1,278 @@
+"""gRPC edge of a node: thin servicers (decode, call, encode) and the server builder.
+
+Domain errors become status codes through ``shardcron.client.convert.status_for``
+(the one table); anything unexpected is INTERNAL and logged. Health checking and
+server reflection are served so grpcurl and load balancers work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC
+from typing import Any, TypeVar
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from shardcron.client import convert
+from shardcron.client.errors import InvalidArgument, ShardcronError
+from shardcron.client.types import DEFAULT_OWNER, ClusterStatus, ShardInfo
+from shardcron.coordinator.api import JobsApi
+from shardcron.coordinator.coordination import Coordination
+from shardcron.coordinator.poller import Poller
+from shardcron.coordinator.validation import page_size, validate_owner
+from shardcron.coordinator.workers import WorkerStreamServicer
+from shardcron.v1 import (
+    cluster_pb2,
+    cluster_pb2_grpc,
+    jobs_pb2,
+    jobs_pb2_grpc,
+    types_pb2,
+    worker_pb2,
+    worker_pb2_grpc,
+)
+
+log = logging.getLogger("shardcron.service")
+OWNER_KEY = "x-shardcron-owner"
+FOLLOW_POLL_SECONDS = 0.2
+T = TypeVar("T")
+
+
+def owner_of(context: grpc.aio.ServicerContext) -> str:
+    for key, value in context.invocation_metadata() or ():
+        if key == OWNER_KEY:
+            return validate_owner(value)
+    return DEFAULT_OWNER
+
+
+def rpc(method: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
+    """Maps domain errors to status codes for a unary method."""
+
+    @functools.wraps(method)
+    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> T:
+        try:
+            return await method(self, request, context)
+        except ShardcronError as e:
+            code, message = convert.status_for(e)
+            await context.abort(code, message)
+        except grpc.aio.AbortError:
+            raise
+        except Exception as e:
+            log.exception("%s failed", method.__name__)
+            await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(e).__name__}")
+        raise AssertionError("unreachable")
+
+    return wrapper
+
+
+class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
+    def __init__(self, api: JobsApi) -> None:
+        self.api = api
+
+    @rpc
+    async def CreateJob(self, request: jobs_pb2.CreateJobRequest, context: Any) -> jobs_pb2.CreateJobResponse:
+        spec = convert.job_spec_from_proto(request.spec, "spec")
+        [(job, created)] = await self.api.create_jobs(owner_of(context), [(spec, request.idempotency_key)])
+        return jobs_pb2.CreateJobResponse(job=convert.job_to_proto(job), created=created)
+
+    @rpc
+    async def CreateJobs(self, request: jobs_pb2.CreateJobsRequest, context: Any) -> jobs_pb2.CreateJobsResponse:
+        owner = owner_of(context)
+        items = [
+            (convert.job_spec_from_proto(r.spec, f"jobs[{i}].spec"), r.idempotency_key)
+            for i, r in enumerate(request.jobs)
+        ]
+        if not items:
+            raise InvalidArgument("jobs", "must not be empty")
+        results = await self.api.create_jobs(owner, items)
+        return jobs_pb2.CreateJobsResponse(
+            jobs=[jobs_pb2.CreateJobResponse(job=convert.job_to_proto(j), created=c) for j, c in results]
+        )
+
+    @rpc
+    async def GetJob(self, request: jobs_pb2.GetJobRequest, context: Any) -> types_pb2.Job:
+        if not request.job_id:
+            raise InvalidArgument("job_id", "must not be empty")
+        return convert.job_to_proto(await self.api.get_job(owner_of(context), request.job_id))
+
+    @rpc
+    async def ListJobs(self, request: jobs_pb2.ListJobsRequest, context: Any) -> jobs_pb2.ListJobsResponse:
+        states = frozenset(convert.job_state_from_proto(s, "states") for s in request.states)
+        page = await self.api.list_jobs(
+            owner_of(context),
+            states=states,
+            name_prefix=request.name_prefix,
+            labels=dict(request.labels),
+            page_size=page_size(request.page_size),
+            page_token=request.page_token,
+        )
+        return jobs_pb2.ListJobsResponse(
+            jobs=[convert.job_to_proto(j) for j in page.items], next_page_token=page.next_page_token
+        )
+
+    @rpc
+    async def UpdateJob(self, request: jobs_pb2.UpdateJobRequest, context: Any) -> types_pb2.Job:
+        spec = convert.job_spec_from_proto(request.spec, "spec")
+        job = await self.api.update_job(owner_of(context), request.job_id, spec, request.expected_version)
+        return convert.job_to_proto(job)
+
+    @rpc
+    async def PauseJob(self, request: jobs_pb2.JobRef, context: Any) -> types_pb2.Job:
+        job = await self.api.pause_job(owner_of(context), request.job_id, request.expected_version)
+        return convert.job_to_proto(job)
+
+    @rpc
+    async def ResumeJob(self, request: jobs_pb2.JobRef, context: Any) -> types_pb2.Job:
+        job = await self.api.resume_job(owner_of(context), request.job_id, request.expected_version)
+        return convert.job_to_proto(job)
+
+    @rpc
+    async def RunJobNow(self, request: jobs_pb2.JobRef, context: Any) -> types_pb2.Run:
+        return convert.run_to_proto(await self.api.run_job_now(owner_of(context), request.job_id))
+
+    @rpc
+    async def DeleteJob(self, request: jobs_pb2.DeleteJobRequest, context: Any) -> types_pb2.Job:
+        job = await self.api.delete_job(
+            owner_of(context), request.job_id, request.expected_version, request.cancel_running
+        )
+        return convert.job_to_proto(job)
+
+    @rpc
+    async def PreviewFires(self, request: jobs_pb2.PreviewFiresRequest, context: Any) -> jobs_pb2.PreviewFiresResponse:
+        which = request.WhichOneof("source")
+        if which is None:
+            raise InvalidArgument("source", "name a job_id or give a schedule")
+        source = request.job_id if which == "job_id" else convert.schedule_from_proto(request.schedule, "schedule")
+        after = request.after.ToDatetime(tzinfo=UTC) if request.HasField("after") else None
+        fires = await self.api.preview_fires(owner_of(context), source, request.count, after)
+        return jobs_pb2.PreviewFiresResponse(fires=[convert.fire_to_proto(f) for f in fires])
+
+    @rpc
+    async def ListRuns(self, request: jobs_pb2.ListRunsRequest, context: Any) -> jobs_pb2.ListRunsResponse:
+        states = frozenset(convert.run_state_from_proto(s, "states") for s in request.states)
+        page = await self.api.list_runs(
+            owner_of(context),
+            request.job_id,
+            states=states,
+            page_size=page_size(request.page_size),
+            page_token=request.page_token,
+        )
+        return jobs_pb2.ListRunsResponse(
+            runs=[convert.run_to_proto(r) for r in page.items], next_page_token=page.next_page_token
+        )
+
+    @rpc
+    async def GetRun(self, request: jobs_pb2.GetRunRequest, context: Any) -> types_pb2.Run:
+        return convert.run_to_proto(await self.api.get_run(owner_of(context), request.run_id))
+
+    @rpc
+    async def CancelRun(self, request: jobs_pb2.GetRunRequest, context: Any) -> types_pb2.Run:
+        return convert.run_to_proto(await self.api.cancel_run(owner_of(context), request.run_id))
+
+    async def ReadRunOutput(
+        self, request: jobs_pb2.ReadRunOutputRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[types_pb2.OutputChunk]:
+        try:
+            owner = owner_of(context)
+            offset = request.offset
+            while True:
+                run, chunks = await self.api.read_output(owner, request.run_id, offset)
+                for chunk in chunks:
+                    yield convert.output_chunk_to_proto(chunk)
+                    offset = chunk.offset + len(chunk.data)
+                if chunks:
+                    continue
+                if not request.follow or run.is_final:
+                    if request.follow:
+                        yield types_pb2.OutputChunk(run_id=run.id, offset=offset, eof=True)
+                    return
+                await asyncio.sleep(FOLLOW_POLL_SECONDS)
+        except ShardcronError as e:
+            code, message = convert.status_for(e)
+            await context.abort(code, message)
+
+    @rpc
+    async def ListDeadLetters(self, request: jobs_pb2.ListDeadLettersRequest, context: Any) -> jobs_pb2.ListRunsResponse:
+        page = await self.api.list_dead_letters(
+            owner_of(context),
+            job_id=request.job_id,
+            page_size=page_size(request.page_size),
+            page_token=request.page_token,
+        )
+        return jobs_pb2.ListRunsResponse(
+            runs=[convert.run_to_proto(r) for r in page.items], next_page_token=page.next_page_token
+        )
+
+    @rpc
+    async def ReplayDeadLetters(self, request: jobs_pb2.DeadLettersRequest, context: Any) -> jobs_pb2.ListRunsResponse:
+        runs = await self.api.replay_dead_letters(owner_of(context), list(request.run_ids), request.job_id)
+        return jobs_pb2.ListRunsResponse(runs=[convert.run_to_proto(r) for r in runs])
+
+    @rpc
+    async def DropDeadLetters(
+        self, request: jobs_pb2.DeadLettersRequest, context: Any
+    ) -> jobs_pb2.DropDeadLettersResponse:
+        n = await self.api.drop_dead_letters(owner_of(context), list(request.run_ids), request.job_id)
+        return jobs_pb2.DropDeadLettersResponse(dropped=n)
+
+
+class ClusterServiceServicer(cluster_pb2_grpc.ClusterServiceServicer):
+    def __init__(self, coordination: Coordination, poller: Poller | None) -> None:
+        self.coordination = coordination
+        self.poller = poller
+
+    @rpc
+    async def GetStatus(self, request: cluster_pb2.GetStatusRequest, context: Any) -> cluster_pb2.ClusterStatus:
+        view = await self.coordination.view()
+        lag = {s.shard: s for s in self.poller.shard_lag()} if self.poller else {}
+        shards = [lag.get(s) or ShardInfo(shard=s, owner=o) for s, o in sorted(view.shard_owners.items())]
+        status = ClusterStatus(
+            mode=view.mode,
+            leader=view.leader,
+            epoch=view.epoch,
+            members=view.members,
+            shards=shards,
+            workers=self.poller.workers() if self.poller else [],
+        )
+        return convert.cluster_status_to_proto(status)
+
+
+def build_server(
+    listen: str,
+    *,
+    api: JobsApi | None,
+    poller: Poller | None,
+    coordination: Coordination,
+) -> tuple[grpc.aio.Server, int]:
+    """A gRPC server with the services of the roles given; returns it (not started) and its port."""
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", 64 << 20),
+            ("grpc.max_send_message_length", 64 << 20),
+            ("grpc.keepalive_time_ms", 20_000),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+        ]
+    )
+    names = [health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME]
+    if api is not None:
+        jobs_pb2_grpc.add_JobServiceServicer_to_server(JobServiceServicer(api), server)
+        names.append(jobs_pb2.DESCRIPTOR.services_by_name["JobService"].full_name)
+    if poller is not None:
+        worker_pb2_grpc.add_WorkerServiceServicer_to_server(WorkerStreamServicer(poller), server)
+        names.append(worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name)
+    cluster_pb2_grpc.add_ClusterServiceServicer_to_server(ClusterServiceServicer(coordination, poller), server)
+    names.append(cluster_pb2.DESCRIPTOR.services_by_name["ClusterService"].full_name)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(names, server)
+    port = server.add_insecure_port(listen)
+    if port == 0:
+        raise OSError(f"cannot listen on {listen}")
+    server.health = health_servicer  # type: ignore[attr-defined]
+    return server, port
+

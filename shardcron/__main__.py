@@ -1,0 +1,3 @@
+from shardcron.main import main
+
+main()

@@ -1,0 +1,193 @@
+"""The ``shardcron`` program: the user CLI plus the commands that run roles.
+
+This is the one module that sees both the server roles (``shardcron.coordinator``)
+and the worker (``shardcron.worker``): ``dev`` runs every role in one process on
+the embedded store, ``worker`` runs a worker against a node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from datetime import timedelta
+from pathlib import Path
+
+import click
+
+from shardcron.client.cli import cli
+from shardcron.client.schedule import parse_duration
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def _labels(values: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--label")
+        out[key] = value
+    return out
+
+
+def _duration(_ctx: click.Context, param: click.Parameter, value: str | None) -> timedelta | None:
+    if value is None:
+        return None
+    try:
+        return parse_duration(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from e
+
+
+async def _until_signalled() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+@cli.command()
+@click.option("--listen", default="127.0.0.1:7400", show_default=True, help="gRPC address to serve on.")
+@click.option(
+    "--data-dir",
+    default=lambda: os.environ.get("SHARDCRON_DATA_DIR", ".shardcron"),
+    show_default=".shardcron",
+    type=click.Path(file_okay=False),
+    help="Where the embedded store keeps its files.",
+)
+@click.option("--metrics-listen", default="127.0.0.1:9464", show_default=True, help="Prometheus /metrics address; '' = off.")
+@click.option("--workers", "worker_count", default=1, show_default=True, help="In-process workers (0 = none).")
+@click.option("--slots", default=8, show_default=True, help="Slots per in-process worker.")
+@click.option("--handlers", "handler_modules", multiple=True, help="Import MODULE so its @handler functions register.")
+@click.option("--lease-ttl", default="10s", show_default=True, callback=_duration, help="Lease time to live.")
+@click.option("--shards", default=64, show_default=True, help="Shard count (fixed for a data dir).")
+@click.option("--log-level", default="info", show_default=True)
+def dev(
+    listen: str,
+    data_dir: str,
+    metrics_listen: str,
+    worker_count: int,
+    slots: int,
+    handler_modules: tuple[str, ...],
+    lease_ttl: timedelta,
+    shards: int,
+    log_level: str,
+) -> None:
+    """Run every role in one process on the embedded SQLite store."""
+    _setup_logging(log_level)
+    asyncio.run(_dev(listen, Path(data_dir), metrics_listen, worker_count, slots, list(handler_modules), lease_ttl, shards))
+
+
+async def _dev(
+    listen: str,
+    data_dir: Path,
+    metrics_listen: str,
+    worker_count: int,
+    slots: int,
+    handler_modules: list[str],
+    lease_ttl: timedelta,
+    shards: int,
+) -> None:
+    from shardcron.coordinator.coordination import LocalCoordination
+    from shardcron.coordinator.node import Node, NodeConfig
+    from shardcron.coordinator.poller import PollerConfig
+    from shardcron.coordinator.sqlite_store import SqliteStore
+    from shardcron.worker import Worker, registry
+    from shardcron.worker.handlers import load_handler_modules
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    load_handler_modules(handler_modules)
+    store = SqliteStore(data_dir / "shardcron.db", shard_count=shards)
+    config = NodeConfig(
+        listen=listen,
+        metrics_listen=metrics_listen,
+        node_id="dev",
+        poller=PollerConfig(lease_ttl=lease_ttl, heartbeat_interval=lease_ttl / 3),
+    )
+    node = Node(store, LocalCoordination(data_dir, shard_count=shards, node_id="dev"), config)
+    await node.start()
+    workers = [
+        Worker(node.address, worker_id=f"dev-worker-{i}", slots=slots, registry=registry)
+        for i in range(worker_count)
+    ]
+    tasks = [asyncio.create_task(w.run()) for w in workers]
+    metrics = f", metrics on http://{metrics_listen.rpartition(':')[0]}:{node.metrics_port}/metrics" if metrics_listen else ""
+    click.echo(f"shardcron dev: serving on {node.address} (data in {data_dir}){metrics}", err=True)
+    try:
+        await _until_signalled()
+    finally:
+        click.echo("shardcron dev: stopping", err=True)
+        for w in workers:
+            await w.stop()
+        for t in tasks:
+            t.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        await node.stop()
+
+
+@cli.command("worker")
+@click.option("--target", "worker_target", envvar="SHARDCRON_TARGET", default="127.0.0.1:7400", show_default=True)
+@click.option("--id", "worker_id", default=None, help="Worker id (default: host-pid).")
+@click.option("--slots", default=8, show_default=True)
+@click.option("--label", "labels", multiple=True, help="KEY=VALUE advertised to the scheduler.")
+@click.option("--cpu", "cpu_millis", default=0, help="CPU millicores advertised.")
+@click.option("--memory", "memory_mb", default=0, help="Memory in MB advertised.")
+@click.option("--handlers", "handler_modules", multiple=True, help="Import MODULE so its @handler functions register.")
+@click.option("--no-commands", is_flag=True, help="Serve handlers only, never run command jobs.")
+@click.option("--log-level", default="info", show_default=True)
+def worker_cmd(
+    worker_target: str,
+    worker_id: str | None,
+    slots: int,
+    labels: tuple[str, ...],
+    cpu_millis: int,
+    memory_mb: int,
+    handler_modules: tuple[str, ...],
+    no_commands: bool,
+    log_level: str,
+) -> None:
+    """Run a worker that takes leases from a node."""
+    _setup_logging(log_level)
+    from shardcron.worker import Worker, registry
+    from shardcron.worker.handlers import load_handler_modules
+
+    load_handler_modules(list(handler_modules))
+    worker = Worker(
+        worker_target,
+        worker_id=worker_id,
+        slots=slots,
+        labels=_labels(labels),
+        registry=registry,
+        runs_commands=not no_commands,
+        cpu_millis=cpu_millis,
+        memory_mb=memory_mb,
+    )
+
+    async def main() -> None:
+        task = asyncio.create_task(worker.run())
+        click.echo(f"shardcron worker {worker.worker_id}: connecting to {worker_target}", err=True)
+        await _until_signalled()
+        await worker.stop()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+
+    asyncio.run(main())
+
+
+def main() -> None:
+    cli(prog_name="shardcron")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,182 @@
+"""Real processes for end-to-end tests: ``shardcron dev`` and ``shardcron worker``.
+
+Each process is started with the project's own interpreter, waited for through
+the gRPC health service, and killed for real (SIGKILL) where a test asks.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from shardcron.client.sdk import Client
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_healthy(target: str, timeout: float = 30.0, proc: subprocess.Popen[bytes] | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    with grpc.insecure_channel(target) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while True:
+            if proc is not None and proc.poll() is not None:
+                raise RuntimeError(f"process exited with {proc.returncode} before serving")
+            try:
+                resp = stub.Check(health_pb2.HealthCheckRequest(), timeout=1)
+                if resp.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{target} not serving after {timeout}s")
+            time.sleep(0.1)
+
+
+class Proc:
+    """A shardcron subprocess with its log in a file."""
+
+    def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None) -> None:
+        self.args = args
+        self.log = log
+        self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Proc:
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "shardcron", *self.args],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=REPO,
+                env=self.env,
+                start_new_session=True,
+            )
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, sig)
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        if self.proc is not None:
+            # children of the group (commands the worker ran) go too
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+class DevServer:
+    """``shardcron dev`` on a free port with its own data dir."""
+
+    def __init__(self, data_dir: Path, *, extra: list[str] | None = None) -> None:
+        self.data_dir = data_dir
+        self.port = free_port()
+        self.metrics_port = free_port()
+        self.target = f"127.0.0.1:{self.port}"
+        self.extra = extra or []
+        self.proc: Proc | None = None
+        self.starts = 0
+
+    def start(self) -> DevServer:
+        self.starts += 1
+        args = [
+            "dev",
+            "--listen",
+            self.target,
+            "--data-dir",
+            str(self.data_dir),
+            "--metrics-listen",
+            f"127.0.0.1:{self.metrics_port}",
+            *self.extra,
+        ]
+        self.proc = Proc(args, self.data_dir.parent / f"{self.data_dir.name}-dev-{self.starts}.log").start()
+        try:
+            wait_healthy(self.target, proc=self.proc.proc)
+        except Exception:
+            print(self.proc.output())
+            raise
+        return self
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.stop()
+
+    def client(self, owner: str | None = None) -> Client:
+        return Client(self.target, owner=owner or f"t-{uuid.uuid4().hex[:10]}", timeout=15)
+
+    def metrics(self) -> str:
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as resp:
+            return resp.read().decode()
+
+    def cli(self, *args: str, owner: str = "default", check: bool = True) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "SHARDCRON_TARGET": self.target, "SHARDCRON_OWNER": owner}
+        result = subprocess.run(
+            [sys.executable, "-m", "shardcron", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=REPO,
+            timeout=60,
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(f"shardcron {' '.join(args)} exited {result.returncode}: {result.stderr}")
+        return result
+
+
+def start_worker(target: str, log: Path, *args: str) -> Proc:
+    return Proc(["worker", "--target", target, *args], log).start()
+
+
+def wait_for(predicate, timeout: float = 20.0, interval: float = 0.1, what: str = "condition"):  # type: ignore[no-untyped-def]
+    """Polls ``predicate`` until it returns something truthy; returns that."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value {value!r}")
+        time.sleep(interval)

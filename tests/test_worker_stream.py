@@ -1,0 +1,410 @@
+"""The worker's side of the lease stream, against a scripted in-test poller (grpc.aio)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import grpc
+import pytest
+from google.protobuf.duration_pb2 import Duration
+
+import shardcron
+from shardcron.v1 import types_pb2, worker_pb2, worker_pb2_grpc
+from shardcron.worker import HandlerRegistry, Worker
+
+RenewPolicy = Callable[[str], bool | None]  # run_id -> ok, or None: do not answer
+
+
+def dur(seconds: float) -> Duration:
+    d = Duration()
+    d.FromNanoseconds(int(seconds * 1e9))
+    return d
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+async def until(pred: Callable[[], object], timeout: float = 5.0, what: str = "condition") -> None:
+    end = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+class ScriptedPoller(worker_pb2_grpc.WorkerServiceServicer):
+    """Stands in for the poller: records what the worker sends, answers per policy."""
+
+    def __init__(
+        self,
+        *,
+        lease_ttl: float = 5.0,
+        heartbeat: float = 0.1,
+        renew: RenewPolicy = lambda run_id: True,
+        ack: bool = True,
+    ) -> None:
+        self.lease_ttl = lease_ttl
+        self.heartbeat = heartbeat
+        self.renew = renew
+        self.ack = ack
+        self.hellos: list[worker_pb2.Hello] = []
+        self.received: list[worker_pb2.WorkerMessage] = []
+        self._out: asyncio.Queue[worker_pb2.PollerMessage | None] | None = None
+
+    # what arrived
+    def of_kind(self, kind: str) -> list:
+        return [getattr(m, kind) for m in self.received if m.WhichOneof("body") == kind]
+
+    @property
+    def results(self) -> dict[str, worker_pb2.RunResult]:
+        return {r.run_id: r for msg in self.of_kind("results") for r in msg.results}
+
+    def output(self, run_id: str, stream: str) -> bytes:
+        return b"".join(
+            c.data
+            for msg in self.of_kind("output")
+            for c in msg.chunks
+            if c.run_id == run_id and c.stream == stream
+        )
+
+    # what to send
+    def send(self, **body: object) -> None:
+        assert self._out is not None, "no stream"
+        self._out.put_nowait(worker_pb2.PollerMessage(**body))
+
+    def lease(self, *leases: worker_pb2.Lease) -> None:
+        self.send(leases=worker_pb2.Leases(leases=leases))
+
+    def close_stream(self) -> None:
+        assert self._out is not None
+        self._out.put_nowait(None)
+
+    async def Connect(self, request_iterator, context):  # noqa: N802 - gRPC method name
+        first = await context.read()
+        assert first.WhichOneof("body") == "hello"
+        self.hellos.append(first.hello)
+        out: asyncio.Queue[worker_pb2.PollerMessage | None] = asyncio.Queue()
+        self._out = out
+        welcome = worker_pb2.Welcome(
+            poller_id="test-poller",
+            epoch=1,
+            lease_ttl=dur(self.lease_ttl),
+            heartbeat_interval=dur(self.heartbeat),
+        )
+        await context.write(worker_pb2.PollerMessage(welcome=welcome))
+        self._answer(first.hello.held, first.hello.pending_results)
+        reader = asyncio.create_task(self._read(context))
+        try:
+            while (msg := await out.get()) is not None:
+                await context.write(msg)
+        finally:
+            reader.cancel()
+
+    async def _read(self, context) -> None:
+        while (msg := await context.read()) is not grpc.aio.EOF:
+            self.received.append(msg)
+            kind = msg.WhichOneof("body")
+            if kind == "heartbeat":
+                self._answer(msg.heartbeat.leases, [])
+            elif kind == "results":
+                self._answer([], msg.results.results)
+
+    def _answer(self, refs, results) -> None:
+        renewals = []
+        for ref in refs:
+            ok = self.renew(ref.run_id)
+            if ok is not None:
+                renewals.append(
+                    worker_pb2.Renewal(run_id=ref.run_id, fencing_token=ref.fencing_token, ok=ok)
+                )
+        if renewals:
+            self.send(
+                renewals=worker_pb2.Renewals(renewals=renewals, lease_ttl=dur(self.lease_ttl))
+            )
+        if self.ack and results:
+            acks = [
+                worker_pb2.ResultAck(run_id=r.run_id, fencing_token=r.fencing_token, accepted=True)
+                for r in results
+            ]
+            self.send(acks=worker_pb2.ResultAcks(acks=acks))
+
+
+@contextlib.asynccontextmanager
+async def serve(poller: ScriptedPoller, port: int = 0) -> AsyncIterator[int]:
+    server = grpc.aio.server()
+    worker_pb2_grpc.add_WorkerServiceServicer_to_server(poller, server)
+    bound = server.add_insecure_port(f"127.0.0.1:{port}")
+    await server.start()
+    try:
+        yield bound
+    finally:
+        await server.stop(None)
+
+
+@contextlib.asynccontextmanager
+async def running(worker: Worker) -> AsyncIterator[Worker]:
+    task = asyncio.create_task(worker.run())
+    try:
+        yield worker
+    finally:
+        await asyncio.wait_for(worker.stop(), 10)
+        await asyncio.wait_for(task, 10)
+
+
+def handler_lease(run_id: str, name: str, payload: bytes = b"", token: int = 1, **kw):
+    task = types_pb2.Task(handler=types_pb2.HandlerTask(name=name, payload=payload))
+    return worker_pb2.Lease(
+        run_id=run_id, job_id="job-" + run_id, fencing_token=token, task=task, **kw
+    )
+
+
+def command_lease(run_id: str, argv: list[str], token: int = 1, **kw):
+    task = types_pb2.Task(command=types_pb2.CommandTask(argv=argv))
+    return worker_pb2.Lease(
+        run_id=run_id, job_id="job-" + run_id, fencing_token=token, task=task, **kw
+    )
+
+
+def pid_command(pidfile: Path, seconds: int = 30) -> list[str]:
+    return ["sh", "-c", f"echo $$ > {pidfile}; exec sleep {seconds}"]
+
+
+async def read_pid(pidfile: Path) -> int:
+    await until(lambda: pidfile.exists() and pidfile.read_text().strip(), what="pid file")
+    return int(pidfile.read_text())
+
+
+def make_worker(port: int, **kw) -> Worker:
+    kw.setdefault("registry", HandlerRegistry(builtins=True))
+    kw.setdefault("kill_grace", 1.0)
+    return Worker(f"127.0.0.1:{port}", **kw)
+
+
+# -- tests ----------------------------------------------------------------------------
+
+
+async def test_hello_carries_identity_and_capacity() -> None:
+    poller = ScriptedPoller()
+    reg = HandlerRegistry(builtins=True)
+    reg.register("custom", lambda ctx: None)
+    async with serve(poller) as port:
+        worker = make_worker(
+            port,
+            worker_id="w-1",
+            slots=3,
+            labels={"zone": "a"},
+            registry=reg,
+            runs_commands=False,
+            cpu_millis=1500,
+            memory_mb=256,
+        )
+        async with running(worker):
+            await until(lambda: worker.connected, what="Welcome")
+            [hello] = poller.hellos
+            assert hello.worker_id == "w-1"
+            assert hello.slots == 3
+            assert dict(hello.labels) == {"zone": "a"}
+            assert list(hello.handlers) == ["custom", "echo", "fail", "noop", "sleep"]
+            assert hello.runs_commands is False
+            assert (hello.cpu_millis, hello.memory_mb) == (1500, 256)
+            assert hello.version == shardcron.__version__
+            assert not hello.pending_results and not hello.held
+            # heartbeats flow at the Welcome's interval even with nothing held
+            await until(lambda: len(poller.of_kind("heartbeat")) >= 2, 2, "heartbeats")
+
+
+async def test_hundred_leases_are_run_and_reported_in_few_messages() -> None:
+    poller = ScriptedPoller()
+    async with serve(poller) as port:
+        worker = make_worker(port, slots=100)
+        async with running(worker):
+            await until(lambda: worker.connected)
+            poller.lease(*(handler_lease(f"r{i:03}", "noop", token=10 + i) for i in range(100)))
+            await until(lambda: len(poller.results) == 100, what="100 results")
+            results = poller.results
+            assert {r.state for r in results.values()} == {types_pb2.RUN_STATE_SUCCEEDED}
+            assert all(r.fencing_token == 10 + int(r.run_id[1:]) for r in results.values())
+            assert len(poller.of_kind("results")) < 20  # batched, not one per run
+            assert len(poller.of_kind("started")) < 20
+            assert sum(len(m.leases) for m in poller.of_kind("started")) == 100
+            await until(lambda: not worker.links[0].unacked, what="acks applied")
+            assert worker.stats["succeeded"] == 100
+            assert worker.stats["results_accepted"] == 100
+            assert worker.slots_used == 0
+
+
+async def test_output_is_streamed_before_the_result() -> None:
+    poller = ScriptedPoller()
+    async with serve(poller) as port:
+        worker = make_worker(port)
+        async with running(worker):
+            await until(lambda: worker.connected)
+            poller.lease(command_lease("out", ["sh", "-c", "echo hello; echo oops >&2; exit 4"]))
+            await until(lambda: "out" in poller.results)
+            res = poller.results["out"]
+            assert res.state == types_pb2.RUN_STATE_FAILED
+            assert res.reason == types_pb2.RUN_REASON_NON_ZERO_EXIT
+            assert res.has_exit_code and res.exit_code == 4
+            assert poller.output("out", "stdout") == b"hello\n"
+            assert poller.output("out", "stderr") == b"oops\n"
+            kinds = [m.WhichOneof("body") for m in poller.received]
+            assert max(i for i, k in enumerate(kinds) if k == "output") < kinds.index("results")
+
+
+async def test_renewals_keep_a_run_alive_past_the_first_ttl() -> None:
+    poller = ScriptedPoller(lease_ttl=0.5, heartbeat=0.1)
+    async with serve(poller) as port:
+        worker = make_worker(port)
+        async with running(worker):
+            await until(lambda: worker.connected)
+            poller.lease(handler_lease("long", "sleep", b"1.2"))
+            await until(lambda: "long" in poller.results, 4)
+            assert poller.results["long"].state == types_pb2.RUN_STATE_SUCCEEDED
+            assert worker.stats["lost"] == 0
+            held = [ref.run_id for hb in poller.of_kind("heartbeat") for ref in hb.leases]
+            assert held.count("long") >= 5
+
+
+async def test_revoked_lease_kills_the_process_and_reports_nothing(tmp_path: Path) -> None:
+    poller = ScriptedPoller(heartbeat=0.1, renew=lambda run_id: run_id != "doomed")
+    pidfile = tmp_path / "pid"
+    async with serve(poller) as port:
+        worker = make_worker(port, kill_grace=30)  # a revoke must not wait for the grace
+        async with running(worker):
+            await until(lambda: worker.connected)
+            poller.lease(command_lease("doomed", pid_command(pidfile)))
+            pid = await read_pid(pidfile)
+            t0 = time.monotonic()
+            await until(lambda: not alive(pid), 2, "process killed")
+            assert time.monotonic() - t0 < 1.0
+            await until(lambda: "doomed" not in worker.running, 2)
+            await asyncio.sleep(0.2)
+            assert "doomed" not in poller.results
+            assert worker.stats["lost"] == 1
+
+
+async def test_unrenewed_lease_is_killed_at_its_deadline(tmp_path: Path) -> None:
+    poller = ScriptedPoller(lease_ttl=1.0, heartbeat=0.1, renew=lambda run_id: None)
+    pidfile = tmp_path / "pid"
+    async with serve(poller) as port:
+        worker = make_worker(port, kill_grace=30)
+        async with running(worker):
+            await until(lambda: worker.connected)
+            t0 = time.monotonic()
+            poller.lease(command_lease("silent", pid_command(pidfile)))
+            pid = await read_pid(pidfile)
+            await asyncio.sleep(max(0.0, t0 + 0.7 - time.monotonic()))
+            assert alive(pid)  # not before its deadline...
+            await until(lambda: not alive(pid), 1.5, "kill at deadline")
+            assert time.monotonic() - t0 < 1.5  # ...and not long after it
+            await asyncio.sleep(0.2)
+            assert "silent" not in poller.results
+            assert worker.stats["lost"] == 1
+
+
+async def test_cancel_terminates_and_reports_cancelled(tmp_path: Path) -> None:
+    poller = ScriptedPoller()
+    pidfile = tmp_path / "pid"
+    async with serve(poller) as port:
+        worker = make_worker(port)
+        async with running(worker):
+            await until(lambda: worker.connected)
+            poller.lease(command_lease("c1", pid_command(pidfile), token=7))
+            pid = await read_pid(pidfile)
+            cancel = worker_pb2.Cancel(
+                run_id="c1", fencing_token=7, reason=types_pb2.RUN_REASON_REPLACED
+            )
+            poller.send(cancels=worker_pb2.Cancels(cancels=[cancel]))
+            await until(lambda: "c1" in poller.results, 3)
+            res = poller.results["c1"]
+            assert res.state == types_pb2.RUN_STATE_CANCELLED
+            assert res.reason == types_pb2.RUN_REASON_REPLACED
+            assert res.fencing_token == 7
+            assert not alive(pid)
+
+
+async def test_reconnect_resends_pending_results_and_held_leases() -> None:
+    first = ScriptedPoller(ack=False)
+    async with contextlib.AsyncExitStack() as first_server:
+        port = await first_server.enter_async_context(serve(first))
+        worker = make_worker(port, kill_grace=0.5)
+        async with running(worker):
+            await until(lambda: worker.connected)
+            first.lease(
+                handler_lease("quick", "echo", b"hi", token=3),
+                handler_lease("slow", "sleep", b"30", token=4),
+            )
+            await until(lambda: "quick" in first.results, what="first result")
+            # the first poller goes away; a new one takes over its address
+            await first_server.aclose()
+            second = ScriptedPoller()
+            async with serve(second, port):
+                await until(lambda: second.hellos and worker.connected, 10, "reconnect")
+                hello = second.hellos[0]
+                assert [(r.run_id, r.fencing_token) for r in hello.pending_results] == [
+                    ("quick", 3)
+                ]
+                assert hello.pending_results[0].state == types_pb2.RUN_STATE_SUCCEEDED
+                assert [(r.run_id, r.fencing_token) for r in hello.held] == [("slow", 4)]
+                # the new poller acked and adopted: nothing pending, the run goes on
+                await until(lambda: not worker.links[0].unacked, what="ack of pending result")
+                assert worker.running == ["slow"]
+                assert worker.stats["reconnects"] >= 1
+                assert worker.stats["lost"] == 0
+
+
+async def test_stream_closed_by_poller_reconnects_and_revoked_held_run_dies() -> None:
+    poller = ScriptedPoller(lease_ttl=15, heartbeat=5)  # no heartbeat in between
+    async with serve(poller) as port:
+        worker = make_worker(port, kill_grace=30)
+        async with running(worker):
+            await until(lambda: worker.connected)
+            poller.lease(handler_lease("kept", "sleep", b"30", token=5))
+            await until(lambda: worker.running == ["kept"])
+            poller.renew = lambda run_id: False  # the next stream refuses to adopt it
+            poller.close_stream()
+            await until(lambda: len(poller.hellos) == 2, 5, "second Hello")
+            assert [r.run_id for r in poller.hellos[1].held] == ["kept"]
+            await until(lambda: not worker.running, 2, "revoked run ended")
+            assert worker.stats["lost"] == 1
+            assert "kept" not in poller.results
+
+
+async def test_drain_stops_new_work_and_waits_for_running_runs() -> None:
+    poller = ScriptedPoller()
+    async with serve(poller) as port:
+        worker = make_worker(port)
+        task = asyncio.create_task(worker.run())
+        await until(lambda: worker.connected)
+        poller.lease(handler_lease("d1", "sleep", b"0.3"))
+        await until(lambda: worker.running == ["d1"])
+        await asyncio.wait_for(worker.stop(drain=True), 5)
+        await asyncio.wait_for(task, 5)
+        assert [c.limit for c in poller.of_kind("credits")] == [0]
+        assert poller.results["d1"].state == types_pb2.RUN_STATE_SUCCEEDED
+        assert worker.stats["results_accepted"] == 1
+
+
+@pytest.mark.parametrize("target_kind", ["list", "callable"])
+async def test_several_pollers_get_one_stream_each(target_kind: str) -> None:
+    a, b = ScriptedPoller(), ScriptedPoller()
+    async with serve(a) as pa, serve(b) as pb:
+        addrs = [f"127.0.0.1:{pa}", f"127.0.0.1:{pb}"]
+        target = addrs if target_kind == "list" else (lambda: addrs)
+        worker = Worker(target, registry=HandlerRegistry(builtins=True))
+        async with running(worker):
+            await until(lambda: a.hellos and b.hellos, what="two hellos")
+            a.lease(handler_lease("from-a", "echo", b"a"))
+            b.lease(handler_lease("from-b", "echo", b"b"))
+            await until(lambda: "from-a" in a.results and "from-b" in b.results)
+            assert "from-b" not in a.results and "from-a" not in b.results
+            assert a.output("from-a", "stdout") == b"a"

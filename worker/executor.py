@@ -1,0 +1,344 @@
+"""Executors: how a worker runs one leased run, a command or a Python handler.
+
+``CommandExecutor`` runs argv in its own session and process group and always ends
+the whole group (timeout and cancel: SIGTERM, grace, SIGKILL; kill: SIGKILL at once).
+``HandlerExecutor`` calls a registered callable: async ones as tasks, sync ones in a
+bounded thread pool. Neither knows about gRPC. The run/outcome types live in
+``context`` and are re-exported here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import os
+import signal
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+
+from shardcron.client.types import CommandTask, HandlerTask, RunReason, RunState
+from shardcron.worker.handlers import HandlerRegistry
+
+from .context import (
+    ExecResult,
+    Executor,
+    HandlerContext,
+    OutputCallback,
+    RunContext,
+    failed_result,
+    resolve_future,
+    stopped_result,
+    utcnow,
+)
+
+__all__ = [
+    "CommandExecutor",
+    "ExecResult",
+    "Executor",
+    "HandlerContext",
+    "HandlerExecutor",
+    "OutputCallback",
+    "RunContext",
+]
+
+log = logging.getLogger(__name__)
+CHUNK_SIZE = 64 * 1024
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+class CommandExecutor:
+    """Runs a ``CommandTask`` as a subprocess in its own session and process group."""
+
+    def __init__(
+        self, *, kill_grace: float = 5.0, base_env: Mapping[str, str] | None = None
+    ) -> None:
+        self.kill_grace = kill_grace
+        self.base_env = base_env
+
+    def _env(self, run: RunContext, task: CommandTask) -> dict[str, str]:
+        env = dict(os.environ if self.base_env is None else self.base_env)
+        env.update(task.env)
+        env.update(
+            SHARDCRON_RUN_ID=run.run_id,
+            SHARDCRON_JOB_ID=run.job_id,
+            SHARDCRON_ATTEMPT=str(run.attempt),
+            SHARDCRON_FENCING_TOKEN=str(run.fencing_token),
+        )
+        return env
+
+    async def execute(self, run: RunContext) -> ExecResult:
+        task = run.task
+        if not isinstance(task, CommandTask):
+            return failed_result(RunReason.SPAWN_FAILED, "not a command task")
+        argv = list(task.argv)
+        if not argv:
+            return failed_result(RunReason.SPAWN_FAILED, "empty argv")
+        cwd = task.cwd or None
+        if cwd is not None and not os.path.isdir(cwd):
+            return failed_result(
+                RunReason.SPAWN_FAILED, f"working directory {cwd!r} does not exist"
+            )
+        if run.stopping:
+            return stopped_result(run, False, utcnow())
+        started = utcnow()
+        loop = asyncio.get_running_loop()
+        try:
+            transport, protocol = await loop.subprocess_exec(
+                lambda: _Protocol(loop),
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                cwd=cwd,
+                env=self._env(run, task),
+                start_new_session=True,
+            )
+        except FileNotFoundError:
+            return failed_result(
+                RunReason.SPAWN_FAILED, f"executable {argv[0]!r} not found", started
+            )
+        except PermissionError:
+            return failed_result(
+                RunReason.SPAWN_FAILED, f"cannot execute {argv[0]!r}: permission denied", started
+            )
+        except OSError as e:
+            return failed_result(RunReason.SPAWN_FAILED, f"cannot start {argv[0]!r}: {e}", started)
+        return await self._supervise(run, transport, protocol, started)
+
+    async def _supervise(
+        self,
+        run: RunContext,
+        transport: asyncio.SubprocessTransport,
+        protocol: _Protocol,
+        started: datetime,
+    ) -> ExecResult:
+        pgid = transport.get_pid()  # start_new_session: the child leads its own group
+        assert protocol.stdout is not None and protocol.stderr is not None
+        pumps = [
+            asyncio.create_task(_pump(protocol.stdout, "stdout", run)),
+            asyncio.create_task(_pump(protocol.stderr, "stderr", run)),
+        ]
+        # Not proc.wait(): on 3.11 it also waits for the pipes to close, which a
+        # leftover background child can hold open forever.
+        waiter = protocol.exited
+        ended_early = False
+        try:
+            done, _ = await asyncio.wait(
+                {waiter, run.stopped()}, timeout=run.timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+            if waiter not in done:
+                ended_early = True
+                await self._terminate(run, pgid, waiter)
+        except BaseException:
+            _killpg(pgid, signal.SIGKILL)
+            raise
+        finally:
+            # The run is over: nothing of its group may outlive it (and a leftover
+            # background child would hold the pipes open forever).
+            _killpg(pgid, signal.SIGKILL)
+            _, pending = await asyncio.wait(pumps, timeout=1.0)
+            for p in pending:  # a process that left the group holds the pipes
+                p.cancel()
+            if pending:
+                transport.close()
+        rc = transport.get_returncode()
+        if ended_early:
+            return stopped_result(run, True, started, rc)
+        if rc == 0:
+            return ExecResult(
+                state=RunState.SUCCEEDED, exit_code=0, started_at=started, ended_at=utcnow()
+            )
+        if rc is not None and rc < 0:
+            try:
+                error = f"killed by signal {signal.Signals(-rc).name}"
+            except ValueError:
+                error = f"killed by signal {-rc}"
+        else:
+            error = f"exit code {rc}"
+        return ExecResult(
+            state=RunState.FAILED,
+            reason=RunReason.NON_ZERO_EXIT,
+            exit_code=rc,
+            error=error,
+            started_at=started,
+            ended_at=utcnow(),
+        )
+
+    async def _terminate(self, run: RunContext, pgid: int, waiter: asyncio.Future) -> None:
+        """SIGTERM the group, wait the grace (cut short by a kill), then SIGKILL it."""
+        if not run.killed:
+            _killpg(pgid, signal.SIGTERM)
+            await asyncio.wait(
+                {waiter, run.killed_future()},
+                timeout=self.kill_grace,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+        _killpg(pgid, signal.SIGKILL)
+        await asyncio.shield(waiter)
+
+
+class _Protocol(asyncio.subprocess.SubprocessStreamProtocol):
+    """The stock protocol plus a future done as soon as the process has exited."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=CHUNK_SIZE, loop=loop)
+        self.exited: asyncio.Future = loop.create_future()
+
+    def process_exited(self) -> None:
+        super().process_exited()
+        resolve_future(self.exited)
+
+
+async def _pump(stream: asyncio.StreamReader, name: str, run: RunContext) -> None:
+    while True:
+        data = await stream.read(CHUNK_SIZE)
+        if not data:
+            return
+        run.emit(name, data)
+
+
+def _is_async(fn: Callable) -> bool:
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004 - callable objects with async __call__
+    )
+
+
+def _as_bytes(value: object) -> bytes:
+    if value is None:
+        return b""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    return str(value).encode()
+
+
+class HandlerExecutor:
+    """Runs a ``HandlerTask`` with the handler registered under its name."""
+
+    def __init__(
+        self,
+        registry: HandlerRegistry | None = None,
+        *,
+        max_threads: int = 8,
+        kill_grace: float = 5.0,
+    ) -> None:
+        if registry is None:
+            from shardcron.worker.handlers import registry as default_registry
+
+            registry = default_registry
+        self.registry = registry
+        self.kill_grace = kill_grace
+        self._pool = ThreadPoolExecutor(
+            max_workers=max(1, max_threads), thread_name_prefix="shardcron-handler"
+        )
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _context(self, run: RunContext, task: HandlerTask) -> HandlerContext:
+        loop = asyncio.get_running_loop()
+        loop_thread = threading.get_ident()
+
+        def sink(stream: str, data: bytes) -> None:
+            if threading.get_ident() == loop_thread:
+                run.emit(stream, data)
+            else:
+                loop.call_soon_threadsafe(run.emit, stream, data)
+
+        return HandlerContext(
+            run_id=run.run_id,
+            job_id=run.job_id,
+            attempt=run.attempt,
+            fencing_token=run.fencing_token,
+            payload=task.payload,
+            deadline=None if run.timeout is None else time.monotonic() + run.timeout,
+            sink=sink,
+        )
+
+    async def execute(self, run: RunContext) -> ExecResult:
+        task = run.task
+        if not isinstance(task, HandlerTask):
+            return failed_result(RunReason.NO_HANDLER, "not a handler task")
+        fn = self.registry.get(task.name)
+        if fn is None:
+            return failed_result(
+                RunReason.NO_HANDLER, f"no handler named {task.name!r} on this worker"
+            )
+        started = utcnow()
+        if run.stopping:
+            return stopped_result(run, False, started)
+        ctx = self._context(run, task)
+        if _is_async(fn):
+            job: asyncio.Future = asyncio.ensure_future(fn(ctx))
+            cancel_job = job.cancel
+        else:
+            thread_job = self._pool.submit(fn, ctx)
+            job = asyncio.wrap_future(thread_job)
+            # This only stops a job still queued for a thread; a running one must see
+            # ctx.cancelled (cancelling the asyncio wrapper would just stop waiting).
+            cancel_job = thread_job.cancel
+        try:
+            done, _ = await asyncio.wait(
+                {job, run.stopped()}, timeout=run.timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+        except BaseException:
+            ctx.cancelled.set()
+            cancel_job()
+            raise
+        if job not in done:
+            await self._stop_job(run, ctx, job, cancel_job)
+            return stopped_result(run, True, started)
+        try:
+            value = job.result()
+        except Exception as e:
+            tb = "".join(traceback.format_exception(e))
+            run.emit("stderr", tb.encode())
+            return failed_result(RunReason.HANDLER_ERROR, f"{type(e).__name__}: {e}", started)
+        except asyncio.CancelledError:
+            # The handler cancelled itself (we did not ask): count it as an error.
+            return failed_result(
+                RunReason.HANDLER_ERROR, "CancelledError: handler was cancelled", started
+            )
+        run.emit("stdout", _as_bytes(value))
+        return ExecResult(state=RunState.SUCCEEDED, started_at=started, ended_at=utcnow())
+
+    async def _stop_job(
+        self,
+        run: RunContext,
+        ctx: HandlerContext,
+        job: asyncio.Future,
+        cancel_job: Callable[[], bool],
+    ) -> None:
+        """Cancel the handler; wait up to the grace (not at all on kill) for it to end."""
+        ctx.cancelled.set()
+        cancel_job()
+        if run.killed:
+            await asyncio.sleep(0)  # let a cancelled task unwind one step
+        else:
+            await asyncio.wait(
+                {job, run.killed_future()},
+                timeout=self.kill_grace,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+        # Retrieve the outcome, now or later, so asyncio logs no "never retrieved".
+        job.add_done_callback(_consume)
+        if not job.done():
+            log.warning(
+                "handler of run %s still running after it was stopped (a sync handler must "
+                "poll ctx.cancelled)",
+                run.run_id,
+            )
+
+
+def _consume(fut: asyncio.Future) -> None:
+    if not fut.cancelled():
+        fut.exception()

@@ -1,0 +1,200 @@
+"""One worker's connection to one poller: the WorkerService.Connect stream, kept up.
+
+A ``PollerLink`` opens the stream, sends Hello (with ``held`` leases and
+``pending_results`` of earlier streams), waits for Welcome, then sends heartbeats and
+whatever the ``Outbox`` holds, and hands every poller message to its ``Worker``. When
+the stream fails or ends it reconnects with exponential backoff (0.1 s to 5 s, with
+jitter). Runs do not belong to a stream: they keep executing until their lease
+deadline, which the worker enforces whether or not a stream is up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import TYPE_CHECKING
+
+import grpc
+
+from shardcron.v1 import worker_pb2, worker_pb2_grpc
+
+from .outbox import Outbox
+from .wire import seconds
+
+if TYPE_CHECKING:
+    from .worker import Worker
+
+log = logging.getLogger(__name__)
+
+WELCOME_TIMEOUT = 10.0
+DEFAULT_LEASE_TTL = 30.0
+BACKOFF_MIN = 0.1
+BACKOFF_MAX = 5.0
+CHANNEL_OPTIONS: Sequence[tuple[str, int]] = (
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 5_000),
+)
+
+
+class ProtocolError(Exception):
+    pass
+
+
+def backoff_delay(failures: int) -> float:
+    """Delay before reconnect attempt after ``failures`` consecutive failures (>= 0)."""
+    base = min(BACKOFF_MAX, BACKOFF_MIN * (2**failures))
+    return base * random.uniform(0.5, 1.0)
+
+
+class PollerLink:
+    def __init__(self, worker: Worker, address: str) -> None:
+        self.worker = worker
+        self.address = address
+        self.outbox = Outbox()
+        # Results sent (or queued) and not yet acknowledged, by (run_id, fencing_token).
+        self.unacked: dict[tuple[str, int], worker_pb2.RunResult] = {}
+        self.lease_ttl = DEFAULT_LEASE_TTL
+        self.heartbeat_interval = DEFAULT_LEASE_TTL / 3
+        self.poller_id = ""
+        self.streams = 0
+        self._welcomed = asyncio.Event()
+        self._closing = False
+        self._session_welcomed = False
+        self._call: grpc.aio.StreamStreamCall | None = None
+        self._task: asyncio.Task | None = None
+
+    @property
+    def connected(self) -> bool:
+        return self._welcomed.is_set()
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"shardcron-link-{self.address}")
+
+    async def close(self) -> None:
+        self._closing = True
+        if self._call is not None:
+            self._call.cancel()
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            except Exception:
+                log.exception("poller link %s failed while closing", self.address)
+
+    # -- connection loop ------------------------------------------------------------
+    async def _run(self) -> None:
+        failures = 0
+        async with grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS) as channel:
+            stub = worker_pb2_grpc.WorkerServiceStub(channel)
+            while not self._closing:
+                self._session_welcomed = False
+                try:
+                    await self._session(stub)
+                    log.info("stream to poller %s ended", self.address)
+                except grpc.aio.AioRpcError as e:
+                    log.info("stream to poller %s failed: %s", self.address, e.code().name)
+                except (ProtocolError, TimeoutError) as e:
+                    log.warning("stream to poller %s: %s", self.address, e)
+                except Exception:
+                    log.exception("stream to poller %s broke", self.address)
+                if self._closing:
+                    break
+                failures = 0 if self._session_welcomed else failures + 1
+                self.worker.stats["reconnects"] += 1
+                await asyncio.sleep(backoff_delay(failures))
+
+    async def _session(self, stub: worker_pb2_grpc.WorkerServiceStub) -> None:
+        """One stream, until it ends or fails."""
+        done = asyncio.Event()
+        self._welcomed.clear()
+        call = stub.Connect(self._requests(done), metadata=self.worker.metadata)
+        self._call = call
+        self.streams += 1
+        heartbeats: asyncio.Task | None = None
+        try:
+            first = await asyncio.wait_for(call.read(), WELCOME_TIMEOUT)
+            if first is grpc.aio.EOF:
+                raise ProtocolError("stream closed before Welcome")
+            if first.WhichOneof("body") != "welcome":
+                raise ProtocolError(f"expected Welcome, got {first.WhichOneof('body')}")
+            self._on_welcome(first.welcome)
+            self._session_welcomed = True
+            heartbeats = asyncio.create_task(self._heartbeats())
+            while True:
+                msg = await call.read()
+                if msg is grpc.aio.EOF:
+                    return
+                self._dispatch(msg)
+        finally:
+            self._welcomed.clear()
+            done.set()
+            self.outbox.interrupt()
+            if heartbeats is not None:
+                heartbeats.cancel()
+            call.cancel()
+            self._call = None
+
+    def _on_welcome(self, welcome: worker_pb2.Welcome) -> None:
+        self.poller_id = welcome.poller_id
+        self.lease_ttl = seconds(welcome, "lease_ttl") or DEFAULT_LEASE_TTL
+        self.heartbeat_interval = seconds(welcome, "heartbeat_interval") or self.lease_ttl / 3
+        log.info(
+            "connected to poller %s (%s): lease_ttl %.3gs, heartbeat %.3gs",
+            self.address,
+            self.poller_id,
+            self.lease_ttl,
+            self.heartbeat_interval,
+        )
+        self._welcomed.set()
+
+    async def _heartbeats(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_interval)
+            self.outbox.heartbeat()
+
+    async def _requests(self, done: asyncio.Event) -> AsyncIterator[worker_pb2.WorkerMessage]:
+        # Reset and Hello in one step: nothing can be queued in between, so no result
+        # goes both in Hello.pending_results and in a Results message.
+        self.outbox.reset()
+        hello = self.worker._build_hello(self)
+        self.worker.stats["sent_hello"] += 1
+        yield worker_pb2.WorkerMessage(hello=hello)
+        if self.worker._credit_limit is not None:
+            self.outbox.credits(self.worker._credit_limit)
+        waiter = asyncio.ensure_future(self._welcomed.wait())
+        stopper = asyncio.ensure_future(done.wait())
+        try:
+            await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+            stopper.cancel()
+        while not done.is_set():
+            for msg in await self.outbox.take(done, lambda: self.worker._build_heartbeat(self)):
+                self.worker.stats["sent_" + msg.WhichOneof("body")] += 1
+                yield msg
+
+    # -- incoming -------------------------------------------------------------------
+    def _dispatch(self, msg: worker_pb2.PollerMessage) -> None:
+        kind = msg.WhichOneof("body")
+        self.worker.stats["received_" + str(kind)] += 1
+        w = self.worker
+        if kind == "leases":
+            w._on_leases(self, msg.leases.leases)
+        elif kind == "renewals":
+            w._on_renewals(self, msg.renewals, time.monotonic())
+        elif kind == "cancels":
+            w._on_cancels(self, msg.cancels.cancels)
+        elif kind == "acks":
+            w._on_acks(self, msg.acks.acks)
+        elif kind == "welcome":
+            self._on_welcome(msg.welcome)  # a repeated Welcome only updates the timings
+        else:
+            log.warning("unknown message from poller %s: %s", self.address, kind)

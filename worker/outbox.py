@@ -1,0 +1,210 @@
+"""The send queue of one lease stream: everything a worker sends goes through it.
+
+Items of one kind queued while the previous message was being written (or within
+one coalescing window) leave as ONE message: Started refs, Results and Output
+chunks are merged; a Heartbeat is built at send time with the leases held then.
+Output is flushed when 64 KiB is buffered, when ``output_interval`` has passed since
+the oldest buffered byte, or before a Results message (so a run's output precedes
+its result). Output survives a reconnect (bounded); Started, Results and heartbeats
+do not (``Hello.held`` and ``Hello.pending_results`` carry them instead).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from datetime import datetime
+
+from shardcron.v1 import types_pb2, worker_pb2
+
+from .wire import timestamp
+
+MAX_OUTPUT_MESSAGE = 64 * 1024
+MAX_RESULTS_MESSAGE = 500
+
+
+class _Chunk:
+    __slots__ = ("run_id", "stream", "data")
+
+    def __init__(self, run_id: str, stream: str, data: bytes) -> None:
+        self.run_id = run_id
+        self.stream = stream
+        self.data = bytearray(data)
+
+
+class Outbox:
+    def __init__(
+        self,
+        *,
+        linger: float = 0.005,
+        output_interval: float = 0.1,
+        output_buffer: int = 8 * 1024 * 1024,
+    ) -> None:
+        self.linger = linger
+        self.output_interval = output_interval
+        self.output_buffer = output_buffer
+        self.dropped_output_bytes = 0
+        self._started: list[worker_pb2.LeaseRef] = []
+        self._started_at: datetime | None = None
+        self._results: list[worker_pb2.RunResult] = []
+        self._chunks: list[_Chunk] = []
+        self._chunk_bytes = 0
+        self._chunks_since: float | None = None
+        self._credits: int | None = None
+        self._heartbeat = False
+        self._wake = asyncio.Event()
+
+    # -- producers ---------------------------------------------------------------
+    def started(self, ref: worker_pb2.LeaseRef, at: datetime) -> None:
+        if not self._started:
+            self._started_at = at
+        self._started.append(ref)
+        self._wake.set()
+
+    def result(self, result: worker_pb2.RunResult) -> None:
+        self._results.append(result)
+        self._wake.set()
+
+    def credits(self, limit: int) -> None:
+        self._credits = limit
+        self._wake.set()
+
+    def heartbeat(self) -> None:
+        self._heartbeat = True
+        self._wake.set()
+
+    def output(self, run_id: str, stream: str, data: bytes) -> None:
+        for i in range(0, len(data), MAX_OUTPUT_MESSAGE):
+            self._add_output(run_id, stream, data[i : i + MAX_OUTPUT_MESSAGE])
+
+    def _add_output(self, run_id: str, stream: str, data: bytes) -> None:
+        if not data:
+            return
+        last = self._chunks[-1] if self._chunks else None
+        if (
+            last is not None
+            and last.run_id == run_id
+            and last.stream == stream
+            and len(last.data) + len(data) <= MAX_OUTPUT_MESSAGE
+        ):
+            last.data += data
+        else:
+            self._chunks.append(_Chunk(run_id, stream, data))
+        was_empty = self._chunks_since is None
+        if was_empty:
+            self._chunks_since = time.monotonic()
+        self._chunk_bytes += len(data)
+        while self._chunk_bytes > self.output_buffer and len(self._chunks) > 1:
+            dropped = self._chunks.pop(0)
+            self._chunk_bytes -= len(dropped.data)
+            self.dropped_output_bytes += len(dropped.data)
+        if was_empty or self._chunk_bytes >= MAX_OUTPUT_MESSAGE:
+            self._wake.set()
+
+    def interrupt(self) -> None:
+        """Wake a waiting ``take`` (the stream ended)."""
+        self._wake.set()
+
+    def reset(self) -> None:
+        """A new stream begins: drop what Hello carries instead; keep buffered output."""
+        self._started.clear()
+        self._started_at = None
+        self._results.clear()
+        self._credits = None
+        self._heartbeat = False
+
+    @property
+    def pending(self) -> int:
+        return len(self._started) + len(self._results) + len(self._chunks)
+
+    # -- consumer ----------------------------------------------------------------
+    def _until_due(self) -> float | None:
+        """0 when something must go now, else seconds until output is due, or None."""
+        if self._credits is not None or self._started or self._results or self._heartbeat:
+            return 0.0
+        if self._chunks_since is not None:
+            if self._chunk_bytes >= MAX_OUTPUT_MESSAGE:
+                return 0.0
+            return max(0.0, self._chunks_since + self.output_interval - time.monotonic())
+        return None
+
+    async def take(
+        self, done: asyncio.Event, build_heartbeat: Callable[[], worker_pb2.Heartbeat]
+    ) -> list[worker_pb2.WorkerMessage]:
+        """The next messages to send, merged by kind; [] once ``done`` is set."""
+        while True:
+            if done.is_set():
+                return []
+            wait = self._until_due()
+            if wait == 0.0:
+                break
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), wait)
+        if self._started or self._results:
+            await self._coalesce()
+        return self._drain(build_heartbeat)
+
+    async def _coalesce(self) -> None:
+        """Let items of the same burst join: yield ticks while more keep arriving."""
+        end = time.monotonic() + self.linger
+        count = len(self._started) + len(self._results)
+        while time.monotonic() < end:
+            await asyncio.sleep(0)
+            now = len(self._started) + len(self._results)
+            if now == count:
+                await asyncio.sleep(0)
+                if len(self._started) + len(self._results) == now:
+                    return
+            count = len(self._started) + len(self._results)
+
+    def _drain(
+        self, build_heartbeat: Callable[[], worker_pb2.Heartbeat]
+    ) -> list[worker_pb2.WorkerMessage]:
+        out: list[worker_pb2.WorkerMessage] = []
+        if self._credits is not None:
+            out.append(worker_pb2.WorkerMessage(credits=worker_pb2.Credits(limit=self._credits)))
+            self._credits = None
+        if self._started:
+            msg = worker_pb2.Started(leases=self._started)
+            if self._started_at is not None:
+                msg.at.CopyFrom(timestamp(self._started_at))
+            out.append(worker_pb2.WorkerMessage(started=msg))
+            self._started = []
+            self._started_at = None
+        if self._chunks and (
+            self._results
+            or self._chunk_bytes >= MAX_OUTPUT_MESSAGE
+            or time.monotonic() - (self._chunks_since or 0.0) >= self.output_interval
+        ):
+            out.extend(self._output_messages())
+        if self._results:
+            for i in range(0, len(self._results), MAX_RESULTS_MESSAGE):
+                batch = self._results[i : i + MAX_RESULTS_MESSAGE]
+                out.append(worker_pb2.WorkerMessage(results=worker_pb2.Results(results=batch)))
+            self._results = []
+        if self._heartbeat:
+            self._heartbeat = False
+            out.append(worker_pb2.WorkerMessage(heartbeat=build_heartbeat()))
+        return out
+
+    def _output_messages(self) -> list[worker_pb2.WorkerMessage]:
+        out = []
+        batch: list[types_pb2.OutputChunk] = []
+        size = 0
+        for c in self._chunks:
+            if batch and size + len(c.data) > MAX_OUTPUT_MESSAGE:
+                out.append(worker_pb2.WorkerMessage(output=worker_pb2.Output(chunks=batch)))
+                batch, size = [], 0
+            batch.append(
+                types_pb2.OutputChunk(run_id=c.run_id, stream=c.stream, data=bytes(c.data))
+            )
+            size += len(c.data)
+        if batch:
+            out.append(worker_pb2.WorkerMessage(output=worker_pb2.Output(chunks=batch)))
+        self._chunks = []
+        self._chunk_bytes = 0
+        self._chunks_since = None
+        return out

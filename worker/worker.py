@@ -1,0 +1,394 @@
+"""The worker: takes leases from pollers, runs them, renews them, reports results.
+
+``Worker`` owns the runs, their lease deadlines and the executors; each poller
+address gets a ``PollerLink`` (one stream). A run is killed at once, and its result
+never reported, when its lease is revoked (Renewal ok=false) or its deadline passes
+without renewal: no run outlives its lease ("never twice at once").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import os
+import socket
+import time
+import uuid
+from collections import Counter, deque
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+
+import shardcron
+from shardcron.client.types import CommandTask, HandlerTask, RunReason
+from shardcron.v1 import worker_pb2
+
+from .executor import (
+    CommandExecutor,
+    ExecResult,
+    HandlerExecutor,
+    RunContext,
+    failed_result,
+    utcnow,
+)
+from .handlers import HandlerRegistry
+from .handlers import registry as default_registry
+from .link import PollerLink
+from .wire import reason_from_pb, result_to_pb, seconds, task_from_pb
+
+log = logging.getLogger(__name__)
+
+Target = str | Sequence[str] | Callable[[], list[str] | Awaitable[list[str]]]
+WATCHDOG_PERIOD = 0.1
+TARGET_REFRESH = 5.0
+MAX_PENDING_HEARTBEATS = 256
+
+
+@dataclass(eq=False)
+class _Run:
+    ctx: RunContext
+    link: PollerLink
+    token: int
+    slots: int
+    deadline: float  # monotonic: the run must be dead by then unless renewed
+    task: asyncio.Task | None = None
+    lost: bool = False  # lease gone: killed, result never reported
+    abandoned: bool = False  # worker stopping without drain: result never reported
+    # Send times of heartbeats (or Hello.held) naming this run, not yet answered.
+    pending_renewals: deque[float] = field(default_factory=deque)
+
+    @property
+    def ref(self) -> worker_pb2.LeaseRef:
+        return worker_pb2.LeaseRef(run_id=self.ctx.run_id, fencing_token=self.token)
+
+
+class Worker:
+    """Connects to poller(s) and runs what they lease, until ``stop()``.
+
+    ``target`` is "host:port", a list of them, or a callable (sync or async) returning
+    the current list, re-read every 5 s. Each address gets its own stream; runs are
+    reported to the poller that leased them.
+    """
+
+    def __init__(
+        self,
+        target: Target,
+        *,
+        worker_id: str | None = None,
+        slots: int = 8,
+        labels: dict[str, str] | None = None,
+        registry: HandlerRegistry | None = None,
+        runs_commands: bool = True,
+        cpu_millis: int = 0,
+        memory_mb: int = 0,
+        kill_grace: float = 5.0,
+        metadata: Sequence[tuple[str, str]] | dict[str, str] | None = None,
+    ) -> None:
+        if slots < 1:
+            raise ValueError("slots must be at least 1")
+        self.target = target
+        self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.slots = slots
+        self.labels = dict(labels or {})
+        self.registry = registry if registry is not None else default_registry
+        self.runs_commands = runs_commands
+        self.cpu_millis = cpu_millis
+        self.memory_mb = memory_mb
+        self.kill_grace = kill_grace
+        if isinstance(metadata, dict):
+            metadata = list(metadata.items())
+        self.metadata = tuple(metadata or ())
+        self.stats: Counter[str] = Counter()
+        self._runs: dict[str, _Run] = {}
+        self._slots_used = 0
+        self._links: dict[str, PollerLink] = {}
+        self._credit_limit: int | None = None  # set to 0 while draining
+        self._accepting = True
+        self._started = False
+        self._stop_event = asyncio.Event()
+        self._done = asyncio.Event()
+        self._commands = CommandExecutor(kill_grace=kill_grace)
+        self._handlers: HandlerExecutor | None = None
+
+    # -- observability ------------------------------------------------------------------
+    @property
+    def slots_used(self) -> int:
+        return self._slots_used
+
+    @property
+    def running(self) -> list[str]:
+        return list(self._runs)
+
+    @property
+    def connected(self) -> bool:
+        return any(link.connected for link in self._links.values())
+
+    @property
+    def links(self) -> list[PollerLink]:
+        return list(self._links.values())
+
+    # -- lifecycle --------------------------------------------------------------------
+    async def run(self) -> None:
+        """Connect and serve leases until ``stop()``."""
+        if self._started:
+            raise RuntimeError("Worker.run() is already running or has run")
+        self._started = True
+        self._handlers = HandlerExecutor(
+            self.registry, max_threads=self.slots, kill_grace=self.kill_grace
+        )
+        watchdog = asyncio.create_task(self._watchdog(), name="shardcron-lease-watchdog")
+        try:
+            await self._supervise()
+        finally:
+            self._accepting = False
+            for r in self._runs.values():
+                r.abandoned = True
+                r.ctx.kill()
+            tasks = [r.task for r in self._runs.values() if r.task is not None]
+            if tasks:
+                await asyncio.wait(tasks, timeout=self.kill_grace + 1)
+            for link in list(self._links.values()):
+                await link.close()
+            self._links.clear()
+            watchdog.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watchdog
+            self._handlers.close()
+            self._done.set()
+
+    async def stop(self, drain: bool = False, timeout: float | None = None) -> None:
+        """Stop. ``drain``: take no new leases (Credits 0), let running runs finish and
+        their results be acknowledged (up to ``timeout``). Without drain (or after the
+        timeout) running runs are terminated (SIGTERM, grace, SIGKILL) and not reported:
+        the pollers re-lease them when their leases expire."""
+        if not self._started:
+            self._stop_event.set()  # run() will return at once
+            return
+        if drain and not self._stop_event.is_set():
+            self._credit_limit = 0
+            for link in self._links.values():
+                link.outbox.credits(0)
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while self._runs or any(link.unacked for link in self._links.values()):
+                if deadline is not None and time.monotonic() >= deadline:
+                    log.warning("drain timed out with %d runs still going", len(self._runs))
+                    break
+                await asyncio.sleep(0.02)
+        self._accepting = False
+        for r in list(self._runs.values()):
+            r.abandoned = True
+            r.ctx.cancel(RunReason.WORKER_LOST)
+        tasks = [r.task for r in self._runs.values() if r.task is not None]
+        if tasks:
+            await asyncio.wait(tasks)
+        self._stop_event.set()
+        await self._done.wait()
+
+    async def _resolve_targets(self) -> list[str]:
+        t = self.target
+        if isinstance(t, str):
+            return [t]
+        if callable(t):
+            found = t()
+            if inspect.isawaitable(found):
+                found = await found
+            return list(dict.fromkeys(found))
+        return list(dict.fromkeys(t))
+
+    async def _supervise(self) -> None:
+        """Keep one link per target address; re-read a callable target periodically."""
+        while not self._stop_event.is_set():
+            try:
+                wanted = await self._resolve_targets()
+            except Exception:
+                log.exception("resolving poller addresses failed; keeping the current ones")
+                wanted = list(self._links)
+            for address in wanted:
+                if address not in self._links:
+                    link = PollerLink(self, address)
+                    self._links[address] = link
+                    link.start()
+            for address, link in list(self._links.items()):
+                # A poller that left keeps its link until its runs and results are done.
+                if address not in wanted and not link.unacked and not self._runs_of(link):
+                    del self._links[address]
+                    await link.close()
+            if not callable(self.target):
+                await self._stop_event.wait()
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop_event.wait(), TARGET_REFRESH)
+
+    # -- building messages (called by links) -------------------------------------------
+    def _runs_of(self, link: PollerLink) -> list[_Run]:
+        return [r for r in self._runs.values() if r.link is link and not r.lost]
+
+    def _build_hello(self, link: PollerLink) -> worker_pb2.Hello:
+        now = time.monotonic()
+        held = []
+        for r in self._runs_of(link):
+            # Heartbeats of the old stream will never be answered; Hello.held will.
+            r.pending_renewals.clear()
+            r.pending_renewals.append(now)
+            held.append(r.ref)
+        return worker_pb2.Hello(
+            worker_id=self.worker_id,
+            slots=self.slots,
+            cpu_millis=self.cpu_millis,
+            memory_mb=self.memory_mb,
+            labels=self.labels,
+            handlers=self.registry.names(),
+            runs_commands=self.runs_commands,
+            version=shardcron.__version__,
+            pending_results=list(link.unacked.values()),
+            held=held,
+        )
+
+    def _build_heartbeat(self, link: PollerLink) -> worker_pb2.Heartbeat:
+        now = time.monotonic()
+        refs = []
+        for r in self._runs_of(link):
+            if len(r.pending_renewals) < MAX_PENDING_HEARTBEATS:
+                r.pending_renewals.append(now)  # keep the oldest: the safe side
+            refs.append(r.ref)
+        return worker_pb2.Heartbeat(leases=refs)
+
+    # -- poller messages ----------------------------------------------------------------
+    def _on_leases(self, link: PollerLink, leases: Iterable[worker_pb2.Lease]) -> None:
+        now = time.monotonic()
+        at = utcnow()
+        for lease in leases:
+            self.stats["leased"] += 1
+            if not self._accepting:
+                self.stats["refused"] += 1
+                log.warning("lease %s arrived while stopping: not run", lease.run_id)
+                continue
+            prev = self._runs.get(lease.run_id)
+            if prev is not None and not prev.lost and prev.token == lease.fencing_token:
+                log.warning("duplicate lease %s/%d ignored", lease.run_id, lease.fencing_token)
+                continue
+            if prev is not None:
+                self._lose(prev, "re-leased with a new token")
+            slots = max(1, lease.resources.slots)
+            if self.slots_used + slots > self.slots:
+                log.warning(
+                    "lease %s exceeds free slots (%d used of %d): running it anyway",
+                    lease.run_id,
+                    self.slots_used,
+                    self.slots,
+                )
+            task = task_from_pb(lease.task)
+            ctx = RunContext(
+                run_id=lease.run_id,
+                task=task or HandlerTask(name=""),
+                job_id=lease.job_id,
+                attempt=lease.attempt,
+                fencing_token=lease.fencing_token,
+                timeout=seconds(lease, "timeout"),
+                on_output=partial(self._on_output, link, lease.run_id),
+            )
+            ttl = seconds(lease, "lease_ttl") or link.lease_ttl
+            run = _Run(
+                ctx=ctx, link=link, token=lease.fencing_token, slots=slots, deadline=now + ttl
+            )
+            self._runs[lease.run_id] = run
+            self._slots_used += slots
+            run.task = asyncio.create_task(self._execute(run, task, prev))
+            link.outbox.started(run.ref, at)
+
+    def _on_output(self, link: PollerLink, run_id: str, stream: str, data: bytes) -> None:
+        self.stats["output_bytes"] += len(data)
+        link.outbox.output(run_id, stream, data)
+
+    def _on_renewals(self, link: PollerLink, renewals: worker_pb2.Renewals, now: float) -> None:
+        ttl = seconds(renewals, "lease_ttl") or link.lease_ttl
+        for ren in renewals.renewals:
+            run = self._runs.get(ren.run_id)
+            if run is None or run.link is not link or run.lost or run.token != ren.fencing_token:
+                continue
+            sent = run.pending_renewals.popleft() if run.pending_renewals else None
+            if not ren.ok:
+                self.stats["revoked"] += 1
+                self._lose(run, "lease revoked by the poller")
+            elif sent is not None:
+                run.deadline = max(run.deadline, sent + ttl)
+                self.stats["renewed"] += 1
+
+    def _on_cancels(self, link: PollerLink, cancels: Iterable[worker_pb2.Cancel]) -> None:
+        for c in cancels:
+            run = self._runs.get(c.run_id)
+            if run is None or run.link is not link or run.lost:
+                continue
+            if c.fencing_token and c.fencing_token != run.token:
+                continue
+            self.stats["cancel_requests"] += 1
+            run.ctx.cancel(reason_from_pb(c.reason) or RunReason.CANCELLED_BY_USER)
+
+    def _on_acks(self, link: PollerLink, acks: Iterable[worker_pb2.ResultAck]) -> None:
+        for a in acks:
+            if link.unacked.pop((a.run_id, a.fencing_token), None) is None:
+                continue
+            self.stats["results_accepted" if a.accepted else "results_rejected"] += 1
+            if not a.accepted:
+                log.info("result of run %s rejected: %s", a.run_id, a.reason or "stale token")
+
+    # -- runs ---------------------------------------------------------------------------
+    def _lose(self, run: _Run, why: str) -> None:
+        """The lease is gone: kill the run now; its result will not be reported."""
+        if run.lost:
+            return
+        run.lost = True
+        self.stats["lost"] += 1
+        log.warning("run %s (token %d) killed: %s", run.ctx.run_id, run.token, why)
+        run.ctx.kill()
+
+    async def _watchdog(self) -> None:
+        """Kill every run whose lease deadline has passed; wake at the next deadline."""
+        while True:
+            now = time.monotonic()
+            wake = now + WATCHDOG_PERIOD
+            for run in list(self._runs.values()):
+                if run.lost:
+                    continue
+                if run.deadline <= now:
+                    self._lose(run, "lease expired without renewal")
+                else:
+                    wake = min(wake, run.deadline)
+            await asyncio.sleep(max(0.0, wake - time.monotonic()))
+
+    async def _execute(
+        self, run: _Run, task: CommandTask | HandlerTask | None, prev: _Run | None
+    ) -> None:
+        ctx = run.ctx
+        try:
+            if prev is not None and prev.task is not None:
+                await asyncio.wait({prev.task})  # the old attempt is being killed
+            res = await self._run_task(ctx, task)
+        except Exception as e:
+            log.exception("run %s: worker error", ctx.run_id)
+            res = failed_result(RunReason.HANDLER_ERROR, f"worker error: {type(e).__name__}: {e}")
+        finally:
+            self._slots_used -= run.slots
+            if self._runs.get(ctx.run_id) is run:
+                del self._runs[ctx.run_id]
+        if run.lost or run.abandoned:
+            self.stats["dropped_results"] += 1
+            return
+        self.stats[res.state.value.lower()] += 1
+        result = result_to_pb(ctx.run_id, run.token, res)
+        run.link.unacked[(ctx.run_id, run.token)] = result
+        run.link.outbox.result(result)
+
+    async def _run_task(
+        self, ctx: RunContext, task: CommandTask | HandlerTask | None
+    ) -> ExecResult:
+        if isinstance(task, CommandTask):
+            if not self.runs_commands:
+                return failed_result(RunReason.SPAWN_FAILED, "this worker does not run commands")
+            return await self._commands.execute(ctx)
+        if isinstance(task, HandlerTask):
+            assert self._handlers is not None
+            return await self._handlers.execute(ctx)
+        return failed_result(RunReason.SPAWN_FAILED, "the lease carries no task")
