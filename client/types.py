@@ -271,7 +271,9 @@ class Run:
     output_bytes: int = 0
     replayed_from: str = ""  # a dead letter this run replays
     dead_letter: bool = False  # final failure with no attempt left, not yet replayed or dropped
-    schedule_version: int = 0  # scheduled fires: the job's schedule_version that made it; 0 otherwise
+    schedule_version: int = (
+        0  # scheduled fires: the job's schedule_version that made it; 0 otherwise
+    )
 
     @property
     def is_final(self) -> bool:

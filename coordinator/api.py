@@ -80,7 +80,9 @@ class JobsApi:
         fire, skips = first_fire(job, now=now, shard_count=shards)
         runs: list[Run] = list(skips)
         if fire is None:
-            job = dataclasses.replace(job, next_fire_at=None, next_fire_key="", state=JobState.COMPLETED)
+            job = dataclasses.replace(
+                job, next_fire_at=None, next_fire_key="", state=JobState.COMPLETED
+            )
             return NewJob(job=job, runs=runs)
         run = make_run(job, fire, shard_count=shards, now=now)
         if run.due_at < now:  # an AT in the past runs now
@@ -89,14 +91,19 @@ class JobsApi:
         job = dataclasses.replace(job, next_fire_at=fire.at, next_fire_key=fire.key)
         return NewJob(job=job, runs=runs)
 
-    async def create_jobs(self, owner: str, items: Sequence[tuple[JobSpec, str]]) -> list[tuple[Job, bool]]:
+    async def create_jobs(
+        self, owner: str, items: Sequence[tuple[JobSpec, str]]
+    ) -> list[tuple[Job, bool]]:
         if len(items) > MAX_BATCH:
             raise InvalidArgument("jobs", f"at most {MAX_BATCH} jobs per call")
         single = len(items) == 1
         for i, (spec, key) in enumerate(items):
             validate_spec(spec, "spec" if single else f"jobs[{i}].spec")
             if len(key) > 200:
-                raise InvalidArgument("idempotency_key" if single else f"jobs[{i}].idempotency_key", "at most 200 characters")
+                raise InvalidArgument(
+                    "idempotency_key" if single else f"jobs[{i}].idempotency_key",
+                    "at most 200 characters",
+                )
         now = utcnow()
         new = [self._new_job(owner, spec, key, now) for spec, key in items]
         results = await self.store.create_jobs(new)
@@ -123,7 +130,9 @@ class JobsApi:
             raise InvalidArgument("expected_version", "must not be negative")
         return await self.store.get_job(owner, job_id)
 
-    async def update_job(self, owner: str, job_id: str, spec: JobSpec, expected_version: int) -> Job:
+    async def update_job(
+        self, owner: str, job_id: str, spec: JobSpec, expected_version: int
+    ) -> Job:
         if expected_version <= 0:
             raise InvalidArgument("expected_version", "required: the version of the job you read")
         validate_spec(spec)
@@ -132,17 +141,25 @@ class JobsApi:
             raise FailedPrecondition(f"job {job_id} is deleted")
         now = utcnow()
         if spec.schedule.kind == ScheduleKind.INTERVAL and spec.schedule.anchor is None:
-            anchor = job.spec.schedule.anchor if job.spec.schedule.interval == spec.schedule.interval else None
+            anchor = (
+                job.spec.schedule.anchor
+                if job.spec.schedule.interval == spec.schedule.interval
+                else None
+            )
             spec = spec.replace(schedule=dataclasses.replace(spec.schedule, anchor=anchor or now))
         version = expected_version + 1
         updated = dataclasses.replace(job, spec=spec, version=version, updated_at=now)
         runs: list[Run] = []
         if spec.schedule != job.spec.schedule:
             state = JobState.ACTIVE if job.state == JobState.COMPLETED else job.state
-            fresh = self._with_first_fire(dataclasses.replace(updated, schedule_version=version, state=state), now)
+            fresh = self._with_first_fire(
+                dataclasses.replace(updated, schedule_version=version, state=state), now
+            )
             updated, runs = fresh.job, list(fresh.runs)
         due = [r for r in runs if r.state == RunState.PENDING]
-        stored = await self.store.update_job(updated, expected_version=expected_version, runs=runs, due=due)
+        stored = await self.store.update_job(
+            updated, expected_version=expected_version, runs=runs, due=due
+        )
         self._hint(due)
         if stored.schedule_version != job.schedule_version:
             # fires of the old schedule end now, not when they would have come due
@@ -153,10 +170,14 @@ class JobsApi:
                         await self.link.cancel(old, RunReason.SUPERSEDED)
         return stored
 
-    async def _set_state(self, owner: str, job_id: str, expected_version: int, state: JobState, **changes: object) -> Job:
+    async def _set_state(
+        self, owner: str, job_id: str, expected_version: int, state: JobState, **changes: object
+    ) -> Job:
         job = await self._load(owner, job_id, expected_version)
         version = expected_version or job.version
-        updated = dataclasses.replace(job, state=state, version=version + 1, updated_at=utcnow(), **changes)  # type: ignore[arg-type]
+        updated = dataclasses.replace(
+            job, state=state, version=version + 1, updated_at=utcnow(), **changes
+        )  # type: ignore[arg-type]
         return await self.store.update_job(updated, expected_version=version)
 
     async def pause_job(self, owner: str, job_id: str, expected_version: int = 0) -> Job:
@@ -164,15 +185,21 @@ class JobsApi:
         if job.state == JobState.PAUSED:
             return job
         if job.state != JobState.ACTIVE:
-            raise FailedPrecondition(f"job {job_id} is {job.state.value}; only an ACTIVE job can be paused")
-        return await self._set_state(owner, job_id, expected_version, JobState.PAUSED, pause_reason="paused by user")
+            raise FailedPrecondition(
+                f"job {job_id} is {job.state.value}; only an ACTIVE job can be paused"
+            )
+        return await self._set_state(
+            owner, job_id, expected_version, JobState.PAUSED, pause_reason="paused by user"
+        )
 
     async def resume_job(self, owner: str, job_id: str, expected_version: int = 0) -> Job:
         job = await self._load(owner, job_id, expected_version)
         if job.state == JobState.ACTIVE:
             return job
         if job.state != JobState.PAUSED:
-            raise FailedPrecondition(f"job {job_id} is {job.state.value}; only a PAUSED job can be resumed")
+            raise FailedPrecondition(
+                f"job {job_id} is {job.state.value}; only a PAUSED job can be resumed"
+            )
         now = utcnow()
         # runs that waited while the job was paused (one-off runs, retries, manual runs)
         # go back into the due index, due now
@@ -190,11 +217,15 @@ class JobsApi:
             pause_reason="",
             consecutive_failures=0,
         )
-        stored = await self.store.update_job(updated, expected_version=version, runs=parked, due=parked)
+        stored = await self.store.update_job(
+            updated, expected_version=version, runs=parked, due=parked
+        )
         self._hint(parked)
         return stored
 
-    async def delete_job(self, owner: str, job_id: str, expected_version: int = 0, cancel_running: bool = False) -> Job:
+    async def delete_job(
+        self, owner: str, job_id: str, expected_version: int = 0, cancel_running: bool = False
+    ) -> Job:
         job = await self._load(owner, job_id, expected_version)
         if job.state == JobState.DELETED:
             return job
@@ -231,7 +262,9 @@ class JobsApi:
             replayed_from=replayed_from,
         )
 
-    async def preview_fires(self, owner: str, source: str | Schedule, count: int, after: datetime | None) -> list[Fire]:
+    async def preview_fires(
+        self, owner: str, source: str | Schedule, count: int, after: datetime | None
+    ) -> list[Fire]:
         if not 0 <= count <= 1000:
             raise InvalidArgument("count", "must be 0 to 1000")
         if isinstance(source, str):
@@ -278,13 +311,17 @@ class JobsApi:
         out: list[Run] = []
         token = ""
         while True:
-            page = await self.store.list_dead_letters(owner, job_id=job_id, page_size=1000, page_token=token)
+            page = await self.store.list_dead_letters(
+                owner, job_id=job_id, page_size=1000, page_token=token
+            )
             out.extend(page.items)
             if not page.next_page_token:
                 return out
             token = page.next_page_token
 
-    async def replay_dead_letters(self, owner: str, run_ids: Sequence[str], job_id: str) -> list[Run]:
+    async def replay_dead_letters(
+        self, owner: str, run_ids: Sequence[str], job_id: str
+    ) -> list[Run]:
         runs = await self._dead_letters(owner, run_ids, job_id)
         now = utcnow()
         jobs = await self.store.get_jobs(list({r.job_id for r in runs}))
@@ -293,7 +330,11 @@ class JobsApi:
             job = jobs.get(run.job_id)
             if job is None or job.state == JobState.DELETED:
                 raise FailedPrecondition(f"job {run.job_id} of run {run.id} is deleted")
-            fresh.append(self._extra_run(job, f"{REPLAY_PREFIX}{run.id}:{new_job_id()}", now, replayed_from=run.id))
+            fresh.append(
+                self._extra_run(
+                    job, f"{REPLAY_PREFIX}{run.id}:{new_job_id()}", now, replayed_from=run.id
+                )
+            )
         cleared = [dataclasses.replace(r, dead_letter=False) for r in runs]
         await self.store.commit(runs=cleared + fresh, due=fresh)
         self._hint(fresh)
@@ -307,4 +348,3 @@ class JobsApi:
     async def read_output(self, owner: str, run_id_: str, offset: int) -> tuple[Run, list]:  # type: ignore[type-arg]
         run = await self.get_run(owner, run_id_)
         return run, await self.store.read_output(run_id_, offset=offset)
-

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -24,6 +25,7 @@ from shardcron.client.types import (
     Run,
     RunReason,
     RunState,
+    Schedule,
     ScheduleKind,
 )
 from shardcron.coordinator.ids import run_id, shard_for
@@ -94,10 +96,14 @@ def first_fire(job: Job, *, now: datetime, shard_count: int) -> tuple[Fire | Non
         if schedule.end_at is not None and at > schedule.end_at:
             return None, []
         return Fire(key=at.isoformat(), at=at, local=at), []
-    return _next_runnable(job, after=now - timedelta(microseconds=1), now=now, shard_count=shard_count)
+    return _next_runnable(
+        job, after=now - timedelta(microseconds=1), now=now, shard_count=shard_count
+    )
 
 
-def _next_runnable(job: Job, *, after: datetime, now: datetime, shard_count: int) -> tuple[Fire | None, list[Run]]:
+def _next_runnable(
+    job: Job, *, after: datetime, now: datetime, shard_count: int
+) -> tuple[Fire | None, list[Run]]:
     skips: list[Run] = []
     for fire in iter_fires(job.spec.schedule, after):
         if fire.skip_reason == RunReason.NONE:
@@ -109,28 +115,38 @@ def _next_runnable(job: Job, *, after: datetime, now: datetime, shard_count: int
     return None, skips
 
 
-def on_fire_due(job: Job, run: Run, *, now: datetime, shard_count: int, paused: bool) -> FireOutcome:
+def on_fire_due(
+    job: Job,
+    run: Run,
+    *,
+    now: datetime,
+    shard_count: int,
+    paused: bool,
+    grace: timedelta = MISFIRE_GRACE,
+) -> FireOutcome:
     """A scheduled fire of a recurring job is due: apply the misfire policy,
-    record the fires it passed over, and materialise the next one."""
+    record the fires it passed over, and materialise the next one.
+
+    A fire more than ``grace`` past its time is a misfire."""
     out = FireOutcome()
     spec = job.spec
     overdue: list[Fire] = []
     last_seen = run.fire_at
-    if now - run.fire_at > MISFIRE_GRACE:
+    if now - run.fire_at > grace:
         for fire in iter_fires(spec.schedule, run.fire_at):
-            if now - fire.at <= MISFIRE_GRACE:
+            if now - fire.at <= grace:
                 break
             overdue.append(fire)
             last_seen = fire.at
             if len(overdue) > MAX_SKIP_RECORDS:
                 # far behind: jump to the present and count the rest
-                jumped = sum(1 for _ in _take_until(spec.schedule, fire.at, now - MISFIRE_GRACE))
+                jumped = sum(1 for _ in _take_until(spec.schedule, fire.at, now - grace))
                 out.skipped[RunReason.MISFIRE] = out.skipped.get(RunReason.MISFIRE, 0) + jumped
-                nf = next_fire(spec.schedule, now - MISFIRE_GRACE)
-                last_seen = now - MISFIRE_GRACE if nf is None else nf.at - timedelta(microseconds=1)
+                nf = next_fire(spec.schedule, now - grace)
+                last_seen = now - grace if nf is None else nf.at - timedelta(microseconds=1)
                 break
 
-    this_overdue = now - run.due_at > MISFIRE_GRACE
+    this_overdue = now - run.due_at > grace
     if paused:
         _skip(out, job, [run], RunReason.PAUSED, now)
         _skip_fires(out, job, overdue, RunReason.PAUSED, now, shard_count)
@@ -163,9 +179,11 @@ def on_fire_due(job: Job, run: Run, *, now: datetime, shard_count: int, paused: 
     return out
 
 
-def _take_until(schedule, after: datetime, until: datetime):  # type: ignore[no-untyped-def]
-    for fire in iter_fires(schedule, after):
-        if fire.at > until:
+def _take_until(
+    schedule: Schedule, after: datetime, until: datetime, cap: int = 1_000_000
+) -> Iterator[Fire]:
+    for i, fire in enumerate(iter_fires(schedule, after)):
+        if fire.at > until or i >= cap:
             return
         yield fire
 
@@ -177,7 +195,14 @@ def _skip(out: FireOutcome, job: Job, runs: list[Run], reason: RunReason, now: d
         out.run_this = False
 
 
-def _skip_fires(out: FireOutcome, job: Job, fires: list[Fire], reason: RunReason, now: datetime, shard_count: int) -> None:
+def _skip_fires(
+    out: FireOutcome,
+    job: Job,
+    fires: list[Fire],
+    reason: RunReason,
+    now: datetime,
+    shard_count: int,
+) -> None:
     for i, fire in enumerate(fires):
         why = fire.skip_reason if fire.skip_reason != RunReason.NONE else reason
         out.skipped[why] = out.skipped.get(why, 0) + 1

@@ -27,27 +27,48 @@ class Metrics:
             registry=r,
         )
         self.runs_final = Counter(
-            "shardcron_runs_final_total", "Runs that reached a final state", ["state", "reason"], registry=r
+            "shardcron_runs_final_total",
+            "Runs that reached a final state",
+            ["state", "reason"],
+            registry=r,
         )
         self.fires_skipped = Counter(
-            "shardcron_fires_skipped_total", "Fires recorded SKIPPED or MISSED, by reason", ["reason"], registry=r
+            "shardcron_fires_skipped_total",
+            "Fires recorded SKIPPED or MISSED, by reason",
+            ["reason"],
+            registry=r,
         )
         self.runs_leased = Counter("shardcron_runs_leased_total", "Leases granted", registry=r)
         self.results_rejected = Counter(
-            "shardcron_results_rejected_total", "Results refused for a stale fencing token", registry=r
+            "shardcron_results_rejected_total",
+            "Results refused for a stale fencing token",
+            registry=r,
         )
         self.leases_expired = Counter(
             "shardcron_leases_expired_total", "Leases that ran out without renewal", registry=r
         )
-        self.active_leases = Gauge("shardcron_active_leases", "Leases held by workers now", registry=r)
-        self.ready_runs = Gauge("shardcron_ready_runs", "Due runs waiting for a worker slot", registry=r)
-        self.owned_shards = Gauge("shardcron_owned_shards", "Shards this poller serves", registry=r)
-        self.epoch = Gauge("shardcron_epoch", "Epoch (leader term) this poller serves under", registry=r)
-        self.is_leader = Gauge("shardcron_is_leader", "1 when this node is the coordinator", registry=r)
-        self.worker_slots = Gauge(
-            "shardcron_worker_slots", "Worker slots by use, across connected workers", ["use"], registry=r
+        self.active_leases = Gauge(
+            "shardcron_active_leases", "Leases held by workers now", registry=r
         )
-        self.workers = Gauge("shardcron_workers_connected", "Workers with an open lease stream", registry=r)
+        self.ready_runs = Gauge(
+            "shardcron_ready_runs", "Due runs waiting for a worker slot", registry=r
+        )
+        self.owned_shards = Gauge("shardcron_owned_shards", "Shards this poller serves", registry=r)
+        self.epoch = Gauge(
+            "shardcron_epoch", "Epoch (leader term) this poller serves under", registry=r
+        )
+        self.is_leader = Gauge(
+            "shardcron_is_leader", "1 when this node is the coordinator", registry=r
+        )
+        self.worker_slots = Gauge(
+            "shardcron_worker_slots",
+            "Worker slots by use, across connected workers",
+            ["use"],
+            registry=r,
+        )
+        self.workers = Gauge(
+            "shardcron_workers_connected", "Workers with an open lease stream", registry=r
+        )
         self.jobs_created = Counter("shardcron_jobs_created_total", "Jobs created", registry=r)
         self.store_latency = Histogram(
             "shardcron_store_seconds",
@@ -84,5 +105,7 @@ class TimedStore:
 def serve_metrics(metrics: Metrics, listen: str) -> int:
     """Serves /metrics on ``host:port`` (port 0 picks one); returns the port."""
     host, _, port = listen.rpartition(":")
-    server, _thread = start_http_server(int(port), addr=host or "127.0.0.1", registry=metrics.registry)
+    server, _thread = start_http_server(
+        int(port), addr=host or "127.0.0.1", registry=metrics.registry
+    )
     return int(server.server_port)

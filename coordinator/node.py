@@ -67,12 +67,17 @@ class Node:
         await self.raw_store.open()
         if "poller" in self.config.roles:
             self.poller = Poller(
-                self.store, poller_id=self.config.node_id, config=self.config.poller, metrics=self.metrics
+                self.store,
+                poller_id=self.config.node_id,
+                config=self.config.poller,
+                metrics=self.metrics,
             )
             self.coordination.subscribe(self.poller.on_assignment)
         if "api" in self.config.roles:
             if self.poller is None:
-                raise ValueError("the api role without a poller in the same node is not supported yet")
+                raise ValueError(
+                    "the api role without a poller in the same node is not supported yet"
+                )
             self.api = JobsApi(self.store, self.poller, self.metrics)
         self.server, self.port = build_server(
             self.config.listen, api=self.api, poller=self.poller, coordination=self.coordination
@@ -87,7 +92,12 @@ class Node:
         )
         self.metrics.is_leader.set(1 if "coordinator" in self.config.roles else 0)
         await self.server.health.set("", health_pb2.HealthCheckResponse.SERVING)  # type: ignore[attr-defined]
-        log.info("node %s serving on %s (roles: %s)", self.config.node_id, self.address, ",".join(sorted(self.config.roles)))
+        log.info(
+            "node %s serving on %s (roles: %s)",
+            self.config.node_id,
+            self.address,
+            ",".join(sorted(self.config.roles)),
+        )
 
     async def stop(self, grace: float = 2.0) -> None:
         if self.server is not None:

@@ -45,7 +45,7 @@ from shardcron.client.types import (
     WorkerInfo,
 )
 from shardcron.coordinator.coordination import Assignment
-from shardcron.coordinator.fires import is_extra_run, on_fire_due, retry_run
+from shardcron.coordinator.fires import MISFIRE_GRACE, is_extra_run, on_fire_due, retry_run
 from shardcron.coordinator.ids import bucket_for, utcnow
 from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.store import JobProgress, JobStore
@@ -69,6 +69,7 @@ class PollerConfig:
     # A lease is taken back only this long after it expired: the worker counts its
     # TTL from when the lease reached it, later than the poller granted it.
     expiry_grace: timedelta = timedelta(milliseconds=500)
+    misfire_grace: timedelta = MISFIRE_GRACE  # a fire later than this is a misfire
     max_batch: int = 2000  # runs leased or triggered per turn
     max_loaded: int = 500_000  # runs held in memory before loading pauses
     cursor_save_interval: timedelta = timedelta(seconds=5)
@@ -113,7 +114,9 @@ class _Turn:
 
 
 class Poller:
-    def __init__(self, store: JobStore, *, poller_id: str, config: PollerConfig, metrics: Metrics) -> None:
+    def __init__(
+        self, store: JobStore, *, poller_id: str, config: PollerConfig, metrics: Metrics
+    ) -> None:
         self.store = store
         self.poller_id = poller_id
         self.config = config
@@ -224,7 +227,9 @@ class Poller:
         if not turn.empty():
             if turn.output:
                 await self.store.append_output(turn.output)
-            await self.store.commit(runs=list(turn.runs.values()), due=turn.due, progress=list(turn.progress.values()))
+            await self.store.commit(
+                runs=list(turn.runs.values()), due=turn.due, progress=list(turn.progress.values())
+            )
         for action in turn.after:
             action()
         for conn in self._workers.values():
@@ -301,12 +306,20 @@ class Poller:
         oldest = await self.store.oldest_due(shard)
         return min(oldest, now) if oldest is not None else now
 
-    async def _load_range(self, shard: int, start: datetime, until: datetime, now: datetime) -> bool:
+    async def _load_range(
+        self, shard: int, start: datetime, until: datetime, now: datetime
+    ) -> bool:
         """Reads [start, until) of a shard's due index; False if memory filled up first."""
         after: tuple[datetime, str] | None = None
         while True:
-            entries = await self.store.scan_due(shard, due_from=start, due_until=until, after=after, limit=2000)
-            fresh = [e.run_id for e in entries if e.run_id not in self._slots and e.run_id not in self._recent_final]
+            entries = await self.store.scan_due(
+                shard, due_from=start, due_until=until, after=after, limit=2000
+            )
+            fresh = [
+                e.run_id
+                for e in entries
+                if e.run_id not in self._slots and e.run_id not in self._recent_final
+            ]
             if fresh:
                 runs = await self.store.get_runs(fresh)
                 jobs = await self.store.get_jobs(list({r.job_id for r in runs.values()}))
@@ -385,7 +398,9 @@ class Poller:
             cursors[shard] = datetime.fromtimestamp(bucket_for(low, bucket), low.tzinfo)
         if cursors:
             await self.store.save_cursors(cursors)
-        cutoff = time.time() - (self.config.recheck_window + self.config.lookahead).total_seconds() - 60
+        cutoff = (
+            time.time() - (self.config.recheck_window + self.config.lookahead).total_seconds() - 60
+        )
         self._recent_final = {k: v for k, v in self._recent_final.items() if v > cutoff}
         self._next_cursor_save = time.time() + self.config.cursor_save_interval.total_seconds()
 
@@ -422,7 +437,14 @@ class Poller:
             and job.state in (JobState.ACTIVE, JobState.PAUSED)
         )
         if fresh:
-            out = on_fire_due(job, run, now=now, shard_count=self.store.shard_count, paused=paused)
+            out = on_fire_due(
+                job,
+                run,
+                now=now,
+                shard_count=self.store.shard_count,
+                paused=paused,
+                grace=self.config.misfire_grace,
+            )
             for reason, n in out.skipped.items():
                 self.metrics.fires_skipped.labels(reason=reason.value).inc(n)
             for r in out.runs:
@@ -517,7 +539,12 @@ class Poller:
         deferred: list[tuple[int, datetime, str]] = []
         leased = 0
         ttl = self.config.lease_ttl
-        while self._ready and free > 0 and leased < self.config.max_batch and len(deferred) < 4 * free + 64:
+        while (
+            self._ready
+            and free > 0
+            and leased < self.config.max_batch
+            and len(deferred) < 4 * free + 64
+        ):
             entry = heapq.heappop(self._ready)
             slot = self._slots.get(entry[2])
             if slot is None or slot.phase != Phase.READY:
@@ -579,7 +606,12 @@ class Poller:
                 self._finish(slot, RunState.CANCELLED, slot.cancel_reason, turn, now)
             else:
                 self._finish(
-                    slot, RunState.FAILED, RunReason.WORKER_LOST, turn, now, error="lease expired: worker lost"
+                    slot,
+                    RunState.FAILED,
+                    RunReason.WORKER_LOST,
+                    turn,
+                    now,
+                    error="lease expired: worker lost",
                 )
 
     def _on_hello(self, conn: WorkerConn, turn: _Turn, now: datetime) -> None:
@@ -587,7 +619,9 @@ class Poller:
         if old is not None and old is not conn:
             old.close()
         self._workers[conn.id] = conn
-        conn.send_welcome(self.poller_id, self.epoch, self.config.lease_ttl, self.config.heartbeat_interval)
+        conn.send_welcome(
+            self.poller_id, self.epoch, self.config.lease_ttl, self.config.heartbeat_interval
+        )
         self._renew(conn, conn.hello_held, turn, now)
         for result in conn.hello_results:
             self._on_result(conn, result, turn, now)
@@ -602,7 +636,9 @@ class Poller:
     def _on_worker_message(self, conn: WorkerConn, msg: Any, turn: _Turn, now: datetime) -> None:
         body = msg.WhichOneof("body")
         if body == "heartbeat":
-            self._renew(conn, [(r.run_id, r.fencing_token) for r in msg.heartbeat.leases], turn, now)
+            self._renew(
+                conn, [(r.run_id, r.fencing_token) for r in msg.heartbeat.leases], turn, now
+            )
         elif body == "started":
             at = msg.started.at.ToDatetime(tzinfo=UTC) if msg.started.HasField("at") else now
             for ref in msg.started.leases:
@@ -622,7 +658,12 @@ class Poller:
                     continue
                 slot.output_bytes += len(chunk.data)
                 turn.output.append(
-                    OutputChunk(run_id=chunk.run_id, offset=0, data=chunk.data, stream=chunk.stream or "stdout")
+                    OutputChunk(
+                        run_id=chunk.run_id,
+                        offset=0,
+                        data=chunk.data,
+                        stream=chunk.stream or "stdout",
+                    )
                 )
         elif body == "credits":
             conn.limit = min(conn.slots, max(0, msg.credits.limit))
@@ -633,7 +674,9 @@ class Poller:
             return None
         return slot
 
-    def _renew(self, conn: WorkerConn, refs: Sequence[tuple[str, int]], turn: _Turn, now: datetime) -> None:
+    def _renew(
+        self, conn: WorkerConn, refs: Sequence[tuple[str, int]], turn: _Turn, now: datetime
+    ) -> None:
         if not refs:
             return
         expires = now + self.config.lease_ttl
@@ -682,7 +725,9 @@ class Poller:
 
     # --- cancel ---------------------------------------------------------------------
 
-    async def _on_cancel(self, run: Run, reason: RunReason, fut: asyncio.Future[Run], turn: _Turn, now: datetime) -> None:
+    async def _on_cancel(
+        self, run: Run, reason: RunReason, fut: asyncio.Future[Run], turn: _Turn, now: datetime
+    ) -> None:
         slot = self._slots.get(run.id)
         if slot is not None:
             self._cancel_slot(slot, reason, turn, now)
@@ -701,7 +746,9 @@ class Poller:
         elif stored.state.is_final:
             fut.set_exception(FailedPrecondition(f"run {run.id} is already {stored.state.value}"))
         else:
-            final = dataclasses.replace(stored, state=RunState.CANCELLED, reason=reason, ended_at=now)
+            final = dataclasses.replace(
+                stored, state=RunState.CANCELLED, reason=reason, ended_at=now
+            )
             turn.runs[final.id] = final
             self.metrics.runs_final.labels(state=final.state.value, reason=reason.value).inc()
             turn.after.append(lambda: fut.done() or fut.set_result(final))
@@ -767,7 +814,11 @@ class Poller:
                 return final
             final = dataclasses.replace(final, dead_letter=True)
         if final.state in (RunState.SUCCEEDED, RunState.FAILED, RunState.TIMED_OUT):
-            streak = 0 if final.state == RunState.SUCCEEDED else self._failures.get(job.id, job.consecutive_failures) + 1
+            streak = (
+                0
+                if final.state == RunState.SUCCEEDED
+                else self._failures.get(job.id, job.consecutive_failures) + 1
+            )
             if streak != self._failures.get(job.id, job.consecutive_failures):
                 self._failures[job.id] = streak
                 turn.set_progress(job.id, consecutive_failures=streak)
@@ -780,7 +831,9 @@ class Poller:
                 )
         kind = job.spec.schedule.kind
         one_off = kind in (ScheduleKind.IMMEDIATE, ScheduleKind.AT) and not is_extra_run(final)
-        exhausted = job.spec.schedule.recurring and job.next_fire_key == "" and job.next_fire_at is None
+        exhausted = (
+            job.spec.schedule.recurring and job.next_fire_key == "" and job.next_fire_at is None
+        )
         done = one_off or (exhausted and self._job_slots.get(job.id, 0) == 0)
         if done and job.state == JobState.ACTIVE:
             turn.set_progress(job.id, state=JobState.COMPLETED)
@@ -815,4 +868,3 @@ class Poller:
             )
             for s in sorted(self._shards)
         ]
-

@@ -74,13 +74,19 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
         self.api = api
 
     @rpc
-    async def CreateJob(self, request: jobs_pb2.CreateJobRequest, context: Any) -> jobs_pb2.CreateJobResponse:
+    async def CreateJob(
+        self, request: jobs_pb2.CreateJobRequest, context: Any
+    ) -> jobs_pb2.CreateJobResponse:
         spec = convert.job_spec_from_proto(request.spec, "spec")
-        [(job, created)] = await self.api.create_jobs(owner_of(context), [(spec, request.idempotency_key)])
+        [(job, created)] = await self.api.create_jobs(
+            owner_of(context), [(spec, request.idempotency_key)]
+        )
         return jobs_pb2.CreateJobResponse(job=convert.job_to_proto(job), created=created)
 
     @rpc
-    async def CreateJobs(self, request: jobs_pb2.CreateJobsRequest, context: Any) -> jobs_pb2.CreateJobsResponse:
+    async def CreateJobs(
+        self, request: jobs_pb2.CreateJobsRequest, context: Any
+    ) -> jobs_pb2.CreateJobsResponse:
         owner = owner_of(context)
         items = [
             (convert.job_spec_from_proto(r.spec, f"jobs[{i}].spec"), r.idempotency_key)
@@ -90,7 +96,10 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
             raise InvalidArgument("jobs", "must not be empty")
         results = await self.api.create_jobs(owner, items)
         return jobs_pb2.CreateJobsResponse(
-            jobs=[jobs_pb2.CreateJobResponse(job=convert.job_to_proto(j), created=c) for j, c in results]
+            jobs=[
+                jobs_pb2.CreateJobResponse(job=convert.job_to_proto(j), created=c)
+                for j, c in results
+            ]
         )
 
     @rpc
@@ -100,7 +109,9 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
         return convert.job_to_proto(await self.api.get_job(owner_of(context), request.job_id))
 
     @rpc
-    async def ListJobs(self, request: jobs_pb2.ListJobsRequest, context: Any) -> jobs_pb2.ListJobsResponse:
+    async def ListJobs(
+        self, request: jobs_pb2.ListJobsRequest, context: Any
+    ) -> jobs_pb2.ListJobsResponse:
         states = frozenset(convert.job_state_from_proto(s, "states") for s in request.states)
         page = await self.api.list_jobs(
             owner_of(context),
@@ -117,7 +128,9 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
     @rpc
     async def UpdateJob(self, request: jobs_pb2.UpdateJobRequest, context: Any) -> types_pb2.Job:
         spec = convert.job_spec_from_proto(request.spec, "spec")
-        job = await self.api.update_job(owner_of(context), request.job_id, spec, request.expected_version)
+        job = await self.api.update_job(
+            owner_of(context), request.job_id, spec, request.expected_version
+        )
         return convert.job_to_proto(job)
 
     @rpc
@@ -142,17 +155,25 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
         return convert.job_to_proto(job)
 
     @rpc
-    async def PreviewFires(self, request: jobs_pb2.PreviewFiresRequest, context: Any) -> jobs_pb2.PreviewFiresResponse:
+    async def PreviewFires(
+        self, request: jobs_pb2.PreviewFiresRequest, context: Any
+    ) -> jobs_pb2.PreviewFiresResponse:
         which = request.WhichOneof("source")
         if which is None:
             raise InvalidArgument("source", "name a job_id or give a schedule")
-        source = request.job_id if which == "job_id" else convert.schedule_from_proto(request.schedule, "schedule")
+        source = (
+            request.job_id
+            if which == "job_id"
+            else convert.schedule_from_proto(request.schedule, "schedule")
+        )
         after = request.after.ToDatetime(tzinfo=UTC) if request.HasField("after") else None
         fires = await self.api.preview_fires(owner_of(context), source, request.count, after)
         return jobs_pb2.PreviewFiresResponse(fires=[convert.fire_to_proto(f) for f in fires])
 
     @rpc
-    async def ListRuns(self, request: jobs_pb2.ListRunsRequest, context: Any) -> jobs_pb2.ListRunsResponse:
+    async def ListRuns(
+        self, request: jobs_pb2.ListRunsRequest, context: Any
+    ) -> jobs_pb2.ListRunsResponse:
         states = frozenset(convert.run_state_from_proto(s, "states") for s in request.states)
         page = await self.api.list_runs(
             owner_of(context),
@@ -196,7 +217,9 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
             await context.abort(code, message)
 
     @rpc
-    async def ListDeadLetters(self, request: jobs_pb2.ListDeadLettersRequest, context: Any) -> jobs_pb2.ListRunsResponse:
+    async def ListDeadLetters(
+        self, request: jobs_pb2.ListDeadLettersRequest, context: Any
+    ) -> jobs_pb2.ListRunsResponse:
         page = await self.api.list_dead_letters(
             owner_of(context),
             job_id=request.job_id,
@@ -208,15 +231,21 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
         )
 
     @rpc
-    async def ReplayDeadLetters(self, request: jobs_pb2.DeadLettersRequest, context: Any) -> jobs_pb2.ListRunsResponse:
-        runs = await self.api.replay_dead_letters(owner_of(context), list(request.run_ids), request.job_id)
+    async def ReplayDeadLetters(
+        self, request: jobs_pb2.DeadLettersRequest, context: Any
+    ) -> jobs_pb2.ListRunsResponse:
+        runs = await self.api.replay_dead_letters(
+            owner_of(context), list(request.run_ids), request.job_id
+        )
         return jobs_pb2.ListRunsResponse(runs=[convert.run_to_proto(r) for r in runs])
 
     @rpc
     async def DropDeadLetters(
         self, request: jobs_pb2.DeadLettersRequest, context: Any
     ) -> jobs_pb2.DropDeadLettersResponse:
-        n = await self.api.drop_dead_letters(owner_of(context), list(request.run_ids), request.job_id)
+        n = await self.api.drop_dead_letters(
+            owner_of(context), list(request.run_ids), request.job_id
+        )
         return jobs_pb2.DropDeadLettersResponse(dropped=n)
 
 
@@ -226,10 +255,14 @@ class ClusterServiceServicer(cluster_pb2_grpc.ClusterServiceServicer):
         self.poller = poller
 
     @rpc
-    async def GetStatus(self, request: cluster_pb2.GetStatusRequest, context: Any) -> cluster_pb2.ClusterStatus:
+    async def GetStatus(
+        self, request: cluster_pb2.GetStatusRequest, context: Any
+    ) -> cluster_pb2.ClusterStatus:
         view = await self.coordination.view()
         lag = {s.shard: s for s in self.poller.shard_lag()} if self.poller else {}
-        shards = [lag.get(s) or ShardInfo(shard=s, owner=o) for s, o in sorted(view.shard_owners.items())]
+        shards = [
+            lag.get(s) or ShardInfo(shard=s, owner=o) for s, o in sorted(view.shard_owners.items())
+        ]
         status = ClusterStatus(
             mode=view.mode,
             leader=view.leader,
@@ -265,7 +298,9 @@ def build_server(
     if poller is not None:
         worker_pb2_grpc.add_WorkerServiceServicer_to_server(WorkerStreamServicer(poller), server)
         names.append(worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name)
-    cluster_pb2_grpc.add_ClusterServiceServicer_to_server(ClusterServiceServicer(coordination, poller), server)
+    cluster_pb2_grpc.add_ClusterServiceServicer_to_server(
+        ClusterServiceServicer(coordination, poller), server
+    )
     names.append(cluster_pb2.DESCRIPTOR.services_by_name["ClusterService"].full_name)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -275,4 +310,3 @@ def build_server(
         raise OSError(f"cannot listen on {listen}")
     server.health = health_servicer  # type: ignore[attr-defined]
     return server, port
-

@@ -210,7 +210,9 @@ class JobStore(Protocol):
         """Appends each chunk's data (``offset`` ignored) to its run's output and
         keeps at most ``output_cap_bytes`` per run, dropping the oldest bytes."""
 
-    async def read_output(self, run_id: str, *, offset: int = 0, limit: int = 1 << 16) -> list[OutputChunk]:
+    async def read_output(
+        self, run_id: str, *, offset: int = 0, limit: int = 1 << 16
+    ) -> list[OutputChunk]:
         """Kept output from byte ``offset`` (absolute; clamped to the oldest byte
         kept; negative = that many bytes before the end), at most about ``limit``
         bytes, as chunks with their absolute offsets. ``eof`` is never set here."""

@@ -27,7 +27,9 @@ _HANDLER = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,199}$")
 
 def validate_owner(owner: str) -> str:
     if not _OWNER.match(owner):
-        raise InvalidArgument("x-shardcron-owner", "must be 1-128 letters, digits, '.', '_', '@' or '-'")
+        raise InvalidArgument(
+            "x-shardcron-owner", "must be 1-128 letters, digits, '.', '_', '@' or '-'"
+        )
     return owner
 
 
@@ -41,7 +43,9 @@ def _labels(labels: dict[str, str], field: str) -> None:
         raise InvalidArgument(field, f"at most {MAX_LABELS} labels")
     for key, value in labels.items():
         if not _LABEL_KEY.match(key):
-            raise InvalidArgument(f"{field}[{key}]", "label keys are 1-63 letters, digits, '.', '_', '/' or '-'")
+            raise InvalidArgument(
+                f"{field}[{key}]", "label keys are 1-63 letters, digits, '.', '_', '/' or '-'"
+            )
         if len(value) > 256:
             raise InvalidArgument(f"{field}[{key}]", "label values are at most 256 characters")
 
@@ -69,7 +73,9 @@ def validate_spec(spec: JobSpec, field: str = "spec") -> None:
         if not _HANDLER.match(task.name):
             raise InvalidArgument(f"{path}.name", "must be an identifier such as 'billing.invoice'")
         if len(task.payload) > MAX_PAYLOAD:
-            raise InvalidArgument(f"{path}.payload", f"is {len(task.payload)} bytes; at most {MAX_PAYLOAD}")
+            raise InvalidArgument(
+                f"{path}.payload", f"is {len(task.payload)} bytes; at most {MAX_PAYLOAD}"
+            )
     else:
         raise InvalidArgument(f"{field}.task", "must be a command or a handler")
     validate_schedule(spec.schedule, field=f"{field}.schedule")

@@ -72,8 +72,14 @@ def result_fields(
     if state == RunState.FAILED and reason == RunReason.NONE:
         reason = RunReason.NON_ZERO_EXIT if result.has_exit_code else RunReason.HANDLER_ERROR
     exit_code = result.exit_code if result.has_exit_code else None
-    started = result.started_at.ToDatetime(tzinfo=utcnow().tzinfo) if result.HasField("started_at") else None
-    ended = result.ended_at.ToDatetime(tzinfo=utcnow().tzinfo) if result.HasField("ended_at") else None
+    started = (
+        result.started_at.ToDatetime(tzinfo=utcnow().tzinfo)
+        if result.HasField("started_at")
+        else None
+    )
+    ended = (
+        result.ended_at.ToDatetime(tzinfo=utcnow().tzinfo) if result.HasField("ended_at") else None
+    )
     return state, reason, exit_code, result.error, started, ended
 
 
@@ -152,7 +158,9 @@ class WorkerConn:
 
     # --- outgoing, batched per turn ------------------------------------------------
 
-    def send_welcome(self, poller_id: str, epoch: int, ttl: timedelta, heartbeat: timedelta) -> None:
+    def send_welcome(
+        self, poller_id: str, epoch: int, ttl: timedelta, heartbeat: timedelta
+    ) -> None:
         welcome = worker_pb2.Welcome(
             poller_id=poller_id,
             epoch=epoch,
@@ -181,31 +189,49 @@ class WorkerConn:
         self._leases.append(lease)
 
     def send_cancel(self, run_id: str, token: int, reason: RunReason) -> None:
-        proto_reason = types_pb2.RunReason.Value(f"RUN_REASON_{reason.value}") if reason.value else 0
-        self._cancels.append(worker_pb2.Cancel(run_id=run_id, fencing_token=token, reason=proto_reason))
+        proto_reason = (
+            types_pb2.RunReason.Value(f"RUN_REASON_{reason.value}") if reason.value else 0
+        )
+        self._cancels.append(
+            worker_pb2.Cancel(run_id=run_id, fencing_token=token, reason=proto_reason)
+        )
 
     def send_renewals(self, answers: list[tuple[str, int, bool]], ttl: timedelta) -> None:
-        self._renewals.extend(worker_pb2.Renewal(run_id=r, fencing_token=t, ok=ok) for r, t, ok in answers)
+        self._renewals.extend(
+            worker_pb2.Renewal(run_id=r, fencing_token=t, ok=ok) for r, t, ok in answers
+        )
         self._renewal_ttl = ttl
 
     def send_ack(self, run_id: str, token: int, accepted: bool, reason: str) -> None:
-        self._acks.append(worker_pb2.ResultAck(run_id=run_id, fencing_token=token, accepted=accepted, reason=reason))
+        self._acks.append(
+            worker_pb2.ResultAck(
+                run_id=run_id, fencing_token=token, accepted=accepted, reason=reason
+            )
+        )
 
     def flush(self) -> None:
         if self.closed:
             return
         if self._leases:
-            self.outbox.put_nowait(worker_pb2.PollerMessage(leases=worker_pb2.Leases(leases=self._leases)))
+            self.outbox.put_nowait(
+                worker_pb2.PollerMessage(leases=worker_pb2.Leases(leases=self._leases))
+            )
             self._leases = []
         if self._cancels:
-            self.outbox.put_nowait(worker_pb2.PollerMessage(cancels=worker_pb2.Cancels(cancels=self._cancels)))
+            self.outbox.put_nowait(
+                worker_pb2.PollerMessage(cancels=worker_pb2.Cancels(cancels=self._cancels))
+            )
             self._cancels = []
         if self._renewals:
-            renewals = worker_pb2.Renewals(renewals=self._renewals, lease_ttl=_duration(self._renewal_ttl))
+            renewals = worker_pb2.Renewals(
+                renewals=self._renewals, lease_ttl=_duration(self._renewal_ttl)
+            )
             self.outbox.put_nowait(worker_pb2.PollerMessage(renewals=renewals))
             self._renewals = []
         if self._acks:
-            self.outbox.put_nowait(worker_pb2.PollerMessage(acks=worker_pb2.ResultAcks(acks=self._acks)))
+            self.outbox.put_nowait(
+                worker_pb2.PollerMessage(acks=worker_pb2.ResultAcks(acks=self._acks))
+            )
             self._acks = []
 
     def close(self) -> None:
@@ -221,14 +247,19 @@ class WorkerStreamServicer(worker_pb2_grpc.WorkerServiceServicer):
         self._poller = poller
 
     async def Connect(
-        self, request_iterator: AsyncIterator[worker_pb2.WorkerMessage], context: grpc.aio.ServicerContext
+        self,
+        request_iterator: AsyncIterator[worker_pb2.WorkerMessage],
+        context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[worker_pb2.PollerMessage]:
         try:
             first = await request_iterator.__anext__()
         except StopAsyncIteration:
             return
         if first.WhichOneof("body") != "hello" or not first.hello.worker_id:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "hello: the first message must be a Hello with a worker_id")
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "hello: the first message must be a Hello with a worker_id",
+            )
         conn = WorkerConn(first.hello, context.peer())
         self._poller.submit("hello", conn)
 

@@ -19,6 +19,7 @@ import click
 
 from shardcron.client.cli import cli
 from shardcron.client.schedule import parse_duration
+from shardcron.coordinator.poller import PollerConfig
 
 
 def _setup_logging(level: str) -> None:
@@ -56,7 +57,9 @@ async def _until_signalled() -> None:
 
 
 @cli.command()
-@click.option("--listen", default="127.0.0.1:7400", show_default=True, help="gRPC address to serve on.")
+@click.option(
+    "--listen", default="127.0.0.1:7400", show_default=True, help="gRPC address to serve on."
+)
 @click.option(
     "--data-dir",
     default=lambda: os.environ.get("SHARDCRON_DATA_DIR", ".shardcron"),
@@ -64,11 +67,32 @@ async def _until_signalled() -> None:
     type=click.Path(file_okay=False),
     help="Where the embedded store keeps its files.",
 )
-@click.option("--metrics-listen", default="127.0.0.1:9464", show_default=True, help="Prometheus /metrics address; '' = off.")
-@click.option("--workers", "worker_count", default=1, show_default=True, help="In-process workers (0 = none).")
+@click.option(
+    "--metrics-listen",
+    default="127.0.0.1:9464",
+    show_default=True,
+    help="Prometheus /metrics address; '' = off.",
+)
+@click.option(
+    "--workers", "worker_count", default=1, show_default=True, help="In-process workers (0 = none)."
+)
 @click.option("--slots", default=8, show_default=True, help="Slots per in-process worker.")
-@click.option("--handlers", "handler_modules", multiple=True, help="Import MODULE so its @handler functions register.")
-@click.option("--lease-ttl", default="10s", show_default=True, callback=_duration, help="Lease time to live.")
+@click.option(
+    "--handlers",
+    "handler_modules",
+    multiple=True,
+    help="Import MODULE so its @handler functions register.",
+)
+@click.option(
+    "--lease-ttl", default="10s", show_default=True, callback=_duration, help="Lease time to live."
+)
+@click.option(
+    "--misfire-grace",
+    default="5s",
+    show_default=True,
+    callback=_duration,
+    help="How late a fire may start before it counts as a misfire.",
+)
 @click.option("--shards", default=64, show_default=True, help="Shard count (fixed for a data dir).")
 @click.option("--log-level", default="info", show_default=True)
 def dev(
@@ -79,12 +103,27 @@ def dev(
     slots: int,
     handler_modules: tuple[str, ...],
     lease_ttl: timedelta,
+    misfire_grace: timedelta,
     shards: int,
     log_level: str,
 ) -> None:
     """Run every role in one process on the embedded SQLite store."""
     _setup_logging(log_level)
-    asyncio.run(_dev(listen, Path(data_dir), metrics_listen, worker_count, slots, list(handler_modules), lease_ttl, shards))
+    poller = PollerConfig(
+        lease_ttl=lease_ttl, heartbeat_interval=lease_ttl / 3, misfire_grace=misfire_grace
+    )
+    asyncio.run(
+        _dev(
+            listen,
+            Path(data_dir),
+            metrics_listen,
+            worker_count,
+            slots,
+            list(handler_modules),
+            poller,
+            shards,
+        )
+    )
 
 
 async def _dev(
@@ -94,12 +133,11 @@ async def _dev(
     worker_count: int,
     slots: int,
     handler_modules: list[str],
-    lease_ttl: timedelta,
+    poller: PollerConfig,
     shards: int,
 ) -> None:
     from shardcron.coordinator.coordination import LocalCoordination
     from shardcron.coordinator.node import Node, NodeConfig
-    from shardcron.coordinator.poller import PollerConfig
     from shardcron.coordinator.sqlite_store import SqliteStore
     from shardcron.worker import Worker, registry
     from shardcron.worker.handlers import load_handler_modules
@@ -111,7 +149,7 @@ async def _dev(
         listen=listen,
         metrics_listen=metrics_listen,
         node_id="dev",
-        poller=PollerConfig(lease_ttl=lease_ttl, heartbeat_interval=lease_ttl / 3),
+        poller=poller,
     )
     node = Node(store, LocalCoordination(data_dir, shard_count=shards, node_id="dev"), config)
     await node.start()
@@ -120,7 +158,11 @@ async def _dev(
         for i in range(worker_count)
     ]
     tasks = [asyncio.create_task(w.run()) for w in workers]
-    metrics = f", metrics on http://{metrics_listen.rpartition(':')[0]}:{node.metrics_port}/metrics" if metrics_listen else ""
+    metrics = (
+        f", metrics on http://{metrics_listen.rpartition(':')[0]}:{node.metrics_port}/metrics"
+        if metrics_listen
+        else ""
+    )
     click.echo(f"shardcron dev: serving on {node.address} (data in {data_dir}){metrics}", err=True)
     try:
         await _until_signalled()
@@ -136,13 +178,24 @@ async def _dev(
 
 
 @cli.command("worker")
-@click.option("--target", "worker_target", envvar="SHARDCRON_TARGET", default="127.0.0.1:7400", show_default=True)
+@click.option(
+    "--target",
+    "worker_target",
+    envvar="SHARDCRON_TARGET",
+    default="127.0.0.1:7400",
+    show_default=True,
+)
 @click.option("--id", "worker_id", default=None, help="Worker id (default: host-pid).")
 @click.option("--slots", default=8, show_default=True)
 @click.option("--label", "labels", multiple=True, help="KEY=VALUE advertised to the scheduler.")
 @click.option("--cpu", "cpu_millis", default=0, help="CPU millicores advertised.")
 @click.option("--memory", "memory_mb", default=0, help="Memory in MB advertised.")
-@click.option("--handlers", "handler_modules", multiple=True, help="Import MODULE so its @handler functions register.")
+@click.option(
+    "--handlers",
+    "handler_modules",
+    multiple=True,
+    help="Import MODULE so its @handler functions register.",
+)
 @click.option("--no-commands", is_flag=True, help="Serve handlers only, never run command jobs.")
 @click.option("--log-level", default="info", show_default=True)
 def worker_cmd(

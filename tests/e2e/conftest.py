@@ -18,7 +18,8 @@ from shardcron.client.sdk import Client
 def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
     """One dev server for a module: 2 in-process workers with 8 slots each, 3 s leases."""
     server = DevServer(
-        tmp_path_factory.mktemp("dev") / "data", extra=["--workers", "2", "--slots", "8", "--lease-ttl", "3s"]
+        tmp_path_factory.mktemp("dev") / "data",
+        extra=["--workers", "2", "--slots", "8", "--lease-ttl", "3s"],
     ).start()
     yield server
     server.stop()
@@ -29,5 +30,3 @@ def client(dev: DevServer) -> Iterator[Client]:
     c = dev.client()
     yield c
     c.close()
-
-

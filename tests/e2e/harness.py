@@ -29,7 +29,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_healthy(target: str, timeout: float = 30.0, proc: subprocess.Popen[bytes] | None = None) -> None:
+def wait_healthy(
+    target: str, timeout: float = 30.0, proc: subprocess.Popen[bytes] | None = None
+) -> None:
     deadline = time.monotonic() + timeout
     with grpc.insecure_channel(target) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
@@ -126,7 +128,9 @@ class DevServer:
             f"127.0.0.1:{self.metrics_port}",
             *self.extra,
         ]
-        self.proc = Proc(args, self.data_dir.parent / f"{self.data_dir.name}-dev-{self.starts}.log").start()
+        self.proc = Proc(
+            args, self.data_dir.parent / f"{self.data_dir.name}-dev-{self.starts}.log"
+        ).start()
         try:
             wait_healthy(self.target, proc=self.proc.proc)
         except Exception:
@@ -148,10 +152,14 @@ class DevServer:
     def metrics(self) -> str:
         import urllib.request
 
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as resp:
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5
+        ) as resp:
             return resp.read().decode()
 
-    def cli(self, *args: str, owner: str = "default", check: bool = True) -> subprocess.CompletedProcess[str]:
+    def cli(
+        self, *args: str, owner: str = "default", check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
         env = {**os.environ, "SHARDCRON_TARGET": self.target, "SHARDCRON_OWNER": owner}
         result = subprocess.run(
             [sys.executable, "-m", "shardcron", *args],
@@ -162,7 +170,9 @@ class DevServer:
             timeout=60,
         )
         if check and result.returncode != 0:
-            raise AssertionError(f"shardcron {' '.join(args)} exited {result.returncode}: {result.stderr}")
+            raise AssertionError(
+                f"shardcron {' '.join(args)} exited {result.returncode}: {result.stderr}"
+            )
         return result
 
 
@@ -178,5 +188,7 @@ def wait_for(predicate, timeout: float = 20.0, interval: float = 0.1, what: str 
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value {value!r}")
+            raise AssertionError(
+                f"timed out after {timeout}s waiting for {what}; last value {value!r}"
+            )
         time.sleep(interval)

@@ -42,18 +42,24 @@ def output_of(client, run_id: str) -> bytes:  # type: ignore[no-untyped-def]
 
 
 def test_immediate_command_runs_with_its_environment(client) -> None:  # type: ignore[no-untyped-def]
-    job = client.create_job(sh('echo "run=$SHARDCRON_RUN_ID attempt=$SHARDCRON_ATTEMPT token=$SHARDCRON_FENCING_TOKEN"'))
+    job = client.create_job(
+        sh('echo "run=$SHARDCRON_RUN_ID attempt=$SHARDCRON_ATTEMPT token=$SHARDCRON_FENCING_TOKEN"')
+    )
     [run] = client.wait_job_runs(job.id, count=1, timeout=20)
     assert run.state == RunState.SUCCEEDED
     assert run.exit_code == 0
     text = output_of(client, run.id).decode()
     assert f"run={run.id} attempt=1 token={run.lease_token}" in text
     assert run.lease_token > 0
-    assert wait_for(lambda: client.get_job(job.id).state == JobState.COMPLETED, what="job COMPLETED")
+    assert wait_for(
+        lambda: client.get_job(job.id).state == JobState.COMPLETED, what="job COMPLETED"
+    )
 
 
 def test_handler_job_echoes_its_payload(client) -> None:  # type: ignore[no-untyped-def]
-    job = client.create_job(JobSpec(name="echo", task=HandlerTask(name="echo", payload=b"hello handler")))
+    job = client.create_job(
+        JobSpec(name="echo", task=HandlerTask(name="echo", payload=b"hello handler"))
+    )
     [run] = client.wait_job_runs(job.id, count=1, timeout=20)
     assert run.state == RunState.SUCCEEDED
     assert output_of(client, run.id) == b"hello handler"
@@ -80,7 +86,9 @@ def test_cron_with_seconds_fires_every_second(client) -> None:  # type: ignore[n
 
 def test_interval_fires_from_its_anchor(client) -> None:  # type: ignore[no-untyped-def]
     anchor = now().replace(microsecond=0) + timedelta(seconds=1)
-    job = client.create_job(sh("true", schedule=Schedule.every(timedelta(seconds=2), anchor=anchor)))
+    job = client.create_job(
+        sh("true", schedule=Schedule.every(timedelta(seconds=2), anchor=anchor))
+    )
     runs = client.wait_job_runs(job.id, count=2, timeout=20)
     for r in runs:
         assert (r.fire_at - anchor).total_seconds() % 2 == 0
@@ -92,7 +100,10 @@ def test_retries_back_off_then_dead_letter_and_replay(client) -> None:  # type: 
     job = client.create_job(sh("exit 3", retry=retry))
     runs = sorted(client.wait_job_runs(job.id, count=3, timeout=30), key=lambda r: r.attempt)
     assert [r.attempt for r in runs] == [1, 2, 3]
-    assert all(r.state == RunState.FAILED and r.reason == RunReason.NON_ZERO_EXIT and r.exit_code == 3 for r in runs)
+    assert all(
+        r.state == RunState.FAILED and r.reason == RunReason.NON_ZERO_EXIT and r.exit_code == 3
+        for r in runs
+    )
     assert runs[1].due_at - runs[0].ended_at >= timedelta(seconds=1)  # type: ignore[operator]
     assert runs[2].due_at - runs[1].ended_at >= timedelta(seconds=2)  # type: ignore[operator]
     assert [r.dead_letter for r in runs] == [False, False, True]
@@ -102,13 +113,17 @@ def test_retries_back_off_then_dead_letter_and_replay(client) -> None:  # type: 
     assert replay.replayed_from == runs[2].id
     assert client.wait_run(replay.id, timeout=20).state == RunState.FAILED
     # the replay gets the retry policy afresh: its last attempt is the new dead letter
-    [again] = wait_for(lambda: client.list_dead_letters(job_id=job.id).items, timeout=30, what="new dead letter")
+    [again] = wait_for(
+        lambda: client.list_dead_letters(job_id=job.id).items, timeout=30, what="new dead letter"
+    )
     assert again.id != runs[2].id and again.replayed_from == runs[2].id and again.attempt == 3
 
 
 def test_timeout_kills_the_command_and_its_grandchildren(client, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     pidfile = tmp_path / "grandchild.pid"
-    job = client.create_job(sh(f"sleep 300 & echo $! > {pidfile}; sleep 300", timeout=timedelta(seconds=1)))
+    job = client.create_job(
+        sh(f"sleep 300 & echo $! > {pidfile}; sleep 300", timeout=timedelta(seconds=1))
+    )
     [run] = client.wait_job_runs(job.id, count=1, timeout=30)
     assert run.state == RunState.TIMED_OUT
     assert run.reason == RunReason.TIMEOUT
@@ -132,7 +147,9 @@ def _alive(pid: int) -> bool:
 def test_cancel_a_running_run(client) -> None:  # type: ignore[no-untyped-def]
     job = client.create_job(sh("echo started; sleep 60"))
     run = wait_for(
-        lambda: next((r for r in client.list_runs(job.id).items if r.state == RunState.RUNNING), None),
+        lambda: next(
+            (r for r in client.list_runs(job.id).items if r.state == RunState.RUNNING), None
+        ),
         what="RUNNING",
     )
     client.cancel_run(run.id)
@@ -192,7 +209,10 @@ def test_pause_skips_fires_and_resume_continues(client) -> None:  # type: ignore
     client.resume_job(job.id)
     before = {r.id for r in runs}
     wait_for(
-        lambda: any(r.state == RunState.SUCCEEDED and r.id not in before for r in client.list_runs(job.id).items),
+        lambda: any(
+            r.state == RunState.SUCCEEDED and r.id not in before
+            for r in client.list_runs(job.id).items
+        ),
         what="a run after resume",
     )
     client.delete_job(job.id)
@@ -254,10 +274,16 @@ def test_idempotent_create_returns_the_same_job(client) -> None:  # type: ignore
     [
         (JobSpec(name="x", task=CommandTask(argv=())), "spec.task.command.argv"),
         (sh("true", schedule=Schedule.cron_expr("61 * * * *")), "spec.schedule.cron"),
-        (sh("true", schedule=Schedule.cron_expr("0 9 * * *", timezone="Mars/Olympus")), "spec.schedule.timezone"),
+        (
+            sh("true", schedule=Schedule.cron_expr("0 9 * * *", timezone="Mars/Olympus")),
+            "spec.schedule.timezone",
+        ),
         (sh("true", schedule=Schedule.every(timedelta(seconds=-5))), "spec.schedule.interval"),
         (sh("true", timeout=timedelta(seconds=-1)), "spec.timeout"),
-        (JobSpec(name="x", task=HandlerTask(name="echo", payload=b"x" * (2 << 20))), "spec.task.handler.payload"),
+        (
+            JobSpec(name="x", task=HandlerTask(name="echo", payload=b"x" * (2 << 20))),
+            "spec.task.handler.payload",
+        ),
         (sh("true", retry=RetryPolicy(max_attempts=-1)), "spec.retry.max_attempts"),
         (JobSpec(name="", task=CommandTask(argv=("true",))), "spec.name"),
     ],
@@ -297,7 +323,10 @@ def test_priority_orders_due_runs_when_workers_are_saturated(tmp_path: Path) -> 
     try:
         with server.client() as c:
             blocker = c.create_job(sh("sleep 2"))
-            wait_for(lambda: c.list_runs(blocker.id).items[0].state == RunState.RUNNING, what="blocker running")
+            wait_for(
+                lambda: c.list_runs(blocker.id).items[0].state == RunState.RUNNING,
+                what="blocker running",
+            )
             jobs = [c.create_job(sh("true", priority=p)) for p in (1, 5, 3, 9, 7)]
             started = []
             for job in jobs:
