@@ -1,0 +1,155 @@
+"""The rules a due fire goes through (coordinator/fires.py), without clock or store."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+from shardcron.client.types import (
+    CommandTask,
+    DstGap,
+    Job,
+    JobSpec,
+    JobState,
+    MisfirePolicy,
+    RetryPolicy,
+    RunReason,
+    RunState,
+    Schedule,
+)
+from shardcron.coordinator.fires import (
+    MAX_BACKFILL,
+    WORKER_LOST_ATTEMPTS,
+    first_fire,
+    make_run,
+    on_fire_due,
+    retry_run,
+)
+from shardcron.coordinator.ids import run_id
+
+T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+MINUTELY = Schedule.cron_expr("* * * * *")
+
+
+def job(schedule: Schedule = MINUTELY, **spec: object) -> Job:
+    return Job(
+        id="01a214ec-bebd-737a-9372-2cb5480e4a39",
+        owner="o",
+        spec=JobSpec(name="j", task=CommandTask(argv=("true",)), schedule=schedule, **spec),  # type: ignore[arg-type]
+        state=JobState.ACTIVE,
+        version=1,
+        created_at=T0,
+        updated_at=T0,
+    )
+
+
+def pending_fire(j: Job, at: datetime):  # type: ignore[no-untyped-def]
+    fire, skips = first_fire(j, now=at - timedelta(seconds=1), shard_count=8)
+    assert fire is not None and not skips
+    return make_run(j, fire, shard_count=8, now=at)
+
+
+def test_on_time_fire_materialises_exactly_the_next_one() -> None:
+    j = job()
+    run = pending_fire(j, T0)
+    out = on_fire_due(j, run, now=T0, shard_count=8, paused=False)
+    assert out.run_this
+    assert out.next_fire is not None and out.next_fire.at == T0 + timedelta(minutes=1)
+    assert [r.fire_at for r in out.due] == [T0 + timedelta(minutes=1)]
+    assert out.skipped == {}
+
+
+def test_run_once_runs_one_catch_up_and_records_the_rest_skipped() -> None:
+    j = job(misfire=MisfirePolicy.RUN_ONCE)
+    run = pending_fire(j, T0)
+    now = T0 + timedelta(minutes=10, seconds=30)
+    out = on_fire_due(j, run, now=now, shard_count=8, paused=False)
+    assert out.run_this
+    skipped = [r for r in out.runs if r.state == RunState.SKIPPED]
+    assert len(skipped) == 10 and all(r.reason == RunReason.MISFIRE for r in skipped)
+    assert out.next_fire is not None and out.next_fire.at == T0 + timedelta(minutes=11)
+
+
+def test_skip_policy_skips_the_overdue_fire_itself_too() -> None:
+    j = job(misfire=MisfirePolicy.SKIP)
+    run = pending_fire(j, T0)
+    out = on_fire_due(
+        j, run, now=T0 + timedelta(minutes=3, seconds=30), shard_count=8, paused=False
+    )
+    assert not out.run_this
+    assert sum(1 for r in out.runs if r.state == RunState.SKIPPED) == 4
+    assert out.skipped == {RunReason.MISFIRE: 4}
+
+
+def test_run_all_backfills_within_its_bound() -> None:
+    j = job(misfire=MisfirePolicy.RUN_ALL)
+    run = pending_fire(j, T0)
+    out = on_fire_due(
+        j, run, now=T0 + timedelta(minutes=MAX_BACKFILL + 20), shard_count=8, paused=False
+    )
+    backfill = [r for r in out.due if r.fire_at < T0 + timedelta(minutes=MAX_BACKFILL + 19)]
+    assert len(backfill) == MAX_BACKFILL
+    assert out.skipped[RunReason.MISFIRE] >= 18
+
+
+def test_a_fire_within_the_grace_is_on_time() -> None:
+    j = job(misfire=MisfirePolicy.SKIP)
+    run = pending_fire(j, T0)
+    out = on_fire_due(j, run, now=T0 + timedelta(seconds=4), shard_count=8, paused=False)
+    assert out.run_this and out.skipped == {}
+
+
+def test_paused_job_records_the_fire_skipped_and_keeps_its_schedule() -> None:
+    j = job()
+    run = pending_fire(j, T0)
+    out = on_fire_due(j, run, now=T0, shard_count=8, paused=True)
+    assert not out.run_this
+    [skip] = [r for r in out.runs if r.id == run.id]
+    assert (skip.state, skip.reason) == (RunState.SKIPPED, RunReason.PAUSED)
+    assert out.next_fire is not None
+
+
+def test_dst_gap_skip_is_recorded_and_the_chain_goes_on() -> None:
+    s = Schedule.cron_expr("30 2 * * *", timezone="Europe/Berlin", dst_gap=DstGap.SKIP)
+    j = job(s)
+    night_before = datetime(2026, 3, 28, 1, 30, tzinfo=UTC)  # 02:30 CET on the 28th
+    run = pending_fire(j, night_before)
+    out = on_fire_due(j, run, now=night_before, shard_count=8, paused=False)
+    [gap] = [r for r in out.runs if r.reason == RunReason.DST_GAP]
+    assert gap.state == RunState.SKIPPED and gap.fire_key.startswith("2026-03-29T02:30")
+    assert out.next_fire is not None and out.next_fire.key.startswith("2026-03-30T02:30")
+
+
+def test_materialising_a_fire_twice_gives_the_same_run_id() -> None:
+    j = job()
+    run = pending_fire(j, T0)
+    a = on_fire_due(j, run, now=T0, shard_count=8, paused=False)
+    b = on_fire_due(j, run, now=T0 + timedelta(milliseconds=3), shard_count=8, paused=False)
+    assert [r.id for r in a.due] == [r.id for r in b.due]
+
+
+def test_retry_backs_off_and_stops_at_max_attempts() -> None:
+    policy = RetryPolicy(max_attempts=3, initial_backoff=timedelta(seconds=2), multiplier=3)
+    j = job(Schedule.immediate(), retry=policy)
+    first = make_run(j, first_fire(j, now=T0, shard_count=8)[0], shard_count=8, now=T0)  # type: ignore[arg-type]
+    failed = replace(first, state=RunState.FAILED, reason=RunReason.NON_ZERO_EXIT)
+    second = retry_run(j, failed, now=T0)
+    assert second is not None and second.attempt == 2 and second.due_at == T0 + timedelta(seconds=2)
+    assert second.id == run_id(j.id, first.fire_key, 2, second.due_at)
+    failed2 = replace(second, state=RunState.FAILED)
+    third = retry_run(j, failed2, now=T0)
+    assert third is not None and third.due_at == T0 + timedelta(seconds=6)
+    failed3 = replace(third, state=RunState.TIMED_OUT)
+    assert retry_run(j, failed3, now=T0) is None
+
+
+def test_a_lost_worker_is_retried_even_without_a_retry_policy() -> None:
+    j = job(Schedule.immediate())
+    run = make_run(j, first_fire(j, now=T0, shard_count=8)[0], shard_count=8, now=T0)  # type: ignore[arg-type]
+    lost = replace(run, state=RunState.FAILED, reason=RunReason.WORKER_LOST)
+    attempts = [lost]
+    while (nxt := retry_run(j, attempts[-1], now=T0)) is not None:
+        attempts.append(replace(nxt, state=RunState.FAILED, reason=RunReason.WORKER_LOST))
+    assert len(attempts) == WORKER_LOST_ATTEMPTS
+    cancelled = replace(run, state=RunState.CANCELLED)
+    assert retry_run(j, cancelled, now=T0) is None
