@@ -31,7 +31,7 @@ from shardcron.client.types import (
 from shardcron.coordinator.fires import MANUAL_PREFIX, REPLAY_PREFIX, first_fire, make_run
 from shardcron.coordinator.ids import new_job_id, run_id, shard_for, utcnow
 from shardcron.coordinator.metrics import Metrics
-from shardcron.coordinator.store import JobStore, NewJob
+from shardcron.coordinator.store import JobProgress, JobStore, NewJob
 from shardcron.coordinator.validation import validate_spec
 
 MAX_BATCH = 10_000
@@ -40,14 +40,17 @@ MAX_BATCH = 10_000
 class PollerLink(Protocol):
     """How the api reaches the poller that owns a run's shard."""
 
-    def runs_created(self, runs: Sequence[Run]) -> None:
-        """Best-effort hint: these PENDING runs were just written (pollers also scan)."""
+    def runs_created(self, runs: Sequence[Run], jobs: Sequence[Job] = ()) -> None:
+        """Best-effort hint: these PENDING runs (of these jobs, as stored) were just written."""
 
     async def cancel(self, run: Run, reason: RunReason) -> Run:
         """Cancels the run; returns it as it stands. Raises FailedPrecondition if final."""
 
     def cancel_job(self, job_id: str, reason: RunReason) -> None:
         """Cancels every leased or running run of the job."""
+
+    def job_changed(self, job: Job) -> None:
+        """Best-effort hint: the job's spec or state changed (``job`` as stored)."""
 
 
 class JobsApi:
@@ -109,13 +112,13 @@ class JobsApi:
         results = await self.store.create_jobs(new)
         created = [n for n, (_, fresh) in zip(new, results, strict=True) if fresh]
         self.metrics.jobs_created.inc(len(created))
-        self._hint([r for n in created for r in n.runs])
+        self._hint([r for n in created for r in n.runs], [n.job for n in created])
         return results
 
-    def _hint(self, runs: Sequence[Run]) -> None:
+    def _hint(self, runs: Sequence[Run], jobs: Sequence[Job] = ()) -> None:
         pending = [r for r in runs if r.state == RunState.PENDING]
         if pending:
-            self.link.runs_created(pending)
+            self.link.runs_created(pending, jobs)
 
     async def get_job(self, owner: str, job_id: str) -> Job:
         return await self.store.get_job(owner, job_id)
@@ -148,18 +151,24 @@ class JobsApi:
             )
             spec = spec.replace(schedule=dataclasses.replace(spec.schedule, anchor=anchor or now))
         version = expected_version + 1
-        updated = dataclasses.replace(job, spec=spec, version=version, updated_at=now)
+        updated = dataclasses.replace(job, spec=spec, updated_at=now)
         runs: list[Run] = []
+        progress = None
         if spec.schedule != job.spec.schedule:
             state = JobState.ACTIVE if job.state == JobState.COMPLETED else job.state
-            fresh = self._with_first_fire(
-                dataclasses.replace(updated, schedule_version=version, state=state), now
-            )
+            rescheduled = dataclasses.replace(updated, schedule_version=version, state=state)
+            fresh = self._with_first_fire(rescheduled, now)
             updated, runs = fresh.job, list(fresh.runs)
+            progress = JobProgress(
+                job_id=job_id,
+                next_fire_at=updated.next_fire_at,
+                next_fire_key=updated.next_fire_key,
+            )
         due = [r for r in runs if r.state == RunState.PENDING]
         stored = await self.store.update_job(
-            updated, expected_version=expected_version, runs=runs, due=due
+            updated, expected_version=expected_version, progress=progress, runs=runs, due=due
         )
+        self.link.job_changed(stored)
         self._hint(due)
         if stored.schedule_version != job.schedule_version:
             # fires of the old schedule end now, not when they would have come due
@@ -171,14 +180,27 @@ class JobsApi:
         return stored
 
     async def _set_state(
-        self, owner: str, job_id: str, expected_version: int, state: JobState, **changes: object
+        self,
+        job: Job,
+        expected_version: int,
+        state: JobState,
+        *,
+        pause_reason: str = "",
+        progress: JobProgress | None = None,
+        runs: Sequence[Run] = (),
     ) -> Job:
-        job = await self._load(owner, job_id, expected_version)
-        version = expected_version or job.version
         updated = dataclasses.replace(
-            job, state=state, version=version + 1, updated_at=utcnow(), **changes
-        )  # type: ignore[arg-type]
-        return await self.store.update_job(updated, expected_version=version)
+            job, state=state, updated_at=utcnow(), pause_reason=pause_reason
+        )
+        stored = await self.store.update_job(
+            updated,
+            expected_version=expected_version or job.version,
+            progress=progress,
+            runs=runs,
+            due=runs,
+        )
+        self.link.job_changed(stored)
+        return stored
 
     async def pause_job(self, owner: str, job_id: str, expected_version: int = 0) -> Job:
         job = await self._load(owner, job_id, expected_version)
@@ -189,7 +211,7 @@ class JobsApi:
                 f"job {job_id} is {job.state.value}; only an ACTIVE job can be paused"
             )
         return await self._set_state(
-            owner, job_id, expected_version, JobState.PAUSED, pause_reason="paused by user"
+            job, expected_version, JobState.PAUSED, pause_reason="paused by user"
         )
 
     async def resume_job(self, owner: str, job_id: str, expected_version: int = 0) -> Job:
@@ -208,17 +230,9 @@ class JobsApi:
             for r in await self.store.list_active_runs(job_id)
             if r.state == RunState.PENDING and r.due_at <= now
         ]
-        version = expected_version or job.version
-        updated = dataclasses.replace(
-            job,
-            state=JobState.ACTIVE,
-            version=version + 1,
-            updated_at=now,
-            pause_reason="",
-            consecutive_failures=0,
-        )
-        stored = await self.store.update_job(
-            updated, expected_version=version, runs=parked, due=parked
+        reset = JobProgress(job_id=job_id, consecutive_failures=0)
+        stored = await self._set_state(
+            job, expected_version, JobState.ACTIVE, progress=reset, runs=parked
         )
         self._hint(parked)
         return stored
@@ -229,9 +243,8 @@ class JobsApi:
         job = await self._load(owner, job_id, expected_version)
         if job.state == JobState.DELETED:
             return job
-        stored = await self._set_state(
-            owner, job_id, expected_version, JobState.DELETED, next_fire_at=None, next_fire_key=""
-        )
+        exhausted = JobProgress(job_id=job_id, next_fire_key="")
+        stored = await self._set_state(job, expected_version, JobState.DELETED, progress=exhausted)
         if cancel_running:
             self.link.cancel_job(job_id, RunReason.JOB_DELETED)
         return stored

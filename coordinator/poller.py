@@ -54,6 +54,7 @@ from shardcron.coordinator.workers import WorkerConn, result_fields
 log = logging.getLogger("shardcron.poller")
 
 _EPOCH_SHIFT = 32
+_MAX_DEFERRED = 100_000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -70,6 +71,9 @@ class PollerConfig:
     # TTL from when the lease reached it, later than the poller granted it.
     expiry_grace: timedelta = timedelta(milliseconds=500)
     misfire_grace: timedelta = MISFIRE_GRACE  # a fire later than this is a misfire
+    # Re-read a job from the store when it triggers if the copy held is older than
+    # this. None: the api's hints are complete (one process), the copy held is current.
+    job_cache_ttl: timedelta | None = None
     max_batch: int = 2000  # runs leased or triggered per turn
     max_loaded: int = 500_000  # runs held in memory before loading pauses
     cursor_save_interval: timedelta = timedelta(seconds=5)
@@ -122,6 +126,7 @@ class Poller:
         self.config = config
         self.metrics = metrics
         self.epoch = 0
+        self.fencing_epoch = 0
         self.active = False
         self._seq = 0
         self._shards: frozenset[int] = frozenset()
@@ -134,10 +139,14 @@ class Poller:
         self._admitted: dict[str, set[str]] = {}
         self._blocked: dict[str, deque[Slot]] = {}
         self._job_slots: dict[str, int] = {}
-        self._failures: dict[str, int] = {}
+        # jobs of the runs held in memory, with when they were read from the store
+        self._jobs: dict[str, Job] = {}
+        self._job_read_at: dict[str, float] = {}
         self._recent_final: dict[str, float] = {}
         self._workers: dict[str, WorkerConn] = {}
         self._inbox: deque[tuple[Any, ...]] = deque()
+        # held leases and results named before this poller loaded its shards
+        self._deferred: list[tuple[str, WorkerConn, Any]] = []
         self._wake = asyncio.Event()
         self._next_scan = 0.0
         self._next_recheck = 0.0
@@ -154,9 +163,13 @@ class Poller:
     def on_assignment(self, assignment: Assignment) -> None:
         self.submit("assignment", assignment)
 
-    def runs_created(self, runs: Sequence[Run]) -> None:
-        """Hint from the api: these PENDING runs were just written."""
-        self.submit("runs", list(runs))
+    def runs_created(self, runs: Sequence[Run], jobs: Sequence[Job] = ()) -> None:
+        """Hint from the api: these PENDING runs (of these jobs) were just written."""
+        self.submit("runs", list(runs), list(jobs))
+
+    def job_changed(self, job: Job) -> None:
+        """Hint from the api: the job as stored after a change of spec or state."""
+        self.submit("job", job)
 
     async def cancel(self, run: Run, reason: RunReason) -> Run:
         """Cancels a run of an owned shard; returns the run as it stands after the request."""
@@ -189,7 +202,8 @@ class Poller:
             try:
                 await self._turn()
             except Exception:
-                log.exception("poller turn failed; retrying")
+                log.exception("poller turn failed; reloading its shards from the store")
+                self._reset()
                 await asyncio.sleep(0.5)
                 continue
             timeout = self._sleep_for()
@@ -197,6 +211,30 @@ class Poller:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), timeout)
             self._wake.clear()
+
+    def _reset(self) -> None:
+        """Forgets everything held in memory; the next scan reloads it from the store,
+        as a poller taking the shards over would (leases are waited out or renewed)."""
+        now = utcnow()
+        for slot in self._slots.values():
+            for fut in slot.cancel_waiters:
+                if not fut.done():
+                    fut.set_exception(Unavailable("the poller reloaded its shards; try again"))
+        self._slots.clear()
+        self._timers.clear()
+        self._ready.clear()
+        self._expiries.clear()
+        self._admitted.clear()
+        self._blocked.clear()
+        self._job_slots.clear()
+        self._jobs.clear()
+        self._job_read_at.clear()
+        self._recent_final.clear()
+        self._loaded_until.clear()
+        self._taken_at = {shard: now for shard in self._shards}
+        self._next_scan = 0.0
+        for conn in self._workers.values():
+            conn.forget_leases()
 
     def _sleep_for(self) -> float:
         now = time.time()
@@ -220,6 +258,8 @@ class Poller:
         now = utcnow()
         if self._shards and time.time() >= self._next_scan:
             await self._scan(now)
+        if self._deferred and self._settled():
+            self._replay_deferred(turn, now)
         self._expire(now, turn)
         await self._trigger_due(now, turn)
         if self.active:
@@ -245,6 +285,12 @@ class Poller:
         elif kind == "runs":
             for run in event[1]:
                 self._admit_new(run, now)
+            for job in event[2]:
+                if job.id in self._job_slots:
+                    self._cache_job(job)
+        elif kind == "job":
+            if event[1].id in self._jobs:
+                self._cache_job(event[1])
         elif kind == "hello":
             self._on_hello(event[1], turn, now)
         elif kind == "closed":
@@ -260,9 +306,10 @@ class Poller:
     # --- assignment and loading ---------------------------------------------------
 
     def _on_assignment_event(self, a: Assignment, now: datetime) -> None:
-        if a.epoch != self.epoch:
+        if a.fencing_epoch != self.fencing_epoch:
             self._seq = 0
         self.epoch = a.epoch
+        self.fencing_epoch = a.fencing_epoch
         self.active = a.active
         lost = self._shards - a.shards
         for shard in a.shards - self._shards:
@@ -330,6 +377,9 @@ class Poller:
                         self._add_waiting(Slot(run=run, job=jobs.get(run.job_id)))
                     else:
                         self._adopt_orphan(run, jobs.get(run.job_id), now)
+                for job in jobs.values():
+                    if job.id in self._job_slots:
+                        self._cache_job(job)
             if len(entries) < 2000:
                 return True
             if len(self._slots) >= self.config.max_loaded:
@@ -371,7 +421,8 @@ class Poller:
         left = self._job_slots.get(job_id, 1) - 1
         if left <= 0:
             self._job_slots.pop(job_id, None)
-            self._failures.pop(job_id, None)
+            self._jobs.pop(job_id, None)
+            self._job_read_at.pop(job_id, None)
         else:
             self._job_slots[job_id] = left
         admitted = self._admitted.get(job_id)
@@ -415,10 +466,24 @@ class Poller:
                 due.append(slot)
         if not due:
             return
-        jobs = await self.store.get_jobs(list({s.run.job_id for s in due}))
+        ttl = self.config.job_cache_ttl
+        oldest = -math.inf if ttl is None else time.monotonic() - ttl.total_seconds()
+        stale = {
+            s.run.job_id
+            for s in due
+            if s.run.job_id not in self._jobs
+            or self._job_read_at.get(s.run.job_id, -math.inf) < oldest
+        }
+        if stale:
+            for job in (await self.store.get_jobs(list(stale))).values():
+                self._cache_job(job)
         for slot in due:
-            slot.job = jobs.get(slot.run.job_id)
+            slot.job = self._jobs.get(slot.run.job_id)
             self._trigger(slot, now, turn)
+
+    def _cache_job(self, job: Job) -> None:
+        self._jobs[job.id] = job
+        self._job_read_at[job.id] = time.monotonic()
 
     def _trigger(self, slot: Slot, now: datetime, turn: _Turn) -> None:
         run, job = slot.run, slot.job
@@ -459,6 +524,7 @@ class Poller:
             slot.job = job = dataclasses.replace(
                 job, next_fire_at=nxt.at if nxt else None, next_fire_key=nxt.key if nxt else ""
             )
+            self._jobs[job.id] = job
             turn.set_progress(
                 job.id,
                 next_fire_at=nxt.at if nxt else None,
@@ -560,7 +626,7 @@ class Poller:
                 deferred.append(entry)
                 continue
             self._seq += 1
-            token = (self.epoch << _EPOCH_SHIFT) | self._seq
+            token = (self.fencing_epoch << _EPOCH_SHIFT) | self._seq
             expires = now + ttl
             run = dataclasses.replace(
                 slot.run,
@@ -575,13 +641,21 @@ class Poller:
             worker.hold(run.id, job.spec.resources)
             turn.runs[run.id] = run
             heapq.heappush(self._expiries, (expires, run.id, token))
-            turn.after.append(lambda w=worker, r=run, j=job: w.send_lease(r, j, ttl))
+            turn.after.append(lambda w=worker, s=slot, j=job: self._send_lease(w, s, j))
             leased += 1
             free -= job.spec.resources.slots or 1
         for entry in deferred:
             heapq.heappush(self._ready, entry)
         if leased:
             self.metrics.runs_leased.inc(leased)
+
+    def _send_lease(self, worker: WorkerConn, slot: Slot, job: Job) -> None:
+        """Sends a lease once it is durable; its TTL counts from now, as the worker's will."""
+        ttl = self.config.lease_ttl
+        expires = utcnow() + ttl
+        slot.run = dataclasses.replace(slot.run, lease_expires_at=expires)
+        heapq.heappush(self._expiries, (expires, slot.run.id, slot.run.lease_token))
+        worker.send_lease(slot.run, job, ttl)
 
     def _pick_worker(self, job: Job) -> WorkerConn | None:
         best: WorkerConn | None = None
@@ -654,9 +728,10 @@ class Poller:
         elif body == "output":
             for chunk in msg.output.chunks:
                 slot = self._slots.get(chunk.run_id)
-                if slot is None or slot.phase != Phase.LEASED:
-                    continue
-                slot.output_bytes += len(chunk.data)
+                if slot is not None and slot.phase == Phase.LEASED:
+                    slot.output_bytes += len(chunk.data)
+                elif chunk.run_id not in self._recent_final:
+                    continue  # not a run of ours, or long over
                 turn.output.append(
                     OutputChunk(
                         run_id=chunk.run_id,
@@ -681,8 +756,13 @@ class Poller:
             return
         expires = now + self.config.lease_ttl
         answers = []
+        settled = self._settled()
         for run_id, token in refs:
             slot = self._held_slot(run_id, token)
+            if slot is None and not settled and len(self._deferred) < _MAX_DEFERRED:
+                # maybe a lease of a shard not loaded yet: answer once it is
+                self._deferred.append(("held", conn, (run_id, token)))
+                continue
             ok = slot is not None and self.active and slot.run.worker_id == conn.id
             if ok:
                 assert slot is not None
@@ -697,10 +777,28 @@ class Poller:
                 if slot.cancel_reason is not None:
                     conn.send_cancel(run_id, token, slot.cancel_reason)
             answers.append((run_id, token, ok))
-        conn.send_renewals(answers, self.config.lease_ttl)
+        if answers:
+            conn.send_renewals(answers, self.config.lease_ttl)
+
+    def _settled(self) -> bool:
+        """Every owned shard was loaded once: a run not held now is not ours."""
+        return self.active and all(shard in self._loaded_until for shard in self._shards)
+
+    def _replay_deferred(self, turn: _Turn, now: datetime) -> None:
+        deferred, self._deferred = self._deferred, []
+        for kind, conn, item in deferred:
+            if conn.closed:
+                continue
+            if kind == "held":
+                self._renew(conn, [item], turn, now)
+            else:
+                self._on_result(conn, item, turn, now)
 
     def _on_result(self, conn: WorkerConn, result: Any, turn: _Turn, now: datetime) -> None:
         slot = self._held_slot(result.run_id, result.fencing_token)
+        if slot is None and not self._settled() and len(self._deferred) < _MAX_DEFERRED:
+            self._deferred.append(("result", conn, result))
+            return
         if slot is None:
             self.metrics.results_rejected.inc()
             conn.send_ack(result.run_id, result.fencing_token, False, "stale fencing token")
@@ -813,22 +911,17 @@ class Poller:
                 self._add_waiting(Slot(run=nxt, job=job))
                 return final
             final = dataclasses.replace(final, dead_letter=True)
+        job = self._jobs.get(job.id, job)
         if final.state in (RunState.SUCCEEDED, RunState.FAILED, RunState.TIMED_OUT):
-            streak = (
-                0
-                if final.state == RunState.SUCCEEDED
-                else self._failures.get(job.id, job.consecutive_failures) + 1
-            )
-            if streak != self._failures.get(job.id, job.consecutive_failures):
-                self._failures[job.id] = streak
+            streak = 0 if final.state == RunState.SUCCEEDED else job.consecutive_failures + 1
+            if streak != job.consecutive_failures:
+                job = dataclasses.replace(job, consecutive_failures=streak)
                 turn.set_progress(job.id, consecutive_failures=streak)
             limit = job.spec.pause_after_failures
             if limit and streak >= limit and job.state == JobState.ACTIVE:
-                turn.set_progress(
-                    job.id,
-                    state=JobState.PAUSED,
-                    pause_reason=f"paused after {streak} consecutive failed runs",
-                )
+                reason = f"paused after {streak} consecutive failed runs"
+                job = dataclasses.replace(job, state=JobState.PAUSED, pause_reason=reason)
+                turn.set_progress(job.id, state=JobState.PAUSED, pause_reason=reason)
         kind = job.spec.schedule.kind
         one_off = kind in (ScheduleKind.IMMEDIATE, ScheduleKind.AT) and not is_extra_run(final)
         exhausted = (
@@ -836,7 +929,10 @@ class Poller:
         )
         done = one_off or (exhausted and self._job_slots.get(job.id, 0) == 0)
         if done and job.state == JobState.ACTIVE:
+            job = dataclasses.replace(job, state=JobState.COMPLETED)
             turn.set_progress(job.id, state=JobState.COMPLETED)
+        if job.id in self._jobs:
+            self._jobs[job.id] = job
         return final
 
     # --- status ------------------------------------------------------------------------

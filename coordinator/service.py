@@ -289,6 +289,7 @@ def build_server(
             ("grpc.keepalive_time_ms", 20_000),
             ("grpc.keepalive_permit_without_calls", 1),
             ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+            ("grpc.so_reuseport", 0),  # a second node on a busy port must fail, not share it
         ]
     )
     names = [health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME]

@@ -80,8 +80,6 @@ CREATE TABLE IF NOT EXISTS runs (
 CREATE INDEX IF NOT EXISTS runs_by_job ON runs (job_id, id DESC);
 CREATE INDEX IF NOT EXISTS runs_dead_letters ON runs (owner, dead_letter, id)
     WHERE dead_letter = 1;
-CREATE INDEX IF NOT EXISTS runs_active ON runs (job_id, id)
-    WHERE state IN ('PENDING', 'LEASED', 'RUNNING');
 CREATE TABLE IF NOT EXISTS due_runs (
     shard INTEGER NOT NULL, bucket INTEGER NOT NULL, due_at INTEGER NOT NULL,
     run_id TEXT NOT NULL, job_id TEXT NOT NULL, priority INTEGER NOT NULL,
@@ -120,18 +118,17 @@ _Codec = tuple[Callable[[Any], Any], Callable[[Any], Any]]
 _PLANS: dict[type, tuple[tuple[tuple[str, Any], ...], dict[str, Any]]] = {}
 
 
+def _or_none(enc: Callable[[Any], Any], dec: Callable[[Any], Any]) -> _Codec:
+    return (lambda v: None if v is None else enc(v)), (lambda v: None if v is None else dec(v))
+
+
 def _codec(hint: Any) -> _Codec | None:
     """How a value of type ``hint`` goes to JSON and back; None if JSON holds it as it is."""
     if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
         args = [a for a in typing.get_args(hint) if a is not type(None)]
         if len(args) == 1:  # X | None
             inner = _codec(args[0])
-            if inner is None:
-                return None
-            enc, dec = inner
-            return (lambda v: None if v is None else enc(v)), (
-                lambda v: None if v is None else dec(v)
-            )
+            return None if inner is None else _or_none(*inner)
         variants = {cls.__name__: cls for cls in args}
         return (
             lambda v: {"type": type(v).__name__, **_dump(v)},
@@ -216,8 +213,7 @@ _SELECT_RUN = f"SELECT {_RUN_COLS} FROM runs"
 _INSERT_JOB = f"INSERT INTO jobs ({_JOB_COLS}) VALUES ({', '.join('?' * 14)})"
 _UPDATE_JOB = (
     "UPDATE jobs SET name = ?, state = ?, version = ?, schedule_version = ?, spec = ?,"
-    " next_fire_at = ?, next_fire_key = ?, idempotency_key = ?, consecutive_failures = ?,"
-    " pause_reason = ?, created_at = ?, updated_at = ? WHERE id = ? AND owner = ? AND version = ?"
+    " pause_reason = ?, updated_at = ? WHERE id = ? AND owner = ? AND version = ?"
 )
 _INSERT_DUE = (
     "INSERT INTO due_runs (shard, bucket, due_at, run_id, job_id, priority)"
@@ -554,16 +550,23 @@ class SqliteStore:
         job: Job,
         *,
         expected_version: int,
+        progress: JobProgress | None = None,
         runs: Sequence[Run] = (),
         due: Sequence[Run] = (),
     ) -> Job:
-        stored = dataclasses.replace(job, version=expected_version + 1)
-        row, runs, due = _job_row(stored), list(runs), list(due)
+        spec = _spec_to_json(job.spec)
+        values = (job.spec.name, str(job.state), expected_version + 1, job.schedule_version, spec)
+        values += (job.pause_reason, _us(job.updated_at), job.id, job.owner, expected_version)
+        runs, due = list(runs), list(due)
 
         def op(conn: Conn) -> Job:
-            if conn.execute(_UPDATE_JOB, (*row[2:], job.id, job.owner, expected_version)).rowcount:
+            if conn.execute(_UPDATE_JOB, values).rowcount:
+                if progress is not None:
+                    _apply_progress(
+                        conn, dataclasses.replace(progress, job_id=job.id, state=None), force=True
+                    )
                 self._put_runs(conn, runs, due)
-                return stored
+                return _row_job(conn.execute(f"{_SELECT_JOB} WHERE id = ?", (job.id,)).fetchone())
             sql = "SELECT version FROM jobs WHERE id = ? AND owner = ?"
             found = conn.execute(sql, (job.id, job.owner)).fetchone()
             if found is None:
@@ -582,6 +585,8 @@ class SqliteStore:
         progress: Sequence[JobProgress] = (),
     ) -> None:
         runs, due, progress = list(runs), list(due), list(progress)
+        if not (runs or due or progress):
+            return
 
         def op(conn: Conn) -> None:
             self._put_runs(conn, runs, due)
@@ -625,7 +630,9 @@ class SqliteStore:
         return _page("run", rows, size, _row_run)
 
     async def list_active_runs(self, job_id: str) -> list[Run]:
-        active = "state IN ('PENDING', 'LEASED', 'RUNNING')"  # matches the runs_active index
+        # Walks the job's runs (runs_by_job): an index of active runs would have to change on
+        # every state change, and measured, it halved the throughput of those writes.
+        active = "state IN ('PENDING', 'LEASED', 'RUNNING')"
         rows = await self._all(f"{_SELECT_RUN} WHERE job_id = ? AND {active}", (job_id,))
         return [_row_run(r) for r in rows]
 
@@ -671,12 +678,20 @@ class SqliteStore:
 
     async def save_cursors(self, cursors: dict[int, datetime]) -> None:
         rows = [(shard, _us(at)) for shard, at in cursors.items()]
+        if not rows:
+            return
         sql = (
             "INSERT INTO shard_cursors (shard, bucket_start) VALUES (?, ?) ON CONFLICT(shard)"
             " DO UPDATE SET bucket_start = excluded.bucket_start"
             " WHERE excluded.bucket_start > shard_cursors.bucket_start"  # never backwards
         )
-        await self._write(lambda conn: conn.executemany(sql, rows).close(), len(rows))
+        prune = "DELETE FROM due_runs WHERE shard = ? AND bucket < (SELECT bucket_start / 1000000 FROM shard_cursors WHERE shard = ?)"
+
+        def op(conn: Conn) -> None:
+            conn.executemany(sql, rows).close()
+            conn.executemany(prune, [(shard, shard) for shard, _ in rows]).close()
+
+        await self._write(op, len(rows))
 
     async def oldest_due(self, shard: int) -> datetime | None:
         sql = "SELECT due_at FROM due_runs WHERE shard = ? ORDER BY bucket, due_at LIMIT 1"
@@ -758,9 +773,10 @@ class SqliteStore:
         return await self._read(read)
 
 
-def _apply_progress(conn: Conn, p: JobProgress) -> None:
+def _apply_progress(conn: Conn, p: JobProgress, *, force: bool = False) -> None:
     """The poller's fields of one job. The state moves only ACTIVE -> COMPLETED | PAUSED,
-    and a pause reason sent along with a state goes only where the state goes."""
+    and a pause reason sent along with a state goes only where the state goes.
+    ``force``: an api update's progress, whose pause reason is written as given."""
     sets: dict[str, Any] = {}
     if p.next_fire_key == "":  # the schedule is exhausted
         sets |= {"next_fire_at": None, "next_fire_key": ""}
@@ -770,7 +786,7 @@ def _apply_progress(conn: Conn, p: JobProgress) -> None:
         sets["next_fire_at"] = _us(p.next_fire_at)
     if p.consecutive_failures is not None:
         sets["consecutive_failures"] = p.consecutive_failures
-    if p.pause_reason is not None and p.state is None:
+    if p.pause_reason is not None and p.state is None and not force:
         sets["pause_reason"] = p.pause_reason
     if sets:
         assignments = ", ".join(f"{column} = ?" for column in sets)

@@ -127,14 +127,20 @@ class JobStore(Protocol):
         job: Job,
         *,
         expected_version: int,
+        progress: JobProgress | None = None,
         runs: Sequence[Run] = (),
         due: Sequence[Run] = (),
     ) -> Job:
-        """Replaces the job's spec and state if its stored version is ``expected_version``.
+        """Replaces the job's user-owned fields if its stored version is ``expected_version``.
 
-        Stores ``job`` with ``version = expected_version + 1`` (the caller sets the
-        other fields), upserts ``runs`` and adds a due-index row for each run in
-        ``due``, all in one transaction. Raises NotFound (no such job for
+        Writes ``spec`` (and name), ``state``, ``schedule_version``,
+        ``pause_reason`` and ``updated_at`` from ``job``, sets ``version =
+        expected_version + 1``, applies ``progress`` when given (its ``state``
+        rule does not apply here: the state comes from ``job``), upserts ``runs``
+        and adds a due-index row for each run in ``due``, all in one transaction.
+        Poller-owned fields (next fire, failure streak) change only through
+        ``progress``, never from ``job``, so an update cannot undo a poller's
+        progress. Returns the job as stored. Raises NotFound (no such job for
         ``job.owner``) or VersionConflict; then nothing is written.
         """
 
@@ -199,7 +205,8 @@ class JobStore(Protocol):
         runs; shards with no cursor are absent (start from the oldest row)."""
 
     async def save_cursors(self, cursors: dict[int, datetime]) -> None:
-        """Persists cursors; a cursor never moves backwards (a lower value is ignored)."""
+        """Persists cursors; a cursor never moves backwards (a lower value is ignored).
+        Due-index rows of buckets before a shard's cursor may be dropped from then on."""
 
     async def oldest_due(self, shard: int) -> datetime | None:
         """The due time of the oldest due-index row of ``shard`` (where a shard with no cursor starts)."""

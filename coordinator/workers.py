@@ -145,6 +145,10 @@ class WorkerConn:
             self.used_cpu -= need.cpu_millis
             self.used_mem -= need.memory_mb
 
+    def forget_leases(self) -> None:
+        self.leases.clear()
+        self.used = self.used_cpu = self.used_mem = 0
+
     def info(self) -> WorkerInfo:
         return WorkerInfo(
             id=self.id,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -98,9 +98,11 @@ def rich_spec() -> JobSpec:
     return JobSpec(
         name="nightly-report",
         task=CommandTask(argv=("python", "-c", "print('ü')"), env={"A": "1", "B": ""}, cwd="/srv"),
-        schedule=Schedule(
-            kind=ScheduleKind.CRON, cron="30 2 * * *",
-            timezone="Europe/Berlin", start_at=berlin, end_at=T0 + timedelta(days=400),
+        schedule=Schedule(  # the store keeps what it is given, whatever the kind uses
+            kind=ScheduleKind.CRON, at=T0 + timedelta(microseconds=5), cron="30 2 * * *",
+            timezone="Europe/Berlin", interval=timedelta(minutes=7, microseconds=11),
+            anchor=datetime(2029, 6, 1, 8, tzinfo=timezone(timedelta(hours=-4))),
+            start_at=berlin, end_at=T0 + timedelta(days=400),
             jitter=timedelta(seconds=7, microseconds=3), dst_gap=DstGap.SKIP,
             dst_overlap=DstOverlap.BOTH,
         ),
@@ -117,6 +119,11 @@ def rich_spec() -> JobSpec:
         pause_after_failures=5,
         labels={"team": "data", "tier": "gold"},
     )  # fmt: skip
+
+
+def unwritable_job() -> Job:
+    """A job no store can write (a label value that is not text): makes a call fail."""
+    return make_job(labels={"bad": object()})  # type: ignore[dict-item]
 
 
 async def create(store: JobStore, job: Job, *runs: Run) -> Job:
@@ -268,14 +275,17 @@ async def test_create_batch_results_in_order_and_duplicate_keys_within_a_batch(
 
 
 async def test_create_batch_is_all_or_nothing(store: JobStore) -> None:
-    taken = await create(store, make_job())
-    fresh = make_job()
-    clash = dataclasses.replace(make_job(), id=taken.id)  # same primary key: must fail
-    with pytest.raises(Exception):  # noqa: B017 - the contract only says the batch fails
-        await store.create_jobs([NewJob(job=fresh, runs=[make_run(fresh)]), NewJob(job=clash)])
-    assert await store.get_jobs([fresh.id]) == {}
+    fresh, last = make_job(), make_job()
+    batch = [
+        NewJob(job=fresh, runs=[make_run(fresh)]),
+        NewJob(job=unwritable_job()),
+        NewJob(job=last),
+    ]
+    with pytest.raises(Exception):  # noqa: B017 - the contract only says the call fails
+        await store.create_jobs(batch)
+    assert await store.get_jobs([fresh.id, last.id]) == {}
     assert await store.get_runs([make_run(fresh).id]) == {}
-    assert (await store.get_job(ALICE, taken.id)) == taken
+    assert (await store.list_jobs(ALICE)).items == []
 
 
 async def test_get_is_owner_scoped(store: JobStore) -> None:
@@ -470,21 +480,26 @@ async def test_commit_never_moves_a_run_backwards(store: JobStore) -> None:
 async def test_progress_state_moves_only_active_jobs(store: JobStore) -> None:
     active = await create(store, make_job())
     completed = await create(store, make_job())
-    paused = await create(store, make_job(state=JobState.PAUSED))
+    paused = await create(
+        store, dataclasses.replace(make_job(state=JobState.PAUSED), pause_reason="by user")
+    )
     deleted = await create(store, make_job(state=JobState.DELETED))
     await store.commit(
         progress=[
             JobProgress(job_id=active.id, state=JobState.PAUSED, pause_reason="5 failures"),
             JobProgress(job_id=completed.id, state=JobState.COMPLETED, next_fire_key=""),
-            JobProgress(job_id=paused.id, state=JobState.COMPLETED),
+            JobProgress(job_id=paused.id, state=JobState.PAUSED, pause_reason="5 failures"),
             JobProgress(job_id=deleted.id, state=JobState.PAUSED, pause_reason="x"),
         ]
     )
     got = await store.get_jobs([active.id, completed.id, paused.id, deleted.id])
     assert (got[active.id].state, got[active.id].pause_reason) == (JobState.PAUSED, "5 failures")
     assert got[completed.id].state == JobState.COMPLETED
-    assert got[paused.id].state == JobState.PAUSED
-    assert got[deleted.id].state == JobState.DELETED
+    # A pause reason sent with a state goes only where the state goes.
+    assert (got[paused.id].state, got[paused.id].pause_reason) == (JobState.PAUSED, "by user")
+    assert (got[deleted.id].state, got[deleted.id].pause_reason) == (JobState.DELETED, "")
+    await store.commit(progress=[JobProgress(job_id=paused.id, state=JobState.COMPLETED)])
+    assert (await store.get_job(ALICE, paused.id)).state == JobState.PAUSED
     assert all(j.version == 1 for j in got.values())
     # ACTIVE and DELETED are not states progress may set.
     await store.commit(
@@ -752,13 +767,17 @@ async def test_one_version_conflict_does_not_fail_concurrent_writes(store: JobSt
         5,
         store.update_job(victim, expected_version=9, runs=[stale_run], due=[stale_run]),
     )
-    extra = make_job()
+    extra, fresh = make_job(), make_job()
     calls.append(store.create_jobs([NewJob(job=extra)]))
+    # A failing create among them: its first job must not be written either.
+    batch = [NewJob(job=fresh, runs=[make_run(fresh)]), NewJob(job=unwritable_job())]
+    calls.append(store.create_jobs(batch))
     results = await asyncio.gather(*calls, return_exceptions=True)
     assert isinstance(results[5], VersionConflict)
-    assert not any(isinstance(r, BaseException) for i, r in enumerate(results) if i != 5)
-    got = await store.get_jobs([j.id for j in jobs] + [extra.id])
+    assert isinstance(results[-1], Exception)
+    assert not any(isinstance(r, BaseException) for r in results[:5] + results[6:-1])
+    got = await store.get_jobs([j.id for j in jobs] + [extra.id, fresh.id])
     assert got[victim.id] == victim
     assert all(got[j.id].version == 2 for j in jobs if j is not victim)
-    assert extra.id in got
-    assert await store.get_runs([stale_run.id]) == {}
+    assert extra.id in got and fresh.id not in got
+    assert await store.get_runs([stale_run.id, make_run(fresh).id]) == {}

@@ -32,6 +32,8 @@ def test_generated_python_code_is_current(tmp_path: Path) -> None:
     stale = [
         name
         for name in generated
-        if not filecmp.cmp(tmp_path / "shardcron" / "v1" / name, PROTO / "shardcron" / "v1" / name, shallow=False)
+        if not filecmp.cmp(
+            tmp_path / "shardcron" / "v1" / name, PROTO / "shardcron" / "v1" / name, shallow=False
+        )
     ]
     assert not stale, f"stale generated code (run `make proto`): {stale}"

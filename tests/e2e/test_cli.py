@@ -14,7 +14,9 @@ def owner() -> str:
 
 def test_cron_job_tour(dev: DevServer) -> None:
     o = owner()
-    job_id = dev.cli("job", "create", "tick", "--cron", "* * * * * *", "--", "sh", "-c", "echo tick", owner=o).stdout.strip()
+    job_id = dev.cli(
+        "job", "create", "tick", "--cron", "* * * * * *", "--", "sh", "-c", "echo tick", owner=o
+    ).stdout.strip()
     assert len(job_id) == 36
 
     listed = json.loads(dev.cli("--json", "job", "list", owner=o).stdout)
@@ -40,7 +42,9 @@ def test_cron_job_tour(dev: DevServer) -> None:
 
 def test_follow_and_cancel_a_running_command(dev: DevServer) -> None:
     o = owner()
-    job_id = dev.cli("job", "create", "long", "--", "sh", "-c", "echo begin; sleep 60", owner=o).stdout.strip()
+    job_id = dev.cli(
+        "job", "create", "long", "--", "sh", "-c", "echo begin; sleep 60", owner=o
+    ).stdout.strip()
 
     def running() -> str:
         out = json.loads(dev.cli("--json", "run", "list", job_id, owner=o).stdout)
@@ -52,7 +56,9 @@ def test_follow_and_cancel_a_running_command(dev: DevServer) -> None:
     assert "begin" in follow.stdout
     waited = dev.cli("run", "wait", run_id, owner=o, check=False)
     assert waited.returncode == 1
-    assert json.loads(dev.cli("--json", "run", "get", run_id, owner=o).stdout)["state"] == "CANCELLED"
+    assert (
+        json.loads(dev.cli("--json", "run", "get", run_id, owner=o).stdout)["state"] == "CANCELLED"
+    )
 
 
 def test_preview_shows_local_and_utc_times(dev: DevServer) -> None:
@@ -65,7 +71,9 @@ def test_preview_shows_local_and_utc_times(dev: DevServer) -> None:
 
 
 def test_bad_input_exits_2_naming_the_field(dev: DevServer) -> None:
-    bad = dev.cli("job", "create", "bad", "--cron", "61 * * * *", "--", "true", owner=owner(), check=False)
+    bad = dev.cli(
+        "job", "create", "bad", "--cron", "61 * * * *", "--", "true", owner=owner(), check=False
+    )
     assert bad.returncode == 2
     assert "spec.schedule.cron" in bad.stderr
     assert "Traceback" not in bad.stderr

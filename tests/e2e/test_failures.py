@@ -74,7 +74,7 @@ def test_sigkill_dev_then_restart_loses_no_acknowledged_job(tmp_path: Path) -> N
             time.sleep(1.5)
         server.kill()  # SIGKILL: leases in flight, fires pending
         killed_at = datetime.now(UTC)
-        time.sleep(5)
+        time.sleep(7)
         server.start()
         restarted_at = datetime.now(UTC)
         with server.client("crash") as c:
@@ -98,9 +98,9 @@ def test_sigkill_dev_then_restart_loses_no_acknowledged_job(tmp_path: Path) -> N
                     for r in c.list_runs(job.id, page_size=1000).items
                     if r.fire_key.endswith("fold0")
                 ]
-                down = [
-                    r for r in runs if killed_at < r.fire_at < restarted_at - timedelta(seconds=1)
-                ]
+                # fires surely overdue when the poller came back (it starts before it serves)
+                overdue = restarted_at - timedelta(seconds=3)
+                down = [r for r in runs if killed_at < r.fire_at < overdue]
                 outcome[policy] = down
                 # every fire while the node was down has a record
                 seconds = {r.fire_at.replace(microsecond=0) for r in down}
@@ -129,7 +129,11 @@ def test_sigkill_worker_mid_run_releases_the_run_after_its_ttl(tmp_path: Path) -
                 JobSpec(
                     name="slow",
                     task=CommandTask(
-                        argv=("sh", "-c", f'echo "$SHARDCRON_FENCING_TOKEN" >> {marker}; sleep 3')
+                        argv=(
+                            "sh",
+                            "-c",
+                            f'echo "$SHARDCRON_FENCING_TOKEN $$" >> {marker}; sleep 3',
+                        )
                     ),
                     retry=RetryPolicy(max_attempts=1),
                 )
@@ -143,6 +147,9 @@ def test_sigkill_worker_mid_run_releases_the_run_after_its_ttl(tmp_path: Path) -
             assert run.worker_id == "w1"
             first.kill()
             killed = datetime.now(UTC)
+            # the dead worker's command dies with it: never two attempts at once
+            orphan = int(marker.read_text().split()[1])
+            wait_for(lambda: not _alive(orphan), timeout=2, what="the dead worker's command to go")
             second = start_worker(server.target, tmp_path / "w2.log", "--id", "w2", "--slots", "2")
             runs = c.wait_job_runs(job.id, count=2, timeout=30)
             lost, done = sorted(runs, key=lambda r: r.attempt)
@@ -151,7 +158,7 @@ def test_sigkill_worker_mid_run_releases_the_run_after_its_ttl(tmp_path: Path) -
             # not before the lease ran out
             assert done.started_at is not None and done.started_at >= killed + timedelta(seconds=1)
             assert done.lease_token != lost.lease_token
-            tokens = marker.read_text().split()
+            tokens = [line.split()[0] for line in marker.read_text().splitlines()]
             assert tokens == [str(lost.lease_token), str(done.lease_token)]
     finally:
         first.stop()
