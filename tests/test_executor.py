@@ -345,7 +345,17 @@ def test_load_handler_modules_registers_through_decorator(
         load_handler_modules(["no_such_handler_mod"])
 
 
-def test_no_stray_children() -> None:
+def _children() -> set[int]:
+    text = Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").read_text()
+    return {int(c) for c in text.split()}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _children_before() -> set[int]:
+    # servers other modules started for the whole session are not this module's
+    return _children()
+
+
+def test_no_stray_children(_children_before: set[int]) -> None:
     """Every test above must leave no child processes behind."""
-    children = Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").read_text().split()
-    assert [c for c in children if alive(int(c))] == []
+    assert [c for c in _children() - _children_before if alive(c)] == []

@@ -2,6 +2,8 @@
 
 ``CommandExecutor`` runs argv in its own session and process group and always ends
 the whole group (timeout and cancel: SIGTERM, grace, SIGKILL; kill: SIGKILL at once).
+Given a ``Reaper`` (the ``Worker`` gives one) each group is registered with its helper
+process until the group is killed, so that it dies with the worker too.
 ``HandlerExecutor`` calls a registered callable: async ones as tasks, sync ones in a
 bounded thread pool. Neither knows about gRPC. The run/outcome types live in
 ``context`` and are re-exported here.
@@ -36,6 +38,7 @@ from .context import (
     stopped_result,
     utcnow,
 )
+from .reaper_client import Reaper
 
 __all__ = [
     "CommandExecutor",
@@ -57,13 +60,22 @@ def _killpg(pgid: int, sig: int) -> None:
 
 
 class CommandExecutor:
-    """Runs a ``CommandTask`` as a subprocess in its own session and process group."""
+    """Runs a ``CommandTask`` as a subprocess in its own session and process group.
+
+    With a ``reaper`` every group is registered with its helper process, which
+    SIGKILLs the groups still registered when this process dies; the caller owns the
+    reaper (``await reaper.close()`` when done)."""
 
     def __init__(
-        self, *, kill_grace: float = 5.0, base_env: Mapping[str, str] | None = None
+        self,
+        *,
+        kill_grace: float = 5.0,
+        base_env: Mapping[str, str] | None = None,
+        reaper: Reaper | None = None,
     ) -> None:
         self.kill_grace = kill_grace
         self.base_env = base_env
+        self.reaper = reaper
 
     def _env(self, run: RunContext, task: CommandTask) -> dict[str, str]:
         env = dict(os.environ if self.base_env is None else self.base_env)
@@ -91,18 +103,15 @@ class CommandExecutor:
         if run.stopping:
             return stopped_result(run, False, utcnow())
         started = utcnow()
-        loop = asyncio.get_running_loop()
+        reaper = self.reaper
+        env = self._env(run, task)
+        key = b""
+        if reaper is not None:
+            key = await reaper.prepare()
+            name, value = reaper.env_entry(key)
+            env[name] = value
         try:
-            transport, protocol = await loop.subprocess_exec(
-                lambda: _Protocol(loop),
-                *argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                cwd=cwd,
-                env=self._env(run, task),
-                start_new_session=True,
-            )
+            transport, protocol = await self._spawn(argv, cwd, env, key)
         except FileNotFoundError:
             return failed_result(
                 RunReason.SPAWN_FAILED, f"executable {argv[0]!r} not found", started
@@ -113,7 +122,32 @@ class CommandExecutor:
             )
         except OSError as e:
             return failed_result(RunReason.SPAWN_FAILED, f"cannot start {argv[0]!r}: {e}", started)
-        return await self._supervise(run, transport, protocol, started)
+        pgid = transport.get_pid()  # start_new_session: the child leads its own group
+        if reaper is not None:
+            reaper.register(key, pgid)
+        return await self._supervise(run, transport, protocol, started, pgid, key)
+
+    async def _spawn(
+        self, argv: list[str], cwd: str | None, env: dict[str, str], key: bytes
+    ) -> tuple[asyncio.SubprocessTransport, _Protocol]:
+        loop = asyncio.get_running_loop()
+        try:
+            # No preexec_fn: it would turn the spawn's vfork() into a fork() of the
+            # whole worker (slower, and unsafe with gRPC's fork handlers).
+            return await loop.subprocess_exec(
+                lambda: _Protocol(loop),
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                cwd=cwd,
+                env=env,
+                start_new_session=True,
+            )
+        except BaseException:
+            if self.reaper is not None:
+                self.reaper.release(key)
+            raise
 
     async def _supervise(
         self,
@@ -121,8 +155,9 @@ class CommandExecutor:
         transport: asyncio.SubprocessTransport,
         protocol: _Protocol,
         started: datetime,
+        pgid: int,
+        key: bytes,
     ) -> ExecResult:
-        pgid = transport.get_pid()  # start_new_session: the child leads its own group
         assert protocol.stdout is not None and protocol.stderr is not None
         pumps = [
             asyncio.create_task(_pump(protocol.stdout, "stdout", run)),
@@ -146,6 +181,8 @@ class CommandExecutor:
             # The run is over: nothing of its group may outlive it (and a leftover
             # background child would hold the pipes open forever).
             _killpg(pgid, signal.SIGKILL)
+            if self.reaper is not None:
+                self.reaper.release(key)  # the whole group is dead or dying now
             _, pending = await asyncio.wait(pumps, timeout=1.0)
             for p in pending:  # a process that left the group holds the pipes
                 p.cancel()

@@ -36,6 +36,7 @@ from .executor import (
 from .handlers import HandlerRegistry
 from .handlers import registry as default_registry
 from .link import PollerLink
+from .reaper_client import Reaper
 from .wire import reason_from_pb, result_to_pb, seconds, task_from_pb
 
 log = logging.getLogger(__name__)
@@ -109,7 +110,10 @@ class Worker:
         self._started = False
         self._stop_event = asyncio.Event()
         self._done = asyncio.Event()
-        self._commands = CommandExecutor(kill_grace=kill_grace)
+        # One reaper helper per worker, started with the first command: it kills the
+        # commands' process groups if this process dies (they run in their own sessions).
+        self._reaper = Reaper()
+        self._commands = CommandExecutor(kill_grace=kill_grace, reaper=self._reaper)
         self._handlers: HandlerExecutor | None = None
 
     # -- observability ------------------------------------------------------------------
@@ -149,6 +153,10 @@ class Worker:
             tasks = [r.task for r in self._runs.values() if r.task is not None]
             if tasks:
                 await asyncio.wait(tasks, timeout=self.kill_grace + 1)
+            try:  # the runs ended: EOF with nothing registered, the helper just exits
+                await self._reaper.close()
+            except Exception:
+                log.exception("stopping the reaper helper failed")
             for link in list(self._links.values()):
                 await link.close()
             self._links.clear()
