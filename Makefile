@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 PROTOS := $(wildcard proto/shardcron/v1/*.proto)
 DEV_ARGS ?=
 
-.PHONY: install dev test test-unit test-e2e proto proto-check lint fmt clean
+.PHONY: install dev test test-clients proto proto-check lint fmt clean
 
 install: $(STAMP)
 
@@ -46,6 +46,11 @@ fmt: install
 
 test: install proto-check
 	$(VENV)/bin/pytest -q
+	$(MAKE) test-clients
+
+# Go worker, TypeScript and Java clients generated from proto/, run against a live node.
+test-clients: install
+	bash examples/test-clients.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache
