@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 PROTOS := $(wildcard proto/shardcron/v1/*.proto)
 DEV_ARGS ?=
 
-.PHONY: install dev test test-clients proto proto-check lint fmt clean
+.PHONY: install dev test test-clients cluster cluster-down proto proto-check lint fmt clean
 
 install: $(STAMP)
 
@@ -20,6 +20,14 @@ $(STAMP): pyproject.toml
 
 dev: install
 	$(VENV)/bin/shardcron dev $(DEV_ARGS)
+
+# ZooKeeper + Cassandra + three shardcron nodes + two workers, state under .cluster/
+cluster: install
+	python3 deploy/servers.py ensure-tools
+	$(PY) deploy/cluster.py up
+
+cluster-down:
+	$(PY) deploy/cluster.py down
 
 # Regenerates the committed Python code from proto/ (never edit *_pb2*.py by hand).
 proto: install

@@ -8,6 +8,8 @@ starts, and only then does coordination hand out shards.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import socket
 import uuid
@@ -20,6 +22,7 @@ from shardcron.coordinator.api import JobsApi
 from shardcron.coordinator.coordination import Coordination
 from shardcron.coordinator.metrics import Metrics, TimedStore, serve_metrics
 from shardcron.coordinator.poller import Poller, PollerConfig
+from shardcron.coordinator.router import ShardRouter
 from shardcron.coordinator.service import build_server
 from shardcron.coordinator.store import JobStore
 
@@ -50,6 +53,8 @@ class Node:
         self.coordination = coordination
         self.poller: Poller | None = None
         self.api: JobsApi | None = None
+        self.router: ShardRouter | None = None
+        self._leader_watch: asyncio.Task[None] | None = None
         self.server: grpc.aio.Server | None = None
         self.port = 0
         self.metrics_port = 0
@@ -73,14 +78,15 @@ class Node:
                 metrics=self.metrics,
             )
             self.coordination.subscribe(self.poller.on_assignment)
+        self.router = ShardRouter(self.coordination, self.poller, self.raw_store.shard_count)
         if "api" in self.config.roles:
-            if self.poller is None:
-                raise ValueError(
-                    "the api role without a poller in the same node is not supported yet"
-                )
-            self.api = JobsApi(self.store, self.poller, self.metrics)
+            self.api = JobsApi(self.store, self.router, self.metrics)
         self.server, self.port = build_server(
-            self.config.listen, api=self.api, poller=self.poller, coordination=self.coordination
+            self.config.listen,
+            api=self.api,
+            poller=self.poller,
+            coordination=self.coordination,
+            router=self.router,
         )
         await self.server.start()
         if self.config.metrics_listen:
@@ -90,7 +96,7 @@ class Node:
         await self.coordination.start(
             poller_id=self.config.node_id if self.poller else None, poller_address=self.address
         )
-        self.metrics.is_leader.set(1 if "coordinator" in self.config.roles else 0)
+        self._leader_watch = asyncio.create_task(self._watch_leadership())
         await self.server.health.set("", health_pb2.HealthCheckResponse.SERVING)  # type: ignore[attr-defined]
         log.info(
             "node %s serving on %s (roles: %s)",
@@ -99,7 +105,21 @@ class Node:
             ",".join(sorted(self.config.roles)),
         )
 
+    async def _watch_leadership(self) -> None:
+        """Keeps the shardcron_is_leader gauge true to the coordination's view."""
+        while True:
+            try:
+                view = await self.coordination.view()
+                self.metrics.is_leader.set(1 if view.leader == self.config.node_id else 0)
+            except Exception:
+                self.metrics.is_leader.set(0)
+            await asyncio.sleep(5)
+
     async def stop(self, grace: float = 2.0) -> None:
+        if self._leader_watch is not None:
+            self._leader_watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._leader_watch
         if self.server is not None:
             await self.server.health.enter_graceful_shutdown()  # type: ignore[attr-defined]
         await self.coordination.stop()
@@ -107,4 +127,6 @@ class Node:
             await self.poller.stop()
         if self.server is not None:
             await self.server.stop(grace)
+        if self.router is not None:
+            await self.router.close()
         await self.raw_store.close()

@@ -160,8 +160,13 @@ class Poller:
         self._inbox.append(event)
         self._wake.set()
 
-    def on_assignment(self, assignment: Assignment) -> None:
-        self.submit("assignment", assignment)
+    def on_assignment(self, assignment: Assignment) -> asyncio.Future[None]:
+        """Takes a new assignment; the future is done once it is applied, that is
+        after the turn in flight (and its commit) finished: only then may a shard
+        taken away be handed to another poller."""
+        applied: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.submit("assignment", assignment, applied)
+        return applied
 
     def runs_created(self, runs: Sequence[Run], jobs: Sequence[Job] = ()) -> None:
         """Hint from the api: these PENDING runs (of these jobs) were just written."""
@@ -194,6 +199,9 @@ class Poller:
         if self._task is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        for event in self._inbox:
+            if event[0] == "assignment" and not event[2].done():
+                event[2].set_result(None)
         for conn in list(self._workers.values()):
             conn.close()
 
@@ -302,6 +310,8 @@ class Poller:
                 self._cancel_slot(slot, event[2], turn, now)
         elif kind == "assignment":
             self._on_assignment_event(event[1], now)
+            if not event[2].done():
+                event[2].set_result(None)
 
     # --- assignment and loading ---------------------------------------------------
 

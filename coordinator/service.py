@@ -24,6 +24,7 @@ from shardcron.client.types import DEFAULT_OWNER, ClusterStatus, ShardInfo
 from shardcron.coordinator.api import JobsApi
 from shardcron.coordinator.coordination import Coordination
 from shardcron.coordinator.poller import Poller
+from shardcron.coordinator.router import PollerServiceServicer, ShardRouter
 from shardcron.coordinator.validation import page_size, validate_owner
 from shardcron.coordinator.workers import WorkerStreamServicer
 from shardcron.v1 import (
@@ -250,16 +251,17 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
 
 
 class ClusterServiceServicer(cluster_pb2_grpc.ClusterServiceServicer):
-    def __init__(self, coordination: Coordination, poller: Poller | None) -> None:
+    def __init__(self, coordination: Coordination, router: ShardRouter | None) -> None:
         self.coordination = coordination
-        self.poller = poller
+        self.router = router
 
     @rpc
     async def GetStatus(
         self, request: cluster_pb2.GetStatusRequest, context: Any
     ) -> cluster_pb2.ClusterStatus:
         view = await self.coordination.view()
-        lag = {s.shard: s for s in self.poller.shard_lag()} if self.poller else {}
+        statuses = await self.router.poller_statuses() if self.router else []
+        lag = {s.shard: convert.shard_info_from_proto(s) for st in statuses for s in st.shards}
         shards = [
             lag.get(s) or ShardInfo(shard=s, owner=o) for s, o in sorted(view.shard_owners.items())
         ]
@@ -269,7 +271,7 @@ class ClusterServiceServicer(cluster_pb2_grpc.ClusterServiceServicer):
             epoch=view.epoch,
             members=view.members,
             shards=shards,
-            workers=self.poller.workers() if self.poller else [],
+            workers=[convert.worker_info_from_proto(w) for st in statuses for w in st.workers],
         )
         return convert.cluster_status_to_proto(status)
 
@@ -280,6 +282,7 @@ def build_server(
     api: JobsApi | None,
     poller: Poller | None,
     coordination: Coordination,
+    router: ShardRouter | None,
 ) -> tuple[grpc.aio.Server, int]:
     """A gRPC server with the services of the roles given; returns it (not started) and its port."""
     server = grpc.aio.server(
@@ -298,9 +301,11 @@ def build_server(
         names.append(jobs_pb2.DESCRIPTOR.services_by_name["JobService"].full_name)
     if poller is not None:
         worker_pb2_grpc.add_WorkerServiceServicer_to_server(WorkerStreamServicer(poller), server)
+        cluster_pb2_grpc.add_PollerServiceServicer_to_server(PollerServiceServicer(poller), server)
+        names.append(cluster_pb2.DESCRIPTOR.services_by_name["PollerService"].full_name)
         names.append(worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name)
     cluster_pb2_grpc.add_ClusterServiceServicer_to_server(
-        ClusterServiceServicer(coordination, poller), server
+        ClusterServiceServicer(coordination, router), server
     )
     names.append(cluster_pb2.DESCRIPTOR.services_by_name["ClusterService"].full_name)
     health_servicer = health.aio.HealthServicer()

@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 from datetime import timedelta
 from pathlib import Path
 
@@ -184,6 +185,17 @@ async def _dev(
     envvar="SHARDCRON_TARGET",
     default="127.0.0.1:7400",
     show_default=True,
+    help="A node's address (ignored with --zk).",
+)
+@click.option(
+    "--zk", default=None, envvar="SHARDCRON_ZK", help="ZooKeeper hosts: find every poller there."
+)
+@click.option(
+    "--cluster",
+    "cluster_name",
+    default="default",
+    show_default=True,
+    help="Cluster name in ZooKeeper.",
 )
 @click.option("--id", "worker_id", default=None, help="Worker id (default: host-pid).")
 @click.option("--slots", default=8, show_default=True)
@@ -200,6 +212,8 @@ async def _dev(
 @click.option("--log-level", default="info", show_default=True)
 def worker_cmd(
     worker_target: str,
+    zk: str | None,
+    cluster_name: str,
     worker_id: str | None,
     slots: int,
     labels: tuple[str, ...],
@@ -209,17 +223,19 @@ def worker_cmd(
     no_commands: bool,
     log_level: str,
 ) -> None:
-    """Run a worker that takes leases from a node."""
+    """Run a worker that takes leases from a node, or from every poller of a cluster (--zk)."""
     _setup_logging(log_level)
     from shardcron.worker import Worker, registry
     from shardcron.worker.handlers import load_handler_modules
 
     load_handler_modules(list(handler_modules))
+    addresses: list[str] = []
+    label_map = _labels(labels)
     worker = Worker(
-        worker_target,
+        (lambda: list(addresses)) if zk else worker_target,
         worker_id=worker_id,
         slots=slots,
-        labels=_labels(labels),
+        labels=label_map,
         registry=registry,
         runs_commands=not no_commands,
         cpu_millis=cpu_millis,
@@ -227,15 +243,211 @@ def worker_cmd(
     )
 
     async def main() -> None:
+        coordination = None
+        if zk:
+            from shardcron.coordinator.zk_coordination import ZkCoordination
+
+            coordination = ZkCoordination(
+                zk, cluster=cluster_name, node_id=f"worker-{worker.worker_id}", roles=set()
+            )
+            await coordination.start(poller_id=None, poller_address="")
+            coordination.watch_pollers(
+                lambda ms: addresses.__setitem__(slice(None), [m.address for m in ms])
+            )
+            info = {
+                "slots": slots,
+                "labels": label_map,
+                "cpu_millis": cpu_millis,
+                "memory_mb": memory_mb,
+            }
+            await coordination.register_worker(worker.worker_id, "", info)
         task = asyncio.create_task(worker.run())
-        click.echo(f"shardcron worker {worker.worker_id}: connecting to {worker_target}", err=True)
+        where = (
+            f"the pollers of cluster {cluster_name!r} in ZooKeeper {zk}" if zk else worker_target
+        )
+        click.echo(f"shardcron worker {worker.worker_id}: connecting to {where}", err=True)
         await _until_signalled()
         await worker.stop()
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await task
+        if coordination is not None:
+            await coordination.stop()
 
     asyncio.run(main())
+
+
+def _cassandra_options(f):  # type: ignore[no-untyped-def]
+    f = click.option(
+        "--keyspace", default="shardcron", show_default=True, envvar="SHARDCRON_KEYSPACE"
+    )(f)
+    f = click.option(
+        "--cassandra",
+        required=True,
+        envvar="SHARDCRON_CASSANDRA",
+        help="Cassandra contact points, comma-separated.",
+    )(f)
+    return f
+
+
+@cli.command()
+@click.option(
+    "--roles", default="api,coordinator,poller", show_default=True, help="Roles this node runs."
+)
+@click.option("--zk", required=True, envvar="SHARDCRON_ZK", help="ZooKeeper hosts (host:port,...).")
+@click.option(
+    "--cluster",
+    "cluster_name",
+    default="default",
+    show_default=True,
+    help="Cluster name in ZooKeeper.",
+)
+@_cassandra_options
+@click.option(
+    "--consistency", default="QUORUM", show_default=True, help="Cassandra consistency level."
+)
+@click.option(
+    "--listen", default="127.0.0.1:7400", show_default=True, help="gRPC address to serve on."
+)
+@click.option(
+    "--advertise", default="", help="host:port others reach this node at (default: --listen)."
+)
+@click.option("--node-id", default=None, help="Unique node id (default: host-port).")
+@click.option("--metrics-listen", default="", help="Prometheus /metrics address; '' = off.")
+@click.option("--shards", default=64, show_default=True, help="Shard count (fixed for a cluster).")
+@click.option(
+    "--session-timeout", default=6.0, show_default=True, help="ZooKeeper session timeout, seconds."
+)
+@click.option("--lease-ttl", default="10s", show_default=True, callback=_duration)
+@click.option("--misfire-grace", default="5s", show_default=True, callback=_duration)
+@click.option("--log-level", default="info", show_default=True)
+def node(
+    roles: str,
+    zk: str,
+    cluster_name: str,
+    cassandra: str,
+    keyspace: str,
+    consistency: str,
+    listen: str,
+    advertise: str,
+    node_id: str | None,
+    metrics_listen: str,
+    shards: int,
+    session_timeout: float,
+    lease_ttl: timedelta,
+    misfire_grace: timedelta,
+    log_level: str,
+) -> None:
+    """Run a cluster node on ZooKeeper and Cassandra (the production entry point)."""
+    _setup_logging(log_level)
+    role_set = frozenset(r.strip() for r in roles.split(",") if r.strip())
+    poller = PollerConfig(
+        lease_ttl=lease_ttl,
+        heartbeat_interval=lease_ttl / 3,
+        misfire_grace=misfire_grace,
+        job_cache_ttl=timedelta(seconds=1),
+        recheck_interval=timedelta(seconds=2),
+    )
+    node_id = node_id or f"{socket.gethostname()}-{listen.rpartition(':')[2]}"
+    asyncio.run(
+        _node(
+            role_set,
+            zk,
+            cluster_name,
+            cassandra,
+            keyspace,
+            consistency,
+            listen,
+            advertise,
+            node_id,
+            metrics_listen,
+            shards,
+            session_timeout,
+            poller,
+        )
+    )
+
+
+async def _node(
+    roles: frozenset[str],
+    zk: str,
+    cluster_name: str,
+    cassandra: str,
+    keyspace: str,
+    consistency: str,
+    listen: str,
+    advertise: str,
+    node_id: str,
+    metrics_listen: str,
+    shards: int,
+    session_timeout: float,
+    poller: PollerConfig,
+) -> None:
+    from shardcron.client.errors import ShardcronError
+    from shardcron.coordinator.cassandra_store import CassandraStore
+    from shardcron.coordinator.node import Node, NodeConfig
+    from shardcron.coordinator.zk_coordination import ZkCoordination
+
+    store = CassandraStore(
+        [h.strip() for h in cassandra.split(",")],
+        keyspace=keyspace,
+        consistency=consistency,
+        shard_count=shards,
+    )
+    coordination = ZkCoordination(
+        zk,
+        cluster=cluster_name,
+        node_id=node_id,
+        shard_count=shards,
+        session_timeout=session_timeout,
+        roles=set(roles & {"coordinator", "poller"}),
+    )
+    config = NodeConfig(
+        listen=listen,
+        advertise=advertise,
+        metrics_listen=metrics_listen,
+        roles=roles,
+        node_id=node_id,
+        poller=poller,
+    )
+    node = Node(store, coordination, config)
+    try:
+        await node.start()
+    except ShardcronError as e:
+        raise click.ClickException(f"cannot start: {e.message}") from e
+    click.echo(
+        f"shardcron node {node_id}: serving on {node.address} (roles: {','.join(sorted(roles))})",
+        err=True,
+    )
+    try:
+        await _until_signalled()
+    finally:
+        click.echo(f"shardcron node {node_id}: stopping", err=True)
+        await node.stop()
+
+
+@cli.group()
+def store() -> None:
+    """The Cassandra schema."""
+
+
+@store.command("init")
+@_cassandra_options
+@click.option(
+    "--replication-factor", default=1, show_default=True, help="SimpleStrategy replication factor."
+)
+def store_init(cassandra: str, keyspace: str, replication_factor: int) -> None:
+    """Create (or upgrade) the keyspace and tables; safe to run again."""
+    from shardcron.coordinator.cassandra_store import init_schema
+
+    version = asyncio.run(
+        init_schema(
+            [h.strip() for h in cassandra.split(",")],
+            keyspace=keyspace,
+            replication={"class": "SimpleStrategy", "replication_factor": replication_factor},
+        )
+    )
+    click.echo(f"keyspace {keyspace}: schema version {version}")
 
 
 def main() -> None:

@@ -1,6 +1,7 @@
 import datetime
 
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from shardcron.v1 import types_pb2 as _types_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -63,3 +64,57 @@ class ClusterStatus(_message.Message):
     shards: _containers.RepeatedCompositeFieldContainer[ShardInfo]
     workers: _containers.RepeatedCompositeFieldContainer[WorkerInfo]
     def __init__(self, mode: _Optional[str] = ..., leader: _Optional[str] = ..., epoch: _Optional[int] = ..., members: _Optional[_Iterable[str]] = ..., shards: _Optional[_Iterable[_Union[ShardInfo, _Mapping]]] = ..., workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ...) -> None: ...
+
+class NotifyRunsRequest(_message.Message):
+    __slots__ = ("runs", "jobs")
+    RUNS_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    runs: _containers.RepeatedCompositeFieldContainer[_types_pb2.Run]
+    jobs: _containers.RepeatedCompositeFieldContainer[_types_pb2.Job]
+    def __init__(self, runs: _Optional[_Iterable[_Union[_types_pb2.Run, _Mapping]]] = ..., jobs: _Optional[_Iterable[_Union[_types_pb2.Job, _Mapping]]] = ...) -> None: ...
+
+class NotifyRunsResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class CancelRunRequest(_message.Message):
+    __slots__ = ("run", "reason")
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    run: _types_pb2.Run
+    reason: _types_pb2.RunReason
+    def __init__(self, run: _Optional[_Union[_types_pb2.Run, _Mapping]] = ..., reason: _Optional[_Union[_types_pb2.RunReason, str]] = ...) -> None: ...
+
+class CancelJobRunsRequest(_message.Message):
+    __slots__ = ("job_id", "reason")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    reason: _types_pb2.RunReason
+    def __init__(self, job_id: _Optional[str] = ..., reason: _Optional[_Union[_types_pb2.RunReason, str]] = ...) -> None: ...
+
+class CancelJobRunsResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class JobChangedRequest(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: _types_pb2.Job
+    def __init__(self, job: _Optional[_Union[_types_pb2.Job, _Mapping]] = ...) -> None: ...
+
+class JobChangedResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class PollerStatus(_message.Message):
+    __slots__ = ("poller_id", "fencing_epoch", "shards", "workers")
+    POLLER_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCING_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    SHARDS_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    poller_id: str
+    fencing_epoch: int
+    shards: _containers.RepeatedCompositeFieldContainer[ShardInfo]
+    workers: _containers.RepeatedCompositeFieldContainer[WorkerInfo]
+    def __init__(self, poller_id: _Optional[str] = ..., fencing_epoch: _Optional[int] = ..., shards: _Optional[_Iterable[_Union[ShardInfo, _Mapping]]] = ..., workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ...) -> None: ...

@@ -4,6 +4,7 @@ import grpc
 import warnings
 
 from shardcron.v1 import cluster_pb2 as shardcron_dot_v1_dot_cluster__pb2
+from shardcron.v1 import types_pb2 as shardcron_dot_v1_dot_types__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -86,6 +87,261 @@ class ClusterService:
             '/shardcron.v1.ClusterService/GetStatus',
             shardcron_dot_v1_dot_cluster__pb2.GetStatusRequest.SerializeToString,
             shardcron_dot_v1_dot_cluster__pb2.ClusterStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
+class PollerServiceStub:
+    """PollerService: node-to-node calls an api node makes to the poller that owns a
+    run's shard. Not for users; served by every node with the poller role.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.NotifyRuns = channel.unary_unary(
+                '/shardcron.v1.PollerService/NotifyRuns',
+                request_serializer=shardcron_dot_v1_dot_cluster__pb2.NotifyRunsRequest.SerializeToString,
+                response_deserializer=shardcron_dot_v1_dot_cluster__pb2.NotifyRunsResponse.FromString,
+                _registered_method=True)
+        self.CancelRun = channel.unary_unary(
+                '/shardcron.v1.PollerService/CancelRun',
+                request_serializer=shardcron_dot_v1_dot_cluster__pb2.CancelRunRequest.SerializeToString,
+                response_deserializer=shardcron_dot_v1_dot_types__pb2.Run.FromString,
+                _registered_method=True)
+        self.CancelJobRuns = channel.unary_unary(
+                '/shardcron.v1.PollerService/CancelJobRuns',
+                request_serializer=shardcron_dot_v1_dot_cluster__pb2.CancelJobRunsRequest.SerializeToString,
+                response_deserializer=shardcron_dot_v1_dot_cluster__pb2.CancelJobRunsResponse.FromString,
+                _registered_method=True)
+        self.JobChanged = channel.unary_unary(
+                '/shardcron.v1.PollerService/JobChanged',
+                request_serializer=shardcron_dot_v1_dot_cluster__pb2.JobChangedRequest.SerializeToString,
+                response_deserializer=shardcron_dot_v1_dot_cluster__pb2.JobChangedResponse.FromString,
+                _registered_method=True)
+        self.GetPollerStatus = channel.unary_unary(
+                '/shardcron.v1.PollerService/GetPollerStatus',
+                request_serializer=shardcron_dot_v1_dot_cluster__pb2.GetStatusRequest.SerializeToString,
+                response_deserializer=shardcron_dot_v1_dot_cluster__pb2.PollerStatus.FromString,
+                _registered_method=True)
+
+
+class PollerServiceServicer:
+    """PollerService: node-to-node calls an api node makes to the poller that owns a
+    run's shard. Not for users; served by every node with the poller role.
+    """
+
+    def NotifyRuns(self, request, context):
+        """Hint: these PENDING runs (and their jobs, as stored) were just written.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CancelRun(self, request, context):
+        """Cancels a run of a shard this poller owns; returns the run as it stands.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CancelJobRuns(self, request, context):
+        """Cancels every leased or running run of a job.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def JobChanged(self, request, context):
+        """Hint: the job's spec or state changed.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetPollerStatus(self, request, context):
+        """This poller's shards with their lag, and its connected workers.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_PollerServiceServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'NotifyRuns': grpc.unary_unary_rpc_method_handler(
+                    servicer.NotifyRuns,
+                    request_deserializer=shardcron_dot_v1_dot_cluster__pb2.NotifyRunsRequest.FromString,
+                    response_serializer=shardcron_dot_v1_dot_cluster__pb2.NotifyRunsResponse.SerializeToString,
+            ),
+            'CancelRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelRun,
+                    request_deserializer=shardcron_dot_v1_dot_cluster__pb2.CancelRunRequest.FromString,
+                    response_serializer=shardcron_dot_v1_dot_types__pb2.Run.SerializeToString,
+            ),
+            'CancelJobRuns': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelJobRuns,
+                    request_deserializer=shardcron_dot_v1_dot_cluster__pb2.CancelJobRunsRequest.FromString,
+                    response_serializer=shardcron_dot_v1_dot_cluster__pb2.CancelJobRunsResponse.SerializeToString,
+            ),
+            'JobChanged': grpc.unary_unary_rpc_method_handler(
+                    servicer.JobChanged,
+                    request_deserializer=shardcron_dot_v1_dot_cluster__pb2.JobChangedRequest.FromString,
+                    response_serializer=shardcron_dot_v1_dot_cluster__pb2.JobChangedResponse.SerializeToString,
+            ),
+            'GetPollerStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetPollerStatus,
+                    request_deserializer=shardcron_dot_v1_dot_cluster__pb2.GetStatusRequest.FromString,
+                    response_serializer=shardcron_dot_v1_dot_cluster__pb2.PollerStatus.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'shardcron.v1.PollerService', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('shardcron.v1.PollerService', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class PollerService:
+    """PollerService: node-to-node calls an api node makes to the poller that owns a
+    run's shard. Not for users; served by every node with the poller role.
+    """
+
+    @staticmethod
+    def NotifyRuns(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardcron.v1.PollerService/NotifyRuns',
+            shardcron_dot_v1_dot_cluster__pb2.NotifyRunsRequest.SerializeToString,
+            shardcron_dot_v1_dot_cluster__pb2.NotifyRunsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CancelRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardcron.v1.PollerService/CancelRun',
+            shardcron_dot_v1_dot_cluster__pb2.CancelRunRequest.SerializeToString,
+            shardcron_dot_v1_dot_types__pb2.Run.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CancelJobRuns(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardcron.v1.PollerService/CancelJobRuns',
+            shardcron_dot_v1_dot_cluster__pb2.CancelJobRunsRequest.SerializeToString,
+            shardcron_dot_v1_dot_cluster__pb2.CancelJobRunsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def JobChanged(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardcron.v1.PollerService/JobChanged',
+            shardcron_dot_v1_dot_cluster__pb2.JobChangedRequest.SerializeToString,
+            shardcron_dot_v1_dot_cluster__pb2.JobChangedResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetPollerStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardcron.v1.PollerService/GetPollerStatus',
+            shardcron_dot_v1_dot_cluster__pb2.GetStatusRequest.SerializeToString,
+            shardcron_dot_v1_dot_cluster__pb2.PollerStatus.FromString,
             options,
             channel_credentials,
             insecure,

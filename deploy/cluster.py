@@ -1,0 +1,181 @@
+"""A whole shardcron cluster on this machine: `make cluster` / `make cluster-down`.
+
+Starts a ZooKeeper, a Cassandra node, the schema, three shardcron nodes (api,
+coordinator and poller roles each) and two workers that find the pollers
+through ZooKeeper. Every process's pid and log go under ``.cluster/`` so
+``down`` (and a newcomer) can find them; endpoints are printed at the end.
+
+    python deploy/cluster.py up [--dir .cluster] [--nodes 3] [--workers 2]
+    python deploy/cluster.py status
+    python deploy/cluster.py down
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+
+import servers  # noqa: E402
+
+BASE_PORT = 7401
+CLUSTER = "local"
+KEYSPACE = "shardcron"
+
+
+def shardcron(*args: str) -> list[str]:
+    """The shardcron program of the interpreter running this script (the project's venv)."""
+    return [sys.executable, "-m", "shardcron", *args]
+
+
+def spawn(name: str, cmd: list[str], state: Path) -> int:
+    log = state / f"{name}.log"
+    pid = servers.spawn_detached(cmd, REPO, log)
+    (state / f"{name}.pid").write_text(str(pid))
+    return pid
+
+
+def wait_serving(target: str, timeout: float = 60) -> None:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    deadline = time.monotonic() + timeout
+    with grpc.insecure_channel(target) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while time.monotonic() < deadline:
+            try:
+                if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                pass
+            time.sleep(0.2)
+    raise SystemExit(f"{target} did not start serving within {timeout:.0f}s")
+
+
+def up(state: Path, nodes: int, workers: int) -> None:
+    state.mkdir(parents=True, exist_ok=True)
+    zk = servers.ZooKeeper(state / "zookeeper", nodes=1)
+    cassandra = servers.Cassandra(state / "cassandra", nodes=1, heap="512M")
+    print("starting ZooKeeper and Cassandra ...", file=sys.stderr)
+    zk.start()
+    cassandra.start()
+    contact = ",".join(cassandra.contact_points)
+    subprocess.run(shardcron("store", "init", "--cassandra", contact, "--keyspace", KEYSPACE), check=True)
+    targets = []
+    for i in range(1, nodes + 1):
+        port = BASE_PORT + i - 1
+        target = f"127.0.0.1:{port}"
+        targets.append(target)
+        spawn(
+            f"node{i}",
+            shardcron(
+                "node",
+                "--zk",
+                zk.connect_string,
+                "--cluster",
+                CLUSTER,
+                "--cassandra",
+                contact,
+                "--keyspace",
+                KEYSPACE,
+                "--listen",
+                target,
+                "--node-id",
+                f"node{i}",
+                "--metrics-listen",
+                f"127.0.0.1:{9464 + i}",
+            ),
+            state,
+        )
+    for target in targets:
+        wait_serving(target)
+    for i in range(1, workers + 1):
+        spawn(
+            f"worker{i}",
+            shardcron("worker", "--zk", zk.connect_string, "--cluster", CLUSTER, "--id", f"worker{i}", "--slots", "8"),
+            state,
+        )
+    endpoints = {
+        "api": targets,
+        "zookeeper": zk.connect_string,
+        "cassandra": contact,
+        "metrics": [f"http://127.0.0.1:{9464 + i}/metrics" for i in range(1, nodes + 1)],
+        "logs": str(state),
+    }
+    (state / "endpoints.json").write_text(json.dumps(endpoints, indent=2))
+    print(f"""shardcron cluster up
+  api        {", ".join(targets)}   (export SHARDCRON_TARGET={targets[0]})
+  zookeeper  {zk.connect_string}
+  cassandra  {contact}  keyspace {KEYSPACE}
+  metrics    {", ".join(endpoints["metrics"])}
+  logs, pids {state}/
+try: shardcron --target {targets[0]} cluster status""")
+
+
+def _pids(state: Path) -> dict[str, int]:
+    out = {}
+    for pid_file in sorted(state.glob("*.pid")):
+        try:
+            out[pid_file.stem] = int(pid_file.read_text())
+        except ValueError:
+            continue
+    return out
+
+
+def down(state: Path) -> None:
+    procs = _pids(state)
+    # workers first (their runs end), then nodes
+    for _name, pid in sorted(procs.items(), key=lambda item: not item[0].startswith("worker")):
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + 20
+    for name, pid in procs.items():
+        while time.monotonic() < deadline and servers.pid_alive(pid, "shardcron"):
+            time.sleep(0.1)
+        if servers.pid_alive(pid, "shardcron"):
+            os.kill(pid, signal.SIGKILL)
+        (state / f"{name}.pid").unlink(missing_ok=True)
+    if (state / "zookeeper").exists():
+        servers.ZooKeeper(state / "zookeeper").stop()
+    if (state / "cassandra").exists():
+        servers.Cassandra(state / "cassandra").stop()
+    print("shardcron cluster down", file=sys.stderr)
+
+
+def status(state: Path) -> None:
+    for name, pid in _pids(state).items():
+        print(f"{name:10s} pid {pid:7d}  {'running' if servers.pid_alive(pid, 'shardcron') else 'gone'}")
+    endpoints = state / "endpoints.json"
+    if endpoints.exists():
+        print(endpoints.read_text())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", choices=["up", "down", "status"])
+    parser.add_argument("--dir", default=str(REPO / ".cluster"))
+    parser.add_argument("--nodes", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
+    state = Path(args.dir)
+    if args.command == "up":
+        up(state, args.nodes, args.workers)
+    elif args.command == "down":
+        down(state)
+    else:
+        status(state)
+
+
+if __name__ == "__main__":
+    main()
