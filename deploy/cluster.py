@@ -53,7 +53,10 @@ def wait_serving(target: str, timeout: float = 60) -> None:
         stub = health_pb2_grpc.HealthStub(channel)
         while time.monotonic() < deadline:
             try:
-                if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == health_pb2.HealthCheckResponse.SERVING:
+                if (
+                    stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status
+                    == health_pb2.HealthCheckResponse.SERVING
+                ):
                     return
             except grpc.RpcError:
                 pass
@@ -69,7 +72,9 @@ def up(state: Path, nodes: int, workers: int) -> None:
     zk.start()
     cassandra.start()
     contact = ",".join(cassandra.contact_points)
-    subprocess.run(shardcron("store", "init", "--cassandra", contact, "--keyspace", KEYSPACE), check=True)
+    subprocess.run(
+        shardcron("store", "init", "--cassandra", contact, "--keyspace", KEYSPACE), check=True
+    )
     targets = []
     for i in range(1, nodes + 1):
         port = BASE_PORT + i - 1
@@ -101,7 +106,17 @@ def up(state: Path, nodes: int, workers: int) -> None:
     for i in range(1, workers + 1):
         spawn(
             f"worker{i}",
-            shardcron("worker", "--zk", zk.connect_string, "--cluster", CLUSTER, "--id", f"worker{i}", "--slots", "8"),
+            shardcron(
+                "worker",
+                "--zk",
+                zk.connect_string,
+                "--cluster",
+                CLUSTER,
+                "--id",
+                f"worker{i}",
+                "--slots",
+                "8",
+            ),
             state,
         )
     endpoints = {
@@ -155,14 +170,18 @@ def down(state: Path) -> None:
 
 def status(state: Path) -> None:
     for name, pid in _pids(state).items():
-        print(f"{name:10s} pid {pid:7d}  {'running' if servers.pid_alive(pid, 'shardcron') else 'gone'}")
+        print(
+            f"{name:10s} pid {pid:7d}  {'running' if servers.pid_alive(pid, 'shardcron') else 'gone'}"
+        )
     endpoints = state / "endpoints.json"
     if endpoints.exists():
         print(endpoints.read_text())
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("command", choices=["up", "down", "status"])
     parser.add_argument("--dir", default=str(REPO / ".cluster"))
     parser.add_argument("--nodes", type=int, default=3)
