@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 PROTOS := $(wildcard proto/shardcron/v1/*.proto)
 DEV_ARGS ?=
 
-.PHONY: install dev test test-clients cluster cluster-down proto proto-check lint fmt clean
+.PHONY: install servers dev test test-clients cluster cluster-down proto proto-check lint fmt clean
 
 install: $(STAMP)
 
@@ -22,8 +22,7 @@ dev: install
 	$(VENV)/bin/shardcron dev $(DEV_ARGS)
 
 # ZooKeeper + Cassandra + three shardcron nodes + two workers, state under .cluster/
-cluster: install
-	python3 deploy/servers.py ensure-tools
+cluster: install servers
 	$(PY) deploy/cluster.py up
 
 cluster-down:
@@ -52,7 +51,12 @@ fmt: install
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-test: install proto-check
+# Java, Maven and the ZooKeeper and Cassandra jars the tests start servers from.
+servers:
+	python3 deploy/servers.py ensure-tools
+	python3 deploy/servers.py fetch all
+
+test: install proto-check servers
 	$(VENV)/bin/pytest -q
 	$(MAKE) test-clients
 
