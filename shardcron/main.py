@@ -393,6 +393,7 @@ async def _node(
         keyspace=keyspace,
         consistency=consistency,
         shard_count=shards,
+        create_schema=False,  # `shardcron store init` creates it, once
     )
     coordination = ZkCoordination(
         zk,
@@ -433,18 +434,18 @@ def store() -> None:
 
 @store.command("init")
 @_cassandra_options
-@click.option(
-    "--replication-factor", default=1, show_default=True, help="SimpleStrategy replication factor."
-)
-def store_init(cassandra: str, keyspace: str, replication_factor: int) -> None:
-    """Create (or upgrade) the keyspace and tables; safe to run again."""
-    from shardcron.coordinator.cassandra_store import init_schema
+@click.option("--replication-factor", default=1, show_default=True, help="SimpleStrategy factor.")
+@click.option("--shards", default=64, show_default=True, help="Shard count (fixed for a cluster).")
+def store_init(cassandra: str, keyspace: str, replication_factor: int, shards: int) -> None:
+    """Create the keyspace and tables (or check them); safe to run again."""
+    from shardcron.coordinator.cassandra_schema import init_schema
 
     version = asyncio.run(
         init_schema(
             [h.strip() for h in cassandra.split(",")],
             keyspace=keyspace,
             replication={"class": "SimpleStrategy", "replication_factor": replication_factor},
+            shard_count=shards,
         )
     )
     click.echo(f"keyspace {keyspace}: schema version {version}")

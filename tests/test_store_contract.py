@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
+import cassandra_fixtures
 import pytest
 from store_contract import *  # noqa: F403 - collects the contract tests into this module
 from store_contract import CONTRACT_CONFIG
@@ -26,13 +27,15 @@ def sqlite_backend(tmp_path: Path) -> StoreFactory:
     return lambda: SqliteStore(path, **CONTRACT_CONFIG)
 
 
-# One entry per backend. The Cassandra one will look like
-#   "cassandra": cassandra_backend,
-# where cassandra_backend(tmp_path) skips (pytest.skip) when no node answers on the
-# configured contact points, and otherwise creates a fresh keyspace for the test.
+# One entry per backend. Cassandra (tests/cassandra_fixtures.py): the node named by
+# SHARDCRON_TEST_CASSANDRA, or one started for the session (it fails, never skips, when
+# it cannot start); one keyspace per session, its tables truncated before each test.
 BACKENDS: dict[str, Callable[[Path], StoreFactory]] = {
     "sqlite": sqlite_backend,
+    "cassandra": cassandra_fixtures.backend(CONTRACT_CONFIG),
 }
+# Stops the session's Cassandra at the end, if a cassandra test started one.
+cassandra_session_cleanup = cassandra_fixtures.cassandra_session_cleanup
 
 
 @pytest.fixture(params=list(BACKENDS))

@@ -1,0 +1,170 @@
+"""The Cassandra schema of the ``JobStore`` (DESIGN.md §3), versioned.
+
+``schema_cql`` gives the statements; ``CassandraStore.open`` runs them when the
+keyspace has no schema yet, and ``init_schema`` (behind ``shardcron store init``)
+runs them on their own. Every statement is idempotent (``IF NOT EXISTS``), and the
+version row is written once, with the cluster's shard count and bucket size, so a
+node configured differently refuses to open the store instead of misplacing runs.
+
+Layout and why:
+
+- ``jobs`` by id; ``jobs_by_owner`` ((owner), id) holds only ids (immutable), so a
+  job's progress or update never has to rewrite an index row; listings read the
+  jobs of a page by id and filter them.
+- ``idempotency`` ((owner, key)) -> job_id, claimed with ``INSERT ... IF NOT EXISTS``.
+- ``runs`` ((job_id), id DESC): a job's history is one partition, newest first (run
+  ids start with their due time). ``runs_by_id`` (id) -> job_id, owner, written once
+  when a run is first written, so a run is found by its id alone.
+- ``dead_letters`` ((owner), run_id DESC) -> job_id: an index, checked against
+  ``runs`` when read.
+- ``due_runs`` ((shard, bucket), due_at, run_id): insert-only, every row with a TTL
+  (its due time + ``due_ttl``), time-window compaction, so expired rows go away a
+  whole SSTable at a time. ``shard_buckets`` ((shard), bucket) lists the buckets of
+  a shard that were ever written (same TTL rule): ``scan_due`` visits only those and
+  ``oldest_due`` starts at the shard's cursor, so nothing scans drained or empty
+  buckets. ``shard_cursors`` is written with ``USING TIMESTAMP`` = the cursor, so
+  the highest cursor wins without a read or a lightweight transaction.
+- ``run_output`` ((run_id), byte_offset): chunks keyed by their absolute offset, with
+  the kept head and the end as static columns.
+
+Times are bigint microseconds since the epoch (``timestamp`` holds milliseconds only);
+"no value" is a sentinel, never a null, so rewriting a record writes no tombstones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+SCHEMA_VERSION = 1
+DEFAULT_REPLICATION: dict[str, Any] = {"class": "SimpleStrategy", "replication_factor": 1}
+DEFAULT_DUE_TTL = timedelta(days=7)
+
+# Tables, in creation order. ``schema_version`` comes last: its row says the rest exists.
+TABLES = (
+    "jobs",
+    "jobs_by_owner",
+    "idempotency",
+    "runs",
+    "runs_by_id",
+    "dead_letters",
+    "due_runs",
+    "shard_buckets",
+    "shard_cursors",
+    "run_output",
+    "schema_version",
+)
+
+
+def _cql_map(value: dict[str, Any]) -> str:
+    items = []
+    for k, v in value.items():
+        literal = str(v) if isinstance(v, int) and not isinstance(v, bool) else f"'{v}'"
+        items.append(f"'{k}': {literal}")
+    return "{" + ", ".join(items) + "}"
+
+
+def _ident(name: str) -> str:
+    if not name or not (name[0].isalpha() and name.replace("_", "a").isalnum()) or len(name) > 48:
+        raise ValueError(f"not a valid keyspace name: {name!r}")
+    return name
+
+
+def _window_hours(due_ttl: timedelta) -> int:
+    """TWCS window: about 1/24 of the TTL (a handful of dozen windows alive), 1 h at least."""
+    return max(1, int(due_ttl.total_seconds() // 3600 // 24))
+
+
+def keyspace_cql(keyspace: str, replication: dict[str, Any] | None = None) -> str:
+    return (
+        f"CREATE KEYSPACE IF NOT EXISTS {_ident(keyspace)}"
+        f" WITH replication = {_cql_map(replication or DEFAULT_REPLICATION)}"
+    )
+
+
+def schema_cql(keyspace: str, *, due_ttl: timedelta = DEFAULT_DUE_TTL) -> list[str]:
+    """The CREATE TABLE statements of schema version ``SCHEMA_VERSION``."""
+    ks = _ident(keyspace)
+    ttl = int(due_ttl.total_seconds())
+    twcs = (
+        "{'class': 'TimeWindowCompactionStrategy', 'compaction_window_unit': 'HOURS',"
+        f" 'compaction_window_size': {_window_hours(due_ttl)}}}"
+    )
+    # TTL'd, insert-only tables: nothing is ever deleted, so tombstones need no long grace.
+    expiring = f"default_time_to_live = {ttl} AND gc_grace_seconds = 10800 AND compaction = {twcs}"
+    return [
+        f"""CREATE TABLE IF NOT EXISTS {ks}.jobs (
+            id text PRIMARY KEY, owner text, name text, state text, version int,
+            schedule_version int, spec text, next_fire_at bigint, next_fire_key text,
+            idempotency_key text, consecutive_failures int, pause_reason text,
+            created_at bigint, updated_at bigint)""",
+        f"""CREATE TABLE IF NOT EXISTS {ks}.jobs_by_owner (
+            owner text, id text, PRIMARY KEY ((owner), id)) WITH CLUSTERING ORDER BY (id ASC)""",
+        f"""CREATE TABLE IF NOT EXISTS {ks}.idempotency (
+            owner text, key text, job_id text, claimed_at bigint, PRIMARY KEY ((owner, key)))""",
+        f"""CREATE TABLE IF NOT EXISTS {ks}.runs (
+            job_id text, id text, owner text, shard int, state text, dead_letter boolean,
+            due_at bigint, fire_key text, fire_at bigint, attempt int, priority int,
+            worker_id text, lease_token bigint, lease_expires_at bigint, created_at bigint,
+            started_at bigint, ended_at bigint, exit_code bigint, reason text, error text,
+            output_bytes bigint, replayed_from text, schedule_version int,
+            PRIMARY KEY ((job_id), id)) WITH CLUSTERING ORDER BY (id DESC)""",
+        f"""CREATE TABLE IF NOT EXISTS {ks}.runs_by_id (
+            id text PRIMARY KEY, job_id text, owner text)""",
+        f"""CREATE TABLE IF NOT EXISTS {ks}.dead_letters (
+            owner text, run_id text, job_id text, PRIMARY KEY ((owner), run_id))
+            WITH CLUSTERING ORDER BY (run_id DESC)""",
+        f"""CREATE TABLE IF NOT EXISTS {ks}.due_runs (
+            shard int, bucket bigint, due_at bigint, run_id text, job_id text, priority int,
+            PRIMARY KEY ((shard, bucket), due_at, run_id))
+            WITH CLUSTERING ORDER BY (due_at ASC, run_id ASC) AND {expiring}""",
+        f"""CREATE TABLE IF NOT EXISTS {ks}.shard_buckets (
+            shard int, bucket bigint, PRIMARY KEY ((shard), bucket))
+            WITH CLUSTERING ORDER BY (bucket ASC) AND {expiring}""",
+        f"""CREATE TABLE IF NOT EXISTS {ks}.shard_cursors (
+            shard int PRIMARY KEY, bucket_start bigint)""",
+        f"""CREATE TABLE IF NOT EXISTS {ks}.run_output (
+            run_id text, byte_offset bigint, stream text, data blob,
+            head_offset bigint static, end_offset bigint static,
+            PRIMARY KEY ((run_id), byte_offset)) WITH CLUSTERING ORDER BY (byte_offset ASC)""",
+        f"""CREATE TABLE IF NOT EXISTS {ks}.schema_version (
+            id int PRIMARY KEY, version int, shard_count int, bucket_seconds int,
+            created_at bigint)""",
+    ]
+
+
+async def init_schema(
+    contact_points: Sequence[str],
+    *,
+    keyspace: str,
+    replication: dict[str, Any] | None = None,
+    shard_count: int | None = None,
+    bucket_seconds: int | None = None,
+    due_ttl: timedelta = DEFAULT_DUE_TTL,
+    consistency: str = "QUORUM",
+) -> int:
+    """``shardcron store init``: creates the keyspace and schema if missing; returns the
+    schema version. Idempotent. Raises ``SchemaMismatch`` when the keyspace holds another
+    schema version or another shard count / bucket size than the ones given."""
+    from shardcron.coordinator.cassandra_store import CassandraStore
+    from shardcron.coordinator.store import DEFAULT_BUCKET_SECONDS, DEFAULT_SHARD_COUNT
+
+    store = CassandraStore(
+        list(contact_points),
+        keyspace=keyspace,
+        replication=replication or DEFAULT_REPLICATION,
+        shard_count=shard_count or DEFAULT_SHARD_COUNT,
+        bucket_seconds=bucket_seconds or DEFAULT_BUCKET_SECONDS,
+        due_ttl=due_ttl,
+        consistency=consistency,
+    )
+    await store.open()
+    await store.close()
+    return SCHEMA_VERSION
+
+
+def init_schema_sync(contact_points: Sequence[str], **kwargs: Any) -> int:
+    """``init_schema`` for a caller without an event loop (a click command)."""
+    return asyncio.run(init_schema(contact_points, **kwargs))
