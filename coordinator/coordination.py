@@ -101,6 +101,11 @@ class Coordination(Protocol):
         returned (and what a listener returned, if awaitable, is done)."""
         ...
 
+    def ownership_valid(self) -> bool:
+        """Whether this node may still act on the shards it was given: false once it
+        has not heard from the coordination service for too long (frozen, cut off)."""
+        ...
+
     async def view(self) -> ClusterView:
         """Leader, epoch, members and shard owners as they stand now. Raises ``Unavailable``."""
         ...
@@ -186,6 +191,9 @@ class LocalCoordination:
 
     def subscribe(self, listener: AssignmentListener) -> None:
         self._listeners.append(listener)
+
+    def ownership_valid(self) -> bool:
+        return True
 
     async def view(self) -> ClusterView:
         owner = self._poller_id or ""

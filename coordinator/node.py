@@ -76,6 +76,7 @@ class Node:
                 poller_id=self.config.node_id,
                 config=self.config.poller,
                 metrics=self.metrics,
+                ownership_valid=self.coordination.ownership_valid,
             )
             self.coordination.subscribe(self.poller.on_assignment)
         self.router = ShardRouter(self.coordination, self.poller, self.raw_store.shard_count)

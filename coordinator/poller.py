@@ -25,7 +25,7 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import Enum
@@ -119,10 +119,19 @@ class _Turn:
 
 class Poller:
     def __init__(
-        self, store: JobStore, *, poller_id: str, config: PollerConfig, metrics: Metrics
+        self,
+        store: JobStore,
+        *,
+        poller_id: str,
+        config: PollerConfig,
+        metrics: Metrics,
+        ownership_valid: Callable[[], bool] = lambda: True,
     ) -> None:
         self.store = store
         self.poller_id = poller_id
+        # False while coordination cannot confirm this poller still holds its shards
+        self._ownership_valid = ownership_valid
+        self._standing_still = False
         self.config = config
         self.metrics = metrics
         self.epoch = 0
@@ -218,7 +227,22 @@ class Poller:
             if timeout > 0 and not self._inbox:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), timeout)
+            else:
+                await asyncio.sleep(0)  # let the rest of the node run between turns
             self._wake.clear()
+
+    def _stand_still(self) -> bool:
+        """True while ownership is unconfirmed: this poller may have been frozen or cut
+        off long enough for its shards to move, so it writes and leases nothing, and
+        forgets what it held (reloaded from the store once confirmed again)."""
+        if self._ownership_valid():
+            self._standing_still = False
+            return False
+        if not self._standing_still:
+            log.warning("poller %s: shard ownership not confirmed; standing still", self.poller_id)
+            self._standing_still = True
+            self._reset()
+        return True
 
     def _reset(self) -> None:
         """Forgets everything held in memory; the next scan reloads it from the store,
@@ -246,7 +270,9 @@ class Poller:
 
     def _sleep_for(self) -> float:
         now = time.time()
-        candidates = [self._next_scan - now, 0.5]
+        candidates = [0.5]
+        if self._shards:
+            candidates.append(self._next_scan - now)
         if self._timers:
             candidates.append(self._timers[0][0].timestamp() - now)
         if self._expiries:
@@ -263,6 +289,8 @@ class Poller:
         now = utcnow()
         while self._inbox:
             await self._handle(self._inbox.popleft(), turn, now)
+        if self._stand_still():
+            return
         now = utcnow()
         if self._shards and time.time() >= self._next_scan:
             await self._scan(now)
@@ -273,6 +301,8 @@ class Poller:
         if self.active:
             self._dispatch(now, turn)
         if not turn.empty():
+            if self._stand_still():
+                return  # nothing of this turn is written, nothing is sent
             if turn.output:
                 await self.store.append_output(turn.output)
             await self.store.commit(

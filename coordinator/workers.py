@@ -146,8 +146,10 @@ class WorkerConn:
             self.used_mem -= need.memory_mb
 
     def forget_leases(self) -> None:
+        """The poller reloads its shards: nothing it decided before may still go out."""
         self.leases.clear()
         self.used = self.used_cpu = self.used_mem = 0
+        self._leases, self._cancels, self._renewals, self._acks = [], [], [], []
 
     def info(self) -> WorkerInfo:
         return WorkerInfo(

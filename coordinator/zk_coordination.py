@@ -36,8 +36,10 @@ import dataclasses
 import inspect
 import json
 import logging
+import math
 import queue
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -235,6 +237,8 @@ class ZkCoordination:
         self._reconciler = threading.Thread()
         self._elector: threading.Thread | None = None
         self._stopped = False
+        # monotonic time a ZooKeeper round trip, sent then, last came back on our session
+        self._confirmed_at = -math.inf
 
     # --- the Coordination protocol ---------------------------------------------
 
@@ -332,6 +336,9 @@ class ZkCoordination:
             target=self._run_reconciler, name=f"zk-reconcile-{self._node_id}", daemon=True
         )
         self._reconciler.start()
+        threading.Thread(
+            target=self._run_confirmer, name=f"zk-confirm-{self._node_id}", daemon=True
+        ).start()
         if "coordinator" in self._roles:
             self._elector = threading.Thread(
                 target=self._run_elector, name=f"zk-elect-{self._node_id}", daemon=True
@@ -655,6 +662,31 @@ class ZkCoordination:
             members=sorted(set(pollers) | set(contenders)),
             shard_owners=dict(sorted(owners.items())),
         )
+
+    # --- ownership confirmation --------------------------------------------------
+
+    def ownership_valid(self) -> bool:
+        """True while a ZooKeeper round trip on this session came back within half a
+        session timeout: a process that was frozen, or cut off, longer than that
+        must not act on the shards it thinks it holds, because by the time the
+        session expires another poller may own them."""
+        return time.monotonic() < self._confirmed_at + self._session_timeout / 2
+
+    def _run_confirmer(self) -> None:
+        interval = self._session_timeout / 6
+        while True:
+            client = self._client
+            if client is not None and self._connected:
+                sent = time.monotonic()
+                session = self._session_id()
+                try:
+                    client.exists(self._paths.root)
+                    if self._connected and self._session_id() == session:
+                        self._confirmed_at = sent
+                except Exception as e:
+                    log.debug("coordination: %s confirm failed: %r", self._node_id, e)
+            if self._stopping.wait(interval):
+                return
 
     # --- the reconciler: membership and shards --------------------------------
 
