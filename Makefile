@@ -57,7 +57,8 @@ servers:
 	python3 deploy/servers.py fetch all
 
 test: install proto-check servers
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q --ignore=tests/cluster
+	$(VENV)/bin/pytest -q tests/cluster
 	$(MAKE) test-clients
 
 # Go worker, TypeScript and Java clients generated from proto/, run against a live node.

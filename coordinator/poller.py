@@ -308,6 +308,8 @@ class Poller:
             await self.store.commit(
                 runs=list(turn.runs.values()), due=turn.due, progress=list(turn.progress.values())
             )
+        if self._stand_still():
+            return  # frozen or cut off during the turn: send nothing it decided
         for action in turn.after:
             action()
         for conn in self._workers.values():
