@@ -30,6 +30,16 @@ import servers  # noqa: E402
 BASE_PORT = 7401
 CLUSTER = "local"
 KEYSPACE = "shardcron"
+ZK_PORT = 2191  # apart from the ports the tests use, so both can run at once
+
+
+class LocalCassandra(servers.Cassandra):
+    """The cluster's Cassandra on 127.0.0.11 (JMX 7211): not the tests' 127.0.0.1."""
+
+    jmx_base_port = 7211
+
+    def address(self, i: int) -> str:
+        return f"127.0.0.{10 + i}"
 
 
 def shardcron(*args: str) -> list[str]:
@@ -66,8 +76,8 @@ def wait_serving(target: str, timeout: float = 60) -> None:
 
 def up(state: Path, nodes: int, workers: int) -> None:
     state.mkdir(parents=True, exist_ok=True)
-    zk = servers.ZooKeeper(state / "zookeeper", nodes=1)
-    cassandra = servers.Cassandra(state / "cassandra", nodes=1, heap="512M")
+    zk = servers.ZooKeeper(state / "zookeeper", nodes=1, port=ZK_PORT)
+    cassandra = LocalCassandra(state / "cassandra", nodes=1, heap="512M")
     print("starting ZooKeeper and Cassandra ...", file=sys.stderr)
     zk.start()
     cassandra.start()
@@ -162,9 +172,9 @@ def down(state: Path) -> None:
             os.kill(pid, signal.SIGKILL)
         (state / f"{name}.pid").unlink(missing_ok=True)
     if (state / "zookeeper").exists():
-        servers.ZooKeeper(state / "zookeeper").stop()
+        servers.ZooKeeper(state / "zookeeper", port=ZK_PORT).stop()
     if (state / "cassandra").exists():
-        servers.Cassandra(state / "cassandra").stop()
+        LocalCassandra(state / "cassandra").stop()
     print("shardcron cluster down", file=sys.stderr)
 
 
