@@ -8,10 +8,9 @@ server reflection are served so grpcurl and load balancers work.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC
 from typing import Any, TypeVar
 
@@ -21,7 +20,7 @@ from grpc_reflection.v1alpha import reflection
 
 from shardcron.client import convert
 from shardcron.client.errors import InvalidArgument, ShardcronError
-from shardcron.client.types import DEFAULT_OWNER, ClusterStatus, ShardInfo, WorkerInfo
+from shardcron.client.types import DEFAULT_OWNER, ClusterStatus, ShardInfo
 from shardcron.coordinator.api import JobsApi
 from shardcron.coordinator.coordination import Coordination
 from shardcron.coordinator.poller import Poller
@@ -272,21 +271,9 @@ class ClusterServiceServicer(cluster_pb2_grpc.ClusterServiceServicer):
             epoch=view.epoch,
             members=view.members,
             shards=shards,
-            workers=_merge_workers(
-                convert.worker_info_from_proto(w) for st in statuses for w in st.workers
-            ),
+            workers=[convert.worker_info_from_proto(w) for st in statuses for w in st.workers],
         )
         return convert.cluster_status_to_proto(status)
-
-
-def _merge_workers(seen: Iterable[WorkerInfo]) -> list[WorkerInfo]:
-    """A worker streams to every poller: one row per worker, slots used summed."""
-    merged: dict[str, WorkerInfo] = {}
-    for w in seen:
-        if w.id in merged:
-            w = dataclasses.replace(merged[w.id], slots_used=merged[w.id].slots_used + w.slots_used)
-        merged[w.id] = w
-    return sorted(merged.values(), key=lambda w: w.id)
 
 
 def build_server(
