@@ -241,9 +241,8 @@ check go-lease-renewal gocheck renew
 check go-handler-error gocheck fail
 check go-command-timeout gocheck command-timeout
 check go-worker-crash gocheck --worker-pid "$WORKER_PID" --scratch "$WORK" crash # SIGKILLs the worker
-# go-worker-drain (SIGTERM: finish the running run, then exit) is left out: after the
-# crash check the drained worker keeps waiting for a result acknowledgement, a bug
-# still open. Run it by hand with: gocheck --worker-pid PID drain
+start_worker
+check go-worker-drain gocheck --worker-pid "$WORKER_PID" drain # stops the worker: last
 
 if [ "$FAILED" -gt 0 ]; then
   echo "--- go-worker log (tail)"; tail -n 40 "$WORK/go-worker.log"

@@ -196,6 +196,25 @@ def check_crash(c: Client, a: argparse.Namespace) -> None:
     show(final, output_of(c, run.id))
     expect(final.state == RunState.FAILED, f"state {final.state}, want FAILED")
     expect(final.reason == RunReason.WORKER_LOST, f"reason {final.reason}, want WORKER_LOST")
+    # A run lost with its worker is tried again whatever the job's retry policy
+    # (coordinator/fires.py WORKER_LOST_ATTEMPTS): left alone, attempt 2 (another
+    # `sleep 60`) would be leased to the restarted worker and hold up the checks
+    # after this one (a drain waits for it). Delete the job, cancelling what is left.
+    c.delete_job(job.id, cancel_running=True)
+    deadline = time.monotonic() + 10
+    while True:
+        runs = c.list_runs(job.id).items
+        if all(r.is_final for r in runs):
+            break
+        expect(time.monotonic() < deadline, f"runs of the deleted job not final: {runs}")
+        time.sleep(0.05)
+    for r in runs:
+        if r.id != run.id:
+            print(f"  attempt {r.attempt} ({r.id}) after the delete: {r.state} {r.reason or '-'}")
+
+
+def _slots_used(c: Client, worker_id: str) -> int:
+    return sum(w.slots_used for w in c.cluster_status().workers if w.id == worker_id)
 
 
 def check_drain(c: Client, a: argparse.Namespace) -> None:
@@ -204,10 +223,18 @@ def check_drain(c: Client, a: argparse.Namespace) -> None:
     expect(a.worker_pid > 0, "--worker-pid is required")
     job = c.create_job(JobSpec(name="go-drain", task=HandlerTask(name="sleep", payload=b"1.5")))
     run = wait_state(c, first_run(c, job.id).id, RunState.RUNNING, 30)
+    # The drain waits for every run the worker holds: it must hold this one only.
+    used = _slots_used(c, a.worker_id)
+    expect(used == 1, f"the worker holds {used} slots before the drain, want 1 (this run)")
     os.kill(a.worker_pid, signal.SIGTERM)
     deadline = time.monotonic() + 20
     while _alive(a.worker_pid):
-        expect(time.monotonic() < deadline, "the worker did not exit within 20s of SIGTERM")
+        if time.monotonic() >= deadline:
+            now = c.get_run(run.id)
+            raise CheckFailed(
+                f"the worker did not exit within 20s of SIGTERM (run {run.id} is {now.state}; "
+                f"the worker holds {_slots_used(c, a.worker_id)} slots)"
+            )
         time.sleep(0.05)
     final = c.get_run(run.id)
     show(final, output_of(c, run.id))

@@ -238,20 +238,40 @@ func (w *Worker) Drain(ctx context.Context) error {
 	defer tick.Stop()
 	for {
 		w.mu.Lock()
-		busy := len(w.runs)
+		running := len(w.runs)
+		unacked := 0
 		for _, l := range w.links {
-			busy += len(l.unacked)
+			unacked += len(l.unacked)
 		}
 		w.mu.Unlock()
-		if busy == 0 {
+		if running == 0 && unacked == 0 {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("drain: %d runs or results still pending: %w", busy, ctx.Err())
+			return fmt.Errorf("drain: %s: %w", w.drainPending(), ctx.Err())
 		case <-tick.C:
 		}
 	}
+}
+
+// drainPending says what a drain still waits for: runs not ended (by id) and
+// results not acknowledged.
+func (w *Worker) drainPending() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var runs, results []string
+	for _, r := range w.sortedRuns() {
+		runs = append(runs, r.lease.RunId)
+	}
+	for _, l := range w.links {
+		for k := range l.unacked {
+			results = append(results, k.runID)
+		}
+	}
+	sort.Strings(results)
+	return fmt.Sprintf("%d runs still running %v, %d results not acknowledged %v",
+		len(runs), runs, len(results), results)
 }
 
 // Connected reports whether at least one stream has been welcomed and is up.
