@@ -618,11 +618,12 @@ def _print_cluster(status: ClusterStatus) -> None:
                 max(0, w.slots_total - w.slots_used),
                 ",".join(w.handlers) or "-",
                 _labels(w.labels),
+                ",".join(w.pollers) or "-",
                 _time(w.connected_at),
             )
             for w in status.workers
         ),
-        ["WORKER", "ADDRESS", "USED", "FREE", "HANDLERS", "LABELS", "CONNECTED"],
+        ["WORKER", "ADDRESS", "USED", "FREE", "HANDLERS", "LABELS", "POLLERS", "CONNECTED"],
     )
     click.echo()
     counts = Counter(s.owner or "(unowned)" for s in status.shards)

@@ -544,6 +544,7 @@ def worker_info_to_proto(w: WorkerInfo) -> cluster_pb2.WorkerInfo:
         slots_used=w.slots_used,
         labels=w.labels,
         handlers=list(w.handlers),
+        pollers=list(w.pollers),
     )
     _set_time(msg, "connected_at", w.connected_at)
     return msg
@@ -558,6 +559,7 @@ def worker_info_from_proto(msg: cluster_pb2.WorkerInfo, field: str = "worker") -
         labels=dict(msg.labels),
         handlers=tuple(msg.handlers),
         connected_at=_get_time(msg, "connected_at", field),
+        pollers=tuple(msg.pollers),
     )
 
 

@@ -304,6 +304,7 @@ class WorkerInfo:
     labels: dict[str, str] = field(default_factory=dict)
     handlers: tuple[str, ...] = ()
     connected_at: datetime | None = None
+    pollers: tuple[str, ...] = ()  # the pollers it streams to
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

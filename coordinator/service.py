@@ -8,9 +8,10 @@ server reflection are served so grpcurl and load balancers work.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from datetime import UTC
 from typing import Any, TypeVar
 
@@ -20,7 +21,7 @@ from grpc_reflection.v1alpha import reflection
 
 from shardcron.client import convert
 from shardcron.client.errors import InvalidArgument, ShardcronError
-from shardcron.client.types import DEFAULT_OWNER, ClusterStatus, ShardInfo
+from shardcron.client.types import DEFAULT_OWNER, ClusterStatus, ShardInfo, WorkerInfo
 from shardcron.coordinator.api import JobsApi
 from shardcron.coordinator.coordination import Coordination
 from shardcron.coordinator.poller import Poller
@@ -271,9 +272,30 @@ class ClusterServiceServicer(cluster_pb2_grpc.ClusterServiceServicer):
             epoch=view.epoch,
             members=view.members,
             shards=shards,
-            workers=[convert.worker_info_from_proto(w) for st in statuses for w in st.workers],
+            workers=merge_workers(
+                convert.worker_info_from_proto(w) for st in statuses for w in st.workers
+            ),
         )
         return convert.cluster_status_to_proto(status)
+
+
+def merge_workers(streams: Iterable[WorkerInfo]) -> list[WorkerInfo]:
+    """One entry per worker from the pollers' views of its streams: its slots are one
+    budget, so the slots each poller leased add up."""
+    merged: dict[str, WorkerInfo] = {}
+    for w in streams:
+        seen = merged.get(w.id)
+        if seen is None:
+            merged[w.id] = w
+            continue
+        connected = [t for t in (seen.connected_at, w.connected_at) if t is not None]
+        merged[w.id] = dataclasses.replace(
+            seen,
+            slots_used=seen.slots_used + w.slots_used,
+            pollers=tuple(sorted({*seen.pollers, *w.pollers})),
+            connected_at=min(connected) if connected else None,
+        )
+    return sorted(merged.values(), key=lambda w: w.id)
 
 
 def build_server(

@@ -150,6 +150,7 @@ def full_cluster() -> ClusterStatus:
                 labels={"gpu": "a100"},
                 handlers=("resize", "send-mail"),
                 connected_at=T0,
+                pollers=("node1", "node2"),
             ),
             WorkerInfo(id="w-2", address="", slots_total=1, slots_used=0),
         ],

@@ -416,7 +416,7 @@ class ShardcronCluster:
                 last is not None
                 and last.leader in live
                 and self.served_by_live(last, live)
-                and len(last.workers) >= workers * len(live)
+                and sum(len(w.pollers) for w in last.workers) >= workers * len(live)
             ):
                 return last
             time.sleep(0.2)

@@ -25,7 +25,7 @@ class ShardInfo(_message.Message):
     def __init__(self, shard: _Optional[int] = ..., owner: _Optional[str] = ..., lag_seconds: _Optional[float] = ...) -> None: ...
 
 class WorkerInfo(_message.Message):
-    __slots__ = ("id", "address", "slots_total", "slots_used", "labels", "handlers", "connected_at")
+    __slots__ = ("id", "address", "slots_total", "slots_used", "labels", "handlers", "connected_at", "pollers")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -40,6 +40,7 @@ class WorkerInfo(_message.Message):
     LABELS_FIELD_NUMBER: _ClassVar[int]
     HANDLERS_FIELD_NUMBER: _ClassVar[int]
     CONNECTED_AT_FIELD_NUMBER: _ClassVar[int]
+    POLLERS_FIELD_NUMBER: _ClassVar[int]
     id: str
     address: str
     slots_total: int
@@ -47,7 +48,8 @@ class WorkerInfo(_message.Message):
     labels: _containers.ScalarMap[str, str]
     handlers: _containers.RepeatedScalarFieldContainer[str]
     connected_at: _timestamp_pb2.Timestamp
-    def __init__(self, id: _Optional[str] = ..., address: _Optional[str] = ..., slots_total: _Optional[int] = ..., slots_used: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., handlers: _Optional[_Iterable[str]] = ..., connected_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    pollers: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, id: _Optional[str] = ..., address: _Optional[str] = ..., slots_total: _Optional[int] = ..., slots_used: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., handlers: _Optional[_Iterable[str]] = ..., connected_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., pollers: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ClusterStatus(_message.Message):
     __slots__ = ("mode", "leader", "epoch", "members", "shards", "workers")
