@@ -20,14 +20,51 @@ hot path:
 - A job's progress is plain column updates. The ACTIVE-only state rule reads the
   state first and writes the new state with the write time it read + 1 µs, so a
   user's update landing in between (a later timestamp) still wins.
-- Writes of one call are grouped by job (its row, index rows, runs, due rows) and
-  sent as logged batches of whole groups (atomic per batch; on one node they cost
-  the same server CPU as unlogged ones, measured), with bounded concurrency
-  (``max_concurrency`` requests in flight per store). Idempotent statements are
-  retried on timeouts. Unlike SQLite, a call that fails on the infrastructure can
-  leave some of its batches written: a caller retries (creates with an idempotency
-  key dedupe; run writes are idempotent upserts). A call that fails on its input
-  (a value no store can encode) writes nothing: every row is encoded first.
+- The poller's run rows and progress carry its ``write_time`` as their timestamp
+  (``USING TIMESTAMP``): when it last confirmed it owns the shards. Cassandra keeps
+  the cell with the latest timestamp whatever the order of arrival, so a commit
+  that lands late (its process froze in the middle of it, its session expired, the
+  shards moved) loses to every write of the next owner, which took them over only
+  after that time; the single-writer rule above holds for what ends up stored. The
+  api writes a new run with a timestamp one second before now (nothing writes a
+  run before it exists), so the poller's first write of the run beats its creation
+  even when the two hosts' clocks are a little apart.
+- No write spans partitions: a call's writes go as single-partition requests (the
+  statements of one partition together, as one unlogged batch: atomic and isolated
+  in Cassandra, with no batch log), so each needs only a quorum of its own replicas.
+  A multi-partition logged batch needs two batch-log replicas besides the
+  coordinator, chosen among the nodes it believes alive: with 3 nodes a lost one is
+  always chosen until the failure detector convicts it (15-20 s of batches failing
+  with WriteTimeout BATCH_LOG). Requests of a call run concurrently
+  (``max_concurrency`` in flight per store); plain writes are retried on timeouts
+  and missing replicas for a few seconds, LWTs never (their caller reads the outcome).
+- Writes of one call go in ordered phases; a phase starts once every write of the
+  previous one was acknowledged. The process may die, or the call fail, between any
+  two phases; the caller then reloads from the store and recomputes (new runs have
+  deterministic ids, so a recompute rewrites the same rows). Every prefix of the
+  phases is a consistent store:
+
+  1. rows of new runs (and of runs this call puts in the due index) with their
+     ``runs_by_id`` rows: a run without a due row is never scanned;
+  2. due rows and ``shard_buckets`` rows: now the poller finds those runs;
+  3. job rows and their owner index (``create_jobs``), job progress (next fire,
+     failure streak, state), dead-letter index entries (harmless before the run
+     says ``dead_letter``: readers check the run);
+  4. rows of existing runs (state changes);
+  5. removal of dead-letter index entries (a stale entry is skipped by readers).
+
+  1 and 2 before 3: a job's next fire is written only once its run is findable, and
+  a created job becomes visible only once its first runs are findable (a run whose
+  job row never landed is cancelled as JOB_DELETED by the poller; its create was
+  never acknowledged). 3 before 4: when progress (the next fire) lands without the
+  state change of the run that fired, that run is still PENDING and runs as a plain
+  run on reload; the other way round (the run moved on, the next fire not written)
+  would stop a cron schedule. A dead-letter entry is added before, and removed after,
+  the run row that says so, so no dead letter goes unlisted. Unlike SQLite, a call
+  that fails on the infrastructure can leave some of its phases written: a caller
+  retries (creates with an idempotency key dedupe; run writes are idempotent
+  upserts). A call that fails on its input (a value no store can encode) writes
+  nothing: every row is encoded first.
 - The due index is insert-only: rows expire (TTL = due time + ``due_ttl``), cursors
   only tell the poller where to start; nothing deletes due rows, so no reader ever
   walks tombstones of drained buckets. A cursor is written ``USING TIMESTAMP`` =
@@ -103,10 +140,20 @@ _BATCH_STATEMENTS = 250
 _IN_CHUNK = 100  # keys per multi-partition IN
 _CROSS = 256  # (job, run) pairs per cross-product read of stored run states
 _PAGE = 1000  # rows per page of a partition scan
-_RETRY_BACKOFF = (0.05, 0.2, 0.8)  # seconds before each retry of an idempotent statement
+_RETRY_BACKOFF = (0.05, 0.2, 0.8)  # seconds before each retry of an idempotent read
+_WRITE_BACKOFF = (0.05, 0.2, 0.5, 1.0, 2.0)  # of a plain write: a few seconds of trouble
 _RETRYABLE = (WriteTimeout, ReadTimeout, CassandraUnavailable, OperationTimedOut)
+_CREATE_BACKDATE_US = 1_000_000  # an api's new run row: written as of 1 s ago
 _CLAIM_STALE = timedelta(seconds=60)  # an idempotency claim without its job, this old, is dead
 _CLAIM_WAIT = 5.0  # seconds to wait for a concurrent create of the same key to land
+
+
+# Write phases (module docstring): each phase starts once the previous one is written.
+_P_RUNS = 0  # new runs and runs indexed by the call, runs_by_id; shard cursors
+_P_DUE = 1  # due rows, shard_buckets rows
+_P_JOBS = 2  # job rows, owner index, job progress; dead-letter index entries added
+_P_STATES = 3  # rows of existing runs
+_P_UNINDEX = 4  # dead-letter index entries removed
 
 
 class SchemaMismatch(RuntimeError):
@@ -118,6 +165,11 @@ _STATE_ORDER = {
     RunState.LEASED: 1,
     RunState.RUNNING: 2,
 }
+
+
+def _now_us() -> int:
+    """Now as a Cassandra write timestamp (µs since the epoch, as the driver's own)."""
+    return time.time_ns() // 1000
 
 
 def _order(state: str | RunState) -> int:
@@ -266,14 +318,18 @@ def _resolve(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
 
 @dataclasses.dataclass(slots=True)
 class _Writes:
-    """Statements of one call by group (a job: its row, index rows, runs and due rows),
-    flushed as logged batches of whole groups, so each job's writes land together."""
+    """Statements of one call by (phase, partition): ``_flush`` sends them phase by
+    phase, those of one partition together (module docstring)."""
 
-    parts: dict[Any, list[tuple[BoundStatement, int]]] = dataclasses.field(default_factory=dict)
+    # (phase, partition) -> [(statement, size)]
+    parts: dict[tuple[int, Any], list[tuple[BoundStatement, int]]] = dataclasses.field(
+        default_factory=dict
+    )
     after: list[Callable[[], None]] = dataclasses.field(default_factory=list)  # once written
 
-    def add(self, group: Any, stmt: BoundStatement, size: int) -> None:
-        self.parts.setdefault(group, []).append((stmt, size))
+    def add(self, phase: int, partition: tuple[Any, ...], stmt: BoundStatement, size: int) -> None:
+        """``partition``: the table and the partition key the statement writes."""
+        self.parts.setdefault((phase, partition), []).append((stmt, size))
 
     def __bool__(self) -> bool:
         return bool(self.parts)
@@ -423,8 +479,8 @@ class CassandraStore:
                 " IF owner = ? AND version = ?"
             ),
             "progress": (
-                "UPDATE jobs SET next_fire_at = ?, next_fire_key = ?, consecutive_failures = ?,"
-                " pause_reason = ? WHERE id = ?"
+                "UPDATE jobs USING TIMESTAMP ? SET next_fire_at = ?, next_fire_key = ?,"
+                " consecutive_failures = ?, pause_reason = ? WHERE id = ?"
             ),
             "progress_state": (
                 "UPDATE jobs USING TIMESTAMP ? SET state = ?, pause_reason = ? WHERE id = ?"
@@ -439,7 +495,9 @@ class CassandraStore:
             ),
             "release": "DELETE FROM idempotency WHERE owner = ? AND key = ? IF job_id = ?",
             # runs
-            "insert_run": f"INSERT INTO runs ({_RUN_COLS}) VALUES ({', '.join('?' * 23)})",
+            "insert_run": (
+                f"INSERT INTO runs ({_RUN_COLS}) VALUES ({', '.join('?' * 23)}) USING TIMESTAMP ?"
+            ),
             "insert_run_id": "INSERT INTO runs_by_id (id, job_id, owner) VALUES (?, ?, ?)",
             "run_ids": "SELECT id, job_id, owner FROM runs_by_id WHERE id IN ?",
             "run_states": "SELECT id, state, dead_letter FROM runs WHERE job_id IN ? AND id IN ?",
@@ -505,21 +563,27 @@ class CassandraStore:
     # --- requests -----------------------------------------------------------
 
     async def _exec(
-        self, stmt: Any, params: Any = None, paging_state: bytes | None = None
+        self,
+        stmt: Any,
+        params: Any = None,
+        paging_state: bytes | None = None,
+        *,
+        backoff: Sequence[float] = _RETRY_BACKOFF,
     ) -> _Result:
         """Runs one statement (one page of it) with at most ``max_concurrency`` in flight.
 
         Every statement but an LWT is idempotent here (upserts of whole values, reads),
-        so a timeout or a missing replica is retried a few times with a backoff; an LWT
-        is not retried (its caller reads the outcome)."""
-        lwt = isinstance(stmt, BoundStatement) and stmt.prepared_statement in self._lwt
-        for attempt in range(1 if lwt else len(_RETRY_BACKOFF) + 1):
+        so a timeout or a missing replica is retried with ``backoff`` (seconds before
+        each retry); an LWT is not retried (its caller reads the outcome)."""
+        prepared = stmt.prepared_statement if isinstance(stmt, BoundStatement) else stmt
+        lwt = any(prepared is p for p in self._lwt)
+        for attempt in range(1 if lwt else len(backoff) + 1):
             try:
                 return await self._exec_once(stmt, params, paging_state)
             except _RETRYABLE:
-                if lwt or attempt == len(_RETRY_BACKOFF):
+                if lwt or attempt == len(backoff):
                     raise
-                await asyncio.sleep(_RETRY_BACKOFF[attempt])
+                await asyncio.sleep(backoff[attempt])
         raise AssertionError("unreachable")
 
     async def _exec_once(self, stmt: Any, params: Any, paging_state: bytes | None) -> _Result:
@@ -578,62 +642,85 @@ class CassandraStore:
         return self._ps[name].bind(values)
 
     async def _flush(self, writes: _Writes) -> None:
-        """Sends the statements as logged batches of whole groups packed together (a
-        group bigger than a batch is split), concurrently. A logged batch is atomic:
-        once Cassandra acknowledged its batch log, all of it is applied eventually.
-        Measured on one node, packed logged batches were as fast as unlogged ones."""
-        batches: list[list[BoundStatement]] = []
-        current: list[BoundStatement] = []
-        size = 0
-        for statements in writes.parts.values():
-            part_size = sum(s for _, s in statements)
-            if current and (
-                size + part_size > _BATCH_BYTES
-                or len(current) + len(statements) > _BATCH_STATEMENTS
-            ):
-                batches.append(current)
-                current, size = [], 0
-            for stmt, s in statements:  # a partition too big for one batch is split
+        """Sends the statements phase by phase (module docstring): in a phase, those of
+        one partition as one unlogged batch (split when bigger than a batch), the
+        batches concurrently; the next phase once all of them were acknowledged."""
+        phases: dict[int, list[list[BoundStatement]]] = {}
+        for (phase, _), statements in writes.parts.items():
+            batches = phases.setdefault(phase, [])
+            current: list[BoundStatement] = []
+            size = 0
+            for stmt, s in statements:
                 if current and (size + s > _BATCH_BYTES or len(current) >= _BATCH_STATEMENTS):
                     batches.append(current)
                     current, size = [], 0
                 current.append(stmt)
                 size += s
-        if current:
             batches.append(current)
-        await self._gather(self._send(batch) for batch in batches)
+        for phase in sorted(phases):
+            await self._all_written(self._send(batch) for batch in phases[phase])
         for done in writes.after:
             done()
 
-    async def _send(self, statements: list[BoundStatement], *, logged: bool = True) -> None:
+    async def _all_written(self, calls: Iterable[Any]) -> None:
+        """Awaits every write; on the first failure cancels the others (no retry of them
+        lands after the call failed: its caller may reload and write again) and raises."""
+        tasks = [asyncio.ensure_future(call) for call in calls]
+        try:
+            await asyncio.gather(*tasks)
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+
+    async def _send(self, statements: list[BoundStatement]) -> None:
+        """Statements of one partition: alone, or as an unlogged batch (a single-partition
+        batch is atomic and isolated, and needs no batch log)."""
         if len(statements) == 1:
-            await self._exec(statements[0])
+            await self._exec(statements[0], backoff=_WRITE_BACKOFF)
             return
-        kind = BatchType.LOGGED if logged else BatchType.UNLOGGED
-        batch = BatchStatement(batch_type=kind, consistency_level=self.consistency)
+        batch = BatchStatement(batch_type=BatchType.UNLOGGED, consistency_level=self.consistency)
         for stmt in statements:
             batch.add(stmt)
-        await self._exec(batch)
+        await self._exec(batch, backoff=_WRITE_BACKOFF)
 
     # --- write plans ----------------------------------------------------------
 
     def _plan_job(self, writes: _Writes, job: Job) -> None:
         row = _job_row(job)
-        writes.add(job.id, self._bind("insert_job", row), _size(row))
-        writes.add(job.id, self._bind("insert_owner", (job.owner, job.id)), 64)
+        writes.add(_P_JOBS, ("jobs", job.id), self._bind("insert_job", row), _size(row))
+        stmt = self._bind("insert_owner", (job.owner, job.id))
+        writes.add(_P_JOBS, ("jobs_by_owner", job.owner), stmt, 64)
 
-    def _plan_run(self, writes: _Writes, run: Run, *, new: bool, was_dead: bool) -> None:
+    def _plan_run(
+        self,
+        writes: _Writes,
+        run: Run,
+        *,
+        new: bool,
+        was_dead: bool,
+        indexed: bool,
+        write_us: int | None,
+    ) -> None:
+        """``indexed``: the call also writes a due row for the run (its row goes first).
+        ``write_us``: the poller's write time (module docstring), None for the api."""
         row = _run_row(run)
-        writes.add(run.job_id, self._bind("insert_run", row), _size(row))
+        # the api (no write_us): now, and a new run a second earlier (module docstring)
+        backdate = _CREATE_BACKDATE_US if new else 0
+        ts = write_us if write_us is not None else _now_us() - backdate
+        phase = _P_RUNS if new or indexed else _P_STATES
+        stmt = self._bind("insert_run", (*row, ts))
+        writes.add(phase, ("runs", run.job_id), stmt, _size(row))
         if new:
-            values = (run.id, run.job_id, run.owner)
-            writes.add(run.job_id, self._bind("insert_run_id", values), 120)
+            stmt = self._bind("insert_run_id", (run.id, run.job_id, run.owner))
+            writes.add(_P_RUNS, ("runs_by_id", run.id), stmt, 120)
         if run.dead_letter:
-            values = (run.owner, run.id, run.job_id)
-            writes.add(run.job_id, self._bind("insert_dead", values), 120)
+            stmt = self._bind("insert_dead", (run.owner, run.id, run.job_id))
+            writes.add(_P_JOBS, ("dead_letters", run.owner), stmt, 120)
         elif was_dead:
-            values = (run.owner, run.id)
-            writes.add(run.job_id, self._bind("delete_dead", values), 80)
+            stmt = self._bind("delete_dead", (run.owner, run.id))
+            writes.add(_P_UNINDEX, ("dead_letters", run.owner), stmt, 80)
 
     def _ttl(self, until: float, now: float) -> int:
         """A TTL (seconds) keeping a row until ``until`` (epoch seconds) + due_ttl; 0 = none."""
@@ -652,15 +739,15 @@ class CassandraStore:
             run.priority,
             self._ttl(due_at / 1e6, now),
         )
-        writes.add(run.job_id, self._bind("insert_due", values), 120)
+        writes.add(_P_DUE, ("due_runs", run.shard, b), self._bind("insert_due", values), 120)
         # The bucket's row in shard_buckets must outlive every due row of the bucket: it
         # lives until the bucket's end (or now, if later) + due_ttl, plus an hour for skew.
         # Rewritten only when this process has not already written one living that long.
         need = max(b + self.bucket_seconds, now) + self.due_ttl.total_seconds()
         if self._buckets_written.get((run.shard, b), 0.0) < need:
             ttl = self._ttl(b + self.bucket_seconds + 3600, now)
-            values = (run.shard, b, ttl)
-            writes.add(run.job_id, self._bind("insert_bucket", values), 40)
+            stmt = self._bind("insert_bucket", (run.shard, b, ttl))
+            writes.add(_P_DUE, ("shard_buckets", run.shard), stmt, 40)
             lives = float("inf") if ttl == 0 else now + ttl
             writes.after.append(lambda k=(run.shard, b), v=lives: self._remember_bucket(k, v))
 
@@ -670,10 +757,17 @@ class CassandraStore:
         self._buckets_written[key] = max(lives, self._buckets_written.get(key, 0.0))
 
     async def _put_runs(
-        self, writes: _Writes, runs: Sequence[Run], due: Sequence[Run], *, known_new: bool
+        self,
+        writes: _Writes,
+        runs: Sequence[Run],
+        due: Sequence[Run],
+        *,
+        known_new: bool,
+        write_us: int | None = None,
     ) -> None:
         """Plans the upsert of ``runs`` (never moving a stored run to an earlier state) and
         the due rows of ``due``. ``known_new``: the runs belong to jobs created in this call."""
+        indexed = {run.id for run in due}
         stored: dict[str, tuple[int, bool]] = {}
         if runs and not known_new:
             stored = await self._stored_runs(runs)
@@ -683,7 +777,12 @@ class CassandraStore:
             if current is not None and order < current[0]:
                 continue  # a replayed or late write of an earlier state: dropped
             self._plan_run(
-                writes, run, new=current is None, was_dead=current is not None and current[1]
+                writes,
+                run,
+                new=current is None,
+                was_dead=current is not None and current[1],
+                indexed=run.id in indexed,
+                write_us=write_us,
             )
             stored[run.id] = (order, run.dead_letter)
         now = time.time()
@@ -912,10 +1011,12 @@ class CassandraStore:
         runs: Sequence[Run] = (),
         due: Sequence[Run] = (),
         progress: Sequence[JobProgress] = (),
+        write_time: datetime | None = None,
     ) -> None:
         runs, due, progress = list(runs), list(due), list(progress)
         if not (runs or due or progress):
             return
+        write_us = None if write_time is None else _us(write_time)
         for run in runs:
             _run_row(run)
         writes = _Writes()
@@ -928,15 +1029,15 @@ class CassandraStore:
                     states[job_id] = (state, max(state_ts or 0, reason_ts or 0))
 
         await asyncio.gather(
-            self._put_runs(writes, runs, due, known_new=False),
+            self._put_runs(writes, runs, due, known_new=False, write_us=write_us),
             job_states() if progress else asyncio.sleep(0),
         )
         for p in progress:
-            self._plan_progress(writes, p, states)
+            self._plan_progress(writes, p, states, _now_us() if write_us is None else write_us)
         await self._flush(writes)
 
     def _plan_progress(
-        self, writes: _Writes, p: JobProgress, states: dict[str, tuple[str, int]]
+        self, writes: _Writes, p: JobProgress, states: dict[str, tuple[str, int]], write_us: int
     ) -> None:
         """The poller's fields of one job that exists, as plain column updates.
 
@@ -961,14 +1062,15 @@ class CassandraStore:
             failures = p.consecutive_failures
         if p.pause_reason is not None and p.state is None:
             reason = p.pause_reason
-        values = (fire_at, fire_key, failures, reason, p.job_id)
-        if any(v is not unset for v in values[:4]):
-            writes.add(p.job_id, self._bind("progress", values), 100)
+        values = (write_us, fire_at, fire_key, failures, reason, p.job_id)
+        if any(v is not unset for v in values[1:5]):
+            writes.add(_P_JOBS, ("jobs", p.job_id), self._bind("progress", values), 100)
         state, written_at = stored
         if p.state in (JobState.COMPLETED, JobState.PAUSED) and state == JobState.ACTIVE:
             reason = unset if p.pause_reason is None else p.pause_reason
             values = (written_at + 1, str(p.state), reason, p.job_id)
-            writes.add(p.job_id, self._bind("progress_state", values), 100)
+            stmt = self._bind("progress_state", values)
+            writes.add(_P_JOBS, ("jobs", p.job_id), stmt, 100)
 
     async def get_run(self, owner: str, run_id: str) -> Run:
         run = (await self.get_runs([run_id])).get(run_id)
@@ -1100,7 +1202,8 @@ class CassandraStore:
         writes = _Writes()
         for shard, at in cursors.items():
             us = _us(at)
-            writes.add(shard, self._bind("save_cursor", (shard, us, max(us, 1))), 40)
+            stmt = self._bind("save_cursor", (shard, us, max(us, 1)))
+            writes.add(_P_RUNS, ("shard_cursors", shard), stmt, 40)
         if writes:
             await self._flush(writes)
 
@@ -1159,11 +1262,11 @@ class CassandraStore:
             statements.append(self._bind("output_trim", (run_id, new_head)))
         statements.append(self._bind("output_set_ends", (new_head, new_end, run_id)))
         if size + 200 <= _BATCH_BYTES:
-            await self._send(statements, logged=False)  # one partition: atomic, isolated
+            await self._send(statements)  # one partition: atomic, isolated
         else:  # too big for a batch: chunks first, then the ends that make them visible
-            await self._gather(self._exec(s) for s in statements[: len(new)])
+            await self._all_written(self._send([s]) for s in statements[: len(new)])
             for stmt in statements[len(new) :]:
-                await self._exec(stmt)
+                await self._send([stmt])
 
     async def read_output(
         self, run_id: str, *, offset: int = 0, limit: int = 1 << 16

@@ -227,7 +227,9 @@ def retry_run(job: Job, failed: Run, *, now: datetime) -> Run | None:
     attempt = failed.attempt + 1
     return dataclasses.replace(
         failed,
-        id=run_id(job.id, failed.fire_key, attempt, due),
+        # from the failed run alone, not from now: a poller taking the shard over and
+        # deciding the same retry again writes the same run, not a second one
+        id=run_id(job.id, failed.fire_key, attempt, failed.due_at + delay),
         due_at=due,
         state=RunState.PENDING,
         attempt=attempt,

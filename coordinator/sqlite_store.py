@@ -583,6 +583,7 @@ class SqliteStore:
         runs: Sequence[Run] = (),
         due: Sequence[Run] = (),
         progress: Sequence[JobProgress] = (),
+        write_time: datetime | None = None,  # one process writes this file: not needed
     ) -> None:
         runs, due, progress = list(runs), list(due), list(progress)
         if not (runs or due or progress):

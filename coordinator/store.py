@@ -152,12 +152,20 @@ class JobStore(Protocol):
         runs: Sequence[Run] = (),
         due: Sequence[Run] = (),
         progress: Sequence[JobProgress] = (),
+        write_time: datetime | None = None,
     ) -> None:
         """The poller's group commit: upserts ``runs`` (whole records), adds a
         due-index row for each run in ``due`` and applies ``progress``, durably,
         in one transaction. A run inserted here that already exists with the same
         id is overwritten only by a run of the same or a later state order, so a
-        replayed materialisation never resets a run that moved on."""
+        replayed materialisation never resets a run that moved on.
+
+        ``write_time``: when the caller last made sure it alone owns the shards of
+        these runs. A store shared by several processes applies the writes as of
+        that time (a later write wins), so writes that reach it late, because the
+        process froze in the middle of them, lose to every write of the shard's
+        next owner, which took it over only after that time. Several calls by one
+        caller carry increasing times."""
 
     async def get_run(self, owner: str, run_id: str) -> Run:
         """The run, if its job belongs to ``owner``. Raises NotFound otherwise."""

@@ -136,6 +136,9 @@ def test_retry_backs_off_and_stops_at_max_attempts() -> None:
     second = retry_run(j, failed, now=T0)
     assert second is not None and second.attempt == 2 and second.due_at == T0 + timedelta(seconds=2)
     assert second.id == run_id(j.id, first.fire_key, 2, second.due_at)
+    # decided again later (a poller that took the shard over): the same run, due later
+    again = retry_run(j, failed, now=T0 + timedelta(seconds=5))
+    assert again is not None and again.id == second.id and again.due_at > second.due_at
     failed2 = replace(second, state=RunState.FAILED)
     third = retry_run(j, failed2, now=T0)
     assert third is not None and third.due_at == T0 + timedelta(seconds=6)

@@ -1,8 +1,11 @@
 """SIGKILL one Cassandra node of three (RF=3, QUORUM) while jobs are created and run.
 
 What must hold: every acknowledged job ends SUCCEEDED with a complete execution on
-record (QUORUM survives one node of three), no run executes twice at once, and a
-cron job keeps an outcome for every nominal second. The killed node is restarted
+record (QUORUM survives one node of three), no run executes twice at once, a
+cron job keeps an outcome for every nominal second, and while the node is down
+creates keep succeeding (the store writes one partition per request at QUORUM, with
+no batch log: multi-partition logged batches used to fail for the 16-20 s until
+Cassandra convicted the dead node). The killed node is restarted
 with its data before the test ends (the session's other tests share the ring).
 Measured: create latency and failed create attempts before / while / after the
 node is down.
@@ -32,13 +35,14 @@ from cluster_harness import (
 from shardcron.client.types import JobSpec, Schedule
 
 KILLED = 1  # the first contact point: every driver's control connection starts there
+# QUORUM needs both surviving replicas while the node is down: when one of them
+# hiccups for ~2.5 s (a loaded 2-core box), a create's idempotency-key claim (an LWT,
+# never retried) can time out, so one failed attempt is tolerated. The bug this
+# guards against (multi-partition logged batches) failed every create for 16-20 s.
+# How long creates take is measured (printed), not asserted.
+MAX_FAILED_WHILE_DOWN = 1  # create attempts
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known bug: multi-partition logged batches time out on the batch log (16-20 s "
-    "of failed creates) until Cassandra marks the lost node down; batch per partition",
-)
 @pytest.mark.timeout(300)
 def test_one_cassandra_node_of_three_lost_while_jobs_flow(cluster, cassandra3) -> None:  # type: ignore[no-untyped-def]
     c = cluster(nodes=3, workers=2)
@@ -141,9 +145,15 @@ def test_one_cassandra_node_of_three_lost_while_jobs_flow(cluster, cassandra3) -
         measure("run start lag while a store node is down (max)", max(lags), test="store")
     stall = max((seconds for sent, seconds in feeder.latencies if phase(sent) == "down"), default=0)
     measure("store node loss: longest create while a node was down", stall, test="store")
+    checks.expect(
+        fails["down"] <= MAX_FAILED_WHILE_DOWN,
+        f"creates failed while a store node was down: {fails['down']} failed attempts "
+        f"(limit {MAX_FAILED_WHILE_DOWN}) {feeder.failed[:3]}; longest create {stall:.2f}s",
+    )
     print(
         f"{len(feeder.acked)} jobs acknowledged ({acked_by_phase}), {len(feeder.failed)} failed "
-        f"create attempts ({fails}), cron outcomes {outcomes}; store errors in node logs:\n"
+        f"create attempts ({fails}): {feeder.failed[:5]}, cron outcomes {outcomes}; "
+        "store errors in node logs:\n"
         + "\n".join(c.grep_logs(r"WriteTimeout|ReadTimeout|Unavailable|turn failed")[:10])
     )
     checks.verify()
