@@ -106,6 +106,12 @@ class Coordination(Protocol):
         has not heard from the coordination service for too long (frozen, cut off)."""
         ...
 
+    def session_generation(self) -> int:
+        """Changes whenever this node's session is replaced by a new one (everything the
+        old one held is gone): nothing decided under an earlier value may be acted on,
+        even once ``ownership_valid`` is true again."""
+        ...
+
     async def view(self) -> ClusterView:
         """Leader, epoch, members and shard owners as they stand now. Raises ``Unavailable``."""
         ...
@@ -194,6 +200,9 @@ class LocalCoordination:
 
     def ownership_valid(self) -> bool:
         return True
+
+    def session_generation(self) -> int:
+        return 0
 
     async def view(self) -> ClusterView:
         owner = self._poller_id or ""

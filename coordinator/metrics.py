@@ -44,6 +44,11 @@ class Metrics:
             "Results refused for a stale fencing token",
             registry=r,
         )
+        self.leases_refused = Counter(
+            "shardcron_leases_refused_total",
+            "Leases a worker refused because its slots were taken by another poller's runs",
+            registry=r,
+        )
         self.leases_expired = Counter(
             "shardcron_leases_expired_total", "Leases that ran out without renewal", registry=r
         )

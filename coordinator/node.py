@@ -77,6 +77,7 @@ class Node:
                 config=self.config.poller,
                 metrics=self.metrics,
                 ownership_valid=self.coordination.ownership_valid,
+                session_generation=self.coordination.session_generation,
             )
             self.coordination.subscribe(self.poller.on_assignment)
         self.router = ShardRouter(self.coordination, self.poller, self.raw_store.shard_count)

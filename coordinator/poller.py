@@ -126,12 +126,17 @@ class Poller:
         config: PollerConfig,
         metrics: Metrics,
         ownership_valid: Callable[[], bool] = lambda: True,
+        session_generation: Callable[[], int] = lambda: 0,
     ) -> None:
         self.store = store
         self.poller_id = poller_id
         # False while coordination cannot confirm this poller still holds its shards
         self._ownership_valid = ownership_valid
+        self._session_generation = session_generation
+        self._generation = session_generation()  # the session this state was built under
+        self._fencing_generation = self._generation  # the session of self.fencing_epoch
         self._standing_still = False
+        self._last_write_time: datetime | None = None
         self.config = config
         self.metrics = metrics
         self.epoch = 0
@@ -197,6 +202,17 @@ class Poller:
     def owns(self, shard: int) -> bool:
         return shard in self._shards
 
+    def may_lease(self) -> bool:
+        """Leases may be written to workers now: ownership confirmed, not standing still
+        (checked again as they go out: a process frozen after it queued them must not
+        send them when it runs again)."""
+        return (
+            self.active
+            and not self._standing_still
+            and self._session_generation() == self._generation == self._fencing_generation
+            and self._ownership_valid()
+        )
+
     # --- lifecycle -----------------------------------------------------------
 
     def start(self) -> None:
@@ -234,7 +250,16 @@ class Poller:
     def _stand_still(self) -> bool:
         """True while ownership is unconfirmed: this poller may have been frozen or cut
         off long enough for its shards to move, so it writes and leases nothing, and
-        forgets what it held (reloaded from the store once confirmed again)."""
+        forgets what it held (reloaded from the store once confirmed again). The same
+        when the session was replaced meanwhile: what it decided before is void."""
+        generation = self._session_generation()
+        if generation != self._generation:
+            log.warning("poller %s: coordination session replaced; reloading", self.poller_id)
+            self._generation = generation
+            self._reset()
+            return True
+        if self._shards and self._fencing_generation != generation:
+            return True  # shards of the old session: the new one's assignment is on its way
         if self._ownership_valid():
             self._standing_still = False
             return False
@@ -243,6 +268,15 @@ class Poller:
             self._standing_still = True
             self._reset()
         return True
+
+    def _write_time(self) -> datetime:
+        """Now, as the time this turn's writes are made at (increasing): ownership was
+        just confirmed, and a next owner of these shards took them only later."""
+        now = utcnow()
+        if self._last_write_time is not None and now <= self._last_write_time:
+            now = self._last_write_time + timedelta(microseconds=1)
+        self._last_write_time = now
+        return now
 
     def _reset(self) -> None:
         """Forgets everything held in memory; the next scan reloads it from the store,
@@ -300,13 +334,18 @@ class Poller:
         await self._trigger_due(now, turn)
         if self.active:
             self._dispatch(now, turn)
+        self._update_demand()
         if not turn.empty():
             if self._stand_still():
                 return  # nothing of this turn is written, nothing is sent
+            confirmed = self._write_time()
             if turn.output:
                 await self.store.append_output(turn.output)
             await self.store.commit(
-                runs=list(turn.runs.values()), due=turn.due, progress=list(turn.progress.values())
+                runs=list(turn.runs.values()),
+                due=turn.due,
+                progress=list(turn.progress.values()),
+                write_time=confirmed,
             )
         if self._stand_still():
             return  # frozen or cut off during the turn: send nothing it decided
@@ -350,6 +389,7 @@ class Poller:
     def _on_assignment_event(self, a: Assignment, now: datetime) -> None:
         if a.fencing_epoch != self.fencing_epoch:
             self._seq = 0
+            self._fencing_generation = self._session_generation()
         self.epoch = a.epoch
         self.fencing_epoch = a.fencing_epoch
         self.active = a.active
@@ -364,6 +404,8 @@ class Poller:
         if lost:
             for slot in [s for s in self._slots.values() if s.run.shard in lost]:
                 self._forget(slot)
+            for conn in self._workers.values():
+                conn.drop_unsent_leases()
         self._next_scan = 0.0
         self.metrics.epoch.set(self.epoch)
         self.metrics.owned_shards.set(len(self._shards))
@@ -691,6 +733,34 @@ class Poller:
         if leased:
             self.metrics.runs_leased.inc(leased)
 
+    def _update_demand(self) -> None:
+        """Tells each worker that shares its slots among pollers how many slots of ready
+        runs it could take from this one (it hands out its free slots by that), until
+        it was last told 0: a demand left standing would keep slots from other pollers."""
+        restricted = [
+            w
+            for w in self._workers.values()
+            if (w.restricted or w.demand_standing) and not w.closed
+        ]
+        if not restricted:
+            return
+        want = dict.fromkeys(restricted, 0)
+        seen = 0
+        ready = self._ready if self.active else []
+        for _, _, rid in ready:  # heap order: a sample of the most urgent, enough here
+            slot = self._slots.get(rid)
+            if slot is None or slot.phase != Phase.READY or slot.job is None:
+                continue
+            spec = slot.job.spec
+            for w in restricted:
+                if want[w] < w.slots and w.could_run(spec):
+                    want[w] += spec.resources.slots or 1
+            seen += 1
+            if seen >= 512 or all(want[w] >= w.slots for w in restricted):
+                break
+        for w in restricted:
+            w.send_demand(min(want[w], w.slots))
+
     def _send_lease(self, worker: WorkerConn, slot: Slot, job: Job) -> None:
         """Sends a lease once it is durable; its TTL counts from now, as the worker's will."""
         ttl = self.config.lease_ttl
@@ -784,6 +854,21 @@ class Poller:
                 )
         elif body == "credits":
             conn.limit = min(conn.slots, max(0, msg.credits.limit))
+        elif body == "refused":
+            for ref in msg.refused.leases:
+                slot = self._held_slot(ref.run_id, ref.fencing_token)
+                if slot is None or slot.worker is not conn or slot.run.state != RunState.LEASED:
+                    continue
+                self.metrics.leases_refused.inc()
+                conn.release(slot.run.id)
+                slot.worker = None
+                if slot.cancel_reason is not None:
+                    self._finish(slot, RunState.CANCELLED, slot.cancel_reason, turn, now)
+                    continue
+                # nothing of it ran: lease it again (the stored LEASED row is superseded
+                # by the next lease's token)
+                slot.phase = Phase.READY
+                heapq.heappush(self._ready, (-slot.run.priority, slot.run.due_at, slot.run.id))
 
     def _held_slot(self, run_id: str, token: int) -> Slot | None:
         slot = self._slots.get(run_id)
@@ -988,7 +1073,9 @@ class Poller:
         self.metrics.worker_slots.labels(use="free").set(total - used)
 
     def workers(self) -> list[WorkerInfo]:
-        return [w.info() for w in self._workers.values()]
+        return [
+            dataclasses.replace(w.info(), pollers=(self.poller_id,)) for w in self._workers.values()
+        ]
 
     def shard_lag(self, now: datetime | None = None) -> list[ShardInfo]:
         now = now or utcnow()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
     from shardcron.coordinator.poller import Poller
 
 log = logging.getLogger("shardcron.workers")
+
+DEMAND_REFRESH = 1.0  # seconds between repeats of an unchanged, standing Demand
 
 _FINAL_FROM_PROTO = {
     types_pb2.RUN_STATE_SUCCEEDED: RunState.SUCCEEDED,
@@ -90,7 +93,12 @@ class WorkerConn:
         self.id = hello.worker_id
         self.address = peer
         self.slots = max(1, hello.slots)
-        self.limit = self.slots
+        # the worker's credits for this stream (Credits, or Hello.credit_limit)
+        self.limit = (
+            min(self.slots, max(0, hello.credit_limit))
+            if hello.HasField("credit_limit")
+            else self.slots
+        )
         self.cpu_millis = hello.cpu_millis
         self.memory_mb = hello.memory_mb
         self.labels = dict(hello.labels)
@@ -103,17 +111,27 @@ class WorkerConn:
         self.used = 0
         self.used_cpu = 0
         self.used_mem = 0
-        self.outbox: asyncio.Queue[worker_pb2.PollerMessage | None] = asyncio.Queue()
+        # (lease generation, message): Leases of an older generation are not sent
+        self.outbox: asyncio.Queue[tuple[int, worker_pb2.PollerMessage] | None] = asyncio.Queue()
+        self.lease_gen = 0
         self._leases: list[worker_pb2.Lease] = []
         self._cancels: list[worker_pb2.Cancel] = []
         self._renewals: list[worker_pb2.Renewal] = []
         self._renewal_ttl = timedelta(0)
         self._acks: list[worker_pb2.ResultAck] = []
+        self._demand_sent = 0  # the worker starts a stream's demand at 0
+        self._demand_sent_at = 0.0
+        self._demand: int | None = None
         self.closed = False
 
     @property
     def free(self) -> int:
         return max(0, min(self.slots, self.limit) - self.used)
+
+    @property
+    def restricted(self) -> bool:
+        """The worker shares its slots with other pollers: it wants our Demand."""
+        return self.limit < self.slots
 
     def fits(self, spec: JobSpec) -> bool:
         need = spec.resources
@@ -122,6 +140,15 @@ class WorkerConn:
         if need.cpu_millis and self.used_cpu + need.cpu_millis > self.cpu_millis:
             return False
         if need.memory_mb and self.used_mem + need.memory_mb > self.memory_mb:
+            return False
+        return self.could_run(spec)
+
+    def could_run(self, spec: JobSpec) -> bool:
+        """The worker can run this kind of run at all, when it has room."""
+        need = spec.resources
+        if (need.slots or 1) > self.slots:
+            return False
+        if need.cpu_millis > self.cpu_millis or need.memory_mb > self.memory_mb:
             return False
         if any(self.labels.get(k) != v for k, v in need.labels.items()):
             return False
@@ -147,9 +174,21 @@ class WorkerConn:
 
     def forget_leases(self) -> None:
         """The poller reloads its shards: nothing it decided before may still go out."""
+        self.drop_unsent_leases()
         self.leases.clear()
         self.used = self.used_cpu = self.used_mem = 0
         self._leases, self._cancels, self._renewals, self._acks = [], [], [], []
+
+    def drop_unsent_leases(self) -> None:
+        """Leases queued but not yet written to the stream stay unsent (the shards they
+        belong to may have moved meanwhile: their runs are reloaded and waited out)."""
+        self.lease_gen += 1
+
+    def sendable(self, gen: int, msg: worker_pb2.PollerMessage) -> bool:
+        return gen == self.lease_gen or msg.WhichOneof("body") != "leases"
+
+    def _put(self, msg: worker_pb2.PollerMessage) -> None:
+        self.outbox.put_nowait((self.lease_gen, msg))
 
     def info(self) -> WorkerInfo:
         return WorkerInfo(
@@ -173,7 +212,7 @@ class WorkerConn:
             lease_ttl=_duration(ttl),
             heartbeat_interval=_duration(heartbeat),
         )
-        self.outbox.put_nowait(worker_pb2.PollerMessage(welcome=welcome))
+        self._put(worker_pb2.PollerMessage(welcome=welcome))
 
     def send_lease(self, run: Run, job: Job, ttl: timedelta) -> None:
         spec = job.spec
@@ -208,6 +247,18 @@ class WorkerConn:
         )
         self._renewal_ttl = ttl
 
+    @property
+    def demand_standing(self) -> bool:
+        """The worker holds a demand of ours other than 0."""
+        return (self._demand_sent if self._demand is None else self._demand) > 0
+
+    def send_demand(self, slots: int) -> None:
+        """Slots of ready runs this worker could take beyond its credits: sent when it
+        changes, and a standing demand again every second (a worker disregards a demand
+        whose grant it sees unused, as from a poller that stalled)."""
+        again = slots > 0 and time.monotonic() - self._demand_sent_at >= DEMAND_REFRESH
+        self._demand = None if slots == self._demand_sent and not again else slots
+
     def send_ack(self, run_id: str, token: int, accepted: bool, reason: str) -> None:
         self._acks.append(
             worker_pb2.ResultAck(
@@ -219,26 +270,24 @@ class WorkerConn:
         if self.closed:
             return
         if self._leases:
-            self.outbox.put_nowait(
-                worker_pb2.PollerMessage(leases=worker_pb2.Leases(leases=self._leases))
-            )
+            self._put(worker_pb2.PollerMessage(leases=worker_pb2.Leases(leases=self._leases)))
             self._leases = []
         if self._cancels:
-            self.outbox.put_nowait(
-                worker_pb2.PollerMessage(cancels=worker_pb2.Cancels(cancels=self._cancels))
-            )
+            self._put(worker_pb2.PollerMessage(cancels=worker_pb2.Cancels(cancels=self._cancels)))
             self._cancels = []
         if self._renewals:
             renewals = worker_pb2.Renewals(
                 renewals=self._renewals, lease_ttl=_duration(self._renewal_ttl)
             )
-            self.outbox.put_nowait(worker_pb2.PollerMessage(renewals=renewals))
+            self._put(worker_pb2.PollerMessage(renewals=renewals))
             self._renewals = []
         if self._acks:
-            self.outbox.put_nowait(
-                worker_pb2.PollerMessage(acks=worker_pb2.ResultAcks(acks=self._acks))
-            )
+            self._put(worker_pb2.PollerMessage(acks=worker_pb2.ResultAcks(acks=self._acks)))
             self._acks = []
+        if self._demand is not None:
+            self._put(worker_pb2.PollerMessage(demand=worker_pb2.Demand(slots=self._demand)))
+            self._demand_sent, self._demand = self._demand, None
+            self._demand_sent_at = time.monotonic()
 
     def close(self) -> None:
         if not self.closed:
@@ -284,9 +333,21 @@ class WorkerStreamServicer(worker_pb2_grpc.WorkerServiceServicer):
         reader = asyncio.create_task(read())
         try:
             while True:
-                msg = await conn.outbox.get()
-                if msg is None:
+                item = await conn.outbox.get()
+                if item is None:
                     break
+                gen, msg = item
+                if not conn.sendable(gen, msg) or (
+                    msg.WhichOneof("body") == "leases" and not self._poller.may_lease()
+                ):
+                    # decided before a freeze or a loss of shards: its runs are reloaded
+                    # from the store and their leases waited out, never sent late
+                    log.warning(
+                        "worker %s: %d leases not sent: shard ownership changed or unconfirmed",
+                        conn.id,
+                        len(msg.leases.leases),
+                    )
+                    continue
                 yield msg
         finally:
             reader.cancel()

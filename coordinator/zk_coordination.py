@@ -412,6 +412,7 @@ class ZkCoordination:
                     )
             else:  # LOST: every ephemeral of the old session is gone
                 self._connected = False
+                self._confirmed_at = -math.inf  # a new session confirms nothing held before
                 self._gen += 1
                 self._need_join = True
                 self._workers_announced.clear()
@@ -671,6 +672,9 @@ class ZkCoordination:
         must not act on the shards it thinks it holds, because by the time the
         session expires another poller may own them."""
         return time.monotonic() < self._confirmed_at + self._session_timeout / 2
+
+    def session_generation(self) -> int:
+        return self._gen
 
     def _run_confirmer(self) -> None:
         interval = self._session_timeout / 6

@@ -408,3 +408,56 @@ async def test_several_pollers_get_one_stream_each(target_kind: str) -> None:
             await until(lambda: "from-a" in a.results and "from-b" in b.results)
             assert "from-b" not in a.results and "from-a" not in b.results
             assert a.output("from-a", "stdout") == b"a"
+
+
+def credit_limits(poller: ScriptedPoller) -> list[int]:
+    return [c.limit for c in poller.of_kind("credits")]
+
+
+async def test_one_stream_gets_every_slot_and_a_lease_past_them_is_refused() -> None:
+    poller = ScriptedPoller()
+    async with serve(poller) as port, running(make_worker(port, slots=1)) as worker:
+        await until(lambda: worker.connected)
+        assert poller.hellos[0].HasField("credit_limit")
+        assert poller.hellos[0].credit_limit == 1
+        poller.lease(handler_lease("r1", "sleep", b"0.3"), handler_lease("r2", "echo", b"x"))
+        await until(lambda: "r1" in poller.results, what="r1's result")
+        refused = [ref.run_id for msg in poller.of_kind("refused") for ref in msg.leases]
+        assert refused == ["r2"]
+        assert "r2" not in poller.results
+        assert worker.stats["refused"] == 1
+        # one stream: its limit is every slot all along, no Credits needed
+        assert credit_limits(poller) == []
+
+
+async def test_two_pollers_share_the_slots_by_their_demand() -> None:
+    a, b = ScriptedPoller(), ScriptedPoller()
+    async with serve(a) as pa, serve(b) as pb:
+        worker = Worker(
+            [f"127.0.0.1:{pa}", f"127.0.0.1:{pb}"],
+            slots=2,
+            registry=HandlerRegistry(builtins=True),
+        )
+        async with running(worker):
+            await until(lambda: a.hellos and b.hellos, what="two hellos")
+            await until(lambda: all(link.connected for link in worker.links))
+            # nobody asked yet: neither stream may fill a slot
+            await asyncio.sleep(0.1)
+            limits = {"a": (credit_limits(a) or [a.hellos[0].credit_limit])[-1]}
+            limits["b"] = (credit_limits(b) or [b.hellos[0].credit_limit])[-1]
+            assert limits == {"a": 0, "b": 0}
+            a.send(demand=worker_pb2.Demand(slots=5))
+            await until(lambda: credit_limits(a)[-1:] == [2], what="a given both slots")
+            b.send(demand=worker_pb2.Demand(slots=1))
+            await until(lambda: credit_limits(b)[-1:] == [1], what="b given one slot")
+            assert credit_limits(a)[-1] == 1, "a keeps one: the sum stays within 2 slots"
+            a.lease(handler_lease("a1", "sleep", b"0.3"))
+            b.lease(handler_lease("b1", "sleep", b"0.3"))
+            await until(lambda: "a1" in a.results and "b1" in b.results)
+            assert not a.of_kind("refused") and not b.of_kind("refused")
+            a.send(demand=worker_pb2.Demand(slots=0))
+            b.send(demand=worker_pb2.Demand(slots=0))
+            await until(
+                lambda: credit_limits(a)[-1:] == [0] and credit_limits(b)[-1:] == [0],
+                what="idle slots taken back",
+            )

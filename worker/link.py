@@ -63,6 +63,14 @@ class PollerLink:
         self.heartbeat_interval = DEFAULT_LEASE_TTL / 3
         self.poller_id = ""
         self.streams = 0
+        # Slot sharing among the worker's streams (see Worker._rebalance): slots held
+        # by unfinished runs of this link, what its poller last said it wants more,
+        # and the credit limit last told to it (None: no stream open).
+        self.held_slots = 0
+        self.demand = 0
+        self.sent_limit: int | None = None
+        self.granted_at = 0.0
+        self.demand_at = 0.0
         self._welcomed = asyncio.Event()
         self._closing = False
         self._session_welcomed = False
@@ -136,6 +144,9 @@ class PollerLink:
         finally:
             self._welcomed.clear()
             done.set()
+            if self.sent_limit is not None:
+                self.sent_limit = None
+                self.worker._rebalance()  # its share goes to the other streams
             self.outbox.interrupt()
             if heartbeats is not None:
                 heartbeats.cancel()
@@ -164,11 +175,10 @@ class PollerLink:
         # Reset and Hello in one step: nothing can be queued in between, so no result
         # goes both in Hello.pending_results and in a Results message.
         self.outbox.reset()
+        self.demand = 0
         hello = self.worker._build_hello(self)
         self.worker.stats["sent_hello"] += 1
         yield worker_pb2.WorkerMessage(hello=hello)
-        if self.worker._credit_limit is not None:
-            self.outbox.credits(self.worker._credit_limit)
         waiter = asyncio.ensure_future(self._welcomed.wait())
         stopper = asyncio.ensure_future(done.wait())
         try:
@@ -194,6 +204,10 @@ class PollerLink:
             w._on_cancels(self, msg.cancels.cancels)
         elif kind == "acks":
             w._on_acks(self, msg.acks.acks)
+        elif kind == "demand":
+            self.demand = max(0, msg.demand.slots)
+            self.demand_at = time.monotonic()
+            w._rebalance()
         elif kind == "welcome":
             self._on_welcome(msg.welcome)  # a repeated Welcome only updates the timings
         else:

@@ -53,6 +53,7 @@ class Outbox:
         self._chunk_bytes = 0
         self._chunks_since: float | None = None
         self._credits: int | None = None
+        self._refused: list[worker_pb2.LeaseRef] = []
         self._heartbeat = False
         self._wake = asyncio.Event()
 
@@ -69,6 +70,10 @@ class Outbox:
 
     def credits(self, limit: int) -> None:
         self._credits = limit
+        self._wake.set()
+
+    def refused(self, ref: worker_pb2.LeaseRef) -> None:
+        self._refused.append(ref)
         self._wake.set()
 
     def heartbeat(self) -> None:
@@ -113,6 +118,7 @@ class Outbox:
         self._started_at = None
         self._results.clear()
         self._credits = None
+        self._refused.clear()
         self._heartbeat = False
 
     @property
@@ -122,7 +128,13 @@ class Outbox:
     # -- consumer ----------------------------------------------------------------
     def _until_due(self) -> float | None:
         """0 when something must go now, else seconds until output is due, or None."""
-        if self._credits is not None or self._started or self._results or self._heartbeat:
+        if (
+            self._credits is not None
+            or self._refused
+            or self._started
+            or self._results
+            or self._heartbeat
+        ):
             return 0.0
         if self._chunks_since is not None:
             if self._chunk_bytes >= MAX_OUTPUT_MESSAGE:
@@ -164,6 +176,10 @@ class Outbox:
         self, build_heartbeat: Callable[[], worker_pb2.Heartbeat]
     ) -> list[worker_pb2.WorkerMessage]:
         out: list[worker_pb2.WorkerMessage] = []
+        if self._refused:
+            refused = worker_pb2.Refused(leases=self._refused)
+            out.append(worker_pb2.WorkerMessage(refused=refused))
+            self._refused = []
         if self._credits is not None:
             out.append(worker_pb2.WorkerMessage(credits=worker_pb2.Credits(limit=self._credits)))
             self._credits = None

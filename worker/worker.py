@@ -45,6 +45,7 @@ Target = str | Sequence[str] | Callable[[], list[str] | Awaitable[list[str]]]
 WATCHDOG_PERIOD = 0.1
 TARGET_REFRESH = 5.0
 MAX_PENDING_HEARTBEATS = 256
+GRANT_IDLE = 1.5  # seconds a share may stay unused before it goes to other pollers
 
 
 @dataclass(eq=False)
@@ -176,8 +177,7 @@ class Worker:
             return
         if drain and not self._stop_event.is_set():
             self._credit_limit = 0
-            for link in self._links.values():
-                link.outbox.credits(0)
+            self._rebalance()
             deadline = None if timeout is None else time.monotonic() + timeout
             while self._runs or any(link.unacked for link in self._links.values()):
                 if deadline is not None and time.monotonic() >= deadline:
@@ -229,6 +229,59 @@ class Worker:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop_event.wait(), TARGET_REFRESH)
 
+    # -- sharing the slots among streams --------------------------------------------
+    def _limits(self) -> dict[PollerLink, int]:
+        """The credit limit of every open stream. One stream: every slot not taken by
+        another stream's runs (or by runs still being killed). Several: each keeps what
+        its runs hold, and the free slots go to the pollers that want them (Demand), in
+        equal turns, streams with an unused grant first (their leases may be on the
+        way), then the one granted longest ago. Their sum never exceeds the free slots,
+        so pollers do not lease past this worker's capacity (the rare lease that does,
+        sent before a lowered limit arrived, is refused)."""
+        links = [link for link in self._links.values() if link.sent_limit is not None]
+        if not links:
+            return {}
+        if self._credit_limit == 0:
+            return dict.fromkeys(links, 0)
+        free = max(0, self.slots - self._slots_used)
+        if len(links) == 1:
+            return {links[0]: min(self.slots, links[0].held_slots + free)}
+        shares = dict.fromkeys(links, 0)
+        now = time.monotonic()
+
+        def wants(link: PollerLink) -> bool:
+            # a share left unused for GRANT_IDLE since it was given or last asked for:
+            # that poller is not leasing (stalled, or its runs fit elsewhere)
+            unused = (link.sent_limit or 0) - link.held_slots
+            idle = now - max(link.granted_at, link.demand_at) > GRANT_IDLE
+            return link.demand > 0 and not (unused > 0 and idle)
+
+        order = sorted(
+            (link for link in links if wants(link)),
+            key=lambda link: (-max(0, (link.sent_limit or 0) - link.held_slots), link.granted_at),
+        )
+        while free > 0:
+            active = [link for link in order if shares[link] < min(link.demand, self.slots)]
+            if not active:
+                break
+            each = max(1, free // len(active))
+            for link in active:
+                give = min(each, link.demand - shares[link], free)
+                shares[link] += give
+                free -= give
+                if free == 0:
+                    break
+        return {link: min(self.slots, link.held_slots + shares[link]) for link in links}
+
+    def _rebalance(self) -> None:
+        """Sends every stream whose credit limit changed its new one."""
+        for link, limit in self._limits().items():
+            if limit != link.sent_limit:
+                if limit > (link.sent_limit or 0):
+                    link.granted_at = time.monotonic()
+                link.sent_limit = limit
+                link.outbox.credits(limit)
+
     # -- building messages (called by links) -------------------------------------------
     def _runs_of(self, link: PollerLink) -> list[_Run]:
         return [r for r in self._runs.values() if r.link is link and not r.lost]
@@ -241,7 +294,13 @@ class Worker:
             r.pending_renewals.clear()
             r.pending_renewals.append(now)
             held.append(r.ref)
+        # The new stream's limit goes in Hello; the others may change with it.
+        link.sent_limit = 0
+        link.sent_limit = self._limits()[link]
+        link.granted_at = time.monotonic()
+        self._rebalance()
         return worker_pb2.Hello(
+            credit_limit=link.sent_limit,
             worker_id=self.worker_id,
             slots=self.slots,
             cpu_millis=self.cpu_millis,
@@ -269,9 +328,11 @@ class Worker:
         at = utcnow()
         for lease in leases:
             self.stats["leased"] += 1
+            ref = worker_pb2.LeaseRef(run_id=lease.run_id, fencing_token=lease.fencing_token)
             if not self._accepting:
                 self.stats["refused"] += 1
-                log.warning("lease %s arrived while stopping: not run", lease.run_id)
+                log.warning("lease %s arrived while stopping: refused", lease.run_id)
+                link.outbox.refused(ref)
                 continue
             prev = self._runs.get(lease.run_id)
             if prev is not None and not prev.lost and prev.token == lease.fencing_token:
@@ -280,13 +341,17 @@ class Worker:
             if prev is not None:
                 self._lose(prev, "re-leased with a new token")
             slots = max(1, lease.resources.slots)
-            if self.slots_used + slots > self.slots:
-                log.warning(
-                    "lease %s exceeds free slots (%d used of %d): running it anyway",
+            if self._slots_used + slots > self.slots:
+                # another poller was given the slot since this one's credits were sent
+                self.stats["refused"] += 1
+                log.info(
+                    "lease %s refused: %d of %d slots in use",
                     lease.run_id,
-                    self.slots_used,
+                    self._slots_used,
                     self.slots,
                 )
+                link.outbox.refused(ref)
+                continue
             task = task_from_pb(lease.task)
             ctx = RunContext(
                 run_id=lease.run_id,
@@ -303,8 +368,10 @@ class Worker:
             )
             self._runs[lease.run_id] = run
             self._slots_used += slots
+            link.held_slots += slots
             run.task = asyncio.create_task(self._execute(run, task, prev))
             link.outbox.started(run.ref, at)
+        self._rebalance()
 
     def _on_output(self, link: PollerLink, run_id: str, stream: str, data: bytes) -> None:
         self.stats["output_bytes"] += len(data)
@@ -348,6 +415,8 @@ class Worker:
         if run.lost:
             return
         run.lost = True
+        run.link.held_slots -= run.slots
+        self._rebalance()
         self.stats["lost"] += 1
         log.warning("run %s (token %d) killed: %s", run.ctx.run_id, run.token, why)
         run.ctx.kill()
@@ -364,6 +433,8 @@ class Worker:
                     self._lose(run, "lease expired without renewal")
                 else:
                     wake = min(wake, run.deadline)
+            if len(self._links) > 1:
+                self._rebalance()  # shares left unused move on
             await asyncio.sleep(max(0.0, wake - time.monotonic()))
 
     async def _execute(
@@ -379,8 +450,11 @@ class Worker:
             res = failed_result(RunReason.HANDLER_ERROR, f"worker error: {type(e).__name__}: {e}")
         finally:
             self._slots_used -= run.slots
+            if not run.lost:
+                run.link.held_slots -= run.slots
             if self._runs.get(ctx.run_id) is run:
                 del self._runs[ctx.run_id]
+            self._rebalance()
         if run.lost or run.abandoned:
             self.stats["dropped_results"] += 1
             return

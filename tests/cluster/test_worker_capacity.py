@@ -20,11 +20,6 @@ from cluster_harness import (
 from shardcron.client.types import JobSpec
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug: each poller a worker streams to leases against all of its slots; "
-    "the worker must share its slots out with per-stream Credits",
-)
 @pytest.mark.timeout(180)
 def test_one_slot_worker_runs_one_run_at_a_time_across_pollers(cluster) -> None:  # type: ignore[no-untyped-def]
     c = cluster(nodes=3, workers=1, slots=1)

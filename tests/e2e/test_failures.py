@@ -170,12 +170,13 @@ def test_sigkill_worker_mid_run_releases_the_run_after_its_ttl(tmp_path: Path) -
 class RawWorker:
     """A worker speaking the lease protocol by hand, to send what a real worker would not."""
 
-    def __init__(self, target: str, handler: str) -> None:
+    def __init__(self, target: str, handler: str, **hello: object) -> None:
         self.channel = grpc.insecure_channel(target)
         self.out: queue.Queue[worker_pb2.WorkerMessage | None] = queue.Queue()
+        hello.setdefault("slots", 4)
         self.out.put(
             worker_pb2.WorkerMessage(
-                hello=worker_pb2.Hello(worker_id="raw", slots=4, handlers=[handler])
+                hello=worker_pb2.Hello(worker_id="raw", handlers=[handler], **hello)  # type: ignore[arg-type]
             )
         )
         stub = worker_pb2_grpc.WorkerServiceStub(self.channel)
@@ -225,6 +226,37 @@ def test_a_late_result_with_a_stale_token_is_rejected(tmp_path: Path) -> None:
             assert runs[first.run_id].reason == RunReason.WORKER_LOST
             assert runs[second.run_id].state == RunState.SUCCEEDED
             assert runs[second.run_id].lease_token == second.fencing_token
+    finally:
+        raw.close()
+        server.stop()
+
+
+def test_a_refused_lease_is_leased_again_and_demand_follows_the_credits(tmp_path: Path) -> None:
+    """A worker shared with other pollers: credits below its slots make the poller send
+    Demand; a lease the worker refuses (its slot went elsewhere) is leased again."""
+    server = DevServer(tmp_path / "data", extra=["--workers", "0"]).start()
+    raw = RawWorker(server.target, "raw-only", slots=2, credit_limit=0)
+    try:
+        raw.next("welcome")
+        with server.client("raw") as c:
+            job = c.create_job(JobSpec(name="shared", task=HandlerTask(name="raw-only")))
+            demand = raw.next("demand").demand
+            assert demand.slots == 1, "one ready run this worker could take"
+            raw.out.put(worker_pb2.WorkerMessage(credits=worker_pb2.Credits(limit=1)))
+            first = raw.next("leases").leases.leases[0]
+            ref = worker_pb2.LeaseRef(run_id=first.run_id, fencing_token=first.fencing_token)
+            raw.out.put(worker_pb2.WorkerMessage(refused=worker_pb2.Refused(leases=[ref])))
+            second = raw.next("leases").leases.leases[0]
+            assert second.run_id == first.run_id, "the same run: nothing of it ran"
+            assert second.fencing_token > first.fencing_token
+            raw.result(second)
+            ack = raw.next("acks").acks.acks[0]
+            assert (ack.run_id, ack.accepted) == (second.run_id, True)
+            (run,) = c.wait_job_runs(job.id, count=1, timeout=10)
+            assert run.state == RunState.SUCCEEDED
+            assert run.lease_token == second.fencing_token
+            metrics = server.metrics()
+            assert "shardcron_leases_refused_total 1.0" in metrics
     finally:
         raw.close()
         server.stop()

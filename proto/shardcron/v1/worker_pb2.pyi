@@ -12,37 +12,41 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class WorkerMessage(_message.Message):
-    __slots__ = ("hello", "credits", "heartbeat", "started", "results", "output")
+    __slots__ = ("hello", "credits", "heartbeat", "started", "results", "output", "refused")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     CREDITS_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     STARTED_FIELD_NUMBER: _ClassVar[int]
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_FIELD_NUMBER: _ClassVar[int]
     hello: Hello
     credits: Credits
     heartbeat: Heartbeat
     started: Started
     results: Results
     output: Output
-    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., credits: _Optional[_Union[Credits, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., started: _Optional[_Union[Started, _Mapping]] = ..., results: _Optional[_Union[Results, _Mapping]] = ..., output: _Optional[_Union[Output, _Mapping]] = ...) -> None: ...
+    refused: Refused
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., credits: _Optional[_Union[Credits, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., started: _Optional[_Union[Started, _Mapping]] = ..., results: _Optional[_Union[Results, _Mapping]] = ..., output: _Optional[_Union[Output, _Mapping]] = ..., refused: _Optional[_Union[Refused, _Mapping]] = ...) -> None: ...
 
 class PollerMessage(_message.Message):
-    __slots__ = ("welcome", "leases", "cancels", "renewals", "acks")
+    __slots__ = ("welcome", "leases", "cancels", "renewals", "acks", "demand")
     WELCOME_FIELD_NUMBER: _ClassVar[int]
     LEASES_FIELD_NUMBER: _ClassVar[int]
     CANCELS_FIELD_NUMBER: _ClassVar[int]
     RENEWALS_FIELD_NUMBER: _ClassVar[int]
     ACKS_FIELD_NUMBER: _ClassVar[int]
+    DEMAND_FIELD_NUMBER: _ClassVar[int]
     welcome: Welcome
     leases: Leases
     cancels: Cancels
     renewals: Renewals
     acks: ResultAcks
-    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., leases: _Optional[_Union[Leases, _Mapping]] = ..., cancels: _Optional[_Union[Cancels, _Mapping]] = ..., renewals: _Optional[_Union[Renewals, _Mapping]] = ..., acks: _Optional[_Union[ResultAcks, _Mapping]] = ...) -> None: ...
+    demand: Demand
+    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., leases: _Optional[_Union[Leases, _Mapping]] = ..., cancels: _Optional[_Union[Cancels, _Mapping]] = ..., renewals: _Optional[_Union[Renewals, _Mapping]] = ..., acks: _Optional[_Union[ResultAcks, _Mapping]] = ..., demand: _Optional[_Union[Demand, _Mapping]] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("worker_id", "slots", "cpu_millis", "memory_mb", "labels", "handlers", "runs_commands", "version", "pending_results", "held")
+    __slots__ = ("worker_id", "slots", "cpu_millis", "memory_mb", "labels", "handlers", "runs_commands", "version", "pending_results", "held", "credit_limit")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -60,6 +64,7 @@ class Hello(_message.Message):
     VERSION_FIELD_NUMBER: _ClassVar[int]
     PENDING_RESULTS_FIELD_NUMBER: _ClassVar[int]
     HELD_FIELD_NUMBER: _ClassVar[int]
+    CREDIT_LIMIT_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     slots: int
     cpu_millis: int
@@ -70,13 +75,20 @@ class Hello(_message.Message):
     version: str
     pending_results: _containers.RepeatedCompositeFieldContainer[RunResult]
     held: _containers.RepeatedCompositeFieldContainer[LeaseRef]
-    def __init__(self, worker_id: _Optional[str] = ..., slots: _Optional[int] = ..., cpu_millis: _Optional[int] = ..., memory_mb: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., handlers: _Optional[_Iterable[str]] = ..., runs_commands: _Optional[bool] = ..., version: _Optional[str] = ..., pending_results: _Optional[_Iterable[_Union[RunResult, _Mapping]]] = ..., held: _Optional[_Iterable[_Union[LeaseRef, _Mapping]]] = ...) -> None: ...
+    credit_limit: int
+    def __init__(self, worker_id: _Optional[str] = ..., slots: _Optional[int] = ..., cpu_millis: _Optional[int] = ..., memory_mb: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., handlers: _Optional[_Iterable[str]] = ..., runs_commands: _Optional[bool] = ..., version: _Optional[str] = ..., pending_results: _Optional[_Iterable[_Union[RunResult, _Mapping]]] = ..., held: _Optional[_Iterable[_Union[LeaseRef, _Mapping]]] = ..., credit_limit: _Optional[int] = ...) -> None: ...
 
 class Credits(_message.Message):
     __slots__ = ("limit",)
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     limit: int
     def __init__(self, limit: _Optional[int] = ...) -> None: ...
+
+class Refused(_message.Message):
+    __slots__ = ("leases",)
+    LEASES_FIELD_NUMBER: _ClassVar[int]
+    leases: _containers.RepeatedCompositeFieldContainer[LeaseRef]
+    def __init__(self, leases: _Optional[_Iterable[_Union[LeaseRef, _Mapping]]] = ...) -> None: ...
 
 class LeaseRef(_message.Message):
     __slots__ = ("run_id", "fencing_token")
@@ -231,3 +243,9 @@ class ResultAcks(_message.Message):
     ACKS_FIELD_NUMBER: _ClassVar[int]
     acks: _containers.RepeatedCompositeFieldContainer[ResultAck]
     def __init__(self, acks: _Optional[_Iterable[_Union[ResultAck, _Mapping]]] = ...) -> None: ...
+
+class Demand(_message.Message):
+    __slots__ = ("slots",)
+    SLOTS_FIELD_NUMBER: _ClassVar[int]
+    slots: int
+    def __init__(self, slots: _Optional[int] = ...) -> None: ...
