@@ -55,6 +55,8 @@ log = logging.getLogger("shardcron.poller")
 
 _EPOCH_SHIFT = 32
 _MAX_DEFERRED = 100_000
+_JOB_ROW_GRACE = timedelta(seconds=30)  # a run's job row may land this long after the run
+_JOB_ROW_RETRY = timedelta(milliseconds=500)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -571,6 +573,12 @@ class Poller:
 
     def _trigger(self, slot: Slot, now: datetime, turn: _Turn) -> None:
         run, job = slot.run, slot.job
+        if job is None and now - run.created_at < _JOB_ROW_GRACE:
+            # A store that writes a create in steps (Cassandra: runs, due rows, then the
+            # job row) can show the run before its job: look again shortly. A run whose
+            # job never appears belonged to a create that failed.
+            heapq.heappush(self._timers, (now + _JOB_ROW_RETRY, run.id))
+            return
         if job is None or job.state == JobState.DELETED:
             self._finish(slot, RunState.CANCELLED, RunReason.JOB_DELETED, turn, now)
             return
