@@ -260,9 +260,16 @@ class JobsApi:
         self._hint([run])
         return run
 
-    def _extra_run(self, job: Job, fire_key: str, now: datetime, replayed_from: str = "") -> Run:
+    def _extra_run(
+        self,
+        job: Job,
+        fire_key: str,
+        now: datetime,
+        replayed_from: str = "",
+        id_at: datetime | None = None,
+    ) -> Run:
         return Run(
-            id=run_id(job.id, fire_key, 1, now),
+            id=run_id(job.id, fire_key, 1, id_at or now),
             job_id=job.id,
             owner=job.owner,
             fire_key=fire_key,
@@ -344,8 +351,15 @@ class JobsApi:
             if job is None or job.state == JobState.DELETED:
                 raise FailedPrecondition(f"job {run.job_id} of run {run.id} is deleted")
             fresh.append(
+                # one replay per dead run, with the same id however often it is asked
+                # for: a replay whose dead letter was not cleared yet (a crash between
+                # the two writes) writes the same run again instead of a second one
                 self._extra_run(
-                    job, f"{REPLAY_PREFIX}{run.id}:{new_job_id()}", now, replayed_from=run.id
+                    job,
+                    f"{REPLAY_PREFIX}{run.id}",
+                    now,
+                    replayed_from=run.id,
+                    id_at=run.ended_at or run.due_at,
                 )
             )
         cleared = [dataclasses.replace(r, dead_letter=False) for r in runs]
