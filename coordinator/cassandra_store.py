@@ -108,7 +108,6 @@ from shardcron.client.types import (
     OutputChunk,
     Page,
     Run,
-    RunReason,
     RunState,
 )
 from shardcron.coordinator.cassandra_schema import (
@@ -119,7 +118,7 @@ from shardcron.coordinator.cassandra_schema import (
     schema_cql,
 )
 from shardcron.coordinator.ids import bucket_for
-from shardcron.coordinator.sqlite_store import _dt, _spec_from_json, _spec_to_json, _us
+from shardcron.coordinator.rows import _JOB_COLS, _RUN_COLS, RowCodec, _dt, _spec_to_json, _us
 from shardcron.coordinator.store import (
     DEFAULT_BUCKET_SECONDS,
     DEFAULT_OUTPUT_CAP_BYTES,
@@ -176,71 +175,11 @@ def _order(state: str | RunState) -> int:
     return _STATE_ORDER.get(RunState(state), 3)
 
 
-def _n(value: int | None) -> int:
-    return _NONE if value is None else value
-
-
-def _nt(dt: datetime | None) -> int:
-    return _NONE if dt is None else _us(dt)
-
-
-def _on(value: int) -> int | None:
-    return None if value is None or value == _NONE else value
-
-
-def _ot(value: int) -> datetime | None:
-    return None if value is None or value == _NONE else _dt(value)
-
-
 # --------------------------------------------------------------------------- rows
 
-_JOB_COLS = (
-    "id, owner, name, state, version, schedule_version, spec, next_fire_at, next_fire_key,"
-    " idempotency_key, consecutive_failures, pause_reason, created_at, updated_at"
-)
-_RUN_COLS = (
-    "id, job_id, owner, shard, state, dead_letter, due_at, fire_key, fire_at, attempt,"
-    " priority, worker_id, lease_token, lease_expires_at, created_at, started_at, ended_at,"
-    " exit_code, reason, error, output_bytes, replayed_from, schedule_version"
-)
-
-
-def _job_row(j: Job) -> tuple[Any, ...]:
-    return (
-        j.id, j.owner, j.spec.name, str(j.state), j.version, j.schedule_version,
-        _spec_to_json(j.spec), _nt(j.next_fire_at), j.next_fire_key, j.idempotency_key,
-        j.consecutive_failures, j.pause_reason, _us(j.created_at), _us(j.updated_at),
-    )  # fmt: skip
-
-
-def _row_job(r: Sequence[Any]) -> Job:
-    return Job(
-        id=r[0], owner=r[1], state=JobState(r[3]), version=r[4], schedule_version=r[5],
-        spec=_spec_from_json(r[6]), next_fire_at=_ot(r[7]), next_fire_key=r[8] or "",
-        idempotency_key=r[9] or "", consecutive_failures=r[10] or 0,
-        pause_reason=r[11] or "", created_at=_dt(r[12]), updated_at=_dt(r[13]),
-    )  # fmt: skip
-
-
-def _run_row(r: Run) -> tuple[Any, ...]:
-    return (
-        r.id, r.job_id, r.owner, r.shard, str(r.state), bool(r.dead_letter), _us(r.due_at),
-        r.fire_key, _us(r.fire_at), r.attempt, r.priority, r.worker_id, r.lease_token,
-        _nt(r.lease_expires_at), _nt(r.created_at), _nt(r.started_at), _nt(r.ended_at),
-        _n(r.exit_code), str(r.reason), r.error, r.output_bytes, r.replayed_from,
-        r.schedule_version,
-    )  # fmt: skip
-
-
-def _row_run(r: Sequence[Any]) -> Run:
-    return Run(
-        id=r[0], job_id=r[1], owner=r[2], shard=r[3], state=RunState(r[4]),
-        dead_letter=bool(r[5]), due_at=_dt(r[6]), fire_key=r[7], fire_at=_dt(r[8]),
-        attempt=r[9], priority=r[10], worker_id=r[11], lease_token=r[12],
-        lease_expires_at=_ot(r[13]), created_at=_ot(r[14]), started_at=_ot(r[15]),
-        ended_at=_ot(r[16]), exit_code=_on(r[17]), reason=RunReason(r[18]), error=r[19],
-        output_bytes=r[20], replayed_from=r[21], schedule_version=r[22],
-    )  # fmt: skip
+_ROWS = RowCodec(null=_NONE)
+_job_row, _row_job = _ROWS.job_row, _ROWS.row_job
+_run_row, _row_run = _ROWS.run_row, _ROWS.row_run
 
 
 def _size(values: Iterable[Any]) -> int:

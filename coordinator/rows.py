@@ -1,0 +1,183 @@
+"""The row layout of jobs and runs, shared by both stores.
+
+Times are integer microseconds since the epoch, a spec is JSON (each field encoded
+as its type annotation says), and jobs and runs are rows of ``JOB_COLS`` and
+``RUN_COLS`` in that order. The stores differ only in how a missing time or number
+is stored: SQLite stores NULL; Cassandra stores a sentinel, because a null written
+to Cassandra is a tombstone. ``RowCodec(null=...)`` is the codec for either.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import types
+import typing
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from enum import Enum
+from typing import Any, TypeVar
+
+from shardcron.client.types import Job, JobSpec, JobState, Run, RunReason, RunState
+
+T = TypeVar("T")
+
+# --------------------------------------------------------------------------- time
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_US = timedelta(microseconds=1)
+
+
+def _us(dt: datetime | None) -> Any:
+    """Microseconds since the epoch (None stays None); a naive datetime raises TypeError."""
+    return None if dt is None else (dt - _EPOCH) // _US
+
+
+def _dt(us: int | None) -> Any:
+    return None if us is None else _EPOCH + timedelta(microseconds=us)
+
+
+# --------------------------------------------------------------------------- spec JSON
+# A dataclass is stored as a JSON object of all its fields, each encoded as its type
+# annotation says: timedelta as integer microseconds, datetime as ISO text, bytes as
+# base64, enums by value, tuples as lists, dataclasses as objects, and a union of
+# dataclasses (the task) as an object tagged with its class name under "type". A key
+# missing from stored JSON takes the field's default (a spec written before it existed).
+
+_Codec = tuple[Callable[[Any], Any], Callable[[Any], Any]]
+_PLANS: dict[type, tuple[tuple[tuple[str, Any], ...], dict[str, Any]]] = {}
+
+
+def _or_none(enc: Callable[[Any], Any], dec: Callable[[Any], Any]) -> _Codec:
+    return (lambda v: None if v is None else enc(v)), (lambda v: None if v is None else dec(v))
+
+
+def _codec(hint: Any) -> _Codec | None:
+    """How a value of type ``hint`` goes to JSON and back; None if JSON holds it as it is."""
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(args) == 1:  # X | None
+            inner = _codec(args[0])
+            return None if inner is None else _or_none(*inner)
+        variants = {cls.__name__: cls for cls in args}
+        return (
+            lambda v: {"type": type(v).__name__, **_dump(v)},
+            lambda d: _load(variants[d["type"]], {k: v for k, v in d.items() if k != "type"}),
+        )
+    origin = typing.get_origin(hint) or hint
+    if origin is timedelta:
+        return (lambda v: v // _US), (lambda v: timedelta(microseconds=v))
+    if origin is datetime:
+        return datetime.isoformat, datetime.fromisoformat
+    if origin is bytes:
+        return (lambda v: base64.b64encode(v).decode()), base64.b64decode
+    if origin is tuple:
+        return list, tuple
+    if isinstance(origin, type) and issubclass(origin, Enum):
+        return str, {e.value: e for e in origin}.__getitem__
+    if dataclasses.is_dataclass(origin):
+        return _dump, lambda d: _load(origin, d)
+    return None  # str, int, float, dict[str, str]
+
+
+def _plan(cls: type) -> tuple[tuple[tuple[str, Any], ...], dict[str, Any]]:
+    """Per dataclass: (field, encoder or None) in field order, and decoders by field."""
+    plan = _PLANS.get(cls)
+    if plan is None:
+        hints = typing.get_type_hints(cls)
+        codecs = {f.name: _codec(hints[f.name]) for f in dataclasses.fields(cls)}
+        plan = _PLANS[cls] = (
+            tuple((name, c and c[0]) for name, c in codecs.items()),
+            {name: c[1] for name, c in codecs.items() if c is not None},
+        )
+    return plan
+
+
+def _dump(obj: Any) -> dict[str, Any]:
+    out = {}
+    for name, enc in _plan(type(obj))[0]:
+        value = getattr(obj, name)
+        out[name] = value if enc is None else enc(value)
+    return out
+
+
+def _load(cls: type[T], data: dict[str, Any]) -> T:
+    decoders = _plan(cls)[1]
+    return cls(**{k: v if k not in decoders else decoders[k](v) for k, v in data.items()})
+
+
+def _spec_to_json(spec: JobSpec) -> str:
+    return json.dumps(_dump(spec), separators=(",", ":"), ensure_ascii=False)
+
+
+def _spec_from_json(text: str) -> JobSpec:
+    return _load(JobSpec, json.loads(text))
+
+
+# --------------------------------------------------------------------------- rows
+
+_JOB_COLS = (
+    "id, owner, name, state, version, schedule_version, spec, next_fire_at, next_fire_key,"
+    " idempotency_key, consecutive_failures, pause_reason, created_at, updated_at"
+)
+_RUN_COLS = (
+    "id, job_id, owner, shard, state, dead_letter, due_at, fire_key, fire_at, attempt,"
+    " priority, worker_id, lease_token, lease_expires_at, created_at, started_at, ended_at,"
+    " exit_code, reason, error, output_bytes, replayed_from, schedule_version"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RowCodec:
+    """Jobs and runs to and from rows; ``null`` is how a missing time or number is stored."""
+
+    null: Any = None
+
+    def _time(self, value: datetime | None) -> Any:
+        return self.null if value is None else _us(value)
+
+    def _opt_time(self, value: Any) -> datetime | None:
+        return None if value is None or value == self.null else _dt(value)
+
+    def _opt(self, value: Any) -> Any:
+        return None if value is None or value == self.null else value
+
+    def job_row(self, j: Job) -> tuple[Any, ...]:
+        return (
+            j.id, j.owner, j.spec.name, str(j.state), j.version, j.schedule_version,
+            _spec_to_json(j.spec), self._time(j.next_fire_at), j.next_fire_key,
+            j.idempotency_key, j.consecutive_failures, j.pause_reason, _us(j.created_at),
+            _us(j.updated_at),
+        )  # fmt: skip
+
+    def row_job(self, r: Sequence[Any]) -> Job:
+        return Job(
+            id=r[0], owner=r[1], state=JobState(r[3]), version=r[4], schedule_version=r[5],
+            spec=_spec_from_json(r[6]), next_fire_at=self._opt_time(r[7]),
+            next_fire_key=r[8] or "", idempotency_key=r[9] or "",
+            consecutive_failures=r[10] or 0, pause_reason=r[11] or "",
+            created_at=_dt(r[12]), updated_at=_dt(r[13]),
+        )  # fmt: skip
+
+    def run_row(self, r: Run) -> tuple[Any, ...]:
+        t = self._time
+        return (
+            r.id, r.job_id, r.owner, r.shard, str(r.state), bool(r.dead_letter),
+            _us(r.due_at), r.fire_key, _us(r.fire_at), r.attempt, r.priority, r.worker_id,
+            r.lease_token, t(r.lease_expires_at), t(r.created_at), t(r.started_at),
+            t(r.ended_at), self.null if r.exit_code is None else r.exit_code, str(r.reason),
+            r.error, r.output_bytes, r.replayed_from, r.schedule_version,
+        )  # fmt: skip
+
+    def row_run(self, r: Sequence[Any]) -> Run:
+        t = self._opt_time
+        return Run(
+            id=r[0], job_id=r[1], owner=r[2], shard=r[3], state=RunState(r[4]),
+            dead_letter=bool(r[5]), due_at=_dt(r[6]), fire_key=r[7], fire_at=_dt(r[8]),
+            attempt=r[9], priority=r[10], worker_id=r[11], lease_token=r[12],
+            lease_expires_at=t(r[13]), created_at=t(r[14]), started_at=t(r[15]),
+            ended_at=t(r[16]), exit_code=self._opt(r[17]), reason=RunReason(r[18]),
+            error=r[19], output_bytes=r[20], replayed_from=r[21], schedule_version=r[22],
+        )  # fmt: skip
