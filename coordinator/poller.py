@@ -587,10 +587,14 @@ class Poller:
             self._finish(slot, RunState.CANCELLED, RunReason.SUPERSEDED, turn, now)
             return
         paused = job.state == JobState.PAUSED
+        # The fire the job's progress names, or a later one: a run of a later fire
+        # exists only if the fire before it was triggered, so the progress naming it
+        # was lost or is late (a poller froze between its writes); carry the chain on.
+        behind = job.next_fire_at is not None and run.fire_at > job.next_fire_at
         fresh = (
             scheduled
             and job.spec.schedule.recurring
-            and job.next_fire_key == run.fire_key
+            and (job.next_fire_key == run.fire_key or behind)
             and job.state in (JobState.ACTIVE, JobState.PAUSED)
         )
         if fresh:

@@ -18,7 +18,9 @@ from pathlib import Path
 import pytest
 from store_contract import make_job, make_run
 
-from shardcron.client.types import RunReason, RunState
+from shardcron.client.schedule import next_fire
+from shardcron.client.types import RunReason, RunState, Schedule
+from shardcron.coordinator import fires
 from shardcron.coordinator.coordination import Assignment
 from shardcron.coordinator.ids import utcnow
 from shardcron.coordinator.metrics import Metrics
@@ -100,3 +102,38 @@ async def test_a_run_whose_job_never_came_is_cancelled_once_old(
     await asyncio.wait_for(final(), 5)
     stored = (await store.get_runs([run.id]))[run.id]
     assert (stored.state, stored.reason) == (RunState.CANCELLED, RunReason.JOB_DELETED)
+
+
+async def test_a_fire_later_than_the_jobs_recorded_next_fire_carries_the_schedule_on(
+    store: SqliteStore, poller: Poller
+) -> None:
+    """A poller froze between writing the next fire's run and the job's progress naming
+    it: the run of that fire must still be treated as the schedule's current fire, or
+    the cron would stop there."""
+    schedule = Schedule.cron_expr("* * * * * *")
+    now = utcnow()
+    first = next_fire(schedule, now - timedelta(seconds=3))
+    assert first is not None
+    second = next_fire(schedule, first.at)
+    assert second is not None
+    base = make_job()
+    job = dataclasses.replace(
+        base,
+        spec=base.spec.replace(schedule=schedule),
+        schedule_version=1,
+        next_fire_at=first.at,  # the progress naming `second` never landed
+        next_fire_key=first.key,
+        created_at=now,
+        updated_at=now,
+    )
+    await store.create_jobs([NewJob(job=job)])
+    run = fires.make_run(job, second, shard_count=SHARDS, now=now)
+    await store.commit(runs=[run], due=[run])
+
+    async def moved_on() -> None:
+        while (await store.get_job(job.owner, job.id)).next_fire_at in (first.at, None):
+            await asyncio.sleep(0.05)
+
+    await asyncio.wait_for(moved_on(), 5)
+    stored = await store.get_job(job.owner, job.id)
+    assert stored.next_fire_at is not None and stored.next_fire_at > second.at
