@@ -108,6 +108,7 @@ class _Turn:
     progress: dict[str, JobProgress] = field(default_factory=dict)
     output: list[OutputChunk] = field(default_factory=list)
     after: list[Any] = field(default_factory=list)  # callables run after the commit
+    retries: list[Slot] = field(default_factory=list)  # decided, not yet placed
 
     def progress_for(self, job_id: str) -> JobProgress:
         return self.progress.get(job_id) or JobProgress(job_id=job_id)
@@ -116,7 +117,7 @@ class _Turn:
         self.progress[job_id] = dataclasses.replace(self.progress_for(job_id), **changes)
 
     def empty(self) -> bool:
-        return not (self.runs or self.due or self.progress or self.output)
+        return not (self.runs or self.due or self.progress or self.output or self.retries)
 
 
 class Poller:
@@ -337,6 +338,8 @@ class Poller:
         if self.active:
             self._dispatch(now, turn)
         self._update_demand()
+        if turn.retries:
+            await self._place_retries(turn)
         if not turn.empty():
             if self._stand_still():
                 return  # nothing of this turn is written, nothing is sent
@@ -457,7 +460,10 @@ class Poller:
                 runs = await self.store.get_runs(fresh)
                 jobs = await self.store.get_jobs(list({r.job_id for r in runs.values()}))
                 for run in runs.values():
-                    if run.id in self._slots or run.state.is_final:
+                    if run.id in self._slots:
+                        continue
+                    if run.state.is_final:
+                        self._recent_final[run.id] = time.time()
                         continue
                     if run.state == RunState.PENDING:
                         self._add_waiting(Slot(run=run, job=jobs.get(run.job_id)))
@@ -489,6 +495,10 @@ class Poller:
         if run.due_at >= self._loaded_until.get(run.shard, now):
             return  # the scan will load it in time
         self._add_waiting(Slot(run=run))
+
+    def _known(self, run_id: str) -> bool:
+        """The run is held here, or ended here lately."""
+        return run_id in self._slots or run_id in self._recent_final
 
     def _track(self, slot: Slot) -> None:
         self._slots[slot.run.id] = slot
@@ -608,14 +618,21 @@ class Poller:
             )
             for reason, n in out.skipped.items():
                 self.metrics.fires_skipped.labels(reason=reason.value).inc(n)
+            known = set()
             for r in out.runs:
                 if r.id == run.id:
                     self._forget(slot)
                     self._recent_final[run.id] = time.time()
+                elif self._known(r.id):
+                    # a fire whose run is already held or done here (written by a commit
+                    # that landed only in part): keep that one, do not write it again
+                    known.add(r.id)
+                    continue
                 turn.runs[r.id] = r
-            turn.due.extend(out.due)
             for r in out.due:
-                self._add_waiting(Slot(run=r, job=job))
+                if r.id not in known:
+                    turn.due.append(r)
+                    self._add_waiting(Slot(run=r, job=job))
             nxt = out.next_fire
             slot.job = job = dataclasses.replace(
                 job, next_fire_at=nxt.at if nxt else None, next_fire_key=nxt.key if nxt else ""
@@ -960,6 +977,35 @@ class Poller:
         )
         turn.after.append(lambda: conn.send_ack(result.run_id, result.fencing_token, True, ""))
 
+    async def _place_retries(self, turn: _Turn) -> None:
+        """Writes the retries decided this turn, each unless the store has it already.
+
+        A retry's id comes from the failed run alone, so deciding a failure again
+        decides the same retry: this poller or an earlier owner may have written it
+        before, in a commit that landed only in part (the retry, not the failed run's
+        end), and then the failed run is taken over and ends once more. Written again,
+        the retry would be PENDING again and run a second time."""
+        slots, turn.retries = turn.retries, []
+        stored = await self.store.get_runs([s.run.id for s in slots])
+        for slot in slots:
+            if self._slots.get(slot.run.id) is not slot:
+                continue  # forgotten meanwhile (its job cancelled)
+            have = stored.get(slot.run.id)
+            if have is None:
+                turn.runs[slot.run.id] = slot.run
+                turn.due.append(slot.run)
+            elif have.state == RunState.PENDING:
+                slot.run = have  # its due row may be what did not land: index it again
+                turn.due.append(have)
+            else:
+                log.info("retry %s of run stored already (%s)", have.id, have.state.value)
+                self._forget(slot)
+                if have.state.is_final:
+                    self._recent_final[have.id] = time.time()
+                continue
+            slot.phase = Phase.WAITING
+            heapq.heappush(self._timers, (slot.run.due_at, slot.run.id))
+
     # --- cancel ---------------------------------------------------------------------
 
     async def _on_cancel(
@@ -1045,9 +1091,10 @@ class Poller:
         if failed and job.state != JobState.DELETED:
             nxt = retry_run(job, final, now=now)
             if nxt is not None:
-                turn.runs[nxt.id] = nxt
-                turn.due.append(nxt)
-                self._add_waiting(Slot(run=nxt, job=job))
+                if not self._known(nxt.id):
+                    slot = Slot(run=nxt, job=job)
+                    self._track(slot)  # counted now; written (or not) by _place_retries
+                    turn.retries.append(slot)
                 return final
             final = dataclasses.replace(final, dead_letter=True)
         job = self._jobs.get(job.id, job)

@@ -44,12 +44,6 @@ from shardcron.coordinator.ids import shard_for
 ZK_CUT_AFTER_RESUME = 3.0  # seconds the ZooKeeper link stays cut after SIGCONT
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known intermittent failures (1 in 3 fresh runs): a run leased twice in a row "
-    "by the same new owner (tokens of one epoch), and a cron chain stopping after the "
-    "freeze; no stale execution under the expired session was seen since the fixes",
-)
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("zk_cut", [False, True], ids=["sigstop", "sigstop-and-zk-partition"])
 def test_frozen_poller_leases_nothing_after_its_session_expired(cluster, zk_cut) -> None:  # type: ignore[no-untyped-def]

@@ -1,10 +1,15 @@
-"""The poller and a run whose job row is not in the store yet.
+"""The poller and a store left as a commit that landed only in part left it.
 
-Cassandra writes a create in steps (the runs, their due rows, then the job row), so a
-poller scanning its shards can meet a run before its job. That run must wait for its
-job, not be cancelled as if the job were deleted: the create may still succeed and
-be acknowledged. A run whose job never appears (its create failed) is cancelled once
-it is old enough. Shown here on SQLite by writing the run first, by hand.
+Cassandra writes a commit in steps (new runs, their due rows, jobs and progress, then
+the state changes of existing runs), and a poller may die, freeze or fail between
+them. The next owner of the shards then meets a store that is consistent but behind:
+- a run before its job row: it must wait for its job, not be cancelled as if the job
+  were deleted (the create may still succeed and be acknowledged); a run whose job
+  never appears (its create failed) is cancelled once it is old enough;
+- the next fire's run before the progress naming it: the cron must carry on;
+- a retry before the end of the run it retries: when that run ends again, the retry
+  stored already must not be written again, nor run a second time.
+Shown here on SQLite by writing the parts by hand.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import pytest
 from store_contract import make_job, make_run
 
 from shardcron.client.schedule import next_fire
-from shardcron.client.types import RunReason, RunState, Schedule
+from shardcron.client.types import Job, RetryPolicy, Run, RunReason, RunState, Schedule
 from shardcron.coordinator import fires
 from shardcron.coordinator.coordination import Assignment
 from shardcron.coordinator.ids import utcnow
@@ -42,7 +47,12 @@ async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
 
 
 @pytest.fixture
-async def poller(store: SqliteStore) -> AsyncIterator[Poller]:
+def lease_ttl() -> timedelta:
+    return PollerConfig().lease_ttl
+
+
+@pytest.fixture
+async def poller(store: SqliteStore, lease_ttl: timedelta) -> AsyncIterator[Poller]:
     p = Poller(
         store,
         poller_id="p1",
@@ -50,6 +60,7 @@ async def poller(store: SqliteStore) -> AsyncIterator[Poller]:
         config=PollerConfig(
             scan_interval=timedelta(milliseconds=100),
             recheck_interval=timedelta(milliseconds=200),
+            lease_ttl=lease_ttl,
         ),
         metrics=Metrics(),
     )
@@ -137,3 +148,77 @@ async def test_a_fire_later_than_the_jobs_recorded_next_fire_carries_the_schedul
     await asyncio.wait_for(moved_on(), 5)
     stored = await store.get_job(job.owner, job.id)
     assert stored.next_fire_at is not None and stored.next_fire_at > second.at
+
+
+def _taken_over(job: Job) -> tuple[Run, Run]:
+    """A run leased by an earlier owner (its lease over), and the retry that owner
+    decided when the run failed: its commit wrote the retry, not the run's end."""
+    now = utcnow()
+    run = dataclasses.replace(
+        make_run(job, due_at=now - timedelta(seconds=3)),
+        state=RunState.RUNNING,
+        worker_id="w-gone",
+        lease_token=(1 << 32) | 1,
+        lease_expires_at=now - timedelta(seconds=1),
+        created_at=now,
+    )
+    failed = dataclasses.replace(run, state=RunState.FAILED, reason=RunReason.WORKER_LOST)
+    retry = fires.retry_run(job, failed, now=now - timedelta(seconds=1))
+    assert retry is not None
+    return run, retry
+
+
+def _retrying_job() -> Job:
+    base = make_job()
+    spec = base.spec.replace(retry=RetryPolicy(max_attempts=3, initial_backoff=timedelta(0)))
+    now = utcnow()
+    return dataclasses.replace(base, spec=spec, created_at=now, updated_at=now)
+
+
+async def _ended(store: SqliteStore, run: Run) -> Run:
+    async def wait() -> Run:
+        while not (stored := (await store.get_runs([run.id]))[run.id]).state.is_final:
+            await asyncio.sleep(0.05)
+        return stored
+
+    return await asyncio.wait_for(wait(), 5)
+
+
+@pytest.mark.parametrize("lease_ttl", [timedelta(milliseconds=300)])
+async def test_a_retry_stored_and_run_already_is_not_run_again(
+    store: SqliteStore, poller: Poller
+) -> None:
+    job = _retrying_job()
+    await store.create_jobs([NewJob(job=job)])
+    run, retry = _taken_over(job)
+    done = dataclasses.replace(
+        retry, state=RunState.SUCCEEDED, started_at=retry.due_at, ended_at=retry.due_at
+    )
+    await store.commit(runs=[run, done], due=[run])
+    ended = await _ended(store, run)  # its lease waited out: WORKER_LOST
+    assert (ended.state, ended.reason) == (RunState.FAILED, RunReason.WORKER_LOST)
+    await asyncio.sleep(0.5)  # a turn or two after
+    assert (await store.get_runs([retry.id]))[retry.id].state == RunState.SUCCEEDED
+    assert retry.id not in poller._slots, "the retry that ran already is due again"
+
+
+@pytest.mark.parametrize("lease_ttl", [timedelta(milliseconds=300)])
+async def test_a_retry_stored_without_its_due_row_is_indexed_and_held_once(
+    store: SqliteStore, poller: Poller
+) -> None:
+    job = _retrying_job()
+    await store.create_jobs([NewJob(job=job)])
+    run, retry = _taken_over(job)
+    await store.commit(runs=[run, retry], due=[run])  # the retry's due row did not land
+    await _ended(store, run)
+    # the retry is held once, waiting for a worker (there is none), and indexed
+    await until(lambda: retry.id in poller._slots and poller._slots[retry.id].phase == Phase.READY)
+    entries = await store.scan_due(
+        retry.shard,
+        due_from=retry.due_at - timedelta(seconds=1),
+        due_until=retry.due_at + timedelta(seconds=1),
+        after=None,
+        limit=100,
+    )
+    assert [e.run_id for e in entries if e.run_id == retry.id] == [retry.id]
+    assert (await store.get_runs([retry.id]))[retry.id].state == RunState.PENDING
