@@ -490,7 +490,9 @@ class Poller:
         heapq.heappush(self._expiries, (expires, run.id, run.lease_token))
 
     def _admit_new(self, run: Run, now: datetime) -> None:
-        if run.shard not in self._shards or run.id in self._slots or run.state != RunState.PENDING:
+        """A hinted new run. The hint travels from another node's api and may come late:
+        after a scan found the run and it ran and ended here (its copy is still PENDING)."""
+        if run.shard not in self._shards or self._known(run.id) or run.state != RunState.PENDING:
             return
         if run.due_at >= self._loaded_until.get(run.shard, now):
             return  # the scan will load it in time
@@ -1033,6 +1035,7 @@ class Poller:
                 stored, state=RunState.CANCELLED, reason=reason, ended_at=now
             )
             turn.runs[final.id] = final
+            self._recent_final[final.id] = time.time()
             self.metrics.runs_final.labels(state=final.state.value, reason=reason.value).inc()
             turn.after.append(lambda: fut.done() or fut.set_result(final))
 

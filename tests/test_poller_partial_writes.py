@@ -10,6 +10,10 @@ them. The next owner of the shards then meets a store that is consistent but beh
 - a retry before the end of the run it retries: when that run ends again, the retry
   stored already must not be written again, nor run a second time.
 Shown here on SQLite by writing the parts by hand.
+
+The same for a hint that comes late: an api on another node tells the owner of the
+shard about a new run, and the owner's scan may find, run and end that run before the
+hint arrives with its PENDING copy. The run must not run again.
 """
 
 from __future__ import annotations
@@ -222,3 +226,21 @@ async def test_a_retry_stored_without_its_due_row_is_indexed_and_held_once(
     )
     assert [e.run_id for e in entries if e.run_id == retry.id] == [retry.id]
     assert (await store.get_runs([retry.id]))[retry.id].state == RunState.PENDING
+
+
+async def test_a_hint_that_comes_after_its_run_ended_is_ignored(
+    store: SqliteStore, poller: Poller
+) -> None:
+    base = make_job()
+    now = utcnow()
+    # no worker here: a run due a while ago ends at once, MISSED, when it triggers
+    spec = base.spec.replace(starting_deadline=timedelta(milliseconds=1))
+    job = dataclasses.replace(base, spec=spec, created_at=now, updated_at=now)
+    run = dataclasses.replace(make_run(job, due_at=now - timedelta(seconds=1)), created_at=now)
+    await store.create_jobs([NewJob(job=job, runs=[run])])  # no hint: found by the scan
+    ended = await _ended(store, run)
+    assert ended.state == RunState.MISSED
+    poller.runs_created([run], [job])  # the api's hint, late
+    await asyncio.sleep(0.5)
+    again = (await store.get_runs([run.id]))[run.id]
+    assert again.ended_at == ended.ended_at, "the run ended a second time"

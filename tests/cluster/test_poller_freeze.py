@@ -238,6 +238,10 @@ def test_frozen_poller_leases_nothing_after_its_session_expired(cluster, zk_cut)
         f"{len(crons)} cron jobs and {len(long_jobs)} long runs in its shards; "
         f"stale executions {len(stale)}; "
         f"victim log after SIGCONT:\n"
-        + "\n".join(c.grep_logs(r"session|joined|took|released")[-15:])
+        + "\n".join(
+            c.grep_logs(r"session|joined|took|released|standing still|turn failed|stored already")[
+                -25:
+            ]
+        )
     )
     checks.verify()
