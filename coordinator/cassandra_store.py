@@ -62,8 +62,8 @@ hot path:
   would stop a cron schedule. A dead-letter entry is added before, and removed after,
   the run row that says so, so no dead letter goes unlisted. Unlike SQLite, a call
   that fails on the infrastructure can leave some of its phases written: a caller
-  retries (creates with an idempotency key dedupe; run writes are idempotent
-  upserts). A call that fails on its input (a value no store can encode) writes
+  retries (creates with an idempotency key dedupe, see ``_settle_failed_create``;
+  run writes are idempotent upserts). A call that fails on its input (a value no store can encode) writes
   nothing: every row is encoded first.
 - The due index is insert-only: rows expire (TTL = due time + ``due_ttl``), cursors
   only tell the poller where to start; nothing deletes due rows, so no reader ever
@@ -433,6 +433,8 @@ class CassandraStore:
                 " IF job_id = ?"
             ),
             "release": "DELETE FROM idempotency WHERE owner = ? AND key = ? IF job_id = ?",
+            "drop_job": "DELETE FROM jobs WHERE id = ?",
+            "drop_owner": "DELETE FROM jobs_by_owner WHERE owner = ? AND id = ?",
             # runs
             "insert_run": (
                 f"INSERT INTO runs ({_RUN_COLS}) VALUES ({', '.join('?' * 23)}) USING TIMESTAMP ?"
@@ -799,9 +801,31 @@ class CassandraStore:
         try:
             await self._flush(writes)
         except BaseException:
-            await self._release({(i.job.owner, i.job.idempotency_key): i.job.id for i in created})
+            await self._settle_failed_create([i.job for i in created if i.job.idempotency_key])
             raise
         return results
+
+    async def _settle_failed_create(self, jobs: list[Job]) -> None:
+        """After a create failed part way, decides each key it claimed.
+
+        A write reported failed (a timeout) may have landed, or land later. A job whose
+        row is stored keeps its key: a retry with the key gets that job, which may
+        already be running, instead of creating a second one. A job not stored is
+        erased (a tombstone newer than any of its writes, so a late one cannot bring
+        it back) and only then its key freed, so a retry creates the job afresh. When
+        Cassandra cannot tell or erase, the key stays claimed; a claim whose job never
+        appears is taken over once stale (``_claim``)."""
+        if not jobs:
+            return
+        with contextlib.suppress(Exception):
+            stored = await self.get_jobs([j.id for j in jobs])
+            gone = [j for j in jobs if j.id not in stored]
+            await self._gather(
+                self._exec(self._ps[name], args)
+                for j in gone
+                for name, args in (("drop_job", (j.id,)), ("drop_owner", (j.owner, j.id)))
+            )
+            await self._release({(j.owner, j.idempotency_key): j.id for j in gone})
 
     async def _release(self, claims: dict[tuple[str, str], str]) -> None:
         """Best effort: frees the keys still claimed for jobs that were not written."""
