@@ -620,7 +620,20 @@ def check_no_overlap(
     fire_of: dict[str, Any],
     unfinished_end: Callable[[Execution], float],
 ) -> None:
-    """No two executions of one run, nor of two attempts of one fire, at the same time."""
+    """No two executions of one run, nor of two attempts of one fire, at the same time;
+    and no run executed under two leases of one owner (one fencing epoch): a poller
+    leases a run again only after its lease was lost, and then as a new attempt, a
+    new run; a new owner of the shard (a new epoch) may run it again, one after the
+    other, when its first execution's result never reached the store."""
+    tokens: dict[tuple[str, int], set[int]] = defaultdict(set)
+    for e in executions:
+        tokens[(e.run_id, e.epoch)].add(e.token)
+    for (run_id, epoch), leased in sorted(tokens.items()):
+        checks.expect(
+            len(leased) == 1,
+            f"run {run_id} executed under {len(leased)} leases of fencing epoch {epoch}: "
+            f"tokens {sorted(leased)}",
+        )
     same_run = overlapping(executions, lambda e: e.run_id, unfinished_end)
     for a, b in same_run:
         checks.expect(False, f"run {a.run_id} executed twice at once: {a} and {b}")
