@@ -11,8 +11,9 @@ The node is shared by the whole test session and started lazily, on first use:
   If the node cannot start, the tests that need it fail: nothing is skipped.
 
 Bind the fixtures in a test module (``cassandra = cassandra_fixtures.cassandra``,
-and ``cassandra_session_cleanup`` so the node is stopped when the session ends) or
-use ``backend(config)`` for ``tests/test_store_contract.py``'s ``BACKENDS``.
+and ``cassandra_session_cleanup`` so the node is stopped when the session ends;
+``contract_store`` for a store of the contract suite's configuration) or use
+``backend(config)`` for ``tests/test_store_contract.py``'s ``BACKENDS``.
 
 Each configuration (shard count, bucket size) gets one keyspace per test session,
 ``shardcron_test_<random>``, created through the store's own schema init; between
@@ -32,7 +33,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,7 @@ from cassandra.cluster import Cluster, Session
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "deploy"))
 import servers  # noqa: E402
+from store_contract import CONTRACT_CONFIG  # noqa: E402
 
 from shardcron.coordinator.cassandra_schema import TABLES, init_schema_sync  # noqa: E402
 from shardcron.coordinator.cassandra_store import CassandraStore  # noqa: E402
@@ -194,3 +196,14 @@ def backend(config: dict[str, Any]) -> Callable[[Path], Callable[[], CassandraSt
         return lambda: node.store(keyspace, **config)
 
     return make
+
+
+@pytest.fixture
+async def contract_store(tmp_path: Path) -> AsyncIterator[CassandraStore]:
+    """An open, empty store in the contract suite's configuration, for Cassandra-only tests."""
+    s = backend(CONTRACT_CONFIG)(tmp_path)()
+    await s.open()
+    try:
+        yield s
+    finally:
+        await s.close()

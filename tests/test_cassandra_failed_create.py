@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import cassandra_fixtures
 import pytest
-from store_contract import ALICE, CONTRACT_CONFIG, make_job
+from store_contract import ALICE, make_job
 
 from shardcron.client.errors import Unavailable
 from shardcron.client.types import Job
@@ -29,14 +28,7 @@ from shardcron.coordinator.store import NewJob
 cassandra_session_cleanup = cassandra_fixtures.cassandra_session_cleanup
 
 
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[CassandraStore]:
-    s = cassandra_fixtures.backend(CONTRACT_CONFIG)(tmp_path)()
-    await s.open()
-    try:
-        yield s
-    finally:
-        await s.close()
+store = cassandra_fixtures.contract_store
 
 
 def _keyed(key: str) -> Job:

@@ -8,13 +8,10 @@ SQLite has one writer process and needs no such rule; this is Cassandra's alone.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator
 from datetime import timedelta
-from pathlib import Path
 
 import cassandra_fixtures
-import pytest
-from store_contract import ALICE, CONTRACT_CONFIG, create, make_job, make_run
+from store_contract import ALICE, create, make_job, make_run
 
 from shardcron.client.types import RunState
 from shardcron.coordinator.cassandra_store import CassandraStore
@@ -24,14 +21,7 @@ from shardcron.coordinator.store import JobProgress
 cassandra_session_cleanup = cassandra_fixtures.cassandra_session_cleanup
 
 
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[CassandraStore]:
-    s = cassandra_fixtures.backend(CONTRACT_CONFIG)(tmp_path)()
-    await s.open()
-    try:
-        yield s
-    finally:
-        await s.close()
+store = cassandra_fixtures.contract_store
 
 
 async def test_a_late_commit_of_a_deposed_owner_loses_to_the_next_owner(
