@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 PROTOS := $(wildcard proto/shardcron/v1/*.proto)
 DEV_ARGS ?=
 
-.PHONY: install servers dev test test-clients cluster cluster-down proto proto-check lint fmt clean
+.PHONY: install servers dev test test-clients cluster cluster-down proto proto-check lint fmt clean bench
 
 install: $(STAMP)
 
@@ -20,6 +20,14 @@ $(STAMP): pyproject.toml
 
 dev: install
 	$(VENV)/bin/shardcron dev $(DEV_ARGS)
+
+# shardcron against Celery+Redis and Temporal, same run; report under bench/results/.
+# BENCH_ARGS: e.g. --quick, --systems shardcron,celery, --n W1=50000, --repeat 3
+BENCH_ARGS ?=
+bench: install
+	@command -v redis-server >/dev/null || { apt-get update -q && apt-get install -y -q redis-server; }
+	$(PIP) install -q -e '.[dev,bench]'
+	$(PY) -m bench $(BENCH_ARGS)
 
 # ZooKeeper + Cassandra + three shardcron nodes + two workers, state under .cluster/
 cluster: install servers

@@ -1,0 +1,148 @@
+"""What every system's runner shares: results, CPU accounting, percentiles, processes.
+
+A runner returns one ``Result`` per (system, workload) run. CPU is counted per role
+("scheduler", "store", "broker", "workers", "client", ...) from the processes the
+runner started, read with psutil at the end of the measured span (before any of them
+is stopped), minus what they had used when the span began.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+
+@dataclass(slots=True)
+class Result:
+    system: str  # e.g. "shardcron (embedded)", "celery+redis prefork x2, prefetch 1"
+    workload: str  # "W1", "W2", ...
+    n: int  # jobs
+    config: str = ""  # how the system was configured, one line
+    submit_rate: float | None = None  # acknowledged submits per second
+    e2e_rate: float | None = None  # jobs completed per second, first submit to last completion
+    drain_s: float | None = None  # last acknowledged submit to last completion
+    lag: dict[str, float] = field(default_factory=dict)  # start lag (s): p50, p95, p99, max
+    cpu_per_1000: dict[str, float] = field(default_factory=dict)  # role -> CPU-s per 1000 jobs
+    completed: int = 0  # jobs seen completed (== n unless something was lost or timed out)
+    notes: str = ""
+
+
+def percentiles(values: Sequence[float]) -> dict[str, float]:
+    """p50, p95, p99 and max of ``values`` (seconds); empty if there are none."""
+    if not values:
+        return {}
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        v = ordered[0]
+        return {"p50": v, "p95": v, "p99": v, "max": v}
+    cuts = statistics.quantiles(ordered, n=100, method="inclusive")
+    return {"p50": cuts[49], "p95": cuts[94], "p99": cuts[98], "max": ordered[-1]}
+
+
+class CpuMeter:
+    """CPU seconds used by groups of processes (each with its descendants, except the
+    harness's own process, counted alone) over a span."""
+
+    def __init__(self, roles: dict[str, Iterable[int]]) -> None:
+        self._roles = {role: list(pids) for role, pids in roles.items()}
+        self._start: dict[str, float] = {}
+
+    @staticmethod
+    def _tree_seconds(pids: Iterable[int]) -> float:
+        total = 0.0
+        seen: set[int] = set()
+        for pid in pids:
+            with contextlib.suppress(psutil.Error):
+                root = psutil.Process(pid)
+                # this process alone: the servers and workers it started are its children
+                tree = [root] if pid == os.getpid() else [root, *root.children(recursive=True)]
+                for p in tree:
+                    if p.pid in seen:
+                        continue
+                    seen.add(p.pid)
+                    with contextlib.suppress(psutil.Error):
+                        t = p.cpu_times()
+                        total += t.user + t.system
+        return total
+
+    def start(self) -> None:
+        self._start = {role: self._tree_seconds(p) for role, p in self._roles.items()}
+
+    def stop(self) -> dict[str, float]:
+        """CPU seconds per role since ``start``."""
+        return {
+            role: max(0.0, self._tree_seconds(p) - self._start.get(role, 0.0))
+            for role, p in self._roles.items()
+        }
+
+
+def per_1000(cpu: dict[str, float], n: int) -> dict[str, float]:
+    out = {role: s * 1000.0 / n for role, s in cpu.items()} if n else {}
+    if out:
+        out["total"] = sum(out.values())
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, timeout: float = 60.0, host: str = "127.0.0.1") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"nothing listens on {host}:{port} after {timeout:.0f}s")
+
+
+class Proc:
+    """A server or worker process of a run: its own process group, output to a log file;
+    stopped with SIGTERM, then SIGKILL after ``grace`` seconds."""
+
+    def __init__(self, args: Sequence[str], log: Path, env: dict[str, str] | None = None) -> None:
+        self.args = list(args)
+        self.log = log
+        self.env = {**os.environ, **(env or {})}
+        self.popen: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Proc:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        out = self.log.open("ab")
+        self.popen = subprocess.Popen(
+            self.args, stdout=out, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
+        )
+        out.close()
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.popen is not None
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def stop(self, grace: float = 10.0) -> None:
+        if self.popen is None or self.popen.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, signal.SIGTERM)
+        try:
+            self.popen.wait(grace)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signal.SIGKILL)
+            self.popen.wait(10)

@@ -1,0 +1,192 @@
+"""The run's report: a Markdown table per workload, ratios against the peers of the
+same run, and PNG plots, under ``bench/results/``.
+
+With several repetitions, each figure is the median of its runs and the table says
+the spread (min-max) beside it: the machines are shared and noisy, so a single
+figure means little and a ratio taken across runs means less.
+"""
+
+from __future__ import annotations
+
+import platform
+import statistics
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+import psutil
+
+from bench.common import Result
+
+OURS = "shardcron"
+
+
+def _median(
+    results: Sequence[Result], get: Callable[[Result], float | None]
+) -> tuple[float, float, float] | None:
+    values = [v for v in (get(r) for r in results) if v is not None]
+    if not values:
+        return None
+    return statistics.median(values), min(values), max(values)
+
+
+def _fmt(m: tuple[float, float, float] | None, unit: str = "", digits: int = 0) -> str:
+    if m is None:
+        return "-"
+    med, lo, hi = m
+    if lo == hi:
+        return f"{med:,.{digits}f}{unit}"
+    return f"{med:,.{digits}f}{unit} ({lo:,.{digits}f}-{hi:,.{digits}f})"
+
+
+def machine() -> str:
+    cpus = psutil.cpu_count() or 0
+    mem = psutil.virtual_memory().total / 2**30
+    return f"{platform.node()}: {cpus} cores, {mem:.0f} GiB, Python {platform.python_version()}"
+
+
+def group(results: Sequence[Result]) -> dict[str, dict[str, list[Result]]]:
+    """workload -> system -> its repetitions, in the order first met."""
+    out: dict[str, dict[str, list[Result]]] = defaultdict(dict)
+    for r in results:
+        out[r.workload].setdefault(r.system, []).append(r)
+    return out
+
+
+def _ratios(
+    runs: dict[str, list[Result]], get: Callable[[Result], float | None], higher: bool
+) -> list[str]:
+    """Each shardcron system against each peer: how many times better (median of each)."""
+    lines = []
+    ours = {s: rs for s, rs in runs.items() if s.startswith(OURS)}
+    peers = {s: rs for s, rs in runs.items() if not s.startswith(OURS)}
+    for s, rs in ours.items():
+        mine = _median(rs, get)
+        for p, ps in peers.items():
+            theirs = _median(ps, get)
+            if mine is None or theirs is None or min(mine[0], theirs[0]) <= 0:
+                continue
+            x = mine[0] / theirs[0] if higher else theirs[0] / mine[0]
+            lines.append(f"- {s} vs {p}: **{x:,.1f}x**")
+    return lines
+
+
+def markdown(results: Sequence[Result], started: datetime, repeat: int) -> str:
+    lines = [
+        f"# shardcron benchmark run, {started:%Y-%m-%d %H:%M} UTC",
+        "",
+        f"Machine: {machine()}. Each figure is the median of {repeat} run(s); "
+        "(min-max) when they differ. Ratios compare medians taken in this run.",
+        "",
+    ]
+    for workload, runs in group(results).items():
+        lines.append(f"## {workload}")
+        lines.append("")
+        if workload == "W2":
+            lines.append(
+                "| system | jobs | ended | start lag p50 | p95 | p99 | max | all done after T | CPU-s / 1000 jobs |"
+            )
+            lines.append("|---|---|---|---|---|---|---|---|---|")
+            for system, rs in runs.items():
+                lag = [
+                    _median(rs, lambda r, k=k: r.lag.get(k)) for k in ("p50", "p95", "p99", "max")
+                ]
+                lines.append(
+                    f"| {system} | {rs[0].n:,} | {min(r.completed for r in rs):,} | "
+                    + " | ".join(_fmt(m, " s", 3) for m in lag)
+                    + f" | {_fmt(_median(rs, lambda r: r.drain_s), ' s', 2)}"
+                    f" | {_fmt(_median(rs, lambda r: r.cpu_per_1000.get('total')), '', 2)} |"
+                )
+            ratio = _ratios(runs, lambda r: r.lag.get("p99"), higher=False)
+            label = "p99 start lag, lower is better"
+        else:
+            lines.append(
+                "| system | jobs | ended | submit acks/s | end-to-end jobs/s | drain | CPU-s / 1000 jobs |"
+            )
+            lines.append("|---|---|---|---|---|---|---|")
+            for system, rs in runs.items():
+                lines.append(
+                    f"| {system} | {rs[0].n:,} | {min(r.completed for r in rs):,} | "
+                    f"{_fmt(_median(rs, lambda r: r.submit_rate))} | "
+                    f"{_fmt(_median(rs, lambda r: r.e2e_rate))} | "
+                    f"{_fmt(_median(rs, lambda r: r.drain_s), ' s', 2)} | "
+                    f"{_fmt(_median(rs, lambda r: r.cpu_per_1000.get('total')), '', 2)} |"
+                )
+            ratio = _ratios(runs, lambda r: r.e2e_rate, higher=True)
+            label = "end-to-end jobs/s, higher is better"
+        if ratio:
+            lines += ["", f"Ratios ({label}):", *ratio]
+        lines += ["", "CPU-s per 1000 jobs by process (median):", ""]
+        for system, rs in runs.items():
+            roles = sorted({k for r in rs for k in r.cpu_per_1000})
+            parts = [
+                f"{k} {_fmt(_median(rs, lambda r, k=k: r.cpu_per_1000.get(k)), '', 2)}"
+                for k in roles
+            ]
+            lines.append(f"- {system}: " + ", ".join(parts))
+        lines += ["", "Configurations and notes:", ""]
+        for system, rs in runs.items():
+            notes = "; ".join(sorted({r.notes for r in rs if r.notes}))
+            lines.append(f"- **{system}**: {rs[0].config}" + (f". {notes}" if notes else ""))
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plots(results: Sequence[Result], out: Path) -> list[Path]:
+    """Throughput by system (W1) and start-lag percentiles by system (W2), as PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    made = []
+    by = group(results)
+    if "W1" in by:
+        runs = by["W1"]
+        names = list(runs)
+        values = [(_median(rs, lambda r: r.e2e_rate) or (0.0, 0.0, 0.0))[0] for rs in runs.values()]
+        fig, ax = plt.subplots(figsize=(8, 0.6 * len(names) + 1.5))
+        ax.barh(names, values, color=["#2a7" if n.startswith(OURS) else "#888" for n in names])
+        ax.set_xscale("log")
+        ax.set_xlabel("W1 end-to-end jobs/s (log scale)")
+        ax.invert_yaxis()
+        fig.tight_layout()
+        path = out.with_name(out.name + "-w1.png")
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        made.append(path)
+    if "W2" in by:
+        runs = by["W2"]
+        keys = ["p50", "p95", "p99", "max"]
+        fig, ax = plt.subplots(figsize=(8, 4))
+        for system, rs in runs.items():
+            ys = [
+                (_median(rs, lambda r, k=k: r.lag.get(k)) or (float("nan"),) * 3)[0] for k in keys
+            ]
+            ax.plot(keys, ys, marker="o", label=system)
+        ax.set_yscale("log")
+        ax.set_ylabel("W2 start lag (s, log scale)")
+        ax.legend(fontsize="small")
+        fig.tight_layout()
+        path = out.with_name(out.name + "-w2.png")
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        made.append(path)
+    return made
+
+
+def write(results: Sequence[Result], results_dir: Path, started: datetime, repeat: int) -> Path:
+    results_dir.mkdir(parents=True, exist_ok=True)
+    stem = results_dir / f"{started:%Y%m%d-%H%M%S}"
+    path = stem.with_suffix(".md")
+    made = plots(results, stem)
+    text = markdown(results, started, repeat)
+    if made:
+        text += "\n" + "\n".join(f"![{p.stem}]({p.name})" for p in made) + "\n"
+    path.write_text(text)
+    return path
+
+
+def now() -> datetime:
+    return datetime.now(UTC)

@@ -1,0 +1,254 @@
+"""shardcron on its embedded store: ``shardcron dev`` as a process, workers beside it.
+
+Each workload gets a fresh node (its own data dir), so the store holds only that
+workload's jobs. Jobs are no-op handler jobs (the built-in ``noop`` handler):
+the scheduler is measured, not process start-up.
+
+- Submits go through the Python SDK's ``AsyncClient.create_jobs`` (the batch call,
+  ``BATCH`` jobs per call, ``IN_FLIGHT`` calls at once): what a user submitting many
+  jobs would do.
+- Completion is read from the node's Prometheus endpoint
+  (``shardcron_runs_final_total``), one scrape every ``POLL`` seconds: no per-job
+  call competes with the workload.
+- Start lag (W2) is read from the store file once every run ended: ``started_at``
+  is the time the worker reported starting the run, ``due_at`` the instant all
+  were due.
+- The node runs api, poller and store in one process; workers are separate
+  processes (``shardcron worker``), so the two cores are both used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sqlite3
+import sys
+import time
+import urllib.request
+from datetime import UTC, datetime
+from pathlib import Path
+
+from bench.common import CpuMeter, Proc, Result, free_port, per_1000, percentiles, wait_port
+from shardcron.client import AsyncClient
+from shardcron.client.types import HandlerTask, JobSpec, Schedule
+
+BATCH = 1000  # jobs per CreateJobs call
+IN_FLIGHT = 4  # CreateJobs calls at once
+POLL = 0.05  # seconds between scrapes of the completion counter
+WORKERS = 1  # worker processes
+SLOTS = 256  # slots per worker: no-op runs are short, slots only bound what is in flight
+TIMEOUT = 600.0  # seconds a workload may take
+STORM_LEAD = 5.0  # W2: the storm instant is this long after the estimated end of submits
+_FINAL = re.compile(r"^shardcron_runs_final_total\{[^}]*\} ([0-9.e+]+)$", re.MULTILINE)
+
+
+class _Node:
+    def __init__(self, out_dir: Path, name: str) -> None:
+        self.dir = out_dir / name
+        self.port, self.metrics_port = free_port(), free_port()
+        self.target = f"127.0.0.1:{self.port}"
+        exe = str(Path(sys.executable).parent / "shardcron")
+        self.node = Proc(
+            [
+                exe, "dev", "--listen", self.target, "--data-dir", str(self.dir / "data"),
+                "--metrics-listen", f"127.0.0.1:{self.metrics_port}", "--workers", "0",
+                "--log-level", "warning",
+            ],
+            self.dir / "node.log",
+        )  # fmt: skip
+        self.workers = [
+            Proc(
+                [
+                    exe,
+                    "worker",
+                    "--target",
+                    self.target,
+                    "--id",
+                    f"bench-w{i}",
+                    "--slots",
+                    str(SLOTS),
+                    "--no-commands",
+                    "--log-level",
+                    "warning",
+                ],
+                self.dir / f"worker{i}.log",
+            )  # fmt: skip
+            for i in range(WORKERS)
+        ]
+
+    def start(self) -> None:
+        self.node.start()
+        wait_port(self.port)
+        wait_port(self.metrics_port)
+        for w in self.workers:
+            w.start()
+
+    def stop(self) -> None:
+        for p in [*self.workers, self.node]:
+            p.stop()
+
+    def cpu(self) -> CpuMeter:
+        import os
+
+        return CpuMeter(
+            {
+                "scheduler": [self.node.pid],
+                "workers": [w.pid for w in self.workers],
+                "client": [os.getpid()],
+            }
+        )
+
+    def finished(self) -> int:
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as r:
+            text = r.read().decode()
+        return int(sum(float(v) for v in _FINAL.findall(text)))
+
+    def wait_workers(self, timeout: float = 30.0) -> None:
+        """Until every worker is connected (a job submitted before would wait for one)."""
+        deadline = time.monotonic() + timeout
+        pattern = re.compile(
+            r"^shardcron_workers_connected(?:\{[^}]*\})? ([0-9.e+]+)$", re.MULTILINE
+        )
+        while time.monotonic() < deadline:
+            url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+            with urllib.request.urlopen(url, timeout=5) as r:
+                found = pattern.findall(r.read().decode())
+            if found and sum(float(v) for v in found) >= len(self.workers):
+                return
+            time.sleep(0.1)
+        raise TimeoutError("workers did not connect")
+
+
+async def _submit(target: str, specs: list[JobSpec]) -> tuple[float, float]:
+    """Submits every spec; returns (first call sent, last call acknowledged) times."""
+    client = AsyncClient(target, owner="bench", timeout=120)
+    batches = [specs[i : i + BATCH] for i in range(0, len(specs), BATCH)]
+    queue: asyncio.Queue[list[JobSpec]] = asyncio.Queue()
+    for b in batches:
+        queue.put_nowait(b)
+
+    async def caller() -> None:
+        while not queue.empty():
+            await client.create_jobs(queue.get_nowait())
+
+    try:
+        first = time.time()
+        await asyncio.gather(*(caller() for _ in range(IN_FLIGHT)))
+        return first, time.time()
+    finally:
+        await client.close()
+
+
+def _wait_done(node: _Node, n: int, timeout: float) -> tuple[int, float]:
+    """Polls the completion counter until ``n`` runs ended; (ended, time of the last)."""
+    deadline = time.monotonic() + timeout
+    done, at = 0, time.time()
+    while time.monotonic() < deadline:
+        seen = node.finished()
+        if seen != done:
+            done, at = seen, time.time()
+        if done >= n:
+            break
+        time.sleep(POLL)
+    return done, at
+
+
+def _config() -> str:
+    return (
+        f"`shardcron dev` (api, poller, SQLite WAL) + {WORKERS} worker process x {SLOTS} slots; "
+        f"submits: CreateJobs x {BATCH} jobs, {IN_FLIGHT} calls in flight"
+    )
+
+
+def _measure(
+    node: _Node, spec: JobSpec, n: int, timeout: float
+) -> tuple[float, float, int, float, dict[str, float]]:
+    """Submits ``n`` copies of ``spec`` and waits until they ended, CPU metered over
+    exactly that span: (first submit, last ack, ended, last end, CPU-s by role)."""
+    meter = node.cpu()
+    meter.start()
+    first, last_ack = asyncio.run(_submit(node.target, [spec] * n))
+    done, last_done = _wait_done(node, n, timeout)
+    return first, last_ack, done, last_done, meter.stop()
+
+
+def _w1(out_dir: Path, n: int) -> Result:
+    node = _Node(out_dir, "w1")
+    spec = JobSpec(name="w1", task=HandlerTask(name="noop"))
+    try:
+        node.start()
+        node.wait_workers()
+        first, last_ack, done, last_done, cpu = _measure(node, spec, n, TIMEOUT)
+    finally:
+        node.stop()
+    return Result(
+        system="shardcron (embedded)",
+        workload="W1",
+        n=n,
+        config=_config(),
+        submit_rate=n / max(last_ack - first, 1e-9),
+        e2e_rate=done / max(last_done - first, 1e-9),
+        drain_s=max(0.0, last_done - last_ack),
+        cpu_per_1000=per_1000(cpu, n),
+        completed=done,
+        notes="completion from shardcron_runs_final_total"
+        + ("" if done >= n else f"; timed out after {TIMEOUT:.0f}s"),
+    )
+
+
+def _w2(out_dir: Path, n: int) -> Result:
+    node = _Node(out_dir, "w2")
+    try:
+        node.start()
+        node.wait_workers()
+        # the storm instant: after every submit, judged from a submit rate of 2,000/s
+        at = datetime.fromtimestamp(time.time() + n / 2000 + STORM_LEAD, UTC)
+        spec = JobSpec(name="w2", task=HandlerTask(name="noop"), schedule=Schedule.once_at(at))
+        timeout = TIMEOUT + max(0.0, at.timestamp() - time.time())
+        first, last_ack, done, last_done, cpu = _measure(node, spec, n, timeout)
+        lags = _start_lags(node.dir / "data" / "shardcron.db")
+    finally:
+        node.stop()
+    notes = "start lag = started_at (worker) - due instant, read from the store"
+    if last_ack > at.timestamp():
+        notes += "; submits ended after the storm instant"
+    if done < n:
+        notes += f"; timed out, {done} of {n} ended"
+    return Result(
+        system="shardcron (embedded)",
+        workload="W2",
+        n=n,
+        config=_config(),
+        submit_rate=n / max(last_ack - first, 1e-9),
+        drain_s=max(0.0, last_done - at.timestamp()),
+        lag=percentiles(lags),
+        cpu_per_1000=per_1000(cpu, n),
+        completed=done,
+        notes=notes,
+    )
+
+
+def _start_lags(db: Path) -> list[float]:
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        rows = conn.execute(
+            "SELECT started_at - due_at FROM runs WHERE started_at IS NOT NULL"
+        ).fetchall()
+    finally:
+        conn.close()
+    return [r[0] / 1e6 for r in rows]
+
+
+def run(workloads: list[str], n: dict[str, int], out_dir: Path) -> list[Result]:
+    results = []
+    if "W1" in workloads:
+        results.append(_w1(out_dir, n["W1"]))
+    if "W2" in workloads:
+        results.append(_w2(out_dir, n["W2"]))
+    return results
+
+
+if __name__ == "__main__":
+    for r in run(["W1", "W2"], {"W1": 20_000, "W2": 20_000}, Path("/tmp/bench-shardcron")):
+        print(r)
