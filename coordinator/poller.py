@@ -153,6 +153,8 @@ class Poller:
         self._timers: list[tuple[datetime, str]] = []
         self._ready: list[tuple[int, datetime, str]] = []
         self._expiries: list[tuple[datetime, str, int]] = []
+        # (starting deadline, run id) of runs admitted and waiting for a slot
+        self._deadlines: list[tuple[datetime, str]] = []
         self._admitted: dict[str, set[str]] = {}
         self._blocked: dict[str, deque[Slot]] = {}
         self._job_slots: dict[str, int] = {}
@@ -293,6 +295,7 @@ class Poller:
         self._timers.clear()
         self._ready.clear()
         self._expiries.clear()
+        self._deadlines.clear()
         self._admitted.clear()
         self._blocked.clear()
         self._job_slots.clear()
@@ -315,6 +318,8 @@ class Poller:
         if self._expiries:
             grace = self.config.expiry_grace.total_seconds()
             candidates.append(self._expiries[0][0].timestamp() + grace - now)
+        if self._deadlines:
+            candidates.append(self._deadlines[0][0].timestamp() - now)
         if self._ready and self._free_capacity() > 0:
             candidates.append(0.05)
         return max(0.0, min(candidates))
@@ -334,6 +339,7 @@ class Poller:
         if self._deferred and self._settled():
             self._replay_deferred(turn, now)
         self._expire(now, turn)
+        self._miss_deadlines(now, turn)
         await self._trigger_due(now, turn)
         if self.active:
             self._dispatch(now, turn)
@@ -669,6 +675,7 @@ class Poller:
     def _admit(self, slot: Slot, fresh_fire: bool, turn: _Turn, now: datetime) -> None:
         job = slot.job
         assert job is not None
+        self._watch_deadline(slot)
         admitted = self._admitted.setdefault(job.id, set())
         if len(admitted) < self._limit(job) and not self._blocked.get(job.id):
             admitted.add(slot.run.id)
@@ -691,6 +698,29 @@ class Poller:
                 self._cancel_slot(oldest, RunReason.REPLACED, turn, now)
         else:
             queue.append(slot)
+
+    def _watch_deadline(self, slot: Slot) -> None:
+        """A run with a starting deadline is MISSED when the deadline passes while it
+        waits (for a slot, or for its job's concurrency limit), not only once a slot
+        frees: with no worker at all, it would wait forever."""
+        deadline = slot.job.spec.starting_deadline if slot.job is not None else None
+        if deadline is None:
+            return
+        if len(self._deadlines) > 2 * len(self._slots) + 1024:
+            # entries of runs long leased or ended: drop them rather than wait for their time
+            waiting = (Phase.READY, Phase.BLOCKED)
+            self._deadlines = [
+                e for e in self._deadlines if (s := self._slots.get(e[1])) and s.phase in waiting
+            ]
+            heapq.heapify(self._deadlines)
+        heapq.heappush(self._deadlines, (slot.run.due_at + deadline, slot.run.id))
+
+    def _miss_deadlines(self, now: datetime, turn: _Turn) -> None:
+        while self._deadlines and self._deadlines[0][0] < now:
+            _, rid = heapq.heappop(self._deadlines)
+            slot = self._slots.get(rid)
+            if slot is not None and slot.phase in (Phase.READY, Phase.BLOCKED):
+                self._finish(slot, RunState.MISSED, RunReason.DEADLINE, turn, now)
 
     def _unblock(self, job_id: str, turn: _Turn, now: datetime) -> None:
         queue = self._blocked.get(job_id)
@@ -900,6 +930,7 @@ class Poller:
                 # by the next lease's token)
                 slot.phase = Phase.READY
                 heapq.heappush(self._ready, (-slot.run.priority, slot.run.due_at, slot.run.id))
+                self._watch_deadline(slot)
 
     def _held_slot(self, run_id: str, token: int) -> Slot | None:
         slot = self._slots.get(run_id)

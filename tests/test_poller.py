@@ -1,19 +1,23 @@
-"""The poller and a store left as a commit that landed only in part left it.
+"""The poller on its own, over a real SQLite store, with no worker connected.
 
-Cassandra writes a commit in steps (new runs, their due rows, jobs and progress, then
-the state changes of existing runs), and a poller may die, freeze or fail between
-them. The next owner of the shards then meets a store that is consistent but behind:
+A store left as a commit that landed only in part left it. Cassandra writes a commit
+in steps (new runs, their due rows, jobs and progress, then the state changes of
+existing runs), and a poller may die, freeze or fail between them. The next owner
+of the shards then meets a store that is consistent but behind:
 - a run before its job row: it must wait for its job, not be cancelled as if the job
   were deleted (the create may still succeed and be acknowledged); a run whose job
   never appears (its create failed) is cancelled once it is old enough;
 - the next fire's run before the progress naming it: the cron must carry on;
 - a retry before the end of the run it retries: when that run ends again, the retry
   stored already must not be written again, nor run a second time.
-Shown here on SQLite by writing the parts by hand.
+Shown here by writing the parts by hand.
 
 The same for a hint that comes late: an api on another node tells the owner of the
 shard about a new run, and the owner's scan may find, run and end that run before the
 hint arrives with its PENDING copy. The run must not run again.
+
+And a run with a starting deadline that waits for a slot is MISSED when the
+deadline passes, even though no slot ever frees.
 """
 
 from __future__ import annotations
@@ -38,6 +42,9 @@ from shardcron.coordinator.sqlite_store import SqliteStore
 from shardcron.coordinator.store import NewJob
 
 SHARDS = 8
+# How long a test waits for what it expects (about a second when the machine is idle;
+# SQLite's fsyncs can stall for seconds while other servers write): not a speed check.
+WAIT = 30.0
 
 
 @pytest.fixture
@@ -78,7 +85,7 @@ async def poller(store: SqliteStore, lease_ttl: timedelta) -> AsyncIterator[Poll
         await p.stop()
 
 
-async def until(pred, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]
+async def until(pred, timeout: float = WAIT) -> None:  # type: ignore[no-untyped-def]
     end = asyncio.get_running_loop().time() + timeout
     while not pred():
         assert asyncio.get_running_loop().time() < end, "timed out"
@@ -114,7 +121,7 @@ async def test_a_run_whose_job_never_came_is_cancelled_once_old(
         while not (await store.get_runs([run.id]))[run.id].state.is_final:
             await asyncio.sleep(0.05)
 
-    await asyncio.wait_for(final(), 5)
+    await asyncio.wait_for(final(), WAIT)
     stored = (await store.get_runs([run.id]))[run.id]
     assert (stored.state, stored.reason) == (RunState.CANCELLED, RunReason.JOB_DELETED)
 
@@ -149,7 +156,7 @@ async def test_a_fire_later_than_the_jobs_recorded_next_fire_carries_the_schedul
         while (await store.get_job(job.owner, job.id)).next_fire_at in (first.at, None):
             await asyncio.sleep(0.05)
 
-    await asyncio.wait_for(moved_on(), 5)
+    await asyncio.wait_for(moved_on(), WAIT)
     stored = await store.get_job(job.owner, job.id)
     assert stored.next_fire_at is not None and stored.next_fire_at > second.at
 
@@ -185,7 +192,7 @@ async def _ended(store: SqliteStore, run: Run) -> Run:
             await asyncio.sleep(0.05)
         return stored
 
-    return await asyncio.wait_for(wait(), 5)
+    return await asyncio.wait_for(wait(), WAIT)
 
 
 @pytest.mark.parametrize("lease_ttl", [timedelta(milliseconds=300)])
@@ -244,3 +251,20 @@ async def test_a_hint_that_comes_after_its_run_ended_is_ignored(
     await asyncio.sleep(0.5)
     again = (await store.get_runs([run.id]))[run.id]
     assert again.ended_at == ended.ended_at, "the run ended a second time"
+
+
+async def test_a_run_waiting_for_a_slot_is_missed_at_its_starting_deadline(
+    store: SqliteStore, poller: Poller
+) -> None:
+    base = make_job()
+    now = utcnow()
+    spec = base.spec.replace(starting_deadline=timedelta(milliseconds=300))
+    job = dataclasses.replace(base, spec=spec, created_at=now, updated_at=now)
+    run = dataclasses.replace(make_run(job, due_at=now), created_at=now)
+    await store.create_jobs([NewJob(job=job, runs=[run])])
+    poller.runs_created([run], [job])
+    # admitted and waiting: there is no worker, so no slot ever frees
+    await until(lambda: run.id in poller._slots and poller._slots[run.id].phase == Phase.READY)
+    ended = await _ended(store, run)
+    assert (ended.state, ended.reason) == (RunState.MISSED, RunReason.DEADLINE)
+    assert ended.ended_at is not None and ended.ended_at >= run.due_at + spec.starting_deadline
