@@ -235,16 +235,24 @@ async def test_a_retry_stored_without_its_due_row_is_indexed_and_held_once(
     assert (await store.get_runs([retry.id]))[retry.id].state == RunState.PENDING
 
 
+async def _with_deadline(store: SqliteStore, deadline: timedelta, due_in: timedelta) -> Run:
+    """A stored job with a starting deadline and its run, due ``due_in`` from now."""
+    base = make_job()
+    now = utcnow()
+    spec = base.spec.replace(starting_deadline=deadline)
+    job = dataclasses.replace(base, spec=spec, created_at=now, updated_at=now)
+    run = dataclasses.replace(make_run(job, due_at=now + due_in), created_at=now)
+    await store.create_jobs([NewJob(job=job, runs=[run])])
+    return run
+
+
 async def test_a_hint_that_comes_after_its_run_ended_is_ignored(
     store: SqliteStore, poller: Poller
 ) -> None:
-    base = make_job()
-    now = utcnow()
-    # no worker here: a run due a while ago ends at once, MISSED, when it triggers
-    spec = base.spec.replace(starting_deadline=timedelta(milliseconds=1))
-    job = dataclasses.replace(base, spec=spec, created_at=now, updated_at=now)
-    run = dataclasses.replace(make_run(job, due_at=now - timedelta(seconds=1)), created_at=now)
-    await store.create_jobs([NewJob(job=job, runs=[run])])  # no hint: found by the scan
+    # no worker here: a run due a while ago ends at once, MISSED, when it triggers;
+    # no hint: the scan finds it
+    run = await _with_deadline(store, timedelta(milliseconds=1), -timedelta(seconds=1))
+    job = (await store.get_jobs([run.job_id]))[run.job_id]
     ended = await _ended(store, run)
     assert ended.state == RunState.MISSED
     poller.runs_created([run], [job])  # the api's hint, late
@@ -256,15 +264,11 @@ async def test_a_hint_that_comes_after_its_run_ended_is_ignored(
 async def test_a_run_waiting_for_a_slot_is_missed_at_its_starting_deadline(
     store: SqliteStore, poller: Poller
 ) -> None:
-    base = make_job()
-    now = utcnow()
-    spec = base.spec.replace(starting_deadline=timedelta(milliseconds=300))
-    job = dataclasses.replace(base, spec=spec, created_at=now, updated_at=now)
-    run = dataclasses.replace(make_run(job, due_at=now), created_at=now)
-    await store.create_jobs([NewJob(job=job, runs=[run])])
-    poller.runs_created([run], [job])
+    deadline = timedelta(milliseconds=300)
+    run = await _with_deadline(store, deadline, timedelta(0))
+    poller.runs_created([run], list((await store.get_jobs([run.job_id])).values()))
     # admitted and waiting: there is no worker, so no slot ever frees
     await until(lambda: run.id in poller._slots and poller._slots[run.id].phase == Phase.READY)
     ended = await _ended(store, run)
     assert (ended.state, ended.reason) == (RunState.MISSED, RunReason.DEADLINE)
-    assert ended.ended_at is not None and ended.ended_at >= run.due_at + spec.starting_deadline
+    assert ended.ended_at is not None and ended.ended_at >= run.due_at + deadline
