@@ -21,6 +21,7 @@ from bench.common import Result
 
 SYSTEMS = {
     "shardcron": "bench.systems.shardcron_embedded",
+    "shardcron-cluster": "bench.systems.shardcron_cluster",
     "celery": "bench.systems.celery_redis",
     "temporal": "bench.systems.temporal",
 }
@@ -45,7 +46,7 @@ def _counts(quick: bool, overrides: tuple[str, ...]) -> dict[str, int]:
 @click.command()
 @click.option(
     "--systems",
-    default="shardcron,celery,temporal",
+    default="shardcron,shardcron-cluster,celery,temporal",
     show_default=True,
     help="Comma-separated: " + ", ".join(SYSTEMS) + ".",
 )

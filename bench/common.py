@@ -10,16 +10,27 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import statistics
 import subprocess
 import time
+import urllib.request
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+
+# shardcron's counter of runs that ended (any state), one sample per label set
+RUNS_FINAL = re.compile(r"^shardcron_runs_final_total\{[^}]*\} ([0-9.e+]+)$", re.MULTILINE)
+
+
+def runs_ended(metrics_url: str) -> int:
+    """Runs ended so far, from a shardcron node's Prometheus endpoint."""
+    with urllib.request.urlopen(metrics_url, timeout=5) as r:
+        return int(sum(float(v) for v in RUNS_FINAL.findall(r.read().decode())))
 
 
 @dataclass(slots=True)

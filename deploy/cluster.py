@@ -5,7 +5,7 @@ coordinator and poller roles each) and two workers that find the pollers
 through ZooKeeper. Every process's pid and log go under ``.cluster/`` so
 ``down`` (and a newcomer) can find them; endpoints are printed at the end.
 
-    python deploy/cluster.py up [--dir .cluster] [--nodes 3] [--workers 2]
+    python deploy/cluster.py up [--dir .cluster] [--nodes 3] [--workers 2] [--slots 8]
     python deploy/cluster.py status
     python deploy/cluster.py down
 """
@@ -74,7 +74,7 @@ def wait_serving(target: str, timeout: float = 60) -> None:
     raise SystemExit(f"{target} did not start serving within {timeout:.0f}s")
 
 
-def up(state: Path, nodes: int, workers: int) -> None:
+def up(state: Path, nodes: int, workers: int, slots: int = 8) -> None:
     state.mkdir(parents=True, exist_ok=True)
     zk = servers.ZooKeeper(state / "zookeeper", nodes=1, port=ZK_PORT)
     cassandra = LocalCassandra(state / "cassandra", nodes=1, heap="512M")
@@ -125,7 +125,7 @@ def up(state: Path, nodes: int, workers: int) -> None:
                 "--id",
                 f"worker{i}",
                 "--slots",
-                "8",
+                str(slots),
             ),
             state,
         )
@@ -196,10 +196,11 @@ def main() -> None:
     parser.add_argument("--dir", default=str(REPO / ".cluster"))
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--slots", type=int, default=8, help="slots per worker")
     args = parser.parse_args()
     state = Path(args.dir)
     if args.command == "up":
-        up(state, args.nodes, args.workers)
+        up(state, args.nodes, args.workers, args.slots)
     elif args.command == "down":
         down(state)
     else:

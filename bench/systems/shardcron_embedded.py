@@ -28,7 +28,16 @@ import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.common import CpuMeter, Proc, Result, free_port, per_1000, percentiles, wait_port
+from bench.common import (
+    CpuMeter,
+    Proc,
+    Result,
+    free_port,
+    per_1000,
+    percentiles,
+    runs_ended,
+    wait_port,
+)
 from shardcron.client import AsyncClient
 from shardcron.client.types import HandlerTask, JobSpec, Schedule
 
@@ -39,7 +48,6 @@ WORKERS = 1  # worker processes
 SLOTS = 256  # slots per worker: no-op runs are short, slots only bound what is in flight
 TIMEOUT = 600.0  # seconds a workload may take
 STORM_LEAD = 5.0  # W2: the storm instant is this long after the estimated end of submits
-_FINAL = re.compile(r"^shardcron_runs_final_total\{[^}]*\} ([0-9.e+]+)$", re.MULTILINE)
 
 
 class _Node:
@@ -99,10 +107,7 @@ class _Node:
         )
 
     def finished(self) -> int:
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        with urllib.request.urlopen(url, timeout=5) as r:
-            text = r.read().decode()
-        return int(sum(float(v) for v in _FINAL.findall(text)))
+        return runs_ended(f"http://127.0.0.1:{self.metrics_port}/metrics")
 
     def wait_workers(self, timeout: float = 30.0) -> None:
         """Until every worker is connected (a job submitted before would wait for one)."""

@@ -1,0 +1,149 @@
+"""shardcron as a cluster on this machine: ZooKeeper, one Cassandra node, three nodes
+(api, coordinator and poller each) and two workers, as ``make cluster`` starts them
+(``deploy/cluster.py``, in a directory of the run's own). W1 only.
+
+- Submits go through the three api nodes in turn (``CreateJobs``, ``BATCH`` jobs per
+  call, ``IN_FLIGHT`` calls at once): a client spreading its load, as a user's would.
+- Completion is the sum of ``shardcron_runs_final_total`` over the three nodes.
+- CPU is metered for the shardcron nodes, the workers, Cassandra, ZooKeeper and the
+  client; everything shares the machine's cores, Cassandra's JVM included.
+
+The ports are ``make cluster``'s (api 7401-7403, metrics 9465-9467, ZooKeeper 2191):
+stop a cluster started by hand first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from bench.common import CpuMeter, Result, per_1000, runs_ended
+from shardcron.client import AsyncClient
+from shardcron.client.types import HandlerTask, JobSpec
+
+REPO = Path(__file__).resolve().parents[2]
+BATCH = 1000
+IN_FLIGHT = 6  # calls at once, spread over the three api nodes
+SLOTS = 256  # per worker
+TIMEOUT = 600.0
+NODES = 3
+WORKERS = 2
+
+
+def _cluster(command: str, state: Path) -> None:
+    args = [sys.executable, str(REPO / "deploy" / "cluster.py"), command, "--dir", str(state)]
+    if command == "up":
+        args += ["--nodes", str(NODES), "--workers", str(WORKERS), "--slots", str(SLOTS)]
+    log = (state.parent / f"cluster-{command}.log").open("ab")
+    try:
+        subprocess.run(args, check=True, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    finally:
+        log.close()
+
+
+def _pid(path: Path) -> list[int]:
+    try:
+        return [int(path.read_text().strip())]
+    except (OSError, ValueError):
+        return []
+
+
+def _finished() -> int:
+    return sum(runs_ended(f"http://127.0.0.1:{9464 + i}/metrics") for i in range(1, NODES + 1))
+
+
+def _workers_connected(timeout: float = 60.0) -> None:
+    """Until each worker streams to every poller (jobs would wait for them otherwise)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        seen = 0.0
+        for i in range(1, NODES + 1):
+            url = f"http://127.0.0.1:{9464 + i}/metrics"
+            with urllib.request.urlopen(url, timeout=5) as r:
+                for line in r.read().decode().splitlines():
+                    if line.startswith("shardcron_workers_connected"):
+                        seen += float(line.rsplit(" ", 1)[1])
+        if seen >= NODES * WORKERS:
+            return
+        time.sleep(0.5)
+    raise TimeoutError("the workers did not reach every poller")
+
+
+async def _submit(specs: list[JobSpec]) -> tuple[float, float]:
+    clients = [
+        AsyncClient(f"127.0.0.1:{7400 + i}", owner="bench", timeout=120)
+        for i in range(1, NODES + 1)
+    ]
+    batches = [specs[i : i + BATCH] for i in range(0, len(specs), BATCH)]
+    queue: asyncio.Queue[tuple[int, list[JobSpec]]] = asyncio.Queue()
+    for k, b in enumerate(batches):
+        queue.put_nowait((k, b))
+
+    async def caller() -> None:
+        while not queue.empty():
+            k, batch = queue.get_nowait()
+            await clients[k % NODES].create_jobs(batch)
+
+    try:
+        first = time.time()
+        await asyncio.gather(*(caller() for _ in range(IN_FLIGHT)))
+        return first, time.time()
+    finally:
+        for c in clients:
+            await c.close()
+
+
+def _w1(out_dir: Path, n: int) -> Result:
+    state = out_dir / "cluster"
+    state.mkdir(parents=True, exist_ok=True)
+    try:
+        _cluster("up", state)
+        _workers_connected()
+        meter = CpuMeter(
+            {
+                "nodes": [p for i in range(1, NODES + 1) for p in _pid(state / f"node{i}.pid")],
+                "workers": [
+                    p for i in range(1, WORKERS + 1) for p in _pid(state / f"worker{i}.pid")
+                ],
+                "cassandra": _pid(state / "cassandra" / "cass1" / "pid"),
+                "zookeeper": _pid(state / "zookeeper" / "zk1" / "pid"),
+                "client": [os.getpid()],
+            }
+        )
+        spec = JobSpec(name="w1", task=HandlerTask(name="noop"))
+        meter.start()
+        first, last_ack = asyncio.run(_submit([spec] * n))
+        deadline = time.monotonic() + TIMEOUT
+        done, last_done = 0, time.time()
+        while time.monotonic() < deadline and done < n:
+            seen = _finished()
+            if seen != done:
+                done, last_done = seen, time.time()
+            time.sleep(0.1)
+        cpu = meter.stop()
+    finally:
+        _cluster("down", state)
+    return Result(
+        system="shardcron (ZooKeeper + Cassandra)",
+        workload="W1",
+        n=n,
+        config=f"`make cluster` layout: ZooKeeper, 1 Cassandra node (heap 512M), {NODES} nodes, "
+        f"{WORKERS} workers x {SLOTS} slots; CreateJobs x {BATCH} jobs, {IN_FLIGHT} calls in "
+        "flight over the three api nodes",
+        submit_rate=n / max(last_ack - first, 1e-9),
+        e2e_rate=done / max(last_done - first, 1e-9),
+        drain_s=max(0.0, last_done - last_ack),
+        cpu_per_1000=per_1000(cpu, n),
+        completed=done,
+        notes="completion: shardcron_runs_final_total summed over the nodes"
+        + ("" if done >= n else f"; timed out after {TIMEOUT:.0f}s"),
+    )
+
+
+def run(workloads: list[str], n: dict[str, int], out_dir: Path) -> list[Result]:
+    return [_w1(out_dir, n["W1"])] if "W1" in workloads else []
