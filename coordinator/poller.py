@@ -149,6 +149,8 @@ class Poller:
         self._shards: frozenset[int] = frozenset()
         self._taken_at: dict[int, datetime] = {}
         self._loaded_until: dict[int, datetime] = {}
+        # when each shard's recent past was last re-read (recheck_interval)
+        self._rechecked_at: dict[int, datetime] = {}
         self._slots: dict[str, Slot] = {}
         self._timers: list[tuple[datetime, str]] = []
         self._ready: list[tuple[int, datetime, str]] = []
@@ -303,6 +305,7 @@ class Poller:
         self._job_read_at.clear()
         self._recent_final.clear()
         self._loaded_until.clear()
+        self._rechecked_at.clear()
         self._taken_at = {shard: now for shard in self._shards}
         self._next_scan = 0.0
         for conn in self._workers.values():
@@ -411,6 +414,7 @@ class Poller:
         for shard in lost:
             self._taken_at.pop(shard, None)
             self._loaded_until.pop(shard, None)
+            self._rechecked_at.pop(shard, None)
         self._shards = a.shards
         if lost:
             for slot in [s for s in self._slots.values() if s.run.shard in lost]:
@@ -432,10 +436,16 @@ class Poller:
             if start is None:
                 start = await self._shard_start(shard, now)
             if recheck:
-                start = min(start, now - self.config.recheck_window)
+                # The recent past, back from the previous re-read: a run written after
+                # that read, due before the loaded window, is found only here when its
+                # hint was lost, however long this poller was held up in between.
+                since = min(now, self._rechecked_at.get(shard, now))
+                start = min(start, since - self.config.recheck_window)
             loaded = await self._load_range(shard, start, until, now)
             if loaded:
                 self._loaded_until[shard] = max(until, self._loaded_until.get(shard, until))
+                if recheck:
+                    self._rechecked_at[shard] = now
         self._next_scan = time.time() + self.config.scan_interval.total_seconds()
         if recheck:
             assert self.config.recheck_interval is not None

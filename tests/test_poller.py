@@ -16,6 +16,9 @@ The same for a hint that comes late: an api on another node tells the owner of t
 shard about a new run, and the owner's scan may find, run and end that run before the
 hint arrives with its PENDING copy. The run must not run again.
 
+A poller held up longer than its recheck window (a store call queued behind a
+burst of creates) must still find a run whose hint was lost, written meanwhile.
+
 And a run with a starting deadline that waits for a slot is MISSED when the
 deadline passes, even though no slot ever frees.
 """
@@ -63,7 +66,14 @@ def lease_ttl() -> timedelta:
 
 
 @pytest.fixture
-async def poller(store: SqliteStore, lease_ttl: timedelta) -> AsyncIterator[Poller]:
+def recheck_window() -> timedelta:
+    return PollerConfig().recheck_window
+
+
+@pytest.fixture
+async def poller(
+    store: SqliteStore, lease_ttl: timedelta, recheck_window: timedelta
+) -> AsyncIterator[Poller]:
     p = Poller(
         store,
         poller_id="p1",
@@ -71,6 +81,7 @@ async def poller(store: SqliteStore, lease_ttl: timedelta) -> AsyncIterator[Poll
         config=PollerConfig(
             scan_interval=timedelta(milliseconds=100),
             recheck_interval=timedelta(milliseconds=200),
+            recheck_window=recheck_window,
             lease_ttl=lease_ttl,
         ),
         metrics=Metrics(),
@@ -272,3 +283,29 @@ async def test_a_run_waiting_for_a_slot_is_missed_at_its_starting_deadline(
     ended = await _ended(store, run)
     assert (ended.state, ended.reason) == (RunState.MISSED, RunReason.DEADLINE)
     assert ended.ended_at is not None and ended.ended_at >= run.due_at + deadline
+
+
+@pytest.mark.parametrize("recheck_window", [timedelta(seconds=1)])
+async def test_a_run_written_while_the_poller_was_held_up_is_found_without_its_hint(
+    store: SqliteStore, poller: Poller, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = dataclasses.replace(make_job(), created_at=utcnow(), updated_at=utcnow())
+    shard = make_run(job).shard
+    real = store.scan_due
+    held = asyncio.Event()
+    armed = True
+
+    async def scan_due(s: int, **kw):  # type: ignore[no-untyped-def]
+        nonlocal armed
+        entries = await real(s, **kw)
+        if s == shard and armed:  # what it read is stale by the time it returns
+            armed = False
+            held.set()
+            await asyncio.sleep(2.5)  # longer than the recheck window
+        return entries
+
+    monkeypatch.setattr(store, "scan_due", scan_due)
+    await asyncio.wait_for(held.wait(), WAIT)
+    run = dataclasses.replace(make_run(job, due_at=utcnow()), created_at=utcnow())
+    await store.create_jobs([NewJob(job=job, runs=[run])])  # its hint is lost: none is sent
+    await until(lambda: run.id in poller._slots)
