@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import signal
 import socket
 import statistics
@@ -22,15 +21,42 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
-
-# shardcron's counter of runs that ended (any state), one sample per label set
-RUNS_FINAL = re.compile(r"^shardcron_runs_final_total\{[^}]*\} ([0-9.e+]+)$", re.MULTILINE)
+from prometheus_client.parser import text_string_to_metric_families
 
 
-def runs_ended(metrics_url: str) -> int:
-    """Runs ended so far, from a shardcron node's Prometheus endpoint."""
-    with urllib.request.urlopen(metrics_url, timeout=5) as r:
-        return int(sum(float(v) for v in RUNS_FINAL.findall(r.read().decode())))
+def metric_total(urls: Iterable[str], name: str) -> float:
+    """The sum of every sample of metric ``name`` over shardcron nodes' /metrics pages."""
+    total = 0.0
+    for url in urls:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            families = text_string_to_metric_families(r.read().decode())
+        total += sum(s.value for f in families for s in f.samples if s.name == name)
+    return total
+
+
+def wait_until_metric(urls: Sequence[str], name: str, at_least: float, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while metric_total(urls, name) < at_least:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{name} stayed below {at_least} for {timeout:.0f}s")
+        time.sleep(0.1)
+
+
+def wait_ended(
+    urls: Sequence[str], n: int, timeout: float, poll: float = 0.05
+) -> tuple[int, float]:
+    """Polls shardcron's ended-runs counter until ``n`` runs ended or ``timeout`` passed;
+    returns (runs ended, when the last of them was seen)."""
+    deadline = time.monotonic() + timeout
+    done, at = 0, time.time()
+    while time.monotonic() < deadline:
+        seen = int(metric_total(urls, "shardcron_runs_final_total"))
+        if seen != done:
+            done, at = seen, time.time()
+        if done >= n:
+            break
+        time.sleep(poll)
+    return done, at
 
 
 @dataclass(slots=True)

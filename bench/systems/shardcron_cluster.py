@@ -18,16 +18,13 @@ import asyncio
 import os
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
-from bench.common import CpuMeter, Result, per_1000, runs_ended
-from shardcron.client import AsyncClient
+from bench.common import CpuMeter, Result, per_1000, wait_ended, wait_until_metric
+from bench.systems.shardcron_embedded import BATCH, submit
 from shardcron.client.types import HandlerTask, JobSpec
 
 REPO = Path(__file__).resolve().parents[2]
-BATCH = 1000
 IN_FLIGHT = 6  # calls at once, spread over the three api nodes
 SLOTS = 256  # per worker
 TIMEOUT = 600.0
@@ -53,49 +50,7 @@ def _pid(path: Path) -> list[int]:
         return []
 
 
-def _finished() -> int:
-    return sum(runs_ended(f"http://127.0.0.1:{9464 + i}/metrics") for i in range(1, NODES + 1))
-
-
-def _workers_connected(timeout: float = 60.0) -> None:
-    """Until each worker streams to every poller (jobs would wait for them otherwise)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        seen = 0.0
-        for i in range(1, NODES + 1):
-            url = f"http://127.0.0.1:{9464 + i}/metrics"
-            with urllib.request.urlopen(url, timeout=5) as r:
-                for line in r.read().decode().splitlines():
-                    if line.startswith("shardcron_workers_connected"):
-                        seen += float(line.rsplit(" ", 1)[1])
-        if seen >= NODES * WORKERS:
-            return
-        time.sleep(0.5)
-    raise TimeoutError("the workers did not reach every poller")
-
-
-async def _submit(specs: list[JobSpec]) -> tuple[float, float]:
-    clients = [
-        AsyncClient(f"127.0.0.1:{7400 + i}", owner="bench", timeout=120)
-        for i in range(1, NODES + 1)
-    ]
-    batches = [specs[i : i + BATCH] for i in range(0, len(specs), BATCH)]
-    queue: asyncio.Queue[tuple[int, list[JobSpec]]] = asyncio.Queue()
-    for k, b in enumerate(batches):
-        queue.put_nowait((k, b))
-
-    async def caller() -> None:
-        while not queue.empty():
-            k, batch = queue.get_nowait()
-            await clients[k % NODES].create_jobs(batch)
-
-    try:
-        first = time.time()
-        await asyncio.gather(*(caller() for _ in range(IN_FLIGHT)))
-        return first, time.time()
-    finally:
-        for c in clients:
-            await c.close()
+METRICS = [f"http://127.0.0.1:{9464 + i}/metrics" for i in range(1, NODES + 1)]
 
 
 def _w1(out_dir: Path, n: int) -> Result:
@@ -103,7 +58,8 @@ def _w1(out_dir: Path, n: int) -> Result:
     state.mkdir(parents=True, exist_ok=True)
     try:
         _cluster("up", state)
-        _workers_connected()
+        # each worker streams to every poller (jobs would wait for them otherwise)
+        wait_until_metric(METRICS, "shardcron_workers_connected", NODES * WORKERS, 60.0)
         meter = CpuMeter(
             {
                 "nodes": [p for i in range(1, NODES + 1) for p in _pid(state / f"node{i}.pid")],
@@ -117,14 +73,9 @@ def _w1(out_dir: Path, n: int) -> Result:
         )
         spec = JobSpec(name="w1", task=HandlerTask(name="noop"))
         meter.start()
-        first, last_ack = asyncio.run(_submit([spec] * n))
-        deadline = time.monotonic() + TIMEOUT
-        done, last_done = 0, time.time()
-        while time.monotonic() < deadline and done < n:
-            seen = _finished()
-            if seen != done:
-                done, last_done = seen, time.time()
-            time.sleep(0.1)
+        targets = [f"127.0.0.1:{7400 + i}" for i in range(1, NODES + 1)]
+        first, last_ack = asyncio.run(submit(targets, [spec] * n, IN_FLIGHT))
+        done, last_done = wait_ended(METRICS, n, TIMEOUT, 0.1)
         cpu = meter.stop()
     finally:
         _cluster("down", state)

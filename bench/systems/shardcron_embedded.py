@@ -20,11 +20,11 @@ the scheduler is measured, not process start-up.
 from __future__ import annotations
 
 import asyncio
-import re
+import os
 import sqlite3
 import sys
 import time
-import urllib.request
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -35,8 +35,9 @@ from bench.common import (
     free_port,
     per_1000,
     percentiles,
-    runs_ended,
+    wait_ended,
     wait_port,
+    wait_until_metric,
 )
 from shardcron.client import AsyncClient
 from shardcron.client.types import HandlerTask, JobSpec, Schedule
@@ -96,8 +97,6 @@ class _Node:
             p.stop()
 
     def cpu(self) -> CpuMeter:
-        import os
-
         return CpuMeter(
             {
                 "scheduler": [self.node.pid],
@@ -106,57 +105,37 @@ class _Node:
             }
         )
 
-    def finished(self) -> int:
-        return runs_ended(f"http://127.0.0.1:{self.metrics_port}/metrics")
+    @property
+    def metrics(self) -> list[str]:
+        return [f"http://127.0.0.1:{self.metrics_port}/metrics"]
 
     def wait_workers(self, timeout: float = 30.0) -> None:
         """Until every worker is connected (a job submitted before would wait for one)."""
-        deadline = time.monotonic() + timeout
-        pattern = re.compile(
-            r"^shardcron_workers_connected(?:\{[^}]*\})? ([0-9.e+]+)$", re.MULTILINE
-        )
-        while time.monotonic() < deadline:
-            url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-            with urllib.request.urlopen(url, timeout=5) as r:
-                found = pattern.findall(r.read().decode())
-            if found and sum(float(v) for v in found) >= len(self.workers):
-                return
-            time.sleep(0.1)
-        raise TimeoutError("workers did not connect")
+        wait_until_metric(self.metrics, "shardcron_workers_connected", len(self.workers), timeout)
 
 
-async def _submit(target: str, specs: list[JobSpec]) -> tuple[float, float]:
-    """Submits every spec; returns (first call sent, last call acknowledged) times."""
-    client = AsyncClient(target, owner="bench", timeout=120)
-    batches = [specs[i : i + BATCH] for i in range(0, len(specs), BATCH)]
-    queue: asyncio.Queue[list[JobSpec]] = asyncio.Queue()
-    for b in batches:
-        queue.put_nowait(b)
+async def submit(
+    targets: Sequence[str], specs: list[JobSpec], in_flight: int
+) -> tuple[float, float]:
+    """Submits every spec in ``BATCH``-job CreateJobs calls, ``in_flight`` at once, the
+    k-th call to ``targets[k % len(targets)]``; returns (first call sent, last acked)."""
+    clients = [AsyncClient(t, owner="bench", timeout=120) for t in targets]
+    queue: asyncio.Queue[tuple[int, list[JobSpec]]] = asyncio.Queue()
+    for k, i in enumerate(range(0, len(specs), BATCH)):
+        queue.put_nowait((k, specs[i : i + BATCH]))
 
     async def caller() -> None:
         while not queue.empty():
-            await client.create_jobs(queue.get_nowait())
+            k, batch = queue.get_nowait()
+            await clients[k % len(clients)].create_jobs(batch)
 
     try:
         first = time.time()
-        await asyncio.gather(*(caller() for _ in range(IN_FLIGHT)))
+        await asyncio.gather(*(caller() for _ in range(in_flight)))
         return first, time.time()
     finally:
-        await client.close()
-
-
-def _wait_done(node: _Node, n: int, timeout: float) -> tuple[int, float]:
-    """Polls the completion counter until ``n`` runs ended; (ended, time of the last)."""
-    deadline = time.monotonic() + timeout
-    done, at = 0, time.time()
-    while time.monotonic() < deadline:
-        seen = node.finished()
-        if seen != done:
-            done, at = seen, time.time()
-        if done >= n:
-            break
-        time.sleep(POLL)
-    return done, at
+        for c in clients:
+            await c.close()
 
 
 def _config() -> str:
@@ -173,8 +152,8 @@ def _measure(
     exactly that span: (first submit, last ack, ended, last end, CPU-s by role)."""
     meter = node.cpu()
     meter.start()
-    first, last_ack = asyncio.run(_submit(node.target, [spec] * n))
-    done, last_done = _wait_done(node, n, timeout)
+    first, last_ack = asyncio.run(submit([node.target], [spec] * n, IN_FLIGHT))
+    done, last_done = wait_ended(node.metrics, n, timeout, POLL)
     return first, last_ack, done, last_done, meter.stop()
 
 
