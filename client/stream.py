@@ -1,0 +1,199 @@
+"""The lease stream's messages as typed values (``WorkerService.Connect``).
+
+A worker and a poller talk over one bidirectional stream. Everything either side
+reads from it is one of the frozen classes below, decoded and validated by
+``shardcron.client.codec.stream``; nothing past that edge sees protobuf.
+
+Worker to poller: ``Hello`` (first, once), then any of ``Credits``, ``Heartbeat``,
+``Started``, ``Results``, ``Output`` and ``Refused``.
+Poller to worker: ``Welcome`` (first), then any of ``Leases``, ``Cancels``,
+``Renewals``, ``ResultAcks`` and ``Demand``.
+
+Times are aware UTC datetimes; a fencing token is ``epoch << 32 | sequence``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from shardcron.client.types import Resources, RunReason, RunState, Task
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaseRef:
+    """One lease, named by its run and fencing token."""
+
+    run_id: str
+    fencing_token: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunOutcome:
+    """How one leased run ended on the worker (``RunResult``). ``state`` is final:
+    SUCCEEDED, FAILED, TIMED_OUT or CANCELLED."""
+
+    run_id: str
+    fencing_token: int
+    state: RunState
+    reason: RunReason = RunReason.NONE
+    exit_code: int | None = None
+    error: str = ""
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutputPiece:
+    """Bytes a run wrote, in order; the poller appends them to the run's output."""
+
+    run_id: str
+    data: bytes
+    stream: str = "stdout"  # "stdout" | "stderr"
+
+
+# --- worker -> poller ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Hello:
+    """The first message of a stream: who the worker is, what it can run, and what
+    it still holds from an earlier stream (leases to renew, results to report)."""
+
+    worker_id: str
+    slots: int
+    cpu_millis: int = 0
+    memory_mb: int = 0
+    labels: dict[str, str] = field(default_factory=dict)
+    handlers: frozenset[str] = frozenset()
+    runs_commands: bool = False
+    version: str = ""
+    pending_results: tuple[RunOutcome, ...] = ()
+    held: tuple[LeaseRef, ...] = ()
+    credit_limit: int | None = None  # None: every slot is this stream's
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Credits:
+    """How many slots this stream may fill now (the worker shares its slots among pollers)."""
+
+    limit: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Heartbeat:
+    """Leases the worker still holds and asks to renew."""
+
+    leases: tuple[LeaseRef, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Started:
+    """These leased runs started executing at ``at`` (None: when the poller reads it)."""
+
+    leases: tuple[LeaseRef, ...] = ()
+    at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Results:
+    outcomes: tuple[RunOutcome, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Output:
+    pieces: tuple[OutputPiece, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Refused:
+    """Leases the worker will not run (no room, or stopping): nothing of them ran."""
+
+    leases: tuple[LeaseRef, ...] = ()
+
+
+WorkerEvent = Credits | Heartbeat | Started | Results | Output | Refused
+"""What a worker may send after its ``Hello``."""
+
+
+# --- poller -> worker ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Welcome:
+    poller_id: str
+    epoch: int
+    lease_ttl: timedelta
+    heartbeat_interval: timedelta
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaseGrant:
+    """One run handed to a worker, held for ``lease_ttl`` unless renewed."""
+
+    run_id: str
+    job_id: str
+    owner: str
+    fencing_token: int
+    attempt: int
+    fire_at: datetime
+    due_at: datetime
+    task: Task
+    timeout: timedelta | None
+    lease_ttl: timedelta
+    resources: Resources
+    job_name: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CancelOrder:
+    run_id: str
+    fencing_token: int
+    reason: RunReason
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Renewal:
+    run_id: str
+    fencing_token: int
+    ok: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResultAck:
+    run_id: str
+    fencing_token: int
+    accepted: bool
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Leases:
+    grants: tuple[LeaseGrant, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Cancels:
+    orders: tuple[CancelOrder, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Renewals:
+    renewals: tuple[Renewal, ...] = ()
+    lease_ttl: timedelta = timedelta(0)  # each ok lease now holds this long from the heartbeat
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResultAcks:
+    acks: tuple[ResultAck, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Demand:
+    """Slots of ready runs this poller could give the worker beyond its credits."""
+
+    slots: int
+
+
+PollerEvent = Welcome | Leases | Cancels | Renewals | ResultAcks | Demand
+"""What a poller sends."""
