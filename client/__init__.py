@@ -2,7 +2,7 @@
 
 ``Client`` (blocking) and ``AsyncClient`` (asyncio) speak to any api node; they take and
 return the domain dataclasses re-exported here and raise the ``ShardcronError`` family.
-The wire mapping lives in ``shardcron.client.convert``, the CLI in ``shardcron.client.cli``.
+The wire mapping lives in ``shardcron.client.codec``, the CLI in ``shardcron.client.cli``.
 The clients are imported on first use, so importing ``shardcron.client.types`` (as the
 server roles do) does not load gRPC through this package.
 """

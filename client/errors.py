@@ -1,6 +1,6 @@
 """The one exception family of shardcron, shared by the SDK and the server.
 
-Each error maps to one gRPC status code (``shardcron.client.convert`` holds the
+Each error maps to one gRPC status code (``shardcron.client.codec`` holds the
 table); the server raises these and the SDK raises them again on the other side.
 """
 

@@ -2,9 +2,9 @@
 and ClusterService.
 
 Both classes take and return the domain types of ``shardcron.client.types``; protobuf
-stays inside this module and ``convert``. Every failed call raises a
+stays inside this module and ``codec``. Every failed call raises a
 ``shardcron.client.errors.ShardcronError`` (``.code`` is the gRPC status name) made by
-``convert.error_from_rpc``. Requests are built and responses decoded by the module-level
+``codec.error_from_rpc``. Requests are built and responses decoded by the module-level
 functions below, shared by both classes, so the classes only choose how to call.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from shardcron.client.convert import (
+from shardcron.client.codec import (
     cluster_status_from_proto,
     error_from_rpc,
     fire_from_proto,

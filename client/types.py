@@ -1,7 +1,7 @@
 """Domain types shared by the SDK, the server roles and the worker.
 
 Frozen, slotted, keyword-only dataclasses; times are aware UTC datetimes and
-durations are ``timedelta``. Protobuf never appears here: ``shardcron.client.convert``
+durations are ``timedelta``. Protobuf never appears here: ``shardcron.client.codec``
 is the one place that maps these to and from the wire.
 """
 

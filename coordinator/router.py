@@ -20,7 +20,7 @@ from typing import Any
 
 import grpc
 
-from shardcron.client import convert
+from shardcron.client import codec
 from shardcron.client.errors import ShardcronError, Unavailable
 from shardcron.client.types import Job, Run, RunReason
 from shardcron.coordinator.coordination import ClusterView, Coordination
@@ -91,8 +91,8 @@ class ShardRouter:
                 local.runs_created(runs, jobs)
             elif stub is not None:
                 request = cluster_pb2.NotifyRunsRequest(
-                    runs=[convert.run_to_proto(r) for r in runs],
-                    jobs=[convert.job_to_proto(j) for j in jobs],
+                    runs=[codec.run_to_proto(r) for r in runs],
+                    jobs=[codec.job_to_proto(j) for j in jobs],
                 )
                 await stub.NotifyRuns(request, timeout=CALL_TIMEOUT)
         except (ShardcronError, grpc.aio.AioRpcError) as e:
@@ -108,13 +108,13 @@ class ShardRouter:
             return await local.cancel(run, reason)
         assert stub is not None
         request = cluster_pb2.CancelRunRequest(
-            run=convert.run_to_proto(run), reason=convert.run_reason_to_proto(reason)
+            run=codec.run_to_proto(run), reason=codec.run_reason_to_proto(reason)
         )
         try:
-            return convert.run_from_proto(await stub.CancelRun(request, timeout=CALL_TIMEOUT))
+            return codec.run_from_proto(await stub.CancelRun(request, timeout=CALL_TIMEOUT))
         except grpc.aio.AioRpcError as e:
             self._view = None
-            raise convert.error_from_rpc(e) from e
+            raise codec.error_from_rpc(e) from e
 
     def cancel_job(self, job_id: str, reason: RunReason) -> None:
         self._spawn(self._cancel_job(job_id, reason))
@@ -126,7 +126,7 @@ class ShardRouter:
                 local.cancel_job(job_id, reason)
             elif stub is not None:
                 request = cluster_pb2.CancelJobRunsRequest(
-                    job_id=job_id, reason=convert.run_reason_to_proto(reason)
+                    job_id=job_id, reason=codec.run_reason_to_proto(reason)
                 )
                 await stub.CancelJobRuns(request, timeout=CALL_TIMEOUT)
         except (ShardcronError, grpc.aio.AioRpcError) as e:
@@ -142,7 +142,7 @@ class ShardRouter:
                 local.job_changed(job)
             elif stub is not None:
                 await stub.JobChanged(
-                    cluster_pb2.JobChangedRequest(job=convert.job_to_proto(job)),
+                    cluster_pb2.JobChangedRequest(job=codec.job_to_proto(job)),
                     timeout=CALL_TIMEOUT,
                 )
         except (ShardcronError, grpc.aio.AioRpcError) as e:
@@ -176,8 +176,8 @@ def local_status(poller: Poller) -> cluster_pb2.PollerStatus:
     return cluster_pb2.PollerStatus(
         poller_id=poller.poller_id,
         fencing_epoch=poller.fencing_epoch,
-        shards=[convert.shard_info_to_proto(s) for s in poller.shard_lag()],
-        workers=[convert.worker_info_to_proto(w) for w in poller.workers()],
+        shards=[codec.shard_info_to_proto(s) for s in poller.shard_lag()],
+        workers=[codec.worker_info_to_proto(w) for w in poller.workers()],
     )
 
 
@@ -190,37 +190,37 @@ class PollerServiceServicer(cluster_pb2_grpc.PollerServiceServicer):
     async def NotifyRuns(
         self, request: cluster_pb2.NotifyRunsRequest, context: Any
     ) -> cluster_pb2.NotifyRunsResponse:
-        runs = [convert.run_from_proto(r) for r in request.runs]
-        jobs = [convert.job_from_proto(j) for j in request.jobs]
+        runs = [codec.run_from_proto(r) for r in request.runs]
+        jobs = [codec.job_from_proto(j) for j in request.jobs]
         self._poller.runs_created(runs, jobs)
         return cluster_pb2.NotifyRunsResponse()
 
     async def CancelRun(
         self, request: cluster_pb2.CancelRunRequest, context: grpc.aio.ServicerContext
     ) -> types_pb2.Run:
-        run = convert.run_from_proto(request.run)
+        run = codec.run_from_proto(request.run)
         if not self._poller.owns(run.shard):
             await context.abort(
                 grpc.StatusCode.UNAVAILABLE, f"shard {run.shard} is not served here any more"
             )
         try:
-            reason = convert.run_reason_from_proto(request.reason)
-            return convert.run_to_proto(await self._poller.cancel(run, reason))
+            reason = codec.run_reason_from_proto(request.reason)
+            return codec.run_to_proto(await self._poller.cancel(run, reason))
         except ShardcronError as e:
-            code, message = convert.status_for(e)
+            code, message = codec.status_for(e)
             await context.abort(code, message)
             raise
 
     async def CancelJobRuns(
         self, request: cluster_pb2.CancelJobRunsRequest, context: Any
     ) -> cluster_pb2.CancelJobRunsResponse:
-        self._poller.cancel_job(request.job_id, convert.run_reason_from_proto(request.reason))
+        self._poller.cancel_job(request.job_id, codec.run_reason_from_proto(request.reason))
         return cluster_pb2.CancelJobRunsResponse()
 
     async def JobChanged(
         self, request: cluster_pb2.JobChangedRequest, context: Any
     ) -> cluster_pb2.JobChangedResponse:
-        self._poller.job_changed(convert.job_from_proto(request.job))
+        self._poller.job_changed(codec.job_from_proto(request.job))
         return cluster_pb2.JobChangedResponse()
 
     async def GetPollerStatus(

@@ -1,6 +1,6 @@
 """gRPC edge of a node: thin servicers (decode, call, encode) and the server builder.
 
-Domain errors become status codes through ``shardcron.client.convert.status_for``
+Domain errors become status codes through ``shardcron.client.codec.status_for``
 (the one table); anything unexpected is INTERNAL and logged. Health checking and
 server reflection are served so grpcurl and load balancers work.
 """
@@ -19,7 +19,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from shardcron.client import convert
+from shardcron.client import codec
 from shardcron.client.errors import InvalidArgument, ShardcronError
 from shardcron.client.types import DEFAULT_OWNER, ClusterStatus, ShardInfo, WorkerInfo
 from shardcron.coordinator.api import JobsApi
@@ -59,7 +59,7 @@ def rpc(method: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
         try:
             return await method(self, request, context)
         except ShardcronError as e:
-            code, message = convert.status_for(e)
+            code, message = codec.status_for(e)
             await context.abort(code, message)
         except grpc.aio.AbortError:
             raise
@@ -79,11 +79,11 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
     async def CreateJob(
         self, request: jobs_pb2.CreateJobRequest, context: Any
     ) -> jobs_pb2.CreateJobResponse:
-        spec = convert.job_spec_from_proto(request.spec, "spec")
+        spec = codec.job_spec_from_proto(request.spec, "spec")
         [(job, created)] = await self.api.create_jobs(
             owner_of(context), [(spec, request.idempotency_key)]
         )
-        return jobs_pb2.CreateJobResponse(job=convert.job_to_proto(job), created=created)
+        return jobs_pb2.CreateJobResponse(job=codec.job_to_proto(job), created=created)
 
     @rpc
     async def CreateJobs(
@@ -91,7 +91,7 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
     ) -> jobs_pb2.CreateJobsResponse:
         owner = owner_of(context)
         items = [
-            (convert.job_spec_from_proto(r.spec, f"jobs[{i}].spec"), r.idempotency_key)
+            (codec.job_spec_from_proto(r.spec, f"jobs[{i}].spec"), r.idempotency_key)
             for i, r in enumerate(request.jobs)
         ]
         if not items:
@@ -99,8 +99,7 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
         results = await self.api.create_jobs(owner, items)
         return jobs_pb2.CreateJobsResponse(
             jobs=[
-                jobs_pb2.CreateJobResponse(job=convert.job_to_proto(j), created=c)
-                for j, c in results
+                jobs_pb2.CreateJobResponse(job=codec.job_to_proto(j), created=c) for j, c in results
             ]
         )
 
@@ -108,13 +107,13 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
     async def GetJob(self, request: jobs_pb2.GetJobRequest, context: Any) -> types_pb2.Job:
         if not request.job_id:
             raise InvalidArgument("job_id", "must not be empty")
-        return convert.job_to_proto(await self.api.get_job(owner_of(context), request.job_id))
+        return codec.job_to_proto(await self.api.get_job(owner_of(context), request.job_id))
 
     @rpc
     async def ListJobs(
         self, request: jobs_pb2.ListJobsRequest, context: Any
     ) -> jobs_pb2.ListJobsResponse:
-        states = frozenset(convert.job_state_from_proto(s, "states") for s in request.states)
+        states = frozenset(codec.job_state_from_proto(s, "states") for s in request.states)
         page = await self.api.list_jobs(
             owner_of(context),
             states=states,
@@ -124,37 +123,37 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
             page_token=request.page_token,
         )
         return jobs_pb2.ListJobsResponse(
-            jobs=[convert.job_to_proto(j) for j in page.items], next_page_token=page.next_page_token
+            jobs=[codec.job_to_proto(j) for j in page.items], next_page_token=page.next_page_token
         )
 
     @rpc
     async def UpdateJob(self, request: jobs_pb2.UpdateJobRequest, context: Any) -> types_pb2.Job:
-        spec = convert.job_spec_from_proto(request.spec, "spec")
+        spec = codec.job_spec_from_proto(request.spec, "spec")
         job = await self.api.update_job(
             owner_of(context), request.job_id, spec, request.expected_version
         )
-        return convert.job_to_proto(job)
+        return codec.job_to_proto(job)
 
     @rpc
     async def PauseJob(self, request: jobs_pb2.JobRef, context: Any) -> types_pb2.Job:
         job = await self.api.pause_job(owner_of(context), request.job_id, request.expected_version)
-        return convert.job_to_proto(job)
+        return codec.job_to_proto(job)
 
     @rpc
     async def ResumeJob(self, request: jobs_pb2.JobRef, context: Any) -> types_pb2.Job:
         job = await self.api.resume_job(owner_of(context), request.job_id, request.expected_version)
-        return convert.job_to_proto(job)
+        return codec.job_to_proto(job)
 
     @rpc
     async def RunJobNow(self, request: jobs_pb2.JobRef, context: Any) -> types_pb2.Run:
-        return convert.run_to_proto(await self.api.run_job_now(owner_of(context), request.job_id))
+        return codec.run_to_proto(await self.api.run_job_now(owner_of(context), request.job_id))
 
     @rpc
     async def DeleteJob(self, request: jobs_pb2.DeleteJobRequest, context: Any) -> types_pb2.Job:
         job = await self.api.delete_job(
             owner_of(context), request.job_id, request.expected_version, request.cancel_running
         )
-        return convert.job_to_proto(job)
+        return codec.job_to_proto(job)
 
     @rpc
     async def PreviewFires(
@@ -166,17 +165,17 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
         source = (
             request.job_id
             if which == "job_id"
-            else convert.schedule_from_proto(request.schedule, "schedule")
+            else codec.schedule_from_proto(request.schedule, "schedule")
         )
         after = request.after.ToDatetime(tzinfo=UTC) if request.HasField("after") else None
         fires = await self.api.preview_fires(owner_of(context), source, request.count, after)
-        return jobs_pb2.PreviewFiresResponse(fires=[convert.fire_to_proto(f) for f in fires])
+        return jobs_pb2.PreviewFiresResponse(fires=[codec.fire_to_proto(f) for f in fires])
 
     @rpc
     async def ListRuns(
         self, request: jobs_pb2.ListRunsRequest, context: Any
     ) -> jobs_pb2.ListRunsResponse:
-        states = frozenset(convert.run_state_from_proto(s, "states") for s in request.states)
+        states = frozenset(codec.run_state_from_proto(s, "states") for s in request.states)
         page = await self.api.list_runs(
             owner_of(context),
             request.job_id,
@@ -185,16 +184,16 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
             page_token=request.page_token,
         )
         return jobs_pb2.ListRunsResponse(
-            runs=[convert.run_to_proto(r) for r in page.items], next_page_token=page.next_page_token
+            runs=[codec.run_to_proto(r) for r in page.items], next_page_token=page.next_page_token
         )
 
     @rpc
     async def GetRun(self, request: jobs_pb2.GetRunRequest, context: Any) -> types_pb2.Run:
-        return convert.run_to_proto(await self.api.get_run(owner_of(context), request.run_id))
+        return codec.run_to_proto(await self.api.get_run(owner_of(context), request.run_id))
 
     @rpc
     async def CancelRun(self, request: jobs_pb2.GetRunRequest, context: Any) -> types_pb2.Run:
-        return convert.run_to_proto(await self.api.cancel_run(owner_of(context), request.run_id))
+        return codec.run_to_proto(await self.api.cancel_run(owner_of(context), request.run_id))
 
     async def ReadRunOutput(
         self, request: jobs_pb2.ReadRunOutputRequest, context: grpc.aio.ServicerContext
@@ -205,7 +204,7 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
             while True:
                 run, chunks = await self.api.read_output(owner, request.run_id, offset)
                 for chunk in chunks:
-                    yield convert.output_chunk_to_proto(chunk)
+                    yield codec.output_chunk_to_proto(chunk)
                     offset = chunk.offset + len(chunk.data)
                 if chunks:
                     continue
@@ -215,7 +214,7 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
                     return
                 await asyncio.sleep(FOLLOW_POLL_SECONDS)
         except ShardcronError as e:
-            code, message = convert.status_for(e)
+            code, message = codec.status_for(e)
             await context.abort(code, message)
 
     @rpc
@@ -229,7 +228,7 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
             page_token=request.page_token,
         )
         return jobs_pb2.ListRunsResponse(
-            runs=[convert.run_to_proto(r) for r in page.items], next_page_token=page.next_page_token
+            runs=[codec.run_to_proto(r) for r in page.items], next_page_token=page.next_page_token
         )
 
     @rpc
@@ -239,7 +238,7 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
         runs = await self.api.replay_dead_letters(
             owner_of(context), list(request.run_ids), request.job_id
         )
-        return jobs_pb2.ListRunsResponse(runs=[convert.run_to_proto(r) for r in runs])
+        return jobs_pb2.ListRunsResponse(runs=[codec.run_to_proto(r) for r in runs])
 
     @rpc
     async def DropDeadLetters(
@@ -262,7 +261,7 @@ class ClusterServiceServicer(cluster_pb2_grpc.ClusterServiceServicer):
     ) -> cluster_pb2.ClusterStatus:
         view = await self.coordination.view()
         statuses = await self.router.poller_statuses() if self.router else []
-        lag = {s.shard: convert.shard_info_from_proto(s) for st in statuses for s in st.shards}
+        lag = {s.shard: codec.shard_info_from_proto(s) for st in statuses for s in st.shards}
         shards = [
             lag.get(s) or ShardInfo(shard=s, owner=o) for s, o in sorted(view.shard_owners.items())
         ]
@@ -273,10 +272,10 @@ class ClusterServiceServicer(cluster_pb2_grpc.ClusterServiceServicer):
             members=view.members,
             shards=shards,
             workers=merge_workers(
-                convert.worker_info_from_proto(w) for st in statuses for w in st.workers
+                codec.worker_info_from_proto(w) for st in statuses for w in st.workers
             ),
         )
-        return convert.cluster_status_to_proto(status)
+        return codec.cluster_status_to_proto(status)
 
 
 def merge_workers(streams: Iterable[WorkerInfo]) -> list[WorkerInfo]:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from google.protobuf.duration_pb2 import Duration
 
-from shardcron.client.convert import resources_to_proto, task_to_proto
+from shardcron.client.codec import resources_to_proto, task_to_proto
 from shardcron.client.types import (
     CommandTask,
     HandlerTask,

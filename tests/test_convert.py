@@ -11,7 +11,8 @@ import grpc
 import grpc.aio
 import pytest
 
-from shardcron.client import convert
+from shardcron.client import codec
+from shardcron.client.codec import jobs as codec_jobs
 from shardcron.client.errors import (
     AlreadyExists,
     FailedPrecondition,
@@ -170,7 +171,7 @@ SCHEDULES = [
 
 @pytest.mark.parametrize("schedule", SCHEDULES, ids=lambda s: s.kind.value)
 def test_schedule_round_trip(schedule: Schedule) -> None:
-    assert convert.schedule_from_proto(convert.schedule_to_proto(schedule)) == schedule
+    assert codec.schedule_from_proto(codec.schedule_to_proto(schedule)) == schedule
 
 
 @pytest.mark.parametrize(
@@ -183,27 +184,27 @@ def test_schedule_round_trip(schedule: Schedule) -> None:
     ],
 )
 def test_task_round_trip(task: CommandTask | HandlerTask) -> None:
-    assert convert.task_from_proto(convert.task_to_proto(task)) == task
+    assert codec.task_from_proto(codec.task_to_proto(task)) == task
 
 
 def test_job_spec_round_trip_every_field_set() -> None:
     spec = full_spec()
-    assert convert.job_spec_from_proto(convert.job_spec_to_proto(spec)) == spec
+    assert codec.job_spec_from_proto(codec.job_spec_to_proto(spec)) == spec
 
 
 def test_job_spec_round_trip_handler_and_defaults() -> None:
     spec = JobSpec(name="h", task=HandlerTask(name="resize", payload=b"{}"))
-    assert convert.job_spec_from_proto(convert.job_spec_to_proto(spec)) == spec
+    assert codec.job_spec_from_proto(codec.job_spec_to_proto(spec)) == spec
 
 
 def test_job_round_trip() -> None:
     job = full_job()
-    assert convert.job_from_proto(convert.job_to_proto(job)) == job
+    assert codec.job_from_proto(codec.job_to_proto(job)) == job
 
 
 def test_run_round_trip() -> None:
     run = full_run()
-    assert convert.run_from_proto(convert.run_to_proto(run)) == run
+    assert codec.run_from_proto(codec.run_to_proto(run)) == run
 
 
 @pytest.mark.parametrize("exit_code", [None, 0, 1, -15])
@@ -218,7 +219,7 @@ def test_run_exit_code_none_is_not_zero(exit_code: int | None) -> None:
         state=RunState.SUCCEEDED,
         exit_code=exit_code,
     )
-    back = convert.run_from_proto(convert.run_to_proto(run))
+    back = codec.run_from_proto(codec.run_to_proto(run))
     assert back == run
     assert back.exit_code == exit_code
 
@@ -231,9 +232,9 @@ def test_fire_round_trip_keeps_local_offset() -> None:
         local=local,
         skip_reason=RunReason.DST_GAP,
     )
-    msg = convert.fire_to_proto(fire)
+    msg = codec.fire_to_proto(fire)
     assert msg.local_time == "2026-10-25T02:30:00+01:00"
-    back = convert.fire_from_proto(msg)
+    back = codec.fire_from_proto(msg)
     # The zone name is not on the wire: local comes back with a fixed offset, and Python
     # never calls a repeated wall time equal across zones (PEP 495), so compare the parts.
     assert (back.key, back.at, back.skip_reason) == (fire.key, fire.at, fire.skip_reason)
@@ -245,27 +246,27 @@ def test_fire_round_trip_keeps_local_offset() -> None:
 def test_fire_round_trip() -> None:
     local = datetime(2026, 3, 30, 9, 0, tzinfo=BERLIN)
     fire = Fire(key="2026-03-30T09:00:00+fold0", at=local.astimezone(UTC), local=local)
-    assert convert.fire_from_proto(convert.fire_to_proto(fire)) == fire
+    assert codec.fire_from_proto(codec.fire_to_proto(fire)) == fire
 
 
 def test_output_chunk_round_trip() -> None:
     chunk = OutputChunk(run_id="r", offset=1 << 40, data=b"\x00line\n", stream="stderr", eof=True)
-    assert convert.output_chunk_from_proto(convert.output_chunk_to_proto(chunk)) == chunk
+    assert codec.output_chunk_from_proto(codec.output_chunk_to_proto(chunk)) == chunk
 
 
 def test_worker_info_round_trip() -> None:
     for worker in full_cluster().workers:
-        assert convert.worker_info_from_proto(convert.worker_info_to_proto(worker)) == worker
+        assert codec.worker_info_from_proto(codec.worker_info_to_proto(worker)) == worker
 
 
 def test_cluster_status_round_trip() -> None:
     status = full_cluster()
-    assert convert.cluster_status_from_proto(convert.cluster_status_to_proto(status)) == status
+    assert codec.cluster_status_from_proto(codec.cluster_status_to_proto(status)) == status
 
 
 def test_times_come_back_aware_utc_to_the_microsecond() -> None:
     at = datetime(2026, 1, 1, 12, 0, 0, 999999, tzinfo=ZoneInfo("Asia/Tokyo"))
-    back = convert.schedule_from_proto(convert.schedule_to_proto(Schedule.once_at(at)))
+    back = codec.schedule_from_proto(codec.schedule_to_proto(Schedule.once_at(at)))
     assert back.at == at
     assert back.at is not None and back.at.tzinfo is UTC
     assert back.at.microsecond == 999999
@@ -292,23 +293,23 @@ def test_every_enum_value_maps_both_ways(domain: type, pb_enum: object, prefix: 
     proto_names = {v.name.removeprefix(prefix) for v in pb_enum.DESCRIPTOR.values} - {"UNSPECIFIED"}  # type: ignore[attr-defined]
     assert proto_names == {m.value for m in domain if m.value}  # type: ignore[attr-defined]
     for member in domain:  # type: ignore[attr-defined]
-        number = convert._enum_to_proto(member, pb_enum, prefix)
-        assert convert._enum_from_proto(number, pb_enum, prefix, domain, "f", member) is member
+        number = codec_jobs._enum_to_proto(member, pb_enum, prefix)
+        assert codec_jobs._enum_from_proto(number, pb_enum, prefix, domain, "f", member) is member
 
 
 def test_run_state_succeeded_maps_by_prefix() -> None:
-    assert convert.run_state_to_proto(RunState.SUCCEEDED) == types_pb2.RUN_STATE_SUCCEEDED
-    assert convert.run_state_from_proto(types_pb2.RUN_STATE_SUCCEEDED) is RunState.SUCCEEDED
-    assert convert.run_reason_to_proto(RunReason.NONE) == types_pb2.RUN_REASON_UNSPECIFIED
-    assert convert.run_reason_from_proto(types_pb2.RUN_REASON_UNSPECIFIED) is RunReason.NONE
-    assert convert.job_state_from_proto(types_pb2.JOB_STATE_PAUSED) is JobState.PAUSED
+    assert codec.run_state_to_proto(RunState.SUCCEEDED) == types_pb2.RUN_STATE_SUCCEEDED
+    assert codec.run_state_from_proto(types_pb2.RUN_STATE_SUCCEEDED) is RunState.SUCCEEDED
+    assert codec.run_reason_to_proto(RunReason.NONE) == types_pb2.RUN_REASON_UNSPECIFIED
+    assert codec.run_reason_from_proto(types_pb2.RUN_REASON_UNSPECIFIED) is RunReason.NONE
+    assert codec.job_state_from_proto(types_pb2.JOB_STATE_PAUSED) is JobState.PAUSED
 
 
 # --------------------------------------------------------------------------- defaults
 
 
 def test_empty_schedule_reads_as_documented_defaults() -> None:
-    s = convert.schedule_from_proto(types_pb2.Schedule())
+    s = codec.schedule_from_proto(types_pb2.Schedule())
     assert s == Schedule()
     assert (s.kind, s.dst_gap, s.dst_overlap, s.timezone) == (
         ScheduleKind.IMMEDIATE,
@@ -324,7 +325,7 @@ def test_minimal_spec_reads_as_dataclass_defaults() -> None:
     msg = types_pb2.JobSpec(
         name="n", task=types_pb2.Task(command=types_pb2.CommandTask(argv=["true"]))
     )
-    spec = convert.job_spec_from_proto(msg)
+    spec = codec.job_spec_from_proto(msg)
     assert spec == JobSpec(name="n", task=CommandTask(argv=("true",)))
     assert spec.misfire is MisfirePolicy.RUN_ONCE
     assert spec.concurrency.overlap is OverlapPolicy.ALLOW
@@ -339,7 +340,7 @@ def test_zero_numbers_read_as_documented_defaults() -> None:
         resources=types_pb2.Resources(),
         concurrency=types_pb2.ConcurrencyPolicy(max_concurrent=0),
     )
-    spec = convert.job_spec_from_proto(msg)
+    spec = codec.job_spec_from_proto(msg)
     assert spec.retry == RetryPolicy()  # max_attempts 0 = 1, multiplier 0 = 2.0
     assert spec.resources.slots == 1  # 0 = 1
     assert spec.concurrency == ConcurrencyPolicy(max_concurrent=0)  # kept: the server reads 0
@@ -349,7 +350,7 @@ def test_run_unset_optional_fields() -> None:
     msg = types_pb2.Run(id="r", job_id="j", state=types_pb2.RUN_STATE_PENDING)
     msg.fire_at.FromDatetime(T0)
     msg.due_at.FromDatetime(T0)
-    run = convert.run_from_proto(msg)
+    run = codec.run_from_proto(msg)
     assert run.reason is RunReason.NONE
     assert run.exit_code is None
     assert run.started_at is run.ended_at is run.lease_expires_at is run.created_at is None
@@ -357,21 +358,21 @@ def test_run_unset_optional_fields() -> None:
 
 
 def test_output_chunk_and_cluster_defaults() -> None:
-    assert convert.output_chunk_from_proto(types_pb2.OutputChunk(run_id="r")).stream == "stdout"
-    assert convert.cluster_status_from_proto(cluster_pb2.ClusterStatus()).mode == "dev"
+    assert codec.output_chunk_from_proto(types_pb2.OutputChunk(run_id="r")).stream == "stdout"
+    assert codec.cluster_status_from_proto(cluster_pb2.ClusterStatus()).mode == "dev"
 
 
 def test_fire_without_local_time_reads_utc() -> None:
     msg = types_pb2.Fire(key="k")
     msg.at.FromDatetime(T0)
-    assert convert.fire_from_proto(msg).local == T0
+    assert codec.fire_from_proto(msg).local == T0
 
 
 # --------------------------------------------------------------------------- structural errors
 
 
 def valid_spec_proto() -> types_pb2.JobSpec:
-    return convert.job_spec_to_proto(full_spec())
+    return codec.job_spec_to_proto(full_spec())
 
 
 def _no_task(m: types_pb2.JobSpec) -> None:
@@ -459,17 +460,17 @@ def test_malformed_spec_names_the_field(
     msg = valid_spec_proto()
     mutate(msg)
     with pytest.raises(InvalidArgument) as info:
-        convert.job_spec_from_proto(msg)
+        codec.job_spec_from_proto(msg)
     assert info.value.field == path
     assert info.value.reason
     assert str(info.value) == f"{path}: {info.value.reason}"
 
 
 def test_handler_without_name_names_the_field() -> None:
-    msg = convert.job_spec_to_proto(JobSpec(name="n", task=HandlerTask(name="h")))
+    msg = codec.job_spec_to_proto(JobSpec(name="n", task=HandlerTask(name="h")))
     _handler_without_name(msg)
     with pytest.raises(InvalidArgument) as info:
-        convert.job_spec_from_proto(msg)
+        codec.job_spec_from_proto(msg)
     assert info.value.field == "spec.task.handler.name"
 
 
@@ -477,7 +478,7 @@ def test_field_prefix_is_the_callers() -> None:
     msg = valid_spec_proto()
     msg.ClearField("task")
     with pytest.raises(InvalidArgument) as info:
-        convert.job_spec_from_proto(msg, field="jobs[2].spec")
+        codec.job_spec_from_proto(msg, field="jobs[2].spec")
     assert info.value.field == "jobs[2].spec.task"
 
 
@@ -485,18 +486,18 @@ def test_semantic_checks_are_left_to_the_server() -> None:
     msg = valid_spec_proto()
     msg.schedule.cron = "not a cron"
     msg.schedule.timezone = "Mars/Olympus"
-    spec = convert.job_spec_from_proto(msg)
+    spec = codec.job_spec_from_proto(msg)
     assert (spec.schedule.cron, spec.schedule.timezone) == ("not a cron", "Mars/Olympus")
 
 
 def test_run_without_state_or_times_is_invalid() -> None:
     with pytest.raises(InvalidArgument) as info:
-        convert.run_from_proto(types_pb2.Run(id="r"))
+        codec.run_from_proto(types_pb2.Run(id="r"))
     assert info.value.field == "run.fire_at"
-    msg = convert.run_to_proto(full_run())
+    msg = codec.run_to_proto(full_run())
     msg.state = types_pb2.RUN_STATE_UNSPECIFIED
     with pytest.raises(InvalidArgument) as info:
-        convert.run_from_proto(msg)
+        codec.run_from_proto(msg)
     assert info.value.field == "run.state"
 
 
@@ -523,8 +524,8 @@ def test_error_code_table() -> None:
         StaleLease: grpc.StatusCode.FAILED_PRECONDITION,
         AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
         Unavailable: grpc.StatusCode.UNAVAILABLE,
-    } == convert.ERROR_CODES
-    for cls, code in convert.ERROR_CODES.items():
+    } == codec.ERROR_CODES
+    for cls, code in codec.ERROR_CODES.items():
         assert cls.code == code.name  # the class attribute agrees with the table
 
 
@@ -543,14 +544,14 @@ def test_error_code_table() -> None:
     ],
 )
 def test_status_for(exc: BaseException, status: tuple[grpc.StatusCode, str]) -> None:
-    assert convert.status_for(exc) == status
+    assert codec.status_for(exc) == status
 
 
 def test_status_for_subclass_of_a_domain_error() -> None:
     class JobGone(NotFound):
         pass
 
-    assert convert.status_for(JobGone("j")) == (grpc.StatusCode.NOT_FOUND, "j")
+    assert codec.status_for(JobGone("j")) == (grpc.StatusCode.NOT_FOUND, "j")
 
 
 @pytest.mark.parametrize(
@@ -565,14 +566,14 @@ def test_status_for_subclass_of_a_domain_error() -> None:
     ],
 )
 def test_error_from_rpc_maps_codes(code: grpc.StatusCode, cls: type[ShardcronError]) -> None:
-    err = convert.error_from_rpc(FakeRpcError(code, "what happened"))
+    err = codec.error_from_rpc(FakeRpcError(code, "what happened"))
     assert type(err) is cls
     assert err.message == "what happened"
     assert err.code == code.name
 
 
 def test_error_from_rpc_splits_invalid_argument() -> None:
-    err = convert.error_from_rpc(
+    err = codec.error_from_rpc(
         FakeRpcError(grpc.StatusCode.INVALID_ARGUMENT, "spec.schedule.cron: must have 5 fields")
     )
     assert isinstance(err, InvalidArgument)
@@ -581,7 +582,7 @@ def test_error_from_rpc_splits_invalid_argument() -> None:
 
 
 def test_error_from_rpc_invalid_argument_without_field() -> None:
-    err = convert.error_from_rpc(FakeRpcError(grpc.StatusCode.INVALID_ARGUMENT, "bad request"))
+    err = codec.error_from_rpc(FakeRpcError(grpc.StatusCode.INVALID_ARGUMENT, "bad request"))
     assert isinstance(err, InvalidArgument)
     assert (err.field, err.reason, err.message, str(err)) == (
         "",
@@ -592,7 +593,7 @@ def test_error_from_rpc_invalid_argument_without_field() -> None:
 
 
 def test_error_from_rpc_unknown_code_keeps_it() -> None:
-    err = convert.error_from_rpc(FakeRpcError(grpc.StatusCode.PERMISSION_DENIED, "no"))
+    err = codec.error_from_rpc(FakeRpcError(grpc.StatusCode.PERMISSION_DENIED, "no"))
     assert type(err) is ShardcronError
     assert err.code == "PERMISSION_DENIED"
     assert err.message == "no"
@@ -606,7 +607,7 @@ def test_error_from_rpc_reads_a_real_aio_error() -> None:
         grpc.aio.Metadata(),
         details="job job-9",
     )
-    err = convert.error_from_rpc(e)
+    err = codec.error_from_rpc(e)
     assert isinstance(err, NotFound)
     assert err.message == "job job-9"
 
@@ -623,8 +624,8 @@ def test_error_from_rpc_reads_a_real_aio_error() -> None:
     ],
 )
 def test_errors_survive_the_wire(exc: ShardcronError) -> None:
-    code, message = convert.status_for(exc)
-    back = convert.error_from_rpc(FakeRpcError(code, message))
+    code, message = codec.status_for(exc)
+    back = codec.error_from_rpc(FakeRpcError(code, message))
     assert type(back) is type(exc)
     assert str(back) == str(exc)
     if isinstance(exc, InvalidArgument):
