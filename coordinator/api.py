@@ -28,9 +28,9 @@ from shardcron.client.types import (
     Schedule,
     ScheduleKind,
 )
-from shardcron.coordinator.fires import MANUAL_PREFIX, REPLAY_PREFIX, first_fire, make_run
 from shardcron.coordinator.ids import new_job_id, run_id, shard_for, utcnow
 from shardcron.coordinator.metrics import Metrics
+from shardcron.coordinator.poller.fires import MANUAL_PREFIX, REPLAY_PREFIX, first_fire, make_run
 from shardcron.coordinator.store import JobProgress, JobStore, NewJob
 from shardcron.coordinator.validation import validate_spec
 

@@ -33,6 +33,7 @@ from shardcron.client.types import (
     WorkerInfo,
 )
 from shardcron.coordinator.ids import utcnow
+from shardcron.coordinator.poller.events import WorkerClosed, WorkerConnected, WorkerMessage
 from shardcron.v1 import types_pb2, worker_pb2, worker_pb2_grpc
 
 if TYPE_CHECKING:
@@ -316,18 +317,18 @@ class WorkerStreamServicer(worker_pb2_grpc.WorkerServiceServicer):
                 "hello: the first message must be a Hello with a worker_id",
             )
         conn = WorkerConn(first.hello, context.peer())
-        self._poller.submit("hello", conn)
+        self._poller.submit(WorkerConnected(worker=conn))
 
         async def read() -> None:
             try:
                 async for msg in request_iterator:
-                    self._poller.submit("msg", conn, msg)
+                    self._poller.submit(WorkerMessage(worker=conn, message=msg))
             except (grpc.aio.AioRpcError, asyncio.CancelledError):
                 pass
             except Exception:
                 log.exception("worker %s: stream read failed", conn.id)
             finally:
-                self._poller.submit("closed", conn)
+                self._poller.submit(WorkerClosed(worker=conn))
                 conn.close()
 
         reader = asyncio.create_task(read())
@@ -352,4 +353,4 @@ class WorkerStreamServicer(worker_pb2_grpc.WorkerServiceServicer):
         finally:
             reader.cancel()
             conn.closed = True
-            self._poller.submit("closed", conn)
+            self._poller.submit(WorkerClosed(worker=conn))

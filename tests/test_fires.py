@@ -17,7 +17,8 @@ from shardcron.client.types import (
     RunState,
     Schedule,
 )
-from shardcron.coordinator.fires import (
+from shardcron.coordinator.ids import run_id
+from shardcron.coordinator.poller.fires import (
     MAX_BACKFILL,
     WORKER_LOST_ATTEMPTS,
     first_fire,
@@ -25,7 +26,6 @@ from shardcron.coordinator.fires import (
     on_fire_due,
     retry_run,
 )
-from shardcron.coordinator.ids import run_id
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 MINUTELY = Schedule.cron_expr("* * * * *")

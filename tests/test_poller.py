@@ -36,11 +36,10 @@ from store_contract import make_job, make_run
 
 from shardcron.client.schedule import next_fire
 from shardcron.client.types import Job, RetryPolicy, Run, RunReason, RunState, Schedule
-from shardcron.coordinator import fires
 from shardcron.coordinator.coordination import Assignment
 from shardcron.coordinator.ids import utcnow
 from shardcron.coordinator.metrics import Metrics
-from shardcron.coordinator.poller import Phase, Poller, PollerConfig
+from shardcron.coordinator.poller import Phase, Poller, PollerConfig, fires
 from shardcron.coordinator.sqlite_store import SqliteStore
 from shardcron.coordinator.store import NewJob
 

@@ -23,7 +23,6 @@ import dataclasses
 import heapq
 import logging
 import math
-import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -45,40 +44,32 @@ from shardcron.client.types import (
     WorkerInfo,
 )
 from shardcron.coordinator.coordination import Assignment
-from shardcron.coordinator.fires import MISFIRE_GRACE, is_extra_run, on_fire_due, retry_run
-from shardcron.coordinator.ids import bucket_for, utcnow
+from shardcron.coordinator.ids import bucket_for
 from shardcron.coordinator.metrics import Metrics
+from shardcron.coordinator.poller.clock import Clock, SystemClock
+from shardcron.coordinator.poller.config import (
+    EPOCH_SHIFT,
+    JOB_ROW_GRACE,
+    JOB_ROW_RETRY,
+    MAX_DEFERRED,
+    PollerConfig,
+)
+from shardcron.coordinator.poller.events import (
+    AssignmentChanged,
+    CancelJob,
+    CancelRun,
+    InboxEvent,
+    JobChanged,
+    RunsCreated,
+    WorkerClosed,
+    WorkerConnected,
+    WorkerMessage,
+)
+from shardcron.coordinator.poller.fires import is_extra_run, on_fire_due, retry_run
 from shardcron.coordinator.store import JobProgress, JobStore
 from shardcron.coordinator.workers import WorkerConn, result_fields
 
 log = logging.getLogger("shardcron.poller")
-
-_EPOCH_SHIFT = 32
-_MAX_DEFERRED = 100_000
-_JOB_ROW_GRACE = timedelta(seconds=30)  # a run's job row may land this long after the run
-_JOB_ROW_RETRY = timedelta(milliseconds=500)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PollerConfig:
-    lease_ttl: timedelta = timedelta(seconds=10)
-    heartbeat_interval: timedelta = timedelta(seconds=3)
-    lookahead: timedelta = timedelta(seconds=5)  # load runs this far ahead of due
-    scan_interval: timedelta = timedelta(seconds=1)
-    # Also re-read the recent past of the due index this often, for runs whose
-    # creation hint never arrived (api on another node). None: hints are reliable.
-    recheck_interval: timedelta | None = None
-    recheck_window: timedelta = timedelta(seconds=30)
-    # A lease is taken back only this long after it expired: the worker counts its
-    # TTL from when the lease reached it, later than the poller granted it.
-    expiry_grace: timedelta = timedelta(milliseconds=500)
-    misfire_grace: timedelta = MISFIRE_GRACE  # a fire later than this is a misfire
-    # Re-read a job from the store when it triggers if the copy held is older than
-    # this. None: the api's hints are complete (one process), the copy held is current.
-    job_cache_ttl: timedelta | None = None
-    max_batch: int = 2000  # runs leased or triggered per turn
-    max_loaded: int = 500_000  # runs held in memory before loading pauses
-    cursor_save_interval: timedelta = timedelta(seconds=5)
 
 
 class Phase(Enum):
@@ -130,8 +121,10 @@ class Poller:
         metrics: Metrics,
         ownership_valid: Callable[[], bool] = lambda: True,
         session_generation: Callable[[], int] = lambda: 0,
+        clock: Clock | None = None,
     ) -> None:
         self.store = store
+        self._clock: Clock = clock or SystemClock()
         self.poller_id = poller_id
         # False while coordination cannot confirm this poller still holds its shards
         self._ownership_valid = ownership_valid
@@ -165,7 +158,7 @@ class Poller:
         self._job_read_at: dict[str, float] = {}
         self._recent_final: dict[str, float] = {}
         self._workers: dict[str, WorkerConn] = {}
-        self._inbox: deque[tuple[Any, ...]] = deque()
+        self._inbox: deque[InboxEvent] = deque()
         # held leases and results named before this poller loaded its shards
         self._deferred: list[tuple[str, WorkerConn, Any]] = []
         self._wake = asyncio.Event()
@@ -177,7 +170,7 @@ class Poller:
 
     # --- inputs (any task) ---------------------------------------------------
 
-    def submit(self, *event: Any) -> None:
+    def submit(self, event: InboxEvent) -> None:
         self._inbox.append(event)
         self._wake.set()
 
@@ -186,25 +179,25 @@ class Poller:
         after the turn in flight (and its commit) finished: only then may a shard
         taken away be handed to another poller."""
         applied: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.submit("assignment", assignment, applied)
+        self.submit(AssignmentChanged(assignment=assignment, applied=applied))
         return applied
 
     def runs_created(self, runs: Sequence[Run], jobs: Sequence[Job] = ()) -> None:
         """Hint from the api: these PENDING runs (of these jobs) were just written."""
-        self.submit("runs", list(runs), list(jobs))
+        self.submit(RunsCreated(runs=tuple(runs), jobs=tuple(jobs)))
 
     def job_changed(self, job: Job) -> None:
         """Hint from the api: the job as stored after a change of spec or state."""
-        self.submit("job", job)
+        self.submit(JobChanged(job=job))
 
     async def cancel(self, run: Run, reason: RunReason) -> Run:
         """Cancels a run of an owned shard; returns the run as it stands after the request."""
         fut: asyncio.Future[Run] = asyncio.get_running_loop().create_future()
-        self.submit("cancel", run, reason, fut)
+        self.submit(CancelRun(run=run, reason=reason, done=fut))
         return await fut
 
     def cancel_job(self, job_id: str, reason: RunReason) -> None:
-        self.submit("cancel_job", job_id, reason)
+        self.submit(CancelJob(job_id=job_id, reason=reason))
 
     def owns(self, shard: int) -> bool:
         return shard in self._shards
@@ -232,8 +225,8 @@ class Poller:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         for event in self._inbox:
-            if event[0] == "assignment" and not event[2].done():
-                event[2].set_result(None)
+            if isinstance(event, AssignmentChanged) and not event.applied.done():
+                event.applied.set_result(None)
         for conn in list(self._workers.values()):
             conn.close()
 
@@ -279,7 +272,7 @@ class Poller:
     def _write_time(self) -> datetime:
         """Now, as the time this turn's writes are made at (increasing): ownership was
         just confirmed, and a next owner of these shards took them only later."""
-        now = utcnow()
+        now = self._clock.now()
         if self._last_write_time is not None and now <= self._last_write_time:
             now = self._last_write_time + timedelta(microseconds=1)
         self._last_write_time = now
@@ -288,7 +281,7 @@ class Poller:
     def _reset(self) -> None:
         """Forgets everything held in memory; the next scan reloads it from the store,
         as a poller taking the shards over would (leases are waited out or renewed)."""
-        now = utcnow()
+        now = self._clock.now()
         for slot in self._slots.values():
             for fut in slot.cancel_waiters:
                 if not fut.done():
@@ -312,17 +305,18 @@ class Poller:
             conn.forget_leases()
 
     def _sleep_for(self) -> float:
-        now = time.time()
+        clock = self._clock.monotonic()
+        now = self._clock.now()
         candidates = [0.5]
         if self._shards:
-            candidates.append(self._next_scan - now)
+            candidates.append(self._next_scan - clock)
         if self._timers:
-            candidates.append(self._timers[0][0].timestamp() - now)
+            candidates.append((self._timers[0][0] - now).total_seconds())
         if self._expiries:
-            grace = self.config.expiry_grace.total_seconds()
-            candidates.append(self._expiries[0][0].timestamp() + grace - now)
+            at = self._expiries[0][0] + self.config.expiry_grace
+            candidates.append((at - now).total_seconds())
         if self._deadlines:
-            candidates.append(self._deadlines[0][0].timestamp() - now)
+            candidates.append((self._deadlines[0][0] - now).total_seconds())
         if self._ready and self._free_capacity() > 0:
             candidates.append(0.05)
         return max(0.0, min(candidates))
@@ -331,13 +325,13 @@ class Poller:
 
     async def _turn(self) -> None:
         turn = _Turn()
-        now = utcnow()
+        now = self._clock.now()
         while self._inbox:
             await self._handle(self._inbox.popleft(), turn, now)
         if self._stand_still():
             return
-        now = utcnow()
-        if self._shards and time.time() >= self._next_scan:
+        now = self._clock.now()
+        if self._shards and self._clock.monotonic() >= self._next_scan:
             await self._scan(now)
         if self._deferred and self._settled():
             self._replay_deferred(turn, now)
@@ -367,36 +361,36 @@ class Poller:
             action()
         for conn in self._workers.values():
             conn.flush()
-        if time.time() >= self._next_cursor_save and self._shards:
+        if self._clock.monotonic() >= self._next_cursor_save and self._shards:
             await self._save_cursors(now)
         self._update_gauges()
 
-    async def _handle(self, event: tuple[Any, ...], turn: _Turn, now: datetime) -> None:
-        kind = event[0]
-        if kind == "msg":
-            self._on_worker_message(event[1], event[2], turn, now)
-        elif kind == "runs":
-            for run in event[1]:
-                self._admit_new(run, now)
-            for job in event[2]:
-                if job.id in self._job_slots:
+    async def _handle(self, event: InboxEvent, turn: _Turn, now: datetime) -> None:
+        match event:
+            case WorkerMessage(worker=conn, message=msg):
+                self._on_worker_message(conn, msg, turn, now)
+            case RunsCreated(runs=runs, jobs=jobs):
+                for run in runs:
+                    self._admit_new(run, now)
+                for job in jobs:
+                    if job.id in self._job_slots:
+                        self._cache_job(job)
+            case JobChanged(job=job):
+                if job.id in self._jobs:
                     self._cache_job(job)
-        elif kind == "job":
-            if event[1].id in self._jobs:
-                self._cache_job(event[1])
-        elif kind == "hello":
-            self._on_hello(event[1], turn, now)
-        elif kind == "closed":
-            self._on_closed(event[1])
-        elif kind == "cancel":
-            await self._on_cancel(event[1], event[2], event[3], turn, now)
-        elif kind == "cancel_job":
-            for slot in [s for s in self._slots.values() if s.run.job_id == event[1]]:
-                self._cancel_slot(slot, event[2], turn, now)
-        elif kind == "assignment":
-            self._on_assignment_event(event[1], now)
-            if not event[2].done():
-                event[2].set_result(None)
+            case WorkerConnected(worker=conn):
+                self._on_hello(conn, turn, now)
+            case WorkerClosed(worker=conn):
+                self._on_closed(conn)
+            case CancelRun(run=run, reason=reason, done=done):
+                await self._on_cancel(run, reason, done, turn, now)
+            case CancelJob(job_id=job_id, reason=reason):
+                for slot in [s for s in self._slots.values() if s.run.job_id == job_id]:
+                    self._cancel_slot(slot, reason, turn, now)
+            case AssignmentChanged(assignment=assignment, applied=applied):
+                self._on_assignment_event(assignment, now)
+                if not applied.done():
+                    applied.set_result(None)
 
     # --- assignment and loading ---------------------------------------------------
 
@@ -428,7 +422,10 @@ class Poller:
     async def _scan(self, now: datetime) -> None:
         """Loads runs that come due before now + lookahead from every owned shard."""
         until = now + self.config.lookahead
-        recheck = self.config.recheck_interval is not None and time.time() >= self._next_recheck
+        recheck = (
+            self.config.recheck_interval is not None
+            and self._clock.monotonic() >= self._next_recheck
+        )
         for shard in sorted(self._shards):
             if len(self._slots) >= self.config.max_loaded:
                 break
@@ -446,10 +443,12 @@ class Poller:
                 self._loaded_until[shard] = max(until, self._loaded_until.get(shard, until))
                 if recheck:
                     self._rechecked_at[shard] = now
-        self._next_scan = time.time() + self.config.scan_interval.total_seconds()
+        self._next_scan = self._clock.monotonic() + self.config.scan_interval.total_seconds()
         if recheck:
             assert self.config.recheck_interval is not None
-            self._next_recheck = time.time() + self.config.recheck_interval.total_seconds()
+            self._next_recheck = (
+                self._clock.monotonic() + self.config.recheck_interval.total_seconds()
+            )
 
     async def _shard_start(self, shard: int, now: datetime) -> datetime:
         cursors = await self.store.load_cursors([shard])
@@ -479,7 +478,7 @@ class Poller:
                     if run.id in self._slots:
                         continue
                     if run.state.is_final:
-                        self._recent_final[run.id] = time.time()
+                        self._recent_final[run.id] = self._clock.monotonic()
                         continue
                     if run.state == RunState.PENDING:
                         self._add_waiting(Slot(run=run, job=jobs.get(run.job_id)))
@@ -564,10 +563,14 @@ class Poller:
         if cursors:
             await self.store.save_cursors(cursors)
         cutoff = (
-            time.time() - (self.config.recheck_window + self.config.lookahead).total_seconds() - 60
+            self._clock.monotonic()
+            - (self.config.recheck_window + self.config.lookahead).total_seconds()
+            - 60
         )
         self._recent_final = {k: v for k, v in self._recent_final.items() if v > cutoff}
-        self._next_cursor_save = time.time() + self.config.cursor_save_interval.total_seconds()
+        self._next_cursor_save = (
+            self._clock.monotonic() + self.config.cursor_save_interval.total_seconds()
+        )
 
     # --- triggering --------------------------------------------------------------
 
@@ -581,7 +584,7 @@ class Poller:
         if not due:
             return
         ttl = self.config.job_cache_ttl
-        oldest = -math.inf if ttl is None else time.monotonic() - ttl.total_seconds()
+        oldest = -math.inf if ttl is None else self._clock.monotonic() - ttl.total_seconds()
         stale = {
             s.run.job_id
             for s in due
@@ -597,15 +600,15 @@ class Poller:
 
     def _cache_job(self, job: Job) -> None:
         self._jobs[job.id] = job
-        self._job_read_at[job.id] = time.monotonic()
+        self._job_read_at[job.id] = self._clock.monotonic()
 
     def _trigger(self, slot: Slot, now: datetime, turn: _Turn) -> None:
         run, job = slot.run, slot.job
-        if job is None and now - run.created_at < _JOB_ROW_GRACE:
+        if job is None and now - run.created_at < JOB_ROW_GRACE:
             # A store that writes a create in steps (Cassandra: runs, due rows, then the
             # job row) can show the run before its job: look again shortly. A run whose
             # job never appears belonged to a create that failed.
-            heapq.heappush(self._timers, (now + _JOB_ROW_RETRY, run.id))
+            heapq.heappush(self._timers, (now + JOB_ROW_RETRY, run.id))
             return
         if job is None or job.state == JobState.DELETED:
             self._finish(slot, RunState.CANCELLED, RunReason.JOB_DELETED, turn, now)
@@ -640,7 +643,7 @@ class Poller:
             for r in out.runs:
                 if r.id == run.id:
                     self._forget(slot)
-                    self._recent_final[run.id] = time.time()
+                    self._recent_final[run.id] = self._clock.monotonic()
                 elif self._known(r.id):
                     # a fire whose run is already held or done here (written by a commit
                     # that landed only in part): keep that one, do not write it again
@@ -781,7 +784,7 @@ class Poller:
                 deferred.append(entry)
                 continue
             self._seq += 1
-            token = (self.fencing_epoch << _EPOCH_SHIFT) | self._seq
+            token = (self.fencing_epoch << EPOCH_SHIFT) | self._seq
             expires = now + ttl
             run = dataclasses.replace(
                 slot.run,
@@ -835,7 +838,7 @@ class Poller:
     def _send_lease(self, worker: WorkerConn, slot: Slot, job: Job) -> None:
         """Sends a lease once it is durable; its TTL counts from now, as the worker's will."""
         ttl = self.config.lease_ttl
-        expires = utcnow() + ttl
+        expires = self._clock.now() + ttl
         slot.run = dataclasses.replace(slot.run, lease_expires_at=expires)
         heapq.heappush(self._expiries, (expires, slot.run.id, slot.run.lease_token))
         worker.send_lease(slot.run, job, ttl)
@@ -958,7 +961,7 @@ class Poller:
         settled = self._settled()
         for run_id, token in refs:
             slot = self._held_slot(run_id, token)
-            if slot is None and not settled and len(self._deferred) < _MAX_DEFERRED:
+            if slot is None and not settled and len(self._deferred) < MAX_DEFERRED:
                 # maybe a lease of a shard not loaded yet: answer once it is
                 self._deferred.append(("held", conn, (run_id, token)))
                 continue
@@ -995,7 +998,7 @@ class Poller:
 
     def _on_result(self, conn: WorkerConn, result: Any, turn: _Turn, now: datetime) -> None:
         slot = self._held_slot(result.run_id, result.fencing_token)
-        if slot is None and not self._settled() and len(self._deferred) < _MAX_DEFERRED:
+        if slot is None and not self._settled() and len(self._deferred) < MAX_DEFERRED:
             self._deferred.append(("result", conn, result))
             return
         if slot is None:
@@ -1044,7 +1047,7 @@ class Poller:
                 log.info("retry %s of run stored already (%s)", have.id, have.state.value)
                 self._forget(slot)
                 if have.state.is_final:
-                    self._recent_final[have.id] = time.time()
+                    self._recent_final[have.id] = self._clock.monotonic()
                 continue
             slot.phase = Phase.WAITING
             heapq.heappush(self._timers, (slot.run.due_at, slot.run.id))
@@ -1076,7 +1079,7 @@ class Poller:
                 stored, state=RunState.CANCELLED, reason=reason, ended_at=now
             )
             turn.runs[final.id] = final
-            self._recent_final[final.id] = time.time()
+            self._recent_final[final.id] = self._clock.monotonic()
             self.metrics.runs_final.labels(state=final.state.value, reason=reason.value).inc()
             turn.after.append(lambda: fut.done() or fut.set_result(final))
 
@@ -1118,7 +1121,7 @@ class Poller:
             output_bytes=slot.run.output_bytes + slot.output_bytes,
         )
         self._forget(slot)
-        self._recent_final[final.id] = time.time()
+        self._recent_final[final.id] = self._clock.monotonic()
         self.metrics.runs_final.labels(state=state.value, reason=reason.value).inc()
         if state in (RunState.SKIPPED, RunState.MISSED):
             self.metrics.fires_skipped.labels(reason=reason.value).inc()
@@ -1181,7 +1184,7 @@ class Poller:
         ]
 
     def shard_lag(self, now: datetime | None = None) -> list[ShardInfo]:
-        now = now or utcnow()
+        now = now or self._clock.now()
         oldest: dict[int, datetime] = {}
         for slot in self._slots.values():
             if slot.phase in (Phase.READY, Phase.BLOCKED):

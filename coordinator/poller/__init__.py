@@ -1,0 +1,19 @@
+"""The poller role: from the due index of its shards to leases on workers.
+
+The parts that decide take ``now`` and return decisions; one part acts:
+
+- ``events``: what reaches the loop through its inbox (frozen values);
+- ``clock``, ``config``: the injected clock and the frozen settings;
+- ``fires``: what a due fire leads to (misfires, DST, the window, retries);
+- ``loop``: the inbox, the turn and the group commit; the only part that calls the
+  store, and it sends nothing that depends on a write before the write is durable.
+
+Nothing here speaks gRPC: the lease stream's edge (``coordinator.worker_stream``)
+hands the loop typed events and sends what it is given.
+"""
+
+from shardcron.coordinator.poller.clock import Clock, SystemClock
+from shardcron.coordinator.poller.config import PollerConfig
+from shardcron.coordinator.poller.loop import Phase, Poller
+
+__all__ = ["Clock", "Phase", "Poller", "PollerConfig", "SystemClock"]
