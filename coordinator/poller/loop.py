@@ -48,7 +48,6 @@ from shardcron.coordinator.ids import bucket_for
 from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.poller.clock import Clock, SystemClock
 from shardcron.coordinator.poller.config import (
-    EPOCH_SHIFT,
     JOB_ROW_GRACE,
     JOB_ROW_RETRY,
     MAX_DEFERRED,
@@ -66,6 +65,7 @@ from shardcron.coordinator.poller.events import (
     WorkerMessage,
 )
 from shardcron.coordinator.poller.fires import is_extra_run, on_fire_due, retry_run
+from shardcron.coordinator.poller.leases import LeaseBook
 from shardcron.coordinator.store import JobProgress, JobStore
 from shardcron.coordinator.workers import WorkerConn, result_fields
 
@@ -136,9 +136,8 @@ class Poller:
         self.config = config
         self.metrics = metrics
         self.epoch = 0
-        self.fencing_epoch = 0
         self.active = False
-        self._seq = 0
+        self._leases = LeaseBook(lease_ttl=config.lease_ttl, expiry_grace=config.expiry_grace)
         self._shards: frozenset[int] = frozenset()
         self._taken_at: dict[int, datetime] = {}
         self._loaded_until: dict[int, datetime] = {}
@@ -147,7 +146,6 @@ class Poller:
         self._slots: dict[str, Slot] = {}
         self._timers: list[tuple[datetime, str]] = []
         self._ready: list[tuple[int, datetime, str]] = []
-        self._expiries: list[tuple[datetime, str, int]] = []
         # (starting deadline, run id) of runs admitted and waiting for a slot
         self._deadlines: list[tuple[datetime, str]] = []
         self._admitted: dict[str, set[str]] = {}
@@ -198,6 +196,11 @@ class Poller:
 
     def cancel_job(self, job_id: str, reason: RunReason) -> None:
         self.submit(CancelJob(job_id=job_id, reason=reason))
+
+    @property
+    def fencing_epoch(self) -> int:
+        """The fencing epoch this poller's lease tokens carry."""
+        return self._leases.fencing_epoch
 
     def owns(self, shard: int) -> bool:
         return shard in self._shards
@@ -289,7 +292,7 @@ class Poller:
         self._slots.clear()
         self._timers.clear()
         self._ready.clear()
-        self._expiries.clear()
+        self._leases.clear()
         self._deadlines.clear()
         self._admitted.clear()
         self._blocked.clear()
@@ -312,9 +315,9 @@ class Poller:
             candidates.append(self._next_scan - clock)
         if self._timers:
             candidates.append((self._timers[0][0] - now).total_seconds())
-        if self._expiries:
-            at = self._expiries[0][0] + self.config.expiry_grace
-            candidates.append((at - now).total_seconds())
+        expiry = self._leases.next_expiry()
+        if expiry is not None:
+            candidates.append((expiry - now).total_seconds())
         if self._deadlines:
             candidates.append((self._deadlines[0][0] - now).total_seconds())
         if self._ready and self._free_capacity() > 0:
@@ -396,10 +399,9 @@ class Poller:
 
     def _on_assignment_event(self, a: Assignment, now: datetime) -> None:
         if a.fencing_epoch != self.fencing_epoch:
-            self._seq = 0
             self._fencing_generation = self._session_generation()
         self.epoch = a.epoch
-        self.fencing_epoch = a.fencing_epoch
+        self._leases.set_fencing_epoch(a.fencing_epoch)
         self.active = a.active
         lost = self._shards - a.shards
         for shard in a.shards - self._shards:
@@ -497,12 +499,13 @@ class Poller:
     def _adopt_orphan(self, run: Run, job: Job | None, now: datetime) -> None:
         """A run leased before this poller held the shard: wait out its lease, one TTL at least."""
         taken = self._taken_at.get(run.shard, now)
-        expires = max(run.lease_expires_at or now, taken + self.config.lease_ttl)
+        expires = self._leases.adopt(
+            run.id, run.lease_token, run.worker_id, run.lease_expires_at, taken_at=taken, now=now
+        )
         run = dataclasses.replace(run, lease_expires_at=expires)
         slot = Slot(run=run, job=job, phase=Phase.LEASED)
         self._track(slot)
         self._admitted.setdefault(run.job_id, set()).add(run.id)
-        heapq.heappush(self._expiries, (expires, run.id, run.lease_token))
 
     def _admit_new(self, run: Run, now: datetime) -> None:
         """A hinted new run. The hint travels from another node's api and may come late:
@@ -543,6 +546,7 @@ class Poller:
             admitted.discard(rid)
             if not admitted:
                 del self._admitted[job_id]
+        self._leases.release(rid)
         if slot.worker is not None:
             slot.worker.release(slot.run.id)
             slot.worker = None
@@ -762,7 +766,6 @@ class Poller:
             return
         deferred: list[tuple[int, datetime, str]] = []
         leased = 0
-        ttl = self.config.lease_ttl
         while (
             self._ready
             and free > 0
@@ -783,9 +786,7 @@ class Poller:
             if worker is None:
                 deferred.append(entry)
                 continue
-            self._seq += 1
-            token = (self.fencing_epoch << EPOCH_SHIFT) | self._seq
-            expires = now + ttl
+            token, expires = self._leases.grant(slot.run.id, worker.id, now)
             run = dataclasses.replace(
                 slot.run,
                 state=RunState.LEASED,
@@ -798,7 +799,6 @@ class Poller:
             slot.worker = worker
             worker.hold(run.id, job.spec.resources)
             turn.runs[run.id] = run
-            heapq.heappush(self._expiries, (expires, run.id, token))
             turn.after.append(lambda w=worker, s=slot, j=job: self._send_lease(w, s, j))
             leased += 1
             free -= job.spec.resources.slots or 1
@@ -837,11 +837,11 @@ class Poller:
 
     def _send_lease(self, worker: WorkerConn, slot: Slot, job: Job) -> None:
         """Sends a lease once it is durable; its TTL counts from now, as the worker's will."""
-        ttl = self.config.lease_ttl
-        expires = self._clock.now() + ttl
+        expires = self._leases.sent(slot.run.id, slot.run.lease_token, self._clock.now())
+        if expires is None:
+            return  # ended meanwhile
         slot.run = dataclasses.replace(slot.run, lease_expires_at=expires)
-        heapq.heappush(self._expiries, (expires, slot.run.id, slot.run.lease_token))
-        worker.send_lease(slot.run, job, ttl)
+        worker.send_lease(slot.run, job, self.config.lease_ttl)
 
     def _pick_worker(self, job: Job) -> WorkerConn | None:
         best: WorkerConn | None = None
@@ -853,14 +853,8 @@ class Poller:
     # --- leases and results -------------------------------------------------------
 
     def _expire(self, now: datetime, turn: _Turn) -> None:
-        cutoff = now - self.config.expiry_grace
-        while self._expiries and self._expiries[0][0] <= cutoff:
-            expires, rid, token = heapq.heappop(self._expiries)
-            slot = self._slots.get(rid)
-            if slot is None or slot.phase != Phase.LEASED or slot.run.lease_token != token:
-                continue
-            if slot.run.lease_expires_at is not None and slot.run.lease_expires_at > cutoff:
-                continue  # renewed since; a later heap entry covers it
+        for rid in self._leases.expired(now):
+            slot = self._slots[rid]
             self.metrics.leases_expired.inc()
             if slot.cancel_reason is not None:
                 self._finish(slot, RunState.CANCELLED, slot.cancel_reason, turn, now)
@@ -941,22 +935,19 @@ class Poller:
                     continue
                 # nothing of it ran: lease it again (the stored LEASED row is superseded
                 # by the next lease's token)
+                self._leases.release(slot.run.id)
                 slot.phase = Phase.READY
                 heapq.heappush(self._ready, (-slot.run.priority, slot.run.due_at, slot.run.id))
                 self._watch_deadline(slot)
 
     def _held_slot(self, run_id: str, token: int) -> Slot | None:
-        slot = self._slots.get(run_id)
-        if slot is None or slot.phase != Phase.LEASED or slot.run.lease_token != token:
-            return None
-        return slot
+        return self._slots[run_id] if self._leases.holds(run_id, token) else None
 
     def _renew(
         self, conn: WorkerConn, refs: Sequence[tuple[str, int]], turn: _Turn, now: datetime
     ) -> None:
         if not refs:
             return
-        expires = now + self.config.lease_ttl
         answers = []
         settled = self._settled()
         for run_id, token in refs:
@@ -965,9 +956,13 @@ class Poller:
                 # maybe a lease of a shard not loaded yet: answer once it is
                 self._deferred.append(("held", conn, (run_id, token)))
                 continue
-            ok = slot is not None and self.active and slot.run.worker_id == conn.id
-            if ok:
-                assert slot is not None
+            expires = (
+                None
+                if slot is None
+                else self._leases.renew(run_id, token, conn.id, now, active=self.active)
+            )
+            ok = expires is not None
+            if slot is not None and expires is not None:
                 if slot.worker is not conn:
                     if slot.worker is not None:
                         slot.worker.release(run_id)
@@ -975,7 +970,6 @@ class Poller:
                     conn.hold(run_id, slot.job.spec.resources)
                     slot.worker = conn
                 slot.run = dataclasses.replace(slot.run, lease_expires_at=expires)
-                heapq.heappush(self._expiries, (expires, run_id, token))
                 if slot.cancel_reason is not None:
                     conn.send_cancel(run_id, token, slot.cancel_reason)
             answers.append((run_id, token, ok))

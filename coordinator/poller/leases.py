@@ -1,0 +1,136 @@
+"""The lease book: which runs are leased, under which fencing token, until when.
+
+Never twice at once rests on it:
+- a token is ``fencing_epoch << 32 | sequence``; the sequence restarts at 1 when the
+  fencing epoch changes, and a poller's fencing epoch is above every earlier owner's,
+  so a newer lease always carries a larger token;
+- a lease is held for ``lease_ttl`` from when it was granted, from when it was sent,
+  and from each renewal; it is taken back only ``expiry_grace`` after that (the
+  worker counted its TTL from when the lease reached it, later), that is at
+  ``now >= expires_at + expiry_grace``;
+- a renewal is granted only for the current token of a run, to the worker the lease
+  was granted to, while the poller is active;
+- a run leased by an earlier owner (met in the store when a shard is taken over) is
+  held at least one full TTL from the take-over: its worker may still run it and
+  come back to renew it.
+
+Pure: every method takes ``now``; the book reads no clock and writes nothing.
+"""
+
+from __future__ import annotations
+
+import heapq
+from datetime import datetime, timedelta
+
+from shardcron.coordinator.poller.config import EPOCH_SHIFT
+
+
+class LeaseBook:
+    __slots__ = ("_expiries", "_held", "_seq", "expiry_grace", "fencing_epoch", "lease_ttl")
+
+    def __init__(self, *, lease_ttl: timedelta, expiry_grace: timedelta) -> None:
+        self.lease_ttl = lease_ttl
+        self.expiry_grace = expiry_grace
+        self.fencing_epoch = 0
+        self._seq = 0
+        # run id -> (token, worker id, expires at): the current lease of each held run
+        self._held: dict[str, tuple[int, str, datetime]] = {}
+        # (expires at, run id, token), stale entries included: skipped when they come up
+        self._expiries: list[tuple[datetime, str, int]] = []
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def set_fencing_epoch(self, fencing_epoch: int) -> None:
+        """Tokens from now on carry this epoch; a new epoch restarts the sequence."""
+        if fencing_epoch != self.fencing_epoch:
+            self._seq = 0
+            self.fencing_epoch = fencing_epoch
+
+    def clear(self) -> None:
+        """Forgets every lease held (the sequence goes on: tokens never repeat)."""
+        self._held.clear()
+        self._expiries.clear()
+
+    # --- taking leases --------------------------------------------------------------
+
+    def grant(self, run_id: str, worker_id: str, now: datetime) -> tuple[int, datetime]:
+        """A new lease of the run to the worker: its token and when it expires."""
+        self._seq += 1
+        token = (self.fencing_epoch << EPOCH_SHIFT) | self._seq
+        expires = now + self.lease_ttl
+        self._hold(run_id, token, worker_id, expires)
+        return token, expires
+
+    def sent(self, run_id: str, token: int, now: datetime) -> datetime | None:
+        """The lease goes out to its worker now: its TTL counts from now, as the worker's
+        will. None if the run is no longer held under that token."""
+        held = self._held.get(run_id)
+        if held is None or held[0] != token:
+            return None
+        expires = now + self.lease_ttl
+        self._hold(run_id, token, held[1], expires)
+        return expires
+
+    def adopt(
+        self,
+        run_id: str,
+        token: int,
+        worker_id: str,
+        expires_at: datetime | None,
+        *,
+        taken_at: datetime,
+        now: datetime,
+    ) -> datetime:
+        """A run leased before this poller took its shard (at ``taken_at``): held until
+        its stored expiry, and one full TTL after the take-over at least."""
+        expires = max(expires_at or now, taken_at + self.lease_ttl)
+        self._hold(run_id, token, worker_id, expires)
+        return expires
+
+    def _hold(self, run_id: str, token: int, worker_id: str, expires: datetime) -> None:
+        self._held[run_id] = (token, worker_id, expires)
+        heapq.heappush(self._expiries, (expires, run_id, token))
+
+    # --- holding them -----------------------------------------------------------------
+
+    def holds(self, run_id: str, token: int) -> bool:
+        """The run is leased here under exactly this token."""
+        held = self._held.get(run_id)
+        return held is not None and held[0] == token
+
+    def renew(
+        self, run_id: str, token: int, worker_id: str, now: datetime, *, active: bool
+    ) -> datetime | None:
+        """A worker's heartbeat names the lease: its new expiry if the renewal is granted
+        (current token, granted to this worker, poller active), else None."""
+        held = self._held.get(run_id)
+        if not active or held is None or held[0] != token or held[1] != worker_id:
+            return None
+        expires = now + self.lease_ttl
+        self._hold(run_id, token, worker_id, expires)
+        return expires
+
+    def release(self, run_id: str) -> None:
+        """The run is no longer leased here (it ended, was refused or forgotten)."""
+        self._held.pop(run_id, None)
+
+    # --- taking them back ---------------------------------------------------------------
+
+    def expired(self, now: datetime) -> list[str]:
+        """Runs whose lease ran out, grace included; released from the book."""
+        cutoff = now - self.expiry_grace
+        out: list[str] = []
+        expiries, held = self._expiries, self._held
+        while expiries and expiries[0][0] <= cutoff:
+            _, run_id, token = heapq.heappop(expiries)
+            current = held.get(run_id)
+            if current is None or current[0] != token or current[2] > cutoff:
+                continue  # ended, leased again, or renewed since: a later entry covers it
+            del held[run_id]
+            out.append(run_id)
+        return out
+
+    def next_expiry(self) -> datetime | None:
+        """When the earliest lease may be taken back (a renewed one may end later)."""
+        return self._expiries[0][0] + self.expiry_grace if self._expiries else None
