@@ -289,7 +289,9 @@ ENUMS: list[tuple[ProtoEnum, object, str]] = [
 
 
 @pytest.mark.parametrize(
-    ("table", "pb_enum", "prefix"), ENUMS, ids=lambda x: x.domain.__name__ if isinstance(x, ProtoEnum) else None
+    ("table", "pb_enum", "prefix"),
+    ENUMS,
+    ids=lambda x: x.domain.__name__ if isinstance(x, ProtoEnum) else None,
 )
 def test_every_enum_value_maps_both_ways(table: ProtoEnum, pb_enum: object, prefix: str) -> None:
     domain = table.domain

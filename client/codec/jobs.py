@@ -68,6 +68,44 @@ from shardcron.client.types import (
 )
 from shardcron.v1 import cluster_pb2, types_pb2
 
+__all__ = [
+    "ERROR_CODES",
+    "cluster_status_from_proto",
+    "cluster_status_to_proto",
+    "concurrency_from_proto",
+    "concurrency_to_proto",
+    "error_from_rpc",
+    "fire_from_proto",
+    "fire_to_proto",
+    "job_from_proto",
+    "job_spec_from_proto",
+    "job_spec_to_proto",
+    "job_state_from_proto",
+    "job_state_to_proto",
+    "job_to_proto",
+    "output_chunk_from_proto",
+    "output_chunk_to_proto",
+    "resources_from_proto",
+    "resources_to_proto",
+    "retry_from_proto",
+    "retry_to_proto",
+    "run_from_proto",
+    "run_reason_from_proto",
+    "run_reason_to_proto",
+    "run_state_from_proto",
+    "run_state_to_proto",
+    "run_to_proto",
+    "schedule_from_proto",
+    "schedule_to_proto",
+    "shard_info_from_proto",
+    "shard_info_to_proto",
+    "status_for",
+    "task_from_proto",
+    "task_to_proto",
+    "worker_info_from_proto",
+    "worker_info_to_proto",
+]
+
 # --------------------------------------------------------------------------- enums used in requests
 
 
