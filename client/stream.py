@@ -139,8 +139,10 @@ class LeaseGrant:
     owner: str
     fencing_token: int
     attempt: int
-    fire_at: datetime
-    due_at: datetime
+    # the nominal fire and this attempt's due time: told to the worker, which runs the
+    # lease whether or not they are there (None: not sent)
+    fire_at: datetime | None
+    due_at: datetime | None
     task: Task
     timeout: timedelta | None  # None: no timeout
     lease_ttl: timedelta  # zero: the Welcome's

@@ -138,8 +138,8 @@ POLLER_EVENTS: list[Any] = [
                 owner="",
                 fencing_token=TOKEN + 1,
                 attempt=1,
-                fire_at=T0,
-                due_at=T0,
+                fire_at=None,  # not sent: the worker does not need them
+                due_at=None,
                 task=HandlerTask(name="send", payload=b"\x01\x02"),
                 timeout=None,
                 lease_ttl=timedelta(seconds=30),
@@ -411,7 +411,11 @@ MALFORMED_POLLER: list[tuple[str, Callable[[], worker_pb2.PollerMessage], str]] 
         "leases.leases[1].task.command.argv",
     ),
     ("lease with negative attempt", lambda: _lease(attempt=-1), "leases.leases[1].attempt"),
-    ("lease without fire_at", lambda: _lease(fire_at=None), "leases.leases[1].fire_at"),
+    (
+        "lease fired after year 9999",
+        lambda: _lease(fire_at=_ts(253_402_300_800)),
+        "leases.leases[1].fire_at",
+    ),
     ("lease due at negative nanos", lambda: _lease(due_at=_ts(1, -1)), "leases.leases[1].due_at"),
     ("lease with negative timeout", lambda: _lease(timeout=_dur(-5)), "leases.leases[1].timeout"),
     (

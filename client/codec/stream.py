@@ -22,7 +22,6 @@ from shardcron.client.codec.common import (
     RUN_REASON,
     RUN_STATE,
     get_duration,
-    get_required_time,
     get_time,
     non_negative,
     required_text,
@@ -298,8 +297,8 @@ def _grant_from_proto(msg: worker_pb2.Lease, path: str) -> LeaseGrant:
         owner=msg.owner,
         fencing_token=msg.fencing_token,
         attempt=non_negative(msg.attempt, f"{path}.attempt"),
-        fire_at=get_required_time(msg, "fire_at", path),
-        due_at=get_required_time(msg, "due_at", path),
+        fire_at=get_time(msg, "fire_at", path),
+        due_at=get_time(msg, "due_at", path),
         task=task_from_proto(msg.task, f"{path}.task"),
         # a zero timeout is none, as the worker has always read it
         timeout=get_duration(msg, "timeout", path) or None,
