@@ -27,7 +27,7 @@ from shardcron.coordinator.coordination import Coordination
 from shardcron.coordinator.poller import Poller
 from shardcron.coordinator.router import PollerServiceServicer, ShardRouter
 from shardcron.coordinator.validation import page_size, validate_owner
-from shardcron.coordinator.workers import WorkerStreamServicer
+from shardcron.coordinator.worker_stream import WorkerStreamServicer
 from shardcron.v1 import (
     cluster_pb2,
     cluster_pb2_grpc,
@@ -321,7 +321,9 @@ def build_server(
         jobs_pb2_grpc.add_JobServiceServicer_to_server(JobServiceServicer(api), server)
         names.append(jobs_pb2.DESCRIPTOR.services_by_name["JobService"].full_name)
     if poller is not None:
-        worker_pb2_grpc.add_WorkerServiceServicer_to_server(WorkerStreamServicer(poller), server)
+        worker_pb2_grpc.add_WorkerServiceServicer_to_server(
+            WorkerStreamServicer(poller.submit, poller.may_lease), server
+        )
         cluster_pb2_grpc.add_PollerServiceServicer_to_server(PollerServiceServicer(poller), server)
         names.append(cluster_pb2.DESCRIPTOR.services_by_name["PollerService"].full_name)
         names.append(worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name)

@@ -5,6 +5,9 @@ The parts that decide take ``now`` and return decisions; one part acts:
 - ``events``: what reaches the loop through its inbox (frozen values);
 - ``clock``, ``config``: the injected clock and the frozen settings;
 - ``fires``: what a due fire leads to (misfires, DST, the window, retries);
+- ``leases``: tokens, expiries, renewals and adopted orphans (never twice at once);
+- ``workers``: the book of each worker's capacity, and the ``WorkerLink`` the loop
+  sends through;
 - ``loop``: the inbox, the turn and the group commit; the only part that calls the
   store, and it sends nothing that depends on a write before the write is durable.
 

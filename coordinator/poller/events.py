@@ -11,35 +11,35 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
+from shardcron.client.stream import Hello, WorkerEvent
 from shardcron.client.types import Job, Run, RunReason
 from shardcron.coordinator.coordination import Assignment
-
-if TYPE_CHECKING:
-    from shardcron.coordinator.workers import WorkerConn
+from shardcron.coordinator.poller.workers import WorkerLink
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkerConnected:
-    """A worker opened a lease stream and said Hello."""
+    """A worker opened a lease stream (answered through ``link``) and said Hello."""
 
-    worker: WorkerConn
+    link: WorkerLink
+    hello: Hello
+    address: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkerMessage:
     """A worker sent a message on its stream (after its Hello)."""
 
-    worker: WorkerConn
-    message: Any
+    link: WorkerLink
+    event: WorkerEvent
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkerClosed:
     """A worker's stream ended; its leases stay until they expire (it may come back)."""
 
-    worker: WorkerConn
+    link: WorkerLink
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -26,11 +26,28 @@ import math
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any
 
 from shardcron.client.errors import FailedPrecondition, NotFound, Unavailable
+from shardcron.client.stream import (
+    CancelOrder,
+    Credits,
+    Heartbeat,
+    Hello,
+    LeaseGrant,
+    LeaseRef,
+    Output,
+    Refused,
+    Renewal,
+    ResultAck,
+    Results,
+    RunOutcome,
+    Started,
+    Welcome,
+    WorkerEvent,
+)
 from shardcron.client.types import (
     Job,
     JobState,
@@ -66,8 +83,8 @@ from shardcron.coordinator.poller.events import (
 )
 from shardcron.coordinator.poller.fires import is_extra_run, on_fire_due, retry_run
 from shardcron.coordinator.poller.leases import LeaseBook
+from shardcron.coordinator.poller.workers import WorkerBook, WorkerLink
 from shardcron.coordinator.store import JobProgress, JobStore
-from shardcron.coordinator.workers import WorkerConn, result_fields
 
 log = logging.getLogger("shardcron.poller")
 
@@ -84,7 +101,7 @@ class Slot:
     run: Run
     job: Job | None = None
     phase: Phase = Phase.WAITING
-    worker: WorkerConn | None = None
+    worker: WorkerBook | None = None
     cancel_reason: RunReason | None = None
     cancel_waiters: list[asyncio.Future[Run]] = field(default_factory=list)
     output_bytes: int = 0
@@ -99,6 +116,7 @@ class _Turn:
     progress: dict[str, JobProgress] = field(default_factory=dict)
     output: list[OutputChunk] = field(default_factory=list)
     after: list[Any] = field(default_factory=list)  # callables run after the commit
+    acks: list[tuple[WorkerLink, ResultAck]] = field(default_factory=list)  # sent after it
     retries: list[Slot] = field(default_factory=list)  # decided, not yet placed
 
     def progress_for(self, job_id: str) -> JobProgress:
@@ -155,10 +173,11 @@ class Poller:
         self._jobs: dict[str, Job] = {}
         self._job_read_at: dict[str, float] = {}
         self._recent_final: dict[str, float] = {}
-        self._workers: dict[str, WorkerConn] = {}
+        self._workers: dict[str, WorkerBook] = {}  # by worker id: the latest stream of each
+        self._streams: dict[WorkerLink, WorkerBook] = {}  # every open stream
         self._inbox: deque[InboxEvent] = deque()
         # held leases and results named before this poller loaded its shards
-        self._deferred: list[tuple[str, WorkerConn, Any]] = []
+        self._deferred: list[tuple[WorkerBook, LeaseRef | RunOutcome]] = []
         self._wake = asyncio.Event()
         self._next_scan = 0.0
         self._next_recheck = 0.0
@@ -230,8 +249,8 @@ class Poller:
         for event in self._inbox:
             if isinstance(event, AssignmentChanged) and not event.applied.done():
                 event.applied.set_result(None)
-        for conn in list(self._workers.values()):
-            conn.close()
+        for book in list(self._streams.values()):
+            book.link.close()
 
     async def _loop(self) -> None:
         while not self._stopping:
@@ -304,8 +323,9 @@ class Poller:
         self._rechecked_at.clear()
         self._taken_at = {shard: now for shard in self._shards}
         self._next_scan = 0.0
-        for conn in self._workers.values():
-            conn.forget_leases()
+        for book in self._streams.values():
+            book.clear()
+            book.link.forget()
 
     def _sleep_for(self) -> float:
         clock = self._clock.monotonic()
@@ -362,16 +382,20 @@ class Poller:
             return  # frozen or cut off during the turn: send nothing it decided
         for action in turn.after:
             action()
-        for conn in self._workers.values():
-            conn.flush()
+        for link, ack in turn.acks:
+            link.ack(ack)
+        for book in self._workers.values():
+            book.link.flush()
         if self._clock.monotonic() >= self._next_cursor_save and self._shards:
             await self._save_cursors(now)
         self._update_gauges()
 
     async def _handle(self, event: InboxEvent, turn: _Turn, now: datetime) -> None:
         match event:
-            case WorkerMessage(worker=conn, message=msg):
-                self._on_worker_message(conn, msg, turn, now)
+            case WorkerMessage(link=link, event=message):
+                book = self._streams.get(link)
+                if book is not None:
+                    self._on_worker_message(book, message, turn, now)
             case RunsCreated(runs=runs, jobs=jobs):
                 for run in runs:
                     self._admit_new(run, now)
@@ -381,10 +405,10 @@ class Poller:
             case JobChanged(job=job):
                 if job.id in self._jobs:
                     self._cache_job(job)
-            case WorkerConnected(worker=conn):
-                self._on_hello(conn, turn, now)
-            case WorkerClosed(worker=conn):
-                self._on_closed(conn)
+            case WorkerConnected(link=link, hello=hello, address=address):
+                self._on_hello(link, hello, address, turn, now)
+            case WorkerClosed(link=link):
+                self._on_closed(link)
             case CancelRun(run=run, reason=reason, done=done):
                 await self._on_cancel(run, reason, done, turn, now)
             case CancelJob(job_id=job_id, reason=reason):
@@ -415,8 +439,8 @@ class Poller:
         if lost:
             for slot in [s for s in self._slots.values() if s.run.shard in lost]:
                 self._forget(slot)
-            for conn in self._workers.values():
-                conn.drop_unsent_leases()
+            for book in self._streams.values():
+                book.link.drop_unsent_leases()
         self._next_scan = 0.0
         self.metrics.epoch.set(self.epoch)
         self.metrics.owned_shards.set(len(self._shards))
@@ -814,7 +838,7 @@ class Poller:
         restricted = [
             w
             for w in self._workers.values()
-            if (w.restricted or w.demand_standing) and not w.closed
+            if (w.restricted or w.link.demand_standing) and not w.link.closed
         ]
         if not restricted:
             return
@@ -833,18 +857,34 @@ class Poller:
             if seen >= 512 or all(want[w] >= w.slots for w in restricted):
                 break
         for w in restricted:
-            w.send_demand(min(want[w], w.slots))
+            w.link.demand(min(want[w], w.slots))
 
-    def _send_lease(self, worker: WorkerConn, slot: Slot, job: Job) -> None:
+    def _send_lease(self, worker: WorkerBook, slot: Slot, job: Job) -> None:
         """Sends a lease once it is durable; its TTL counts from now, as the worker's will."""
         expires = self._leases.sent(slot.run.id, slot.run.lease_token, self._clock.now())
         if expires is None:
             return  # ended meanwhile
-        slot.run = dataclasses.replace(slot.run, lease_expires_at=expires)
-        worker.send_lease(slot.run, job, self.config.lease_ttl)
+        run = slot.run = dataclasses.replace(slot.run, lease_expires_at=expires)
+        spec = job.spec
+        worker.link.lease(
+            LeaseGrant(
+                run_id=run.id,
+                job_id=run.job_id,
+                owner=run.owner,
+                fencing_token=run.lease_token,
+                attempt=run.attempt,
+                fire_at=run.fire_at,
+                due_at=run.due_at,
+                task=spec.task,
+                timeout=spec.timeout,
+                lease_ttl=self.config.lease_ttl,
+                resources=spec.resources,
+                job_name=spec.name,
+            )
+        )
 
-    def _pick_worker(self, job: Job) -> WorkerConn | None:
-        best: WorkerConn | None = None
+    def _pick_worker(self, job: Job) -> WorkerBook | None:
+        best: WorkerBook | None = None
         for w in self._workers.values():
             if w.fits(job.spec) and (best is None or w.free > best.free):
                 best = w
@@ -868,113 +908,126 @@ class Poller:
                     error="lease expired: worker lost",
                 )
 
-    def _on_hello(self, conn: WorkerConn, turn: _Turn, now: datetime) -> None:
-        old = self._workers.get(conn.id)
-        if old is not None and old is not conn:
-            old.close()
-        self._workers[conn.id] = conn
-        conn.send_welcome(
-            self.poller_id, self.epoch, self.config.lease_ttl, self.config.heartbeat_interval
+    def _on_hello(
+        self, link: WorkerLink, hello: Hello, address: str, turn: _Turn, now: datetime
+    ) -> None:
+        book = WorkerBook(hello, address=address, link=link, connected_at=now)
+        old = self._workers.get(book.id)
+        if old is not None:
+            old.link.close()
+        self._workers[book.id] = book
+        self._streams[link] = book
+        link.welcome(
+            Welcome(
+                poller_id=self.poller_id,
+                epoch=self.epoch,
+                lease_ttl=self.config.lease_ttl,
+                heartbeat_interval=self.config.heartbeat_interval,
+            )
         )
-        self._renew(conn, conn.hello_held, turn, now)
-        for result in conn.hello_results:
-            self._on_result(conn, result, turn, now)
+        self._renew(book, hello.held, turn, now)
+        for outcome in hello.pending_results:
+            self._on_result(book, outcome, turn, now)
         self.metrics.workers.set(len(self._workers))
 
-    def _on_closed(self, conn: WorkerConn) -> None:
-        if self._workers.get(conn.id) is conn:
-            del self._workers[conn.id]
+    def _on_closed(self, link: WorkerLink) -> None:
+        book = self._streams.pop(link, None)
+        if book is not None and self._workers.get(book.id) is book:
+            del self._workers[book.id]
         self.metrics.workers.set(len(self._workers))
         # its leases stay until they expire: the worker may come back and renew them
 
-    def _on_worker_message(self, conn: WorkerConn, msg: Any, turn: _Turn, now: datetime) -> None:
-        body = msg.WhichOneof("body")
-        if body == "heartbeat":
-            self._renew(
-                conn, [(r.run_id, r.fencing_token) for r in msg.heartbeat.leases], turn, now
-            )
-        elif body == "started":
-            at = msg.started.at.ToDatetime(tzinfo=UTC) if msg.started.HasField("at") else now
-            for ref in msg.started.leases:
-                slot = self._held_slot(ref.run_id, ref.fencing_token)
-                if slot is None or slot.run.state != RunState.LEASED:
-                    continue
-                slot.run = dataclasses.replace(slot.run, state=RunState.RUNNING, started_at=at)
-                turn.runs[slot.run.id] = slot.run
-                self.metrics.schedule_lag.observe(max(0.0, (at - slot.run.due_at).total_seconds()))
-        elif body == "results":
-            for result in msg.results.results:
-                self._on_result(conn, result, turn, now)
-        elif body == "output":
-            for chunk in msg.output.chunks:
-                slot = self._slots.get(chunk.run_id)
-                if slot is not None and slot.phase == Phase.LEASED:
-                    slot.output_bytes += len(chunk.data)
-                elif chunk.run_id not in self._recent_final:
-                    continue  # not a run of ours, or long over
-                turn.output.append(
-                    OutputChunk(
-                        run_id=chunk.run_id,
-                        offset=0,
-                        data=chunk.data,
-                        stream=chunk.stream or "stdout",
+    def _on_worker_message(
+        self, book: WorkerBook, message: WorkerEvent, turn: _Turn, now: datetime
+    ) -> None:
+        match message:
+            case Heartbeat(leases=refs):
+                self._renew(book, refs, turn, now)
+            case Started(leases=refs, at=at):
+                at = at or now
+                for ref in refs:
+                    slot = self._held_slot(ref.run_id, ref.fencing_token)
+                    if slot is None or slot.run.state != RunState.LEASED:
+                        continue
+                    slot.run = dataclasses.replace(slot.run, state=RunState.RUNNING, started_at=at)
+                    turn.runs[slot.run.id] = slot.run
+                    lag = (at - slot.run.due_at).total_seconds()
+                    self.metrics.schedule_lag.observe(max(0.0, lag))
+            case Results(outcomes=outcomes):
+                for outcome in outcomes:
+                    self._on_result(book, outcome, turn, now)
+            case Output(pieces=pieces):
+                for piece in pieces:
+                    slot = self._slots.get(piece.run_id)
+                    if slot is not None and slot.phase == Phase.LEASED:
+                        slot.output_bytes += len(piece.data)
+                    elif piece.run_id not in self._recent_final:
+                        continue  # not a run of ours, or long over
+                    turn.output.append(
+                        OutputChunk(
+                            run_id=piece.run_id, offset=0, data=piece.data, stream=piece.stream
+                        )
                     )
-                )
-        elif body == "credits":
-            conn.limit = min(conn.slots, max(0, msg.credits.limit))
-        elif body == "refused":
-            for ref in msg.refused.leases:
-                slot = self._held_slot(ref.run_id, ref.fencing_token)
-                if slot is None or slot.worker is not conn or slot.run.state != RunState.LEASED:
-                    continue
-                self.metrics.leases_refused.inc()
-                conn.release(slot.run.id)
-                slot.worker = None
-                if slot.cancel_reason is not None:
-                    self._finish(slot, RunState.CANCELLED, slot.cancel_reason, turn, now)
-                    continue
-                # nothing of it ran: lease it again (the stored LEASED row is superseded
-                # by the next lease's token)
-                self._leases.release(slot.run.id)
-                slot.phase = Phase.READY
-                heapq.heappush(self._ready, (-slot.run.priority, slot.run.due_at, slot.run.id))
-                self._watch_deadline(slot)
+            case Credits(limit=limit):
+                book.set_credits(limit)
+            case Refused(leases=refs):
+                for ref in refs:
+                    self._on_refused(book, ref, turn, now)
+
+    def _on_refused(self, book: WorkerBook, ref: LeaseRef, turn: _Turn, now: datetime) -> None:
+        slot = self._held_slot(ref.run_id, ref.fencing_token)
+        if slot is None or slot.worker is not book or slot.run.state != RunState.LEASED:
+            return
+        self.metrics.leases_refused.inc()
+        book.release(slot.run.id)
+        slot.worker = None
+        if slot.cancel_reason is not None:
+            self._finish(slot, RunState.CANCELLED, slot.cancel_reason, turn, now)
+            return
+        # nothing of it ran: lease it again (the stored LEASED row is superseded
+        # by the next lease's token)
+        self._leases.release(slot.run.id)
+        slot.phase = Phase.READY
+        heapq.heappush(self._ready, (-slot.run.priority, slot.run.due_at, slot.run.id))
+        self._watch_deadline(slot)
 
     def _held_slot(self, run_id: str, token: int) -> Slot | None:
         return self._slots[run_id] if self._leases.holds(run_id, token) else None
 
     def _renew(
-        self, conn: WorkerConn, refs: Sequence[tuple[str, int]], turn: _Turn, now: datetime
+        self, book: WorkerBook, refs: Sequence[LeaseRef], turn: _Turn, now: datetime
     ) -> None:
         if not refs:
             return
         answers = []
         settled = self._settled()
-        for run_id, token in refs:
+        for ref in refs:
+            run_id, token = ref.run_id, ref.fencing_token
             slot = self._held_slot(run_id, token)
             if slot is None and not settled and len(self._deferred) < MAX_DEFERRED:
                 # maybe a lease of a shard not loaded yet: answer once it is
-                self._deferred.append(("held", conn, (run_id, token)))
+                self._deferred.append((book, ref))
                 continue
             expires = (
                 None
                 if slot is None
-                else self._leases.renew(run_id, token, conn.id, now, active=self.active)
+                else self._leases.renew(run_id, token, book.id, now, active=self.active)
             )
-            ok = expires is not None
             if slot is not None and expires is not None:
-                if slot.worker is not conn:
+                if slot.worker is not book:
                     if slot.worker is not None:
                         slot.worker.release(run_id)
                     assert slot.job is not None
-                    conn.hold(run_id, slot.job.spec.resources)
-                    slot.worker = conn
+                    book.hold(run_id, slot.job.spec.resources)
+                    slot.worker = book
                 slot.run = dataclasses.replace(slot.run, lease_expires_at=expires)
                 if slot.cancel_reason is not None:
-                    conn.send_cancel(run_id, token, slot.cancel_reason)
-            answers.append((run_id, token, ok))
+                    book.link.cancel(
+                        CancelOrder(run_id=run_id, fencing_token=token, reason=slot.cancel_reason)
+                    )
+            answers.append(Renewal(run_id=run_id, fencing_token=token, ok=expires is not None))
         if answers:
-            conn.send_renewals(answers, self.config.lease_ttl)
+            book.link.renewals(answers, self.config.lease_ttl)
 
     def _settled(self) -> bool:
         """Every owned shard was loaded once: a run not held now is not ours."""
@@ -982,40 +1035,49 @@ class Poller:
 
     def _replay_deferred(self, turn: _Turn, now: datetime) -> None:
         deferred, self._deferred = self._deferred, []
-        for kind, conn, item in deferred:
-            if conn.closed:
+        for book, item in deferred:
+            if book.link.closed:
                 continue
-            if kind == "held":
-                self._renew(conn, [item], turn, now)
+            if isinstance(item, LeaseRef):
+                self._renew(book, [item], turn, now)
             else:
-                self._on_result(conn, item, turn, now)
+                self._on_result(book, item, turn, now)
 
-    def _on_result(self, conn: WorkerConn, result: Any, turn: _Turn, now: datetime) -> None:
-        slot = self._held_slot(result.run_id, result.fencing_token)
+    def _on_result(self, book: WorkerBook, outcome: RunOutcome, turn: _Turn, now: datetime) -> None:
+        slot = self._held_slot(outcome.run_id, outcome.fencing_token)
         if slot is None and not self._settled() and len(self._deferred) < MAX_DEFERRED:
-            self._deferred.append(("result", conn, result))
+            self._deferred.append((book, outcome))
             return
         if slot is None:
             self.metrics.results_rejected.inc()
-            conn.send_ack(result.run_id, result.fencing_token, False, "stale fencing token")
+            book.link.ack(
+                ResultAck(
+                    run_id=outcome.run_id,
+                    fencing_token=outcome.fencing_token,
+                    accepted=False,
+                    reason="stale fencing token",
+                )
+            )
             return
-        state, reason, exit_code, error, started, ended = result_fields(result)
+        started = outcome.started_at
         if slot.run.started_at is None and started is not None:
             self.metrics.schedule_lag.observe(max(0.0, (started - slot.run.due_at).total_seconds()))
-        if slot.cancel_reason is not None and state == RunState.CANCELLED:
+        reason = outcome.reason
+        if slot.cancel_reason is not None and outcome.state == RunState.CANCELLED:
             reason = slot.cancel_reason
         self._finish(
             slot,
-            state,
+            outcome.state,
             reason,
             turn,
             now,
-            exit_code=exit_code,
-            error=error,
+            exit_code=outcome.exit_code,
+            error=outcome.error,
             started_at=started or slot.run.started_at or now,
-            ended_at=ended or now,
+            ended_at=outcome.ended_at or now,
         )
-        turn.after.append(lambda: conn.send_ack(result.run_id, result.fencing_token, True, ""))
+        ack = ResultAck(run_id=outcome.run_id, fencing_token=outcome.fencing_token, accepted=True)
+        turn.acks.append((book.link, ack))
 
     async def _place_retries(self, turn: _Turn) -> None:
         """Writes the retries decided this turn, each unless the store has it already.
@@ -1084,7 +1146,8 @@ class Poller:
                 worker = slot.worker
                 if worker is not None:
                     token = slot.run.lease_token
-                    turn.after.append(lambda: worker.send_cancel(slot.run.id, token, reason))
+                    order = CancelOrder(run_id=slot.run.id, fencing_token=token, reason=reason)
+                    turn.after.append(lambda: worker.link.cancel(order))
             return
         self._finish(slot, RunState.CANCELLED, reason, turn, now)
 

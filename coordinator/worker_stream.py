@@ -1,0 +1,208 @@
+"""The lease stream's gRPC edge: ``WorkerService.Connect`` for one poller.
+
+The servicer decodes each worker message with the stream codec and hands the
+poller's loop a typed event; a message that does not decode ends that stream
+alone with ``INVALID_ARGUMENT`` and changes nothing else. ``WorkerOutbox`` is the
+loop's ``WorkerLink`` to one worker: it batches everything a turn sends into one
+message per kind (one lease per message is 30x slower than 100 per message:
+BENCHMARKS.md) and never writes a lease decided before the poller lost or could
+not confirm its shards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from datetime import timedelta
+
+import grpc
+
+from shardcron.client.codec.stream import decode_worker_message, encode_poller_message
+from shardcron.client.errors import InvalidArgument
+from shardcron.client.stream import (
+    CancelOrder,
+    Cancels,
+    Demand,
+    Hello,
+    LeaseGrant,
+    Leases,
+    Renewal,
+    Renewals,
+    ResultAck,
+    ResultAcks,
+    Welcome,
+)
+from shardcron.coordinator.poller.events import (
+    InboxEvent,
+    WorkerClosed,
+    WorkerConnected,
+    WorkerMessage,
+)
+from shardcron.v1 import worker_pb2, worker_pb2_grpc
+
+log = logging.getLogger("shardcron.workers")
+
+DEMAND_REFRESH = 1.0  # seconds between repeats of an unchanged, standing Demand
+
+
+# (lease generation, carries leases, message), the end of the stream, or a failure
+_Item = tuple[int, bool, worker_pb2.PollerMessage] | InvalidArgument | None
+
+
+class WorkerOutbox:
+    """What the poller sends one worker, batched per turn (a ``WorkerLink``)."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[_Item] = asyncio.Queue()
+        self.lease_gen = 0  # leases queued under an older generation are not sent
+        self._leases: list[LeaseGrant] = []
+        self._cancels: list[CancelOrder] = []
+        self._renewals: list[Renewal] = []
+        self._renewal_ttl = timedelta(0)
+        self._acks: list[ResultAck] = []
+        self._demand_sent = 0  # the worker starts a stream's demand at 0
+        self._demand_sent_at = 0.0
+        self._demand: int | None = None
+        self.closed = False
+
+    def _put(self, msg: worker_pb2.PollerMessage, *, leases: bool = False) -> None:
+        self.queue.put_nowait((self.lease_gen, leases, msg))
+
+    def welcome(self, welcome: Welcome) -> None:
+        self._put(encode_poller_message(welcome))
+
+    def lease(self, grant: LeaseGrant) -> None:
+        self._leases.append(grant)
+
+    def cancel(self, order: CancelOrder) -> None:
+        self._cancels.append(order)
+
+    def renewals(self, renewals: Sequence[Renewal], lease_ttl: timedelta) -> None:
+        self._renewals.extend(renewals)
+        self._renewal_ttl = lease_ttl
+
+    def ack(self, ack: ResultAck) -> None:
+        self._acks.append(ack)
+
+    @property
+    def demand_standing(self) -> bool:
+        return (self._demand_sent if self._demand is None else self._demand) > 0
+
+    def demand(self, slots: int) -> None:
+        """Sent when it changes, and a standing demand again every second (a worker
+        disregards a demand whose grant it sees unused, as from a poller that stalled)."""
+        again = slots > 0 and time.monotonic() - self._demand_sent_at >= DEMAND_REFRESH
+        self._demand = None if slots == self._demand_sent and not again else slots
+
+    def flush(self) -> None:
+        if self.closed:
+            return
+        if self._leases:
+            self._put(encode_poller_message(Leases(grants=tuple(self._leases))), leases=True)
+            self._leases = []
+        if self._cancels:
+            self._put(encode_poller_message(Cancels(orders=tuple(self._cancels))))
+            self._cancels = []
+        if self._renewals:
+            renewals = Renewals(renewals=tuple(self._renewals), lease_ttl=self._renewal_ttl)
+            self._put(encode_poller_message(renewals))
+            self._renewals = []
+        if self._acks:
+            self._put(encode_poller_message(ResultAcks(acks=tuple(self._acks))))
+            self._acks = []
+        if self._demand is not None:
+            self._put(encode_poller_message(Demand(slots=self._demand)))
+            self._demand_sent, self._demand = self._demand, None
+            self._demand_sent_at = time.monotonic()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.queue.put_nowait(None)
+
+    def fail(self, error: InvalidArgument) -> None:
+        """Ends the stream with INVALID_ARGUMENT (the worker sent a malformed message)."""
+        if not self.closed:
+            self.closed = True
+            self.queue.put_nowait(error)
+
+    def drop_unsent_leases(self) -> None:
+        self.lease_gen += 1
+
+    def forget(self) -> None:
+        self.drop_unsent_leases()
+        self._leases, self._cancels, self._renewals, self._acks = [], [], [], []
+
+
+class WorkerStreamServicer(worker_pb2_grpc.WorkerServiceServicer):
+    """Serves the lease stream for one poller: ``submit`` is its inbox, ``may_lease``
+    says whether leases may be written to workers right now."""
+
+    def __init__(self, submit: Callable[[InboxEvent], None], may_lease: Callable[[], bool]) -> None:
+        self._submit = submit
+        self._may_lease = may_lease
+
+    async def Connect(
+        self,
+        request_iterator: AsyncIterator[worker_pb2.WorkerMessage],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[worker_pb2.PollerMessage]:
+        try:
+            first = await request_iterator.__anext__()
+        except StopAsyncIteration:
+            return
+        if first.WhichOneof("body") != "hello" or not first.hello.worker_id:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "hello: the first message must be a Hello with a worker_id",
+            )
+        try:
+            hello = decode_worker_message(first)
+        except InvalidArgument as e:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, e.message)
+        assert isinstance(hello, Hello)
+        outbox = WorkerOutbox()
+        self._submit(WorkerConnected(link=outbox, hello=hello, address=context.peer()))
+
+        async def read() -> None:
+            try:
+                async for msg in request_iterator:
+                    event = decode_worker_message(msg)
+                    if not isinstance(event, Hello):  # a second Hello changes nothing
+                        self._submit(WorkerMessage(link=outbox, event=event))
+            except InvalidArgument as e:
+                log.warning("worker %s: malformed message, stream closed: %s", hello.worker_id, e)
+                outbox.fail(e)
+            except (grpc.aio.AioRpcError, asyncio.CancelledError):
+                pass
+            except Exception:
+                log.exception("worker %s: stream read failed", hello.worker_id)
+            finally:
+                self._submit(WorkerClosed(link=outbox))
+                outbox.close()
+
+        reader = asyncio.create_task(read())
+        try:
+            while True:
+                item = await outbox.queue.get()
+                if item is None:
+                    break
+                if isinstance(item, InvalidArgument):
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, item.message)
+                gen, leases, msg = item
+                if leases and (gen != outbox.lease_gen or not self._may_lease()):
+                    # decided before a freeze or a loss of shards: its runs are reloaded
+                    # from the store and their leases waited out, never sent late
+                    log.warning(
+                        "worker %s: %d leases not sent: shard ownership changed or unconfirmed",
+                        hello.worker_id,
+                        len(msg.leases.leases),
+                    )
+                    continue
+                yield msg
+        finally:
+            reader.cancel()
+            outbox.closed = True
+            self._submit(WorkerClosed(link=outbox))
