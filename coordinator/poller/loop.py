@@ -27,7 +27,6 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from enum import Enum
 from typing import Any
 
 from shardcron.client.errors import FailedPrecondition, NotFound, Unavailable
@@ -52,7 +51,6 @@ from shardcron.client.types import (
     Job,
     JobState,
     OutputChunk,
-    OverlapPolicy,
     Run,
     RunReason,
     RunState,
@@ -63,6 +61,12 @@ from shardcron.client.types import (
 from shardcron.coordinator.coordination import Assignment
 from shardcron.coordinator.ids import bucket_for
 from shardcron.coordinator.metrics import Metrics
+from shardcron.coordinator.poller.admission import (
+    Admission,
+    Verdict,
+    free_slots,
+    past_deadline,
+)
 from shardcron.coordinator.poller.clock import Clock, SystemClock
 from shardcron.coordinator.poller.config import (
     JOB_ROW_GRACE,
@@ -83,28 +87,11 @@ from shardcron.coordinator.poller.events import (
 )
 from shardcron.coordinator.poller.fires import is_extra_run, on_fire_due, retry_run
 from shardcron.coordinator.poller.leases import LeaseBook
+from shardcron.coordinator.poller.state import Phase, Slot
 from shardcron.coordinator.poller.workers import WorkerBook, WorkerLink
 from shardcron.coordinator.store import JobProgress, JobStore
 
 log = logging.getLogger("shardcron.poller")
-
-
-class Phase(Enum):
-    WAITING = 1  # in the timer heap until due
-    READY = 2  # due, admitted, waiting for a worker slot
-    BLOCKED = 3  # due, waiting for the job's concurrency limit
-    LEASED = 4  # on a worker
-
-
-@dataclass(slots=True, eq=False)
-class Slot:
-    run: Run
-    job: Job | None = None
-    phase: Phase = Phase.WAITING
-    worker: WorkerBook | None = None
-    cancel_reason: RunReason | None = None
-    cancel_waiters: list[asyncio.Future[Run]] = field(default_factory=list)
-    output_bytes: int = 0
 
 
 @dataclass(slots=True)
@@ -117,6 +104,7 @@ class _Turn:
     output: list[OutputChunk] = field(default_factory=list)
     after: list[Any] = field(default_factory=list)  # callables run after the commit
     acks: list[tuple[WorkerLink, ResultAck]] = field(default_factory=list)  # sent after it
+    leases: list[Slot] = field(default_factory=list)  # leased: sent after it
     retries: list[Slot] = field(default_factory=list)  # decided, not yet placed
 
     def progress_for(self, job_id: str) -> JobProgress:
@@ -163,11 +151,7 @@ class Poller:
         self._rechecked_at: dict[int, datetime] = {}
         self._slots: dict[str, Slot] = {}
         self._timers: list[tuple[datetime, str]] = []
-        self._ready: list[tuple[int, datetime, str]] = []
-        # (starting deadline, run id) of runs admitted and waiting for a slot
-        self._deadlines: list[tuple[datetime, str]] = []
-        self._admitted: dict[str, set[str]] = {}
-        self._blocked: dict[str, deque[Slot]] = {}
+        self._admission = Admission(self._slots)
         self._job_slots: dict[str, int] = {}
         # jobs of the runs held in memory, with when they were read from the store
         self._jobs: dict[str, Job] = {}
@@ -310,11 +294,8 @@ class Poller:
                     fut.set_exception(Unavailable("the poller reloaded its shards; try again"))
         self._slots.clear()
         self._timers.clear()
-        self._ready.clear()
         self._leases.clear()
-        self._deadlines.clear()
-        self._admitted.clear()
-        self._blocked.clear()
+        self._admission.clear()
         self._job_slots.clear()
         self._jobs.clear()
         self._job_read_at.clear()
@@ -338,9 +319,10 @@ class Poller:
         expiry = self._leases.next_expiry()
         if expiry is not None:
             candidates.append((expiry - now).total_seconds())
-        if self._deadlines:
-            candidates.append((self._deadlines[0][0] - now).total_seconds())
-        if self._ready and self._free_capacity() > 0:
+        deadline = self._admission.next_deadline()
+        if deadline is not None:
+            candidates.append((deadline - now).total_seconds())
+        if self._admission.has_ready() and free_slots(self._workers.values()) > 0:
             candidates.append(0.05)
         return max(0.0, min(candidates))
 
@@ -380,6 +362,8 @@ class Poller:
             )
         if self._stand_still():
             return  # frozen or cut off during the turn: send nothing it decided
+        for slot in turn.leases:
+            self._send_lease(slot)
         for action in turn.after:
             action()
         for link, ack in turn.acks:
@@ -529,7 +513,7 @@ class Poller:
         run = dataclasses.replace(run, lease_expires_at=expires)
         slot = Slot(run=run, job=job, phase=Phase.LEASED)
         self._track(slot)
-        self._admitted.setdefault(run.job_id, set()).add(run.id)
+        self._admission.adopt(slot)
 
     def _admit_new(self, run: Run, now: datetime) -> None:
         """A hinted new run. The hint travels from another node's api and may come late:
@@ -565,11 +549,7 @@ class Poller:
             self._job_read_at.pop(job_id, None)
         else:
             self._job_slots[job_id] = left
-        admitted = self._admitted.get(job_id)
-        if admitted is not None:
-            admitted.discard(rid)
-            if not admitted:
-                del self._admitted[job_id]
+        self._admission.forget(slot)
         self._leases.release(rid)
         if slot.worker is not None:
             slot.worker.release(slot.run.id)
@@ -701,115 +681,37 @@ class Poller:
             # ResumeJob indexes it again
             self._forget(slot)
             return
-        deadline = job.spec.starting_deadline
-        if deadline is not None and now - run.due_at > deadline:
+        if past_deadline(job, run, now):
             self._finish(slot, RunState.MISSED, RunReason.DEADLINE, turn, now)
             return
         self._admit(slot, fresh, turn, now)
 
-    def _limit(self, job: Job) -> float:
-        c = job.spec.concurrency
-        if c.max_concurrent > 0:
-            return c.max_concurrent
-        return math.inf if c.overlap == OverlapPolicy.ALLOW else 1
-
     def _admit(self, slot: Slot, fresh_fire: bool, turn: _Turn, now: datetime) -> None:
-        job = slot.job
-        assert job is not None
-        self._watch_deadline(slot)
-        admitted = self._admitted.setdefault(job.id, set())
-        if len(admitted) < self._limit(job) and not self._blocked.get(job.id):
-            admitted.add(slot.run.id)
-            slot.phase = Phase.READY
-            heapq.heappush(self._ready, (-slot.run.priority, slot.run.due_at, slot.run.id))
-            return
-        policy = job.spec.concurrency.overlap
-        if fresh_fire and policy == OverlapPolicy.FORBID:
+        verdict = self._admission.admit(slot, fresh_fire=fresh_fire)
+        if verdict == Verdict.SKIP:
             self._finish(slot, RunState.SKIPPED, RunReason.OVERLAP, turn, now)
             self.metrics.fires_skipped.labels(reason=RunReason.OVERLAP.value).inc()
-            return
-        slot.phase = Phase.BLOCKED
-        queue = self._blocked.setdefault(job.id, deque())
-        if fresh_fire and policy == OverlapPolicy.REPLACE:
-            queue.appendleft(slot)
-            running = [self._slots[r] for r in admitted if r in self._slots]
-            victims = [s for s in running if s.cancel_reason is None]
-            if victims:
-                oldest = min(victims, key=lambda s: (s.run.due_at, s.run.id))
-                self._cancel_slot(oldest, RunReason.REPLACED, turn, now)
-        else:
-            queue.append(slot)
-
-    def _watch_deadline(self, slot: Slot) -> None:
-        """A run with a starting deadline is MISSED when the deadline passes while it
-        waits (for a slot, or for its job's concurrency limit), not only once a slot
-        frees: with no worker at all, it would wait forever."""
-        deadline = slot.job.spec.starting_deadline if slot.job is not None else None
-        if deadline is None:
-            return
-        if len(self._deadlines) > 2 * len(self._slots) + 1024:
-            # entries of runs long leased or ended: drop them rather than wait for their time
-            waiting = (Phase.READY, Phase.BLOCKED)
-            self._deadlines = [
-                e for e in self._deadlines if (s := self._slots.get(e[1])) and s.phase in waiting
-            ]
-            heapq.heapify(self._deadlines)
-        heapq.heappush(self._deadlines, (slot.run.due_at + deadline, slot.run.id))
+        elif verdict == Verdict.REPLACE:
+            assert slot.job is not None
+            victim = self._admission.replaced(slot.job.id)
+            if victim is not None:
+                self._cancel_slot(victim, RunReason.REPLACED, turn, now)
 
     def _miss_deadlines(self, now: datetime, turn: _Turn) -> None:
-        while self._deadlines and self._deadlines[0][0] < now:
-            _, rid = heapq.heappop(self._deadlines)
-            slot = self._slots.get(rid)
-            if slot is not None and slot.phase in (Phase.READY, Phase.BLOCKED):
-                self._finish(slot, RunState.MISSED, RunReason.DEADLINE, turn, now)
-
-    def _unblock(self, job_id: str, turn: _Turn, now: datetime) -> None:
-        queue = self._blocked.get(job_id)
-        while queue:
-            slot = queue[0]
-            if self._slots.get(slot.run.id) is not slot or slot.phase != Phase.BLOCKED:
-                queue.popleft()
-                continue
-            assert slot.job is not None
-            if len(self._admitted.get(job_id, ())) >= self._limit(slot.job):
-                return
-            queue.popleft()
-            slot.phase = Phase.READY
-            self._admitted.setdefault(job_id, set()).add(slot.run.id)
-            heapq.heappush(self._ready, (-slot.run.priority, slot.run.due_at, slot.run.id))
-        self._blocked.pop(job_id, None)
+        for slot in self._admission.missed(now):
+            self._finish(slot, RunState.MISSED, RunReason.DEADLINE, turn, now)
 
     # --- dispatch ---------------------------------------------------------------
 
-    def _free_capacity(self) -> int:
-        return sum(w.free for w in self._workers.values())
-
     def _dispatch(self, now: datetime, turn: _Turn) -> None:
-        free = self._free_capacity()
-        if free <= 0 or not self._ready:
-            return
-        deferred: list[tuple[int, datetime, str]] = []
         leased = 0
-        while (
-            self._ready
-            and free > 0
-            and leased < self.config.max_batch
-            and len(deferred) < 4 * free + 64
+        for slot, worker in self._admission.place(
+            self._workers.values(), now, self.config.max_batch
         ):
-            entry = heapq.heappop(self._ready)
-            slot = self._slots.get(entry[2])
-            if slot is None or slot.phase != Phase.READY:
-                continue
-            job = slot.job
-            assert job is not None
-            deadline = job.spec.starting_deadline
-            if deadline is not None and now - slot.run.due_at > deadline:
+            if worker is None:
                 self._finish(slot, RunState.MISSED, RunReason.DEADLINE, turn, now)
                 continue
-            worker = self._pick_worker(job)
-            if worker is None:
-                deferred.append(entry)
-                continue
+            assert slot.job is not None
             token, expires = self._leases.grant(slot.run.id, worker.id, now)
             run = dataclasses.replace(
                 slot.run,
@@ -821,13 +723,10 @@ class Poller:
             slot.run = run
             slot.phase = Phase.LEASED
             slot.worker = worker
-            worker.hold(run.id, job.spec.resources)
+            worker.hold(run.id, slot.job.spec.resources)
             turn.runs[run.id] = run
-            turn.after.append(lambda w=worker, s=slot, j=job: self._send_lease(w, s, j))
+            turn.leases.append(slot)
             leased += 1
-            free -= job.spec.resources.slots or 1
-        for entry in deferred:
-            heapq.heappush(self._ready, entry)
         if leased:
             self.metrics.runs_leased.inc(leased)
 
@@ -842,25 +741,18 @@ class Poller:
         ]
         if not restricted:
             return
-        want = dict.fromkeys(restricted, 0)
-        seen = 0
-        ready = self._ready if self.active else []
-        for _, _, rid in ready:  # heap order: a sample of the most urgent, enough here
-            slot = self._slots.get(rid)
-            if slot is None or slot.phase != Phase.READY or slot.job is None:
-                continue
-            spec = slot.job.spec
+        if self.active:
+            for w, slots in self._admission.demand(restricted).items():
+                w.link.demand(slots)
+        else:
             for w in restricted:
-                if want[w] < w.slots and w.could_run(spec):
-                    want[w] += spec.resources.slots or 1
-            seen += 1
-            if seen >= 512 or all(want[w] >= w.slots for w in restricted):
-                break
-        for w in restricted:
-            w.link.demand(min(want[w], w.slots))
+                w.link.demand(0)
 
-    def _send_lease(self, worker: WorkerBook, slot: Slot, job: Job) -> None:
+    def _send_lease(self, slot: Slot) -> None:
         """Sends a lease once it is durable; its TTL counts from now, as the worker's will."""
+        worker, job = slot.worker, slot.job
+        if worker is None or job is None:
+            return  # refused or ended meanwhile
         expires = self._leases.sent(slot.run.id, slot.run.lease_token, self._clock.now())
         if expires is None:
             return  # ended meanwhile
@@ -882,13 +774,6 @@ class Poller:
                 job_name=spec.name,
             )
         )
-
-    def _pick_worker(self, job: Job) -> WorkerBook | None:
-        best: WorkerBook | None = None
-        for w in self._workers.values():
-            if w.fits(job.spec) and (best is None or w.free > best.free):
-                best = w
-        return best
 
     # --- leases and results -------------------------------------------------------
 
@@ -987,9 +872,7 @@ class Poller:
         # nothing of it ran: lease it again (the stored LEASED row is superseded
         # by the next lease's token)
         self._leases.release(slot.run.id)
-        slot.phase = Phase.READY
-        heapq.heappush(self._ready, (-slot.run.priority, slot.run.due_at, slot.run.id))
-        self._watch_deadline(slot)
+        self._admission.requeue(slot)
 
     def _held_slot(self, run_id: str, token: int) -> Slot | None:
         return self._slots[run_id] if self._leases.holds(run_id, token) else None
@@ -1184,7 +1067,7 @@ class Poller:
             self.metrics.fires_skipped.labels(reason=reason.value).inc()
         if job is not None:
             final = self._follow_up(job, final, turn, now)
-            self._unblock(job.id, turn, now)
+            self._admission.unblock(job.id)
         turn.runs[final.id] = final
         for fut in slot.cancel_waiters:
             turn.after.append(lambda f=fut, r=final: f.done() or f.set_result(r))
@@ -1229,7 +1112,7 @@ class Poller:
 
     def _update_gauges(self) -> None:
         self.metrics.active_leases.set(sum(len(w.leases) for w in self._workers.values()))
-        self.metrics.ready_runs.set(len(self._ready))
+        self.metrics.ready_runs.set(len(self._admission))
         used = sum(w.used for w in self._workers.values())
         total = sum(w.slots for w in self._workers.values())
         self.metrics.worker_slots.labels(use="used").set(used)

@@ -1,0 +1,248 @@
+"""Admission and placement: which due runs may start, and on which worker.
+
+- **Concurrency**: a job runs at most ``max_concurrent`` runs at once (0: one, or
+  no limit under ALLOW). A due run past the limit is, by the job's overlap policy:
+  FORBID — skipped (a fresh fire only); REPLACE — queued first and the oldest
+  running run cancelled; QUEUE and ALLOW — queued behind the others. Runs that are
+  not fresh fires (retries, manual runs) always queue. A queued run is admitted
+  when a run of its job ends (``unblock``), in queue order.
+- **Starting deadline**: a run not started within ``starting_deadline`` of its due
+  time is missed, whether it waits for a slot or for its job's limit (``missed``),
+  or is about to be placed (``place``); exactly at the deadline it is still on time.
+- **Placement**: ready runs go out highest priority first, then earliest due, each
+  to the worker with the most free slots among those that fit it (slots, cpu,
+  memory, labels, handler or command); a run no worker fits waits, and does not
+  hold up the runs behind it.
+- **Demand**: for a worker that shares its slots among pollers, how many slots of
+  ready runs it could take from this one.
+
+Pure: nothing here reads a clock or calls the store; ``missed`` and ``place`` yield
+decisions lazily, so what the loop does with one (a run ended, a slot held) counts
+for the next.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Collection, Iterable, Iterator
+from datetime import datetime
+from enum import Enum
+
+from shardcron.client.types import Job, OverlapPolicy, Run
+from shardcron.coordinator.poller.state import Phase, Slot
+from shardcron.coordinator.poller.workers import WorkerBook
+
+_WAITING = (Phase.READY, Phase.BLOCKED)
+_DEMAND_SAMPLE = 512  # ready runs looked at to size a worker's demand
+
+
+class Verdict(Enum):
+    READY = 1  # admitted: waits for a worker's slot
+    BLOCKED = 2  # waits for its job's concurrency limit
+    SKIP = 3  # FORBID: the fire is skipped (OVERLAP)
+    REPLACE = 4  # queued first; cancel ``Admission.replaced(job)`` to make room
+
+
+def concurrency_limit(job: Job) -> float:
+    c = job.spec.concurrency
+    if c.max_concurrent > 0:
+        return c.max_concurrent
+    return math.inf if c.overlap == OverlapPolicy.ALLOW else 1
+
+
+def past_deadline(job: Job, run: Run, now: datetime) -> bool:
+    """The run can no longer start: its starting deadline passed (strictly)."""
+    deadline = job.spec.starting_deadline
+    return deadline is not None and now - run.due_at > deadline
+
+
+def pick_worker(job: Job, workers: Iterable[WorkerBook]) -> WorkerBook | None:
+    """The worker with the most free slots among those that have room for the run."""
+    best: WorkerBook | None = None
+    for w in workers:
+        if w.fits(job.spec) and (best is None or w.free > best.free):
+            best = w
+    return best
+
+
+class Admission:
+    """Runs due and admitted (READY, a heap by priority), queued behind their job's
+    limit (BLOCKED), and their starting deadlines."""
+
+    __slots__ = ("_admitted", "_blocked", "_deadlines", "_ready", "_slots")
+
+    def __init__(self, slots: dict[str, Slot]) -> None:
+        self._slots = slots  # the loop's runs held, by run id (read only here)
+        self._ready: list[tuple[int, datetime, str]] = []  # (-priority, due, run id)
+        self._deadlines: list[tuple[datetime, str]] = []  # (starting deadline, run id)
+        self._admitted: dict[str, set[str]] = {}  # job id -> run ids READY or LEASED
+        self._blocked: dict[str, deque[Slot]] = {}  # job id -> runs BLOCKED, in order
+
+    def __len__(self) -> int:
+        """Entries of the ready heap (some may be stale)."""
+        return len(self._ready)
+
+    def clear(self) -> None:
+        self._ready.clear()
+        self._deadlines.clear()
+        self._admitted.clear()
+        self._blocked.clear()
+
+    # --- admitting -----------------------------------------------------------------
+
+    def admit(self, slot: Slot, *, fresh_fire: bool) -> Verdict:
+        """A due run of ``slot.job`` asks to start. READY, BLOCKED and REPLACE move it
+        to that phase; SKIP leaves it for the loop to record as skipped."""
+        job = slot.job
+        assert job is not None
+        self.watch_deadline(slot)
+        admitted = self._admitted.setdefault(job.id, set())
+        if len(admitted) < concurrency_limit(job) and not self._blocked.get(job.id):
+            admitted.add(slot.run.id)
+            self._make_ready(slot)
+            return Verdict.READY
+        policy = job.spec.concurrency.overlap
+        if fresh_fire and policy == OverlapPolicy.FORBID:
+            return Verdict.SKIP
+        slot.phase = Phase.BLOCKED
+        queue = self._blocked.setdefault(job.id, deque())
+        if fresh_fire and policy == OverlapPolicy.REPLACE:
+            queue.appendleft(slot)
+            return Verdict.REPLACE
+        queue.append(slot)
+        return Verdict.BLOCKED
+
+    def replaced(self, job_id: str) -> Slot | None:
+        """The run a REPLACE cancels: the oldest admitted run of the job not already
+        being cancelled (None: each is)."""
+        running = (self._slots.get(r) for r in self._admitted.get(job_id, ()))
+        victims = [s for s in running if s is not None and s.cancel_reason is None]
+        return min(victims, key=lambda s: (s.run.due_at, s.run.id)) if victims else None
+
+    def adopt(self, slot: Slot) -> None:
+        """A run leased before (an orphan of an earlier owner) counts against its job's limit."""
+        self._admitted.setdefault(slot.run.job_id, set()).add(slot.run.id)
+
+    def requeue(self, slot: Slot) -> None:
+        """A lease its worker refused: nothing of it ran, it is ready again."""
+        self._make_ready(slot)
+        self.watch_deadline(slot)
+
+    def forget(self, slot: Slot) -> None:
+        """The run is no longer held (ended, paused, its shard lost)."""
+        admitted = self._admitted.get(slot.run.job_id)
+        if admitted is not None:
+            admitted.discard(slot.run.id)
+            if not admitted:
+                del self._admitted[slot.run.job_id]
+
+    def unblock(self, job_id: str) -> None:
+        """A run of the job ended: admit queued ones while the limit allows."""
+        queue = self._blocked.get(job_id)
+        while queue:
+            slot = queue[0]
+            if self._slots.get(slot.run.id) is not slot or slot.phase != Phase.BLOCKED:
+                queue.popleft()
+                continue
+            assert slot.job is not None
+            if len(self._admitted.get(job_id, ())) >= concurrency_limit(slot.job):
+                return
+            queue.popleft()
+            self._admitted.setdefault(job_id, set()).add(slot.run.id)
+            self._make_ready(slot)
+        self._blocked.pop(job_id, None)
+
+    def _make_ready(self, slot: Slot) -> None:
+        slot.phase = Phase.READY
+        heapq.heappush(self._ready, (-slot.run.priority, slot.run.due_at, slot.run.id))
+
+    # --- starting deadlines ----------------------------------------------------------
+
+    def watch_deadline(self, slot: Slot) -> None:
+        """A run with a starting deadline is MISSED when the deadline passes while it
+        waits (for a slot, or for its job's concurrency limit), not only once a slot
+        frees: with no worker at all, it would wait forever."""
+        deadline = slot.job.spec.starting_deadline if slot.job is not None else None
+        if deadline is None:
+            return
+        if len(self._deadlines) > 2 * len(self._slots) + 1024:
+            # entries of runs long leased or ended: drop them rather than wait for their time
+            self._deadlines = [
+                e for e in self._deadlines if (s := self._slots.get(e[1])) and s.phase in _WAITING
+            ]
+            heapq.heapify(self._deadlines)
+        heapq.heappush(self._deadlines, (slot.run.due_at + deadline, slot.run.id))
+
+    def missed(self, now: datetime) -> Iterator[Slot]:
+        """Runs still waiting whose starting deadline is before ``now``."""
+        while self._deadlines and self._deadlines[0][0] < now:
+            _, rid = heapq.heappop(self._deadlines)
+            slot = self._slots.get(rid)
+            if slot is not None and slot.phase in _WAITING:
+                yield slot
+
+    def next_deadline(self) -> datetime | None:
+        return self._deadlines[0][0] if self._deadlines else None
+
+    # --- placement --------------------------------------------------------------------
+
+    def place(
+        self, workers: Collection[WorkerBook], now: datetime, max_batch: int
+    ) -> Iterator[tuple[Slot, WorkerBook | None]]:
+        """Ready runs in priority order, each with the worker it goes to, or with None:
+        it missed its starting deadline. The loop leases each to its worker (holding
+        the worker's capacity) before asking for the next. At most ``max_batch``."""
+        free = free_slots(workers)
+        if free <= 0 or not self._ready:
+            return
+        ready = self._ready
+        skipped: list[tuple[int, datetime, str]] = []  # no worker fits them now
+        placed = 0
+        try:
+            while ready and free > 0 and placed < max_batch and len(skipped) < 4 * free + 64:
+                entry = heapq.heappop(ready)
+                slot = self._slots.get(entry[2])
+                if slot is None or slot.phase != Phase.READY:
+                    continue
+                job = slot.job
+                assert job is not None
+                if past_deadline(job, slot.run, now):
+                    yield slot, None
+                    continue
+                worker = pick_worker(job, workers)
+                if worker is None:
+                    skipped.append(entry)
+                    continue
+                yield slot, worker
+                placed += 1
+                free -= job.spec.resources.slots or 1
+        finally:
+            for entry in skipped:
+                heapq.heappush(ready, entry)
+
+    def has_ready(self) -> bool:
+        return bool(self._ready)
+
+    def demand(self, workers: Collection[WorkerBook]) -> dict[WorkerBook, int]:
+        """For each worker given, the slots of ready runs it could take (at most its
+        slots), from a sample of the most urgent ready runs."""
+        want = dict.fromkeys(workers, 0)
+        seen = 0
+        for _, _, rid in self._ready:  # heap order: a sample of the most urgent, enough here
+            slot = self._slots.get(rid)
+            if slot is None or slot.phase != Phase.READY or slot.job is None:
+                continue
+            spec = slot.job.spec
+            for w in workers:
+                if want[w] < w.slots and w.could_run(spec):
+                    want[w] += spec.resources.slots or 1
+            seen += 1
+            if seen >= _DEMAND_SAMPLE or all(want[w] >= w.slots for w in workers):
+                break
+        return {w: min(n, w.slots) for w, n in want.items()}
+
+
+def free_slots(workers: Iterable[WorkerBook]) -> int:
+    return sum(w.free for w in workers)

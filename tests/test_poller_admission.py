@@ -1,0 +1,313 @@
+"""Admission and placement (coordinator/poller/admission.py) with hand-set times."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from shardcron.client.stream import Hello
+from shardcron.client.types import (
+    CommandTask,
+    ConcurrencyPolicy,
+    HandlerTask,
+    Job,
+    JobSpec,
+    JobState,
+    OverlapPolicy,
+    Resources,
+    Run,
+    RunReason,
+    RunState,
+    Schedule,
+)
+from shardcron.coordinator.poller.admission import (
+    Admission,
+    Verdict,
+    concurrency_limit,
+    past_deadline,
+    pick_worker,
+)
+from shardcron.coordinator.poller.state import Phase, Slot
+from shardcron.coordinator.poller.workers import WorkerBook
+
+T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+TICK = timedelta(microseconds=1)
+
+
+def job(
+    job_id: str = "j",
+    *,
+    overlap: OverlapPolicy = OverlapPolicy.ALLOW,
+    max_concurrent: int = 0,
+    deadline: timedelta | None = None,
+    resources: Resources | None = None,
+    task: CommandTask | HandlerTask | None = None,
+) -> Job:
+    spec = JobSpec(
+        name=job_id,
+        task=task or HandlerTask(name="noop"),
+        schedule=Schedule.cron_expr("* * * * *"),
+        concurrency=ConcurrencyPolicy(max_concurrent=max_concurrent, overlap=overlap),
+        starting_deadline=deadline,
+        resources=resources or Resources(),
+    )
+    return Job(
+        id=job_id,
+        owner="o",
+        spec=spec,
+        state=JobState.ACTIVE,
+        version=1,
+        created_at=T0,
+        updated_at=T0,
+    )
+
+
+class Held:
+    """The loop's side: the runs held, and an admission over them."""
+
+    def __init__(self) -> None:
+        self.slots: dict[str, Slot] = {}
+        self.admission = Admission(self.slots)
+        self._n = 0
+
+    def slot(self, j: Job, *, due: datetime = T0, priority: int = 0) -> Slot:
+        self._n += 1
+        run = Run(
+            id=f"r{self._n}",
+            job_id=j.id,
+            owner="o",
+            fire_key=f"f{self._n}",
+            fire_at=due,
+            due_at=due,
+            state=RunState.PENDING,
+            priority=priority,
+        )
+        s = Slot(run=run, job=j)
+        self.slots[run.id] = s
+        return s
+
+    def end(self, s: Slot) -> None:
+        """What the loop does when a run ends."""
+        del self.slots[s.run.id]
+        self.admission.forget(s)
+        assert s.job is not None
+        self.admission.unblock(s.job.id)
+
+
+class NoLink:
+    closed = False
+    demand_standing = False
+
+
+def worker(
+    worker_id: str = "w", *, slots: int = 4, handlers: frozenset[str] = frozenset({"noop"}), **kw
+) -> WorkerBook:  # type: ignore[no-untyped-def]
+    hello = Hello(worker_id=worker_id, slots=slots, handlers=handlers, **kw)
+    return WorkerBook(hello, address="", link=NoLink(), connected_at=T0)  # type: ignore[arg-type]
+
+
+# --- concurrency and overlap ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("overlap", "max_concurrent", "limit"),
+    [
+        (OverlapPolicy.ALLOW, 0, float("inf")),
+        (OverlapPolicy.ALLOW, 3, 3),
+        (OverlapPolicy.FORBID, 0, 1),
+        (OverlapPolicy.QUEUE, 0, 1),
+        (OverlapPolicy.REPLACE, 2, 2),
+    ],
+)
+def test_the_concurrency_limit(overlap: OverlapPolicy, max_concurrent: int, limit: float) -> None:
+    assert concurrency_limit(job(overlap=overlap, max_concurrent=max_concurrent)) == limit
+
+
+def test_allow_admits_up_to_the_limit_and_then_queues_in_order() -> None:
+    h = Held()
+    j = job(max_concurrent=2)
+    a, b, c, d = (h.slot(j) for _ in range(4))
+    assert [h.admission.admit(s, fresh_fire=True) for s in (a, b, c, d)] == [
+        Verdict.READY,
+        Verdict.READY,
+        Verdict.BLOCKED,
+        Verdict.BLOCKED,
+    ]
+    assert (c.phase, d.phase) == (Phase.BLOCKED, Phase.BLOCKED)
+    h.end(a)
+    assert (c.phase, d.phase) == (Phase.READY, Phase.BLOCKED)
+
+
+def test_a_run_queued_keeps_later_runs_behind_it_even_when_a_slot_frees() -> None:
+    h = Held()
+    j = job(overlap=OverlapPolicy.QUEUE)
+    first, queued = h.slot(j), h.slot(j)
+    h.admission.admit(first, fresh_fire=True)
+    assert h.admission.admit(queued, fresh_fire=True) == Verdict.BLOCKED
+    h.admission.forget(first)  # ended, but the queue not yet looked at
+    del h.slots[first.run.id]
+    late = h.slot(j)
+    assert h.admission.admit(late, fresh_fire=True) == Verdict.BLOCKED, "jumped the queue"
+
+
+def test_forbid_skips_a_fresh_fire_but_queues_a_retry() -> None:
+    h = Held()
+    j = job(overlap=OverlapPolicy.FORBID)
+    running = h.slot(j)
+    assert h.admission.admit(running, fresh_fire=True) == Verdict.READY
+    assert h.admission.admit(h.slot(j), fresh_fire=True) == Verdict.SKIP
+    retry = h.slot(j)
+    assert h.admission.admit(retry, fresh_fire=False) == Verdict.BLOCKED
+    h.end(running)
+    assert retry.phase == Phase.READY
+
+
+def test_replace_queues_the_new_fire_first_and_names_the_oldest_run_to_cancel() -> None:
+    h = Held()
+    j = job(overlap=OverlapPolicy.REPLACE)
+    old = h.slot(j, due=T0)
+    h.admission.admit(old, fresh_fire=True)
+    queued_retry = h.slot(j)
+    assert h.admission.admit(queued_retry, fresh_fire=False) == Verdict.BLOCKED
+    new = h.slot(j, due=T0 + timedelta(minutes=1))
+    assert h.admission.admit(new, fresh_fire=True) == Verdict.REPLACE
+    assert h.admission.replaced(j.id) is old
+    old.cancel_reason = RunReason.REPLACED  # the cancel is on its way
+    assert h.admission.replaced(j.id) is None, "a run being cancelled is cancelled again"
+    h.end(old)
+    assert (new.phase, queued_retry.phase) == (Phase.READY, Phase.BLOCKED)
+
+
+def test_an_adopted_orphan_counts_against_its_jobs_limit() -> None:
+    h = Held()
+    j = job(overlap=OverlapPolicy.QUEUE)
+    orphan = h.slot(j)
+    orphan.phase = Phase.LEASED
+    h.admission.adopt(orphan)
+    assert h.admission.admit(h.slot(j), fresh_fire=True) == Verdict.BLOCKED
+
+
+# --- starting deadlines -----------------------------------------------------------------
+
+
+def test_a_starting_deadline_is_missed_only_after_it_passes() -> None:
+    j = job(deadline=timedelta(seconds=30))
+    run = Held().slot(j).run
+    at = run.due_at + timedelta(seconds=30)
+    assert not past_deadline(j, run, at)  # now == due + deadline: still on time
+    assert past_deadline(j, run, at + TICK)
+    assert not past_deadline(job(), run, at + timedelta(days=1))  # no deadline
+
+
+def test_runs_waiting_are_missed_at_their_deadline_and_others_are_not() -> None:
+    h = Held()
+    j = job(deadline=timedelta(seconds=30), overlap=OverlapPolicy.QUEUE)
+    ready, blocked, leased = h.slot(j), h.slot(j), h.slot(job("other", deadline=timedelta(0)))
+    h.admission.admit(ready, fresh_fire=True)
+    h.admission.admit(blocked, fresh_fire=True)
+    h.admission.admit(leased, fresh_fire=True)
+    leased.phase = Phase.LEASED  # placed on a worker meanwhile
+    at = T0 + timedelta(seconds=30)
+    assert h.admission.next_deadline() == T0
+    assert list(h.admission.missed(at)) == []
+    assert list(h.admission.missed(at + TICK)) == [ready, blocked]
+    assert h.admission.next_deadline() is None
+
+
+# --- placement ---------------------------------------------------------------------------
+
+
+def lease_all(h: Held, workers: list[WorkerBook], now: datetime = T0, max_batch: int = 100):  # type: ignore[no-untyped-def]
+    """Places what can be placed, acting as the loop does; returns (run id, worker id)."""
+    out = []
+    for s, w in h.admission.place(workers, now, max_batch):
+        if w is None:
+            out.append((s.run.id, None))
+            continue
+        assert s.job is not None
+        w.hold(s.run.id, s.job.spec.resources)
+        s.phase = Phase.LEASED
+        out.append((s.run.id, w.id))
+    return out
+
+
+def test_ready_runs_go_by_priority_then_due_time_to_the_freest_worker() -> None:
+    h = Held()
+    j = job()
+    low = h.slot(j, priority=0, due=T0 - timedelta(seconds=9))
+    high_late = h.slot(j, priority=5, due=T0)
+    high_early = h.slot(j, priority=5, due=T0 - timedelta(seconds=1))
+    for s in (low, high_late, high_early):
+        h.admission.admit(s, fresh_fire=False)
+    small, big = worker("small", slots=1), worker("big", slots=2)
+    assert lease_all(h, [small, big]) == [
+        (high_early.run.id, "big"),
+        (high_late.run.id, "small"),  # 1 free each: the first found
+        (low.run.id, "big"),
+    ]
+    assert not h.admission.has_ready()
+
+
+def test_a_run_no_worker_fits_waits_without_holding_up_the_rest() -> None:
+    h = Held()
+    gpu = h.slot(job("gpu", resources=Resources(labels={"gpu": "1"})), priority=9)
+    cmd = h.slot(job("cmd", task=CommandTask(argv=("true",))), priority=8)
+    big = h.slot(job("big", resources=Resources(cpu_millis=2000)), priority=7)
+    plain = h.slot(job("plain"))
+    for s in (gpu, cmd, big, plain):
+        h.admission.admit(s, fresh_fire=False)
+    w = worker(cpu_millis=1000, memory_mb=512)
+    assert lease_all(h, [w]) == [(plain.run.id, "w")]
+    assert h.admission.has_ready() and len(h.admission) == 3  # the three wait
+    assert pick_worker(gpu.job, [worker(labels={"gpu": "1"})]) is not None  # type: ignore[arg-type]
+
+
+def test_placement_stops_at_the_free_slots_and_the_batch() -> None:
+    h = Held()
+    j = job()
+    for _ in range(5):
+        h.admission.admit(h.slot(j), fresh_fire=False)
+    assert len(lease_all(h, [worker(slots=3)])) == 3
+    assert len(lease_all(h, [worker("x", slots=8)], max_batch=1)) == 1
+    assert len(lease_all(h, [])) == 0
+
+
+def test_a_ready_run_past_its_deadline_is_placed_nowhere() -> None:
+    h = Held()
+    late = h.slot(job("late", deadline=timedelta(seconds=5)))
+    h.admission.admit(late, fresh_fire=False)
+    at = T0 + timedelta(seconds=5)
+    assert lease_all(h, [worker()], now=at + TICK) == [(late.run.id, None)]
+
+
+def test_a_refused_lease_is_ready_again() -> None:
+    h = Held()
+    s = h.slot(job())
+    h.admission.admit(s, fresh_fire=False)
+    lease_all(h, [worker()])
+    h.admission.requeue(s)
+    assert s.phase == Phase.READY and h.admission.has_ready()
+
+
+def test_demand_counts_the_ready_slots_a_sharing_worker_could_take() -> None:
+    h = Held()
+    for _ in range(3):
+        h.admission.admit(h.slot(job(resources=Resources(slots=2))), fresh_fire=False)
+    h.admission.admit(h.slot(job("cmd", task=CommandTask(argv=("true",)))), fresh_fire=False)
+    shared = worker("shared", slots=4, credit_limit=0)
+    cmds = worker("cmds", slots=10, credit_limit=1, runs_commands=True, handlers=frozenset())
+    assert shared.restricted and cmds.restricted
+    assert h.admission.demand([shared, cmds]) == {shared: 4, cmds: 1}
+
+
+def test_a_worker_gives_back_what_a_run_held() -> None:
+    w = worker(slots=2, cpu_millis=1000, memory_mb=100)
+    need = Resources(slots=2, cpu_millis=600, memory_mb=50)
+    spec = dataclasses.replace(job().spec, resources=need)
+    assert w.fits(spec)
+    w.hold("r", need)
+    assert w.free == 0 and not w.fits(spec) and w.could_run(spec)
+    w.release("r")
+    assert (w.free, w.used_cpu, w.used_mem) == (2, 0, 0)
