@@ -114,7 +114,7 @@ async def test_a_run_met_before_its_job_row_waits_for_it(
     assert stored.state == RunState.PENDING, stored
     await store.create_jobs([NewJob(job=job)])  # now it lands
     # admitted, waiting for a worker (there is none)
-    await until(lambda: run.id in poller._slots and poller._slots[run.id].phase == Phase.READY)
+    await until(lambda: poller.phase_of(run.id) == Phase.READY)
     assert (await store.get_runs([run.id]))[run.id].state == RunState.PENDING
 
 
@@ -220,7 +220,7 @@ async def test_a_retry_stored_and_run_already_is_not_run_again(
     assert (ended.state, ended.reason) == (RunState.FAILED, RunReason.WORKER_LOST)
     await asyncio.sleep(0.5)  # a turn or two after
     assert (await store.get_runs([retry.id]))[retry.id].state == RunState.SUCCEEDED
-    assert retry.id not in poller._slots, "the retry that ran already is due again"
+    assert poller.phase_of(retry.id) is None, "the retry that ran already is due again"
 
 
 @pytest.mark.parametrize("lease_ttl", [timedelta(milliseconds=300)])
@@ -233,7 +233,7 @@ async def test_a_retry_stored_without_its_due_row_is_indexed_and_held_once(
     await store.commit(runs=[run, retry], due=[run])  # the retry's due row did not land
     await _ended(store, run)
     # the retry is held once, waiting for a worker (there is none), and indexed
-    await until(lambda: retry.id in poller._slots and poller._slots[retry.id].phase == Phase.READY)
+    await until(lambda: poller.phase_of(retry.id) == Phase.READY)
     entries = await store.scan_due(
         retry.shard,
         due_from=retry.due_at - timedelta(seconds=1),
@@ -278,7 +278,7 @@ async def test_a_run_waiting_for_a_slot_is_missed_at_its_starting_deadline(
     run = await _with_deadline(store, deadline, timedelta(0))
     poller.runs_created([run], list((await store.get_jobs([run.job_id])).values()))
     # admitted and waiting: there is no worker, so no slot ever frees
-    await until(lambda: run.id in poller._slots and poller._slots[run.id].phase == Phase.READY)
+    await until(lambda: poller.phase_of(run.id) == Phase.READY)
     ended = await _ended(store, run)
     assert (ended.state, ended.reason) == (RunState.MISSED, RunReason.DEADLINE)
     assert ended.ended_at is not None and ended.ended_at >= run.due_at + deadline
@@ -307,4 +307,4 @@ async def test_a_run_written_while_the_poller_was_held_up_is_found_without_its_h
     await asyncio.wait_for(held.wait(), WAIT)
     run = dataclasses.replace(make_run(job, due_at=utcnow()), created_at=utcnow())
     await store.create_jobs([NewJob(job=job, runs=[run])])  # its hint is lost: none is sent
-    await until(lambda: run.id in poller._slots)
+    await until(lambda: poller.phase_of(run.id) is not None)

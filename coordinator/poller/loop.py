@@ -1,18 +1,22 @@
-"""The poller role: from the due index of its shards to leases on workers.
+"""The poller role's loop: from the due index of its shards to leases on workers.
 
 One asyncio task owns all mutable state; everything else (worker streams, the
-api's hints and cancels, assignment changes) reaches it through an inbox. Each
-turn of the loop drains the inbox, loads what became due soon, triggers what is
-due, matches ready runs to worker slots, and writes everything the turn decided
-in ONE store commit (group commit) before it sends anything that depends on it:
-a lease is durable before the worker sees it, a result is durable before the
-worker is told it was accepted.
+api's hints and cancels, assignment changes) reaches it through an inbox of typed
+events. Each turn of the loop drains the inbox, loads what became due soon,
+triggers what is due, matches ready runs to worker slots, and writes everything
+the turn decided in ONE store commit (group commit) before it sends anything that
+depends on it: a lease is durable before the worker sees it, a result is durable
+before the worker is told it was accepted.
+
+This is the one part of the poller that calls the store, and its only place that
+reads the clock for the rules (each decider is given ``now``).
 
 Never twice at once: a lease carries a fencing token (epoch << 32 | sequence);
 a worker holds a run only while it keeps renewing; a result or heartbeat whose
 token is not the current lease's is refused; a run that was leased under an
 earlier epoch (a crashed or deposed poller) is re-leased only one full TTL after
-this poller took the shard over.
+this poller took the shard over (``leases``). A poller that cannot confirm its
+hold on its shards writes and sends nothing (``ownership``).
 """
 
 from __future__ import annotations
@@ -20,60 +24,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import heapq
 import logging
-import math
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import datetime
 
 from shardcron.client.errors import FailedPrecondition, NotFound, Unavailable
-from shardcron.client.stream import (
-    CancelOrder,
-    Credits,
-    Heartbeat,
-    Hello,
-    LeaseGrant,
-    LeaseRef,
-    Output,
-    Refused,
-    Renewal,
-    ResultAck,
-    Results,
-    RunOutcome,
-    Started,
-    Welcome,
-    WorkerEvent,
-)
-from shardcron.client.types import (
-    Job,
-    JobState,
-    OutputChunk,
-    Run,
-    RunReason,
-    RunState,
-    ScheduleKind,
-    ShardInfo,
-    WorkerInfo,
-)
+from shardcron.client.types import Job, Run, RunReason, RunState, ShardInfo, WorkerInfo
 from shardcron.coordinator.coordination import Assignment
-from shardcron.coordinator.ids import bucket_for
 from shardcron.coordinator.metrics import Metrics
-from shardcron.coordinator.poller.admission import (
-    Admission,
-    Verdict,
-    free_slots,
-    past_deadline,
-)
+from shardcron.coordinator.poller.admission import free_slots
 from shardcron.coordinator.poller.clock import Clock, SystemClock
-from shardcron.coordinator.poller.config import (
-    JOB_ROW_GRACE,
-    JOB_ROW_RETRY,
-    MAX_DEFERRED,
-    PollerConfig,
-)
+from shardcron.coordinator.poller.config import PollerConfig
 from shardcron.coordinator.poller.events import (
     AssignmentChanged,
     CancelJob,
@@ -85,36 +47,18 @@ from shardcron.coordinator.poller.events import (
     WorkerConnected,
     WorkerMessage,
 )
-from shardcron.coordinator.poller.fires import is_extra_run, on_fire_due, retry_run
-from shardcron.coordinator.poller.leases import LeaseBook
+from shardcron.coordinator.poller.keeper import RunKeeper
+from shardcron.coordinator.poller.ownership import Ownership, Standing
 from shardcron.coordinator.poller.state import Phase, Slot
-from shardcron.coordinator.poller.workers import WorkerBook, WorkerLink
-from shardcron.coordinator.store import JobProgress, JobStore
+from shardcron.coordinator.poller.streams import WorkerStreams
+from shardcron.coordinator.poller.turn import Turn
+from shardcron.coordinator.poller.windows import ShardWindows
+from shardcron.coordinator.store import JobStore
 
 log = logging.getLogger("shardcron.poller")
 
-
-@dataclass(slots=True)
-class _Turn:
-    """What one turn of the loop writes, and what it does once that is durable."""
-
-    runs: dict[str, Run] = field(default_factory=dict)
-    due: list[Run] = field(default_factory=list)
-    progress: dict[str, JobProgress] = field(default_factory=dict)
-    output: list[OutputChunk] = field(default_factory=list)
-    after: list[Any] = field(default_factory=list)  # callables run after the commit
-    acks: list[tuple[WorkerLink, ResultAck]] = field(default_factory=list)  # sent after it
-    leases: list[Slot] = field(default_factory=list)  # leased: sent after it
-    retries: list[Slot] = field(default_factory=list)  # decided, not yet placed
-
-    def progress_for(self, job_id: str) -> JobProgress:
-        return self.progress.get(job_id) or JobProgress(job_id=job_id)
-
-    def set_progress(self, job_id: str, **changes: Any) -> None:
-        self.progress[job_id] = dataclasses.replace(self.progress_for(job_id), **changes)
-
-    def empty(self) -> bool:
-        return not (self.runs or self.due or self.progress or self.output or self.retries)
+_PAGE = 2000  # due-index rows read per store call
+_WAITING = (Phase.READY, Phase.BLOCKED)
 
 
 class Poller:
@@ -130,44 +74,27 @@ class Poller:
         clock: Clock | None = None,
     ) -> None:
         self.store = store
-        self._clock: Clock = clock or SystemClock()
         self.poller_id = poller_id
-        # False while coordination cannot confirm this poller still holds its shards
-        self._ownership_valid = ownership_valid
-        self._session_generation = session_generation
-        self._generation = session_generation()  # the session this state was built under
-        self._fencing_generation = self._generation  # the session of self.fencing_epoch
-        self._standing_still = False
-        self._last_write_time: datetime | None = None
         self.config = config
         self.metrics = metrics
+        self._clock: Clock = clock or SystemClock()
         self.epoch = 0
         self.active = False
-        self._leases = LeaseBook(lease_ttl=config.lease_ttl, expiry_grace=config.expiry_grace)
-        self._shards: frozenset[int] = frozenset()
-        self._taken_at: dict[int, datetime] = {}
-        self._loaded_until: dict[int, datetime] = {}
-        # when each shard's recent past was last re-read (recheck_interval)
-        self._rechecked_at: dict[int, datetime] = {}
-        self._slots: dict[str, Slot] = {}
-        self._timers: list[tuple[datetime, str]] = []
-        self._admission = Admission(self._slots)
-        self._job_slots: dict[str, int] = {}
-        # jobs of the runs held in memory, with when they were read from the store
-        self._jobs: dict[str, Job] = {}
-        self._job_read_at: dict[str, float] = {}
-        self._recent_final: dict[str, float] = {}
-        self._workers: dict[str, WorkerBook] = {}  # by worker id: the latest stream of each
-        self._streams: dict[WorkerLink, WorkerBook] = {}  # every open stream
+        self._ownership = Ownership(
+            poller_id, ownership_valid=ownership_valid, session_generation=session_generation
+        )
+        self._windows = ShardWindows(config)
+        self._runs = RunKeeper(
+            config=config, metrics=metrics, clock=self._clock, shard_count=store.shard_count
+        )
+        self._streams = WorkerStreams(
+            self._runs, poller_id=poller_id, settled=self._settled, active=lambda: self.active
+        )
         self._inbox: deque[InboxEvent] = deque()
-        # held leases and results named before this poller loaded its shards
-        self._deferred: list[tuple[WorkerBook, LeaseRef | RunOutcome]] = []
         self._wake = asyncio.Event()
-        self._next_scan = 0.0
-        self._next_recheck = 0.0
-        self._next_cursor_save = 0.0
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
+        self.turns = 0  # turns completed (written and sent), for tests and status
 
     # --- inputs (any task) ---------------------------------------------------
 
@@ -203,21 +130,15 @@ class Poller:
     @property
     def fencing_epoch(self) -> int:
         """The fencing epoch this poller's lease tokens carry."""
-        return self._leases.fencing_epoch
+        return self._runs.leases.fencing_epoch
 
     def owns(self, shard: int) -> bool:
-        return shard in self._shards
+        return shard in self._windows.shards
 
     def may_lease(self) -> bool:
-        """Leases may be written to workers now: ownership confirmed, not standing still
-        (checked again as they go out: a process frozen after it queued them must not
-        send them when it runs again)."""
-        return (
-            self.active
-            and not self._standing_still
-            and self._session_generation() == self._generation == self._fencing_generation
-            and self._ownership_valid()
-        )
+        """Leases may be written to workers now: active, ownership confirmed, not
+        standing still (checked again as they go out)."""
+        return self.active and self._ownership.may_send_leases()
 
     # --- lifecycle -----------------------------------------------------------
 
@@ -233,8 +154,7 @@ class Poller:
         for event in self._inbox:
             if isinstance(event, AssignmentChanged) and not event.applied.done():
                 event.applied.set_result(None)
-        for book in list(self._streams.values()):
-            book.link.close()
+        self._streams.close_all()
 
     async def _loop(self) -> None:
         while not self._stopping:
@@ -254,104 +174,64 @@ class Poller:
             self._wake.clear()
 
     def _stand_still(self) -> bool:
-        """True while ownership is unconfirmed: this poller may have been frozen or cut
-        off long enough for its shards to move, so it writes and leases nothing, and
-        forgets what it held (reloaded from the store once confirmed again). The same
-        when the session was replaced meanwhile: what it decided before is void."""
-        generation = self._session_generation()
-        if generation != self._generation:
-            log.warning("poller %s: coordination session replaced; reloading", self.poller_id)
-            self._generation = generation
+        """True while ownership is unconfirmed or the session was replaced: nothing is
+        written or sent, and what was held is forgotten once (``ownership``)."""
+        standing = self._ownership.standing(has_shards=bool(self._windows.shards))
+        if standing == Standing.RELOAD:
             self._reset()
-            return True
-        if self._shards and self._fencing_generation != generation:
-            return True  # shards of the old session: the new one's assignment is on its way
-        if self._ownership_valid():
-            self._standing_still = False
-            return False
-        if not self._standing_still:
-            log.warning("poller %s: shard ownership not confirmed; standing still", self.poller_id)
-            self._standing_still = True
-            self._reset()
-        return True
-
-    def _write_time(self) -> datetime:
-        """Now, as the time this turn's writes are made at (increasing): ownership was
-        just confirmed, and a next owner of these shards took them only later."""
-        now = self._clock.now()
-        if self._last_write_time is not None and now <= self._last_write_time:
-            now = self._last_write_time + timedelta(microseconds=1)
-        self._last_write_time = now
-        return now
+        return standing != Standing.CONFIRMED
 
     def _reset(self) -> None:
         """Forgets everything held in memory; the next scan reloads it from the store,
         as a poller taking the shards over would (leases are waited out or renewed)."""
-        now = self._clock.now()
-        for slot in self._slots.values():
-            for fut in slot.cancel_waiters:
-                if not fut.done():
-                    fut.set_exception(Unavailable("the poller reloaded its shards; try again"))
-        self._slots.clear()
-        self._timers.clear()
-        self._leases.clear()
-        self._admission.clear()
-        self._job_slots.clear()
-        self._jobs.clear()
-        self._job_read_at.clear()
-        self._recent_final.clear()
-        self._loaded_until.clear()
-        self._rechecked_at.clear()
-        self._taken_at = {shard: now for shard in self._shards}
-        self._next_scan = 0.0
-        for book in self._streams.values():
-            book.clear()
-            book.link.forget()
+        self._runs.clear()
+        self._windows.reset(self._clock.now())
+        self._streams.forget_all()
+
+    def _settled(self) -> bool:
+        """Every owned shard was loaded once: a run not held now is not ours."""
+        return self.active and self._windows.all_loaded()
 
     def _sleep_for(self) -> float:
-        clock = self._clock.monotonic()
         now = self._clock.now()
         candidates = [0.5]
-        if self._shards:
-            candidates.append(self._next_scan - clock)
-        if self._timers:
-            candidates.append((self._timers[0][0] - now).total_seconds())
-        expiry = self._leases.next_expiry()
-        if expiry is not None:
-            candidates.append((expiry - now).total_seconds())
-        deadline = self._admission.next_deadline()
-        if deadline is not None:
-            candidates.append((deadline - now).total_seconds())
-        if self._admission.has_ready() and free_slots(self._workers.values()) > 0:
+        scan = self._windows.seconds_to_scan(self._clock.monotonic())
+        if scan is not None:
+            candidates.append(scan)
+        runs = self._runs
+        for at in (runs.next_due(), runs.leases.next_expiry(), runs.admission.next_deadline()):
+            if at is not None:
+                candidates.append((at - now).total_seconds())
+        if runs.admission.has_ready() and free_slots(self._streams.workers.values()) > 0:
             candidates.append(0.05)
         return max(0.0, min(candidates))
 
     # --- one turn --------------------------------------------------------------
 
     async def _turn(self) -> None:
-        turn = _Turn()
+        turn = Turn()
+        runs = self._runs
         now = self._clock.now()
         while self._inbox:
             await self._handle(self._inbox.popleft(), turn, now)
         if self._stand_still():
             return
         now = self._clock.now()
-        if self._shards and self._clock.monotonic() >= self._next_scan:
+        if self._windows.scan_due(self._clock.monotonic()):
             await self._scan(now)
-        if self._deferred and self._settled():
-            self._replay_deferred(turn, now)
-        self._expire(now, turn)
-        self._miss_deadlines(now, turn)
+        self._streams.replay_deferred(turn, now)
+        runs.expire(now, turn)
+        runs.miss_deadlines(now, turn)
         await self._trigger_due(now, turn)
         if self.active:
-            self._dispatch(now, turn)
-        self._update_demand()
+            runs.dispatch(self._streams.workers.values(), now, turn)
+        self._streams.update_demand(active=self.active)
         if turn.retries:
             await self._place_retries(turn)
         if not turn.empty():
             if self._stand_still():
                 return  # nothing of this turn is written, nothing is sent
-            confirmed = self._write_time()
+            confirmed = self._ownership.write_time(self._clock.now())
             if turn.output:
                 await self.store.append_output(turn.output)
             await self.store.commit(
@@ -362,103 +242,87 @@ class Poller:
             )
         if self._stand_still():
             return  # frozen or cut off during the turn: send nothing it decided
+        sent_at = self._clock.now()
         for slot in turn.leases:
-            self._send_lease(slot)
+            runs.send_lease(slot, sent_at)
         for action in turn.after:
             action()
         for link, ack in turn.acks:
             link.ack(ack)
-        for book in self._workers.values():
-            book.link.flush()
-        if self._clock.monotonic() >= self._next_cursor_save and self._shards:
+        self._streams.flush()
+        if self._windows.save_cursors_due(self._clock.monotonic()):
             await self._save_cursors(now)
         self._update_gauges()
+        self.turns += 1
 
-    async def _handle(self, event: InboxEvent, turn: _Turn, now: datetime) -> None:
+    async def _handle(self, event: InboxEvent, turn: Turn, now: datetime) -> None:
+        runs = self._runs
         match event:
             case WorkerMessage(link=link, event=message):
-                book = self._streams.get(link)
-                if book is not None:
-                    self._on_worker_message(book, message, turn, now)
-            case RunsCreated(runs=runs, jobs=jobs):
-                for run in runs:
+                self._streams.message(link, message, turn, now)
+            case RunsCreated(runs=created, jobs=jobs):
+                for run in created:
                     self._admit_new(run, now)
                 for job in jobs:
-                    if job.id in self._job_slots:
-                        self._cache_job(job)
+                    if runs.holds_job(job.id):
+                        runs.cache_job(job)
             case JobChanged(job=job):
-                if job.id in self._jobs:
-                    self._cache_job(job)
+                if job.id in runs.jobs:
+                    runs.cache_job(job)
             case WorkerConnected(link=link, hello=hello, address=address):
-                self._on_hello(link, hello, address, turn, now)
+                self._streams.connected(link, hello, address, epoch=self.epoch, turn=turn, now=now)
             case WorkerClosed(link=link):
-                self._on_closed(link)
+                self._streams.closed(link)
             case CancelRun(run=run, reason=reason, done=done):
                 await self._on_cancel(run, reason, done, turn, now)
             case CancelJob(job_id=job_id, reason=reason):
-                for slot in [s for s in self._slots.values() if s.run.job_id == job_id]:
-                    self._cancel_slot(slot, reason, turn, now)
+                runs.cancel_job(job_id, reason, turn, now)
             case AssignmentChanged(assignment=assignment, applied=applied):
-                self._on_assignment_event(assignment, now)
+                self._on_assignment(assignment, now)
                 if not applied.done():
                     applied.set_result(None)
 
-    # --- assignment and loading ---------------------------------------------------
-
-    def _on_assignment_event(self, a: Assignment, now: datetime) -> None:
+    def _on_assignment(self, a: Assignment, now: datetime) -> None:
         if a.fencing_epoch != self.fencing_epoch:
-            self._fencing_generation = self._session_generation()
+            self._ownership.new_fencing_epoch()
         self.epoch = a.epoch
-        self._leases.set_fencing_epoch(a.fencing_epoch)
+        self._runs.leases.set_fencing_epoch(a.fencing_epoch)
         self.active = a.active
-        lost = self._shards - a.shards
-        for shard in a.shards - self._shards:
-            self._taken_at[shard] = now
-            self._loaded_until.pop(shard, None)
-        for shard in lost:
-            self._taken_at.pop(shard, None)
-            self._loaded_until.pop(shard, None)
-            self._rechecked_at.pop(shard, None)
-        self._shards = a.shards
+        lost = self._windows.assign(a.shards, now)
         if lost:
-            for slot in [s for s in self._slots.values() if s.run.shard in lost]:
-                self._forget(slot)
-            for book in self._streams.values():
-                book.link.drop_unsent_leases()
-        self._next_scan = 0.0
+            self._runs.forget_shards(lost)
+            self._streams.drop_unsent_leases()
         self.metrics.epoch.set(self.epoch)
-        self.metrics.owned_shards.set(len(self._shards))
+        self.metrics.owned_shards.set(len(a.shards))
+
+    def _admit_new(self, run: Run, now: datetime) -> None:
+        """A hinted new run. The hint travels from another node's api and may come late:
+        after a scan found the run and it ran and ended here (its copy is still PENDING)."""
+        if (
+            run.shard not in self._windows.shards
+            or self._runs.known(run.id)
+            or run.state != RunState.PENDING
+        ):
+            return
+        if run.due_at >= (self._windows.loaded_until(run.shard) or now):
+            return  # the scan will load it in time
+        self._runs.add_waiting(Slot(run=run))
+
+    # --- loading -----------------------------------------------------------------
 
     async def _scan(self, now: datetime) -> None:
         """Loads runs that come due before now + lookahead from every owned shard."""
+        windows = self._windows
         until = now + self.config.lookahead
-        recheck = (
-            self.config.recheck_interval is not None
-            and self._clock.monotonic() >= self._next_recheck
-        )
-        for shard in sorted(self._shards):
-            if len(self._slots) >= self.config.max_loaded:
+        recheck = windows.recheck_due(self._clock.monotonic())
+        for shard in sorted(windows.shards):
+            if len(self._runs.slots) >= self.config.max_loaded:
                 break
-            start = self._loaded_until.get(shard)
-            if start is None:
-                start = await self._shard_start(shard, now)
-            if recheck:
-                # The recent past, back from the previous re-read: a run written after
-                # that read, due before the loaded window, is found only here when its
-                # hint was lost, however long this poller was held up in between.
-                since = min(now, self._rechecked_at.get(shard, now))
-                start = min(start, since - self.config.recheck_window)
-            loaded = await self._load_range(shard, start, until, now)
-            if loaded:
-                self._loaded_until[shard] = max(until, self._loaded_until.get(shard, until))
-                if recheck:
-                    self._rechecked_at[shard] = now
-        self._next_scan = self._clock.monotonic() + self.config.scan_interval.total_seconds()
-        if recheck:
-            assert self.config.recheck_interval is not None
-            self._next_recheck = (
-                self._clock.monotonic() + self.config.recheck_interval.total_seconds()
-            )
+            start = windows.loaded_until(shard) or await self._shard_start(shard, now)
+            start = windows.window_start(shard, start, now, recheck=recheck)
+            if await self._load_range(shard, start, until, now):
+                windows.loaded(shard, until, now, recheck=recheck)
+        windows.scanned(self._clock.monotonic(), rechecked=recheck)
 
     async def _shard_start(self, shard: int, now: datetime) -> datetime:
         cursors = await self.store.load_cursors([shard])
@@ -471,498 +335,59 @@ class Poller:
         self, shard: int, start: datetime, until: datetime, now: datetime
     ) -> bool:
         """Reads [start, until) of a shard's due index; False if memory filled up first."""
+        held = self._runs
         after: tuple[datetime, str] | None = None
         while True:
             entries = await self.store.scan_due(
-                shard, due_from=start, due_until=until, after=after, limit=2000
+                shard, due_from=start, due_until=until, after=after, limit=_PAGE
             )
-            fresh = [
-                e.run_id
-                for e in entries
-                if e.run_id not in self._slots and e.run_id not in self._recent_final
-            ]
+            fresh = [e.run_id for e in entries if not held.known(e.run_id)]
             if fresh:
                 runs = await self.store.get_runs(fresh)
                 jobs = await self.store.get_jobs(list({r.job_id for r in runs.values()}))
+                taken = self._windows.taken_at.get(shard, now)
                 for run in runs.values():
-                    if run.id in self._slots:
+                    if run.id in held.slots:
                         continue
                     if run.state.is_final:
-                        self._recent_final[run.id] = self._clock.monotonic()
-                        continue
-                    if run.state == RunState.PENDING:
-                        self._add_waiting(Slot(run=run, job=jobs.get(run.job_id)))
+                        held.ended_here(run.id)
+                    elif run.state == RunState.PENDING:
+                        held.add_waiting(Slot(run=run, job=jobs.get(run.job_id)))
                     else:
-                        self._adopt_orphan(run, jobs.get(run.job_id), now)
+                        held.adopt_orphan(run, jobs.get(run.job_id), taken_at=taken, now=now)
                 for job in jobs.values():
-                    if job.id in self._job_slots:
-                        self._cache_job(job)
-            if len(entries) < 2000:
+                    if held.holds_job(job.id):
+                        held.cache_job(job)
+            if len(entries) < _PAGE:
                 return True
-            if len(self._slots) >= self.config.max_loaded:
+            if len(held.slots) >= self.config.max_loaded:
                 return False
             last = entries[-1]
             after = (last.due_at, last.run_id)
 
-    def _adopt_orphan(self, run: Run, job: Job | None, now: datetime) -> None:
-        """A run leased before this poller held the shard: wait out its lease, one TTL at least."""
-        taken = self._taken_at.get(run.shard, now)
-        expires = self._leases.adopt(
-            run.id, run.lease_token, run.worker_id, run.lease_expires_at, taken_at=taken, now=now
-        )
-        run = dataclasses.replace(run, lease_expires_at=expires)
-        slot = Slot(run=run, job=job, phase=Phase.LEASED)
-        self._track(slot)
-        self._admission.adopt(slot)
-
-    def _admit_new(self, run: Run, now: datetime) -> None:
-        """A hinted new run. The hint travels from another node's api and may come late:
-        after a scan found the run and it ran and ended here (its copy is still PENDING)."""
-        if run.shard not in self._shards or self._known(run.id) or run.state != RunState.PENDING:
-            return
-        if run.due_at >= self._loaded_until.get(run.shard, now):
-            return  # the scan will load it in time
-        self._add_waiting(Slot(run=run))
-
-    def _known(self, run_id: str) -> bool:
-        """The run is held here, or ended here lately."""
-        return run_id in self._slots or run_id in self._recent_final
-
-    def _track(self, slot: Slot) -> None:
-        self._slots[slot.run.id] = slot
-        self._job_slots[slot.run.job_id] = self._job_slots.get(slot.run.job_id, 0) + 1
-
-    def _add_waiting(self, slot: Slot) -> None:
-        self._track(slot)
-        slot.phase = Phase.WAITING
-        heapq.heappush(self._timers, (slot.run.due_at, slot.run.id))
-
-    def _forget(self, slot: Slot) -> None:
-        rid = slot.run.id
-        if self._slots.pop(rid, None) is None:
-            return
-        job_id = slot.run.job_id
-        left = self._job_slots.get(job_id, 1) - 1
-        if left <= 0:
-            self._job_slots.pop(job_id, None)
-            self._jobs.pop(job_id, None)
-            self._job_read_at.pop(job_id, None)
-        else:
-            self._job_slots[job_id] = left
-        self._admission.forget(slot)
-        self._leases.release(rid)
-        if slot.worker is not None:
-            slot.worker.release(slot.run.id)
-            slot.worker = None
-
     async def _save_cursors(self, now: datetime) -> None:
-        bucket = self.store.bucket_seconds
-        oldest: dict[int, datetime] = {}
-        for slot in self._slots.values():
-            s = slot.run.shard
-            if s not in oldest or slot.run.due_at < oldest[s]:
-                oldest[s] = slot.run.due_at
-        cursors = {}
-        for shard in self._shards:
-            if shard not in self._loaded_until:
-                continue
-            low = min(oldest.get(shard, self._loaded_until[shard]), self._loaded_until[shard], now)
-            cursors[shard] = datetime.fromtimestamp(bucket_for(low, bucket), low.tzinfo)
+        clock = self._clock.monotonic()
+        oldest = self._runs.oldest_due()
+        cursors = self._windows.cursors(oldest, now, self.store.bucket_seconds, clock)
         if cursors:
             await self.store.save_cursors(cursors)
-        cutoff = (
-            self._clock.monotonic()
-            - (self.config.recheck_window + self.config.lookahead).total_seconds()
-            - 60
-        )
-        self._recent_final = {k: v for k, v in self._recent_final.items() if v > cutoff}
-        self._next_cursor_save = (
-            self._clock.monotonic() + self.config.cursor_save_interval.total_seconds()
-        )
+        window = self.config.recheck_window + self.config.lookahead
+        self._runs.prune_ended(window.total_seconds() + 60)
 
-    # --- triggering --------------------------------------------------------------
+    # --- what needs the store in the middle of a turn --------------------------------
 
-    async def _trigger_due(self, now: datetime, turn: _Turn) -> None:
-        due: list[Slot] = []
-        while self._timers and self._timers[0][0] <= now and len(due) < self.config.max_batch:
-            _, rid = heapq.heappop(self._timers)
-            slot = self._slots.get(rid)
-            if slot is not None and slot.phase == Phase.WAITING:
-                due.append(slot)
+    async def _trigger_due(self, now: datetime, turn: Turn) -> None:
+        due = self._runs.pop_due(now)
         if not due:
             return
-        ttl = self.config.job_cache_ttl
-        oldest = -math.inf if ttl is None else self._clock.monotonic() - ttl.total_seconds()
-        stale = {
-            s.run.job_id
-            for s in due
-            if s.run.job_id not in self._jobs
-            or self._job_read_at.get(s.run.job_id, -math.inf) < oldest
-        }
+        stale = self._runs.stale_jobs(due)
         if stale:
             for job in (await self.store.get_jobs(list(stale))).values():
-                self._cache_job(job)
+                self._runs.cache_job(job)
         for slot in due:
-            slot.job = self._jobs.get(slot.run.job_id)
-            self._trigger(slot, now, turn)
+            self._runs.trigger(slot, now, turn)
 
-    def _cache_job(self, job: Job) -> None:
-        self._jobs[job.id] = job
-        self._job_read_at[job.id] = self._clock.monotonic()
-
-    def _trigger(self, slot: Slot, now: datetime, turn: _Turn) -> None:
-        run, job = slot.run, slot.job
-        if job is None and now - run.created_at < JOB_ROW_GRACE:
-            # A store that writes a create in steps (Cassandra: runs, due rows, then the
-            # job row) can show the run before its job: look again shortly. A run whose
-            # job never appears belonged to a create that failed.
-            heapq.heappush(self._timers, (now + JOB_ROW_RETRY, run.id))
-            return
-        if job is None or job.state == JobState.DELETED:
-            self._finish(slot, RunState.CANCELLED, RunReason.JOB_DELETED, turn, now)
-            return
-        scheduled = run.schedule_version > 0 and run.attempt == 1
-        if scheduled and run.schedule_version < job.schedule_version:
-            self._finish(slot, RunState.CANCELLED, RunReason.SUPERSEDED, turn, now)
-            return
-        paused = job.state == JobState.PAUSED
-        # The fire the job's progress names, or a later one: a run of a later fire
-        # exists only if the fire before it was triggered, so the progress naming it
-        # was lost or is late (a poller froze between its writes); carry the chain on.
-        behind = job.next_fire_at is not None and run.fire_at > job.next_fire_at
-        fresh = (
-            scheduled
-            and job.spec.schedule.recurring
-            and (job.next_fire_key == run.fire_key or behind)
-            and job.state in (JobState.ACTIVE, JobState.PAUSED)
-        )
-        if fresh:
-            out = on_fire_due(
-                job,
-                run,
-                now=now,
-                shard_count=self.store.shard_count,
-                paused=paused,
-                grace=self.config.misfire_grace,
-            )
-            for reason, n in out.skipped.items():
-                self.metrics.fires_skipped.labels(reason=reason.value).inc(n)
-            known = set()
-            for r in out.runs:
-                if r.id == run.id:
-                    self._forget(slot)
-                    self._recent_final[run.id] = self._clock.monotonic()
-                elif self._known(r.id):
-                    # a fire whose run is already held or done here (written by a commit
-                    # that landed only in part): keep that one, do not write it again
-                    known.add(r.id)
-                    continue
-                turn.runs[r.id] = r
-            for r in out.due:
-                if r.id not in known:
-                    turn.due.append(r)
-                    self._add_waiting(Slot(run=r, job=job))
-            nxt = out.next_fire
-            slot.job = job = dataclasses.replace(
-                job, next_fire_at=nxt.at if nxt else None, next_fire_key=nxt.key if nxt else ""
-            )
-            self._jobs[job.id] = job
-            turn.set_progress(
-                job.id,
-                next_fire_at=nxt.at if nxt else None,
-                next_fire_key=nxt.key if nxt else "",
-            )
-            if nxt is None and not out.run_this and self._job_slots.get(job.id, 0) == 0:
-                turn.set_progress(job.id, state=JobState.COMPLETED)
-            if not out.run_this:
-                return
-        elif paused:
-            # a one-off, retry or manual run of a paused job waits in the store;
-            # ResumeJob indexes it again
-            self._forget(slot)
-            return
-        if past_deadline(job, run, now):
-            self._finish(slot, RunState.MISSED, RunReason.DEADLINE, turn, now)
-            return
-        self._admit(slot, fresh, turn, now)
-
-    def _admit(self, slot: Slot, fresh_fire: bool, turn: _Turn, now: datetime) -> None:
-        verdict = self._admission.admit(slot, fresh_fire=fresh_fire)
-        if verdict == Verdict.SKIP:
-            self._finish(slot, RunState.SKIPPED, RunReason.OVERLAP, turn, now)
-            self.metrics.fires_skipped.labels(reason=RunReason.OVERLAP.value).inc()
-        elif verdict == Verdict.REPLACE:
-            assert slot.job is not None
-            victim = self._admission.replaced(slot.job.id)
-            if victim is not None:
-                self._cancel_slot(victim, RunReason.REPLACED, turn, now)
-
-    def _miss_deadlines(self, now: datetime, turn: _Turn) -> None:
-        for slot in self._admission.missed(now):
-            self._finish(slot, RunState.MISSED, RunReason.DEADLINE, turn, now)
-
-    # --- dispatch ---------------------------------------------------------------
-
-    def _dispatch(self, now: datetime, turn: _Turn) -> None:
-        leased = 0
-        for slot, worker in self._admission.place(
-            self._workers.values(), now, self.config.max_batch
-        ):
-            if worker is None:
-                self._finish(slot, RunState.MISSED, RunReason.DEADLINE, turn, now)
-                continue
-            assert slot.job is not None
-            token, expires = self._leases.grant(slot.run.id, worker.id, now)
-            run = dataclasses.replace(
-                slot.run,
-                state=RunState.LEASED,
-                worker_id=worker.id,
-                lease_token=token,
-                lease_expires_at=expires,
-            )
-            slot.run = run
-            slot.phase = Phase.LEASED
-            slot.worker = worker
-            worker.hold(run.id, slot.job.spec.resources)
-            turn.runs[run.id] = run
-            turn.leases.append(slot)
-            leased += 1
-        if leased:
-            self.metrics.runs_leased.inc(leased)
-
-    def _update_demand(self) -> None:
-        """Tells each worker that shares its slots among pollers how many slots of ready
-        runs it could take from this one (it hands out its free slots by that), until
-        it was last told 0: a demand left standing would keep slots from other pollers."""
-        restricted = [
-            w
-            for w in self._workers.values()
-            if (w.restricted or w.link.demand_standing) and not w.link.closed
-        ]
-        if not restricted:
-            return
-        if self.active:
-            for w, slots in self._admission.demand(restricted).items():
-                w.link.demand(slots)
-        else:
-            for w in restricted:
-                w.link.demand(0)
-
-    def _send_lease(self, slot: Slot) -> None:
-        """Sends a lease once it is durable; its TTL counts from now, as the worker's will."""
-        worker, job = slot.worker, slot.job
-        if worker is None or job is None:
-            return  # refused or ended meanwhile
-        expires = self._leases.sent(slot.run.id, slot.run.lease_token, self._clock.now())
-        if expires is None:
-            return  # ended meanwhile
-        run = slot.run = dataclasses.replace(slot.run, lease_expires_at=expires)
-        spec = job.spec
-        worker.link.lease(
-            LeaseGrant(
-                run_id=run.id,
-                job_id=run.job_id,
-                owner=run.owner,
-                fencing_token=run.lease_token,
-                attempt=run.attempt,
-                fire_at=run.fire_at,
-                due_at=run.due_at,
-                task=spec.task,
-                timeout=spec.timeout,
-                lease_ttl=self.config.lease_ttl,
-                resources=spec.resources,
-                job_name=spec.name,
-            )
-        )
-
-    # --- leases and results -------------------------------------------------------
-
-    def _expire(self, now: datetime, turn: _Turn) -> None:
-        for rid in self._leases.expired(now):
-            slot = self._slots[rid]
-            self.metrics.leases_expired.inc()
-            if slot.cancel_reason is not None:
-                self._finish(slot, RunState.CANCELLED, slot.cancel_reason, turn, now)
-            else:
-                self._finish(
-                    slot,
-                    RunState.FAILED,
-                    RunReason.WORKER_LOST,
-                    turn,
-                    now,
-                    error="lease expired: worker lost",
-                )
-
-    def _on_hello(
-        self, link: WorkerLink, hello: Hello, address: str, turn: _Turn, now: datetime
-    ) -> None:
-        book = WorkerBook(hello, address=address, link=link, connected_at=now)
-        old = self._workers.get(book.id)
-        if old is not None:
-            old.link.close()
-        self._workers[book.id] = book
-        self._streams[link] = book
-        link.welcome(
-            Welcome(
-                poller_id=self.poller_id,
-                epoch=self.epoch,
-                lease_ttl=self.config.lease_ttl,
-                heartbeat_interval=self.config.heartbeat_interval,
-            )
-        )
-        self._renew(book, hello.held, turn, now)
-        for outcome in hello.pending_results:
-            self._on_result(book, outcome, turn, now)
-        self.metrics.workers.set(len(self._workers))
-
-    def _on_closed(self, link: WorkerLink) -> None:
-        book = self._streams.pop(link, None)
-        if book is not None and self._workers.get(book.id) is book:
-            del self._workers[book.id]
-        self.metrics.workers.set(len(self._workers))
-        # its leases stay until they expire: the worker may come back and renew them
-
-    def _on_worker_message(
-        self, book: WorkerBook, message: WorkerEvent, turn: _Turn, now: datetime
-    ) -> None:
-        match message:
-            case Heartbeat(leases=refs):
-                self._renew(book, refs, turn, now)
-            case Started(leases=refs, at=at):
-                at = at or now
-                for ref in refs:
-                    slot = self._held_slot(ref.run_id, ref.fencing_token)
-                    if slot is None or slot.run.state != RunState.LEASED:
-                        continue
-                    slot.run = dataclasses.replace(slot.run, state=RunState.RUNNING, started_at=at)
-                    turn.runs[slot.run.id] = slot.run
-                    lag = (at - slot.run.due_at).total_seconds()
-                    self.metrics.schedule_lag.observe(max(0.0, lag))
-            case Results(outcomes=outcomes):
-                for outcome in outcomes:
-                    self._on_result(book, outcome, turn, now)
-            case Output(pieces=pieces):
-                for piece in pieces:
-                    slot = self._slots.get(piece.run_id)
-                    if slot is not None and slot.phase == Phase.LEASED:
-                        slot.output_bytes += len(piece.data)
-                    elif piece.run_id not in self._recent_final:
-                        continue  # not a run of ours, or long over
-                    turn.output.append(
-                        OutputChunk(
-                            run_id=piece.run_id, offset=0, data=piece.data, stream=piece.stream
-                        )
-                    )
-            case Credits(limit=limit):
-                book.set_credits(limit)
-            case Refused(leases=refs):
-                for ref in refs:
-                    self._on_refused(book, ref, turn, now)
-
-    def _on_refused(self, book: WorkerBook, ref: LeaseRef, turn: _Turn, now: datetime) -> None:
-        slot = self._held_slot(ref.run_id, ref.fencing_token)
-        if slot is None or slot.worker is not book or slot.run.state != RunState.LEASED:
-            return
-        self.metrics.leases_refused.inc()
-        book.release(slot.run.id)
-        slot.worker = None
-        if slot.cancel_reason is not None:
-            self._finish(slot, RunState.CANCELLED, slot.cancel_reason, turn, now)
-            return
-        # nothing of it ran: lease it again (the stored LEASED row is superseded
-        # by the next lease's token)
-        self._leases.release(slot.run.id)
-        self._admission.requeue(slot)
-
-    def _held_slot(self, run_id: str, token: int) -> Slot | None:
-        return self._slots[run_id] if self._leases.holds(run_id, token) else None
-
-    def _renew(
-        self, book: WorkerBook, refs: Sequence[LeaseRef], turn: _Turn, now: datetime
-    ) -> None:
-        if not refs:
-            return
-        answers = []
-        settled = self._settled()
-        for ref in refs:
-            run_id, token = ref.run_id, ref.fencing_token
-            slot = self._held_slot(run_id, token)
-            if slot is None and not settled and len(self._deferred) < MAX_DEFERRED:
-                # maybe a lease of a shard not loaded yet: answer once it is
-                self._deferred.append((book, ref))
-                continue
-            expires = (
-                None
-                if slot is None
-                else self._leases.renew(run_id, token, book.id, now, active=self.active)
-            )
-            if slot is not None and expires is not None:
-                if slot.worker is not book:
-                    if slot.worker is not None:
-                        slot.worker.release(run_id)
-                    assert slot.job is not None
-                    book.hold(run_id, slot.job.spec.resources)
-                    slot.worker = book
-                slot.run = dataclasses.replace(slot.run, lease_expires_at=expires)
-                if slot.cancel_reason is not None:
-                    book.link.cancel(
-                        CancelOrder(run_id=run_id, fencing_token=token, reason=slot.cancel_reason)
-                    )
-            answers.append(Renewal(run_id=run_id, fencing_token=token, ok=expires is not None))
-        if answers:
-            book.link.renewals(answers, self.config.lease_ttl)
-
-    def _settled(self) -> bool:
-        """Every owned shard was loaded once: a run not held now is not ours."""
-        return self.active and all(shard in self._loaded_until for shard in self._shards)
-
-    def _replay_deferred(self, turn: _Turn, now: datetime) -> None:
-        deferred, self._deferred = self._deferred, []
-        for book, item in deferred:
-            if book.link.closed:
-                continue
-            if isinstance(item, LeaseRef):
-                self._renew(book, [item], turn, now)
-            else:
-                self._on_result(book, item, turn, now)
-
-    def _on_result(self, book: WorkerBook, outcome: RunOutcome, turn: _Turn, now: datetime) -> None:
-        slot = self._held_slot(outcome.run_id, outcome.fencing_token)
-        if slot is None and not self._settled() and len(self._deferred) < MAX_DEFERRED:
-            self._deferred.append((book, outcome))
-            return
-        if slot is None:
-            self.metrics.results_rejected.inc()
-            book.link.ack(
-                ResultAck(
-                    run_id=outcome.run_id,
-                    fencing_token=outcome.fencing_token,
-                    accepted=False,
-                    reason="stale fencing token",
-                )
-            )
-            return
-        started = outcome.started_at
-        if slot.run.started_at is None and started is not None:
-            self.metrics.schedule_lag.observe(max(0.0, (started - slot.run.due_at).total_seconds()))
-        reason = outcome.reason
-        if slot.cancel_reason is not None and outcome.state == RunState.CANCELLED:
-            reason = slot.cancel_reason
-        self._finish(
-            slot,
-            outcome.state,
-            reason,
-            turn,
-            now,
-            exit_code=outcome.exit_code,
-            error=outcome.error,
-            started_at=started or slot.run.started_at or now,
-            ended_at=outcome.ended_at or now,
-        )
-        ack = ResultAck(run_id=outcome.run_id, fencing_token=outcome.fencing_token, accepted=True)
-        turn.acks.append((book.link, ack))
-
-    async def _place_retries(self, turn: _Turn) -> None:
+    async def _place_retries(self, turn: Turn) -> None:
         """Writes the retries decided this turn, each unless the store has it already.
 
         A retry's id comes from the failed run alone, so deciding a failure again
@@ -972,8 +397,9 @@ class Poller:
         the retry would be PENDING again and run a second time."""
         slots, turn.retries = turn.retries, []
         stored = await self.store.get_runs([s.run.id for s in slots])
+        held = self._runs
         for slot in slots:
-            if self._slots.get(slot.run.id) is not slot:
+            if held.slots.get(slot.run.id) is not slot:
                 continue  # forgotten meanwhile (its job cancelled)
             have = stored.get(slot.run.id)
             if have is None:
@@ -984,28 +410,25 @@ class Poller:
                 turn.due.append(have)
             else:
                 log.info("retry %s of run stored already (%s)", have.id, have.state.value)
-                self._forget(slot)
+                held.forget(slot)
                 if have.state.is_final:
-                    self._recent_final[have.id] = self._clock.monotonic()
+                    held.ended_here(have.id)
                 continue
-            slot.phase = Phase.WAITING
-            heapq.heappush(self._timers, (slot.run.due_at, slot.run.id))
-
-    # --- cancel ---------------------------------------------------------------------
+            held.add_waiting(slot)
 
     async def _on_cancel(
-        self, run: Run, reason: RunReason, fut: asyncio.Future[Run], turn: _Turn, now: datetime
+        self, run: Run, reason: RunReason, fut: asyncio.Future[Run], turn: Turn, now: datetime
     ) -> None:
-        slot = self._slots.get(run.id)
+        slot = self._runs.slots.get(run.id)
         if slot is not None:
-            self._cancel_slot(slot, reason, turn, now)
+            self._runs.cancel(slot, reason, turn, now)
             if slot.phase == Phase.LEASED and slot.run.state != RunState.CANCELLED:
                 slot.cancel_waiters.append(fut)
             else:
                 final = turn.runs.get(run.id, slot.run)
                 turn.after.append(lambda: fut.done() or fut.set_result(final))
             return
-        if run.shard not in self._shards:
+        if not self.owns(run.shard):
             fut.set_exception(Unavailable(f"shard {run.shard} of run {run.id} is not served here"))
             return
         stored = (await self.store.get_runs([run.id])).get(run.id)
@@ -1018,124 +441,40 @@ class Poller:
                 stored, state=RunState.CANCELLED, reason=reason, ended_at=now
             )
             turn.runs[final.id] = final
-            self._recent_final[final.id] = self._clock.monotonic()
+            self._runs.ended_here(final.id)
             self.metrics.runs_final.labels(state=final.state.value, reason=reason.value).inc()
             turn.after.append(lambda: fut.done() or fut.set_result(final))
-
-    def _cancel_slot(self, slot: Slot, reason: RunReason, turn: _Turn, now: datetime) -> None:
-        if slot.phase == Phase.LEASED:
-            if slot.cancel_reason is None:
-                slot.cancel_reason = reason
-                worker = slot.worker
-                if worker is not None:
-                    token = slot.run.lease_token
-                    order = CancelOrder(run_id=slot.run.id, fencing_token=token, reason=reason)
-                    turn.after.append(lambda: worker.link.cancel(order))
-            return
-        self._finish(slot, RunState.CANCELLED, reason, turn, now)
-
-    # --- the end of a run ------------------------------------------------------------------
-
-    def _finish(
-        self,
-        slot: Slot,
-        state: RunState,
-        reason: RunReason,
-        turn: _Turn,
-        now: datetime,
-        *,
-        exit_code: int | None = None,
-        error: str = "",
-        started_at: datetime | None = None,
-        ended_at: datetime | None = None,
-    ) -> None:
-        job = slot.job
-        final = dataclasses.replace(
-            slot.run,
-            state=state,
-            reason=reason,
-            exit_code=exit_code,
-            error=error,
-            started_at=started_at or slot.run.started_at,
-            ended_at=ended_at or now,
-            output_bytes=slot.run.output_bytes + slot.output_bytes,
-        )
-        self._forget(slot)
-        self._recent_final[final.id] = self._clock.monotonic()
-        self.metrics.runs_final.labels(state=state.value, reason=reason.value).inc()
-        if state in (RunState.SKIPPED, RunState.MISSED):
-            self.metrics.fires_skipped.labels(reason=reason.value).inc()
-        if job is not None:
-            final = self._follow_up(job, final, turn, now)
-            self._admission.unblock(job.id)
-        turn.runs[final.id] = final
-        for fut in slot.cancel_waiters:
-            turn.after.append(lambda f=fut, r=final: f.done() or f.set_result(r))
-
-    def _follow_up(self, job: Job, final: Run, turn: _Turn, now: datetime) -> Run:
-        """Retries, dead letters, failure streaks, auto-pause and completion after a run ends."""
-        failed = final.state in (RunState.FAILED, RunState.TIMED_OUT)
-        if failed and job.state != JobState.DELETED:
-            nxt = retry_run(job, final, now=now)
-            if nxt is not None:
-                if not self._known(nxt.id):
-                    slot = Slot(run=nxt, job=job)
-                    self._track(slot)  # counted now; written (or not) by _place_retries
-                    turn.retries.append(slot)
-                return final
-            final = dataclasses.replace(final, dead_letter=True)
-        job = self._jobs.get(job.id, job)
-        if final.state in (RunState.SUCCEEDED, RunState.FAILED, RunState.TIMED_OUT):
-            streak = 0 if final.state == RunState.SUCCEEDED else job.consecutive_failures + 1
-            if streak != job.consecutive_failures:
-                job = dataclasses.replace(job, consecutive_failures=streak)
-                turn.set_progress(job.id, consecutive_failures=streak)
-            limit = job.spec.pause_after_failures
-            if limit and streak >= limit and job.state == JobState.ACTIVE:
-                reason = f"paused after {streak} consecutive failed runs"
-                job = dataclasses.replace(job, state=JobState.PAUSED, pause_reason=reason)
-                turn.set_progress(job.id, state=JobState.PAUSED, pause_reason=reason)
-        kind = job.spec.schedule.kind
-        one_off = kind in (ScheduleKind.IMMEDIATE, ScheduleKind.AT) and not is_extra_run(final)
-        exhausted = (
-            job.spec.schedule.recurring and job.next_fire_key == "" and job.next_fire_at is None
-        )
-        done = one_off or (exhausted and self._job_slots.get(job.id, 0) == 0)
-        if done and job.state == JobState.ACTIVE:
-            job = dataclasses.replace(job, state=JobState.COMPLETED)
-            turn.set_progress(job.id, state=JobState.COMPLETED)
-        if job.id in self._jobs:
-            self._jobs[job.id] = job
-        return final
 
     # --- status ------------------------------------------------------------------------
 
     def _update_gauges(self) -> None:
-        self.metrics.active_leases.set(sum(len(w.leases) for w in self._workers.values()))
-        self.metrics.ready_runs.set(len(self._admission))
-        used = sum(w.used for w in self._workers.values())
-        total = sum(w.slots for w in self._workers.values())
+        workers = self._streams.workers.values()
+        self.metrics.active_leases.set(sum(len(w.leases) for w in workers))
+        self.metrics.ready_runs.set(len(self._runs.admission))
+        used = sum(w.used for w in workers)
+        total = sum(w.slots for w in workers)
         self.metrics.worker_slots.labels(use="used").set(used)
         self.metrics.worker_slots.labels(use="free").set(total - used)
 
+    def phase_of(self, run_id: str) -> Phase | None:
+        """Where a run held here stands (None: not held)."""
+        slot = self._runs.slots.get(run_id)
+        return None if slot is None else slot.phase
+
     def workers(self) -> list[WorkerInfo]:
         return [
-            dataclasses.replace(w.info(), pollers=(self.poller_id,)) for w in self._workers.values()
+            dataclasses.replace(w.info(), pollers=(self.poller_id,))
+            for w in self._streams.workers.values()
         ]
 
     def shard_lag(self, now: datetime | None = None) -> list[ShardInfo]:
         now = now or self._clock.now()
-        oldest: dict[int, datetime] = {}
-        for slot in self._slots.values():
-            if slot.phase in (Phase.READY, Phase.BLOCKED):
-                s = slot.run.shard
-                if s not in oldest or slot.run.due_at < oldest[s]:
-                    oldest[s] = slot.run.due_at
+        oldest = self._runs.oldest_due(_WAITING)
         return [
             ShardInfo(
                 shard=s,
                 owner=self.poller_id,
                 lag_seconds=max(0.0, (now - oldest[s]).total_seconds()) if s in oldest else 0.0,
             )
-            for s in sorted(self._shards)
+            for s in sorted(self._windows.shards)
         ]

@@ -1,0 +1,90 @@
+"""What the end of a run leads to: its final record, a retry, the job's streak,
+auto-pause and completion. Pure functions of the run, its job and ``now``.
+
+- A FAILED or TIMED_OUT run of a job not deleted is retried while the retry policy
+  has attempts left (``fires.retry_run``: backoff from ``now``); otherwise it is a
+  dead letter.
+- A final SUCCEEDED, FAILED or TIMED_OUT run (not one that is retried) sets the
+  job's failure streak (0 on success); at ``pause_after_failures`` an ACTIVE job is
+  paused.
+- A one-off job (immediate, at) is COMPLETED when its run ends for good, a recurring
+  one when its schedule is exhausted and none of its runs is left.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from shardcron.client.types import Job, JobState, Run, RunReason, RunState, ScheduleKind
+from shardcron.coordinator.poller.fires import is_extra_run, retry_run
+
+_COUNTED = (RunState.SUCCEEDED, RunState.FAILED, RunState.TIMED_OUT)
+
+
+def final_run(
+    run: Run,
+    state: RunState,
+    reason: RunReason,
+    now: datetime,
+    *,
+    exit_code: int | None = None,
+    error: str = "",
+    started_at: datetime | None = None,
+    ended_at: datetime | None = None,
+    output_bytes: int = 0,
+) -> Run:
+    """The run's final record; ``output_bytes`` received since it was loaded are added."""
+    return dataclasses.replace(
+        run,
+        state=state,
+        reason=reason,
+        exit_code=exit_code,
+        error=error,
+        started_at=started_at or run.started_at,
+        ended_at=ended_at or now,
+        output_bytes=run.output_bytes + output_bytes,
+    )
+
+
+@dataclass(slots=True, kw_only=True)
+class Ending:
+    final: Run  # the record to write (dead_letter set when no attempt is left)
+    retry: Run | None = None  # the next attempt, PENDING
+    job: Job | None = None  # the job as it stands after, when it changed
+    progress: dict[str, Any] = field(default_factory=dict)  # the job's progress changes
+
+
+def follow_up(job: Job, final: Run, now: datetime, *, current: Job, runs_left: int) -> Ending:
+    """Retries, dead letters, failure streaks, auto-pause and completion after ``final``
+    ended. ``job`` is the copy the run was triggered with; ``current`` the newest copy
+    held (its streak and state); ``runs_left`` how many runs of the job are still held."""
+    failed = final.state in (RunState.FAILED, RunState.TIMED_OUT)
+    if failed and job.state != JobState.DELETED:
+        nxt = retry_run(job, final, now=now)
+        if nxt is not None:
+            return Ending(final=final, retry=nxt)
+        final = dataclasses.replace(final, dead_letter=True)
+    out = Ending(final=final)
+    job = current
+    if final.state in _COUNTED:
+        streak = 0 if final.state == RunState.SUCCEEDED else job.consecutive_failures + 1
+        if streak != job.consecutive_failures:
+            job = dataclasses.replace(job, consecutive_failures=streak)
+            out.progress["consecutive_failures"] = streak
+        limit = job.spec.pause_after_failures
+        if limit and streak >= limit and job.state == JobState.ACTIVE:
+            reason = f"paused after {streak} consecutive failed runs"
+            job = dataclasses.replace(job, state=JobState.PAUSED, pause_reason=reason)
+            out.progress.update(state=JobState.PAUSED, pause_reason=reason)
+    kind = job.spec.schedule.kind
+    one_off = kind in (ScheduleKind.IMMEDIATE, ScheduleKind.AT) and not is_extra_run(final)
+    exhausted = job.spec.schedule.recurring and job.next_fire_key == "" and job.next_fire_at is None
+    if (one_off or (exhausted and runs_left == 0)) and job.state == JobState.ACTIVE:
+        job = dataclasses.replace(job, state=JobState.COMPLETED)
+        out.progress["state"] = JobState.COMPLETED
+    if job is not current:
+        out.job = job
+    return out

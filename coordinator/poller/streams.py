@@ -1,0 +1,277 @@
+"""The workers' lease streams, as the poller's loop meets them.
+
+``WorkerStreams`` keeps a ``WorkerBook`` per open stream and applies what a
+worker says to the runs held (``RunKeeper``):
+
+- Hello: the worker is booked (a newer stream of the same worker id closes the
+  older), welcomed, its held leases answered as a heartbeat and its pending results
+  handled as results.
+- Heartbeat (and Hello.held): one ``Renewal`` per ref, in order, granted by the
+  lease book; a granted lease counts on this worker's slots, and a pending cancel
+  is sent again.
+- Started: a LEASED run becomes RUNNING. Results: a result under the current token
+  ends its run and is acknowledged once that is durable; any other is refused at
+  once. Refused: nothing of the run ran, it is leased again. Output is kept for
+  runs leased here or ended here lately. Credits set the stream's slot limit.
+- A held lease or result naming a run not held while some owned shard is not
+  loaded yet is kept (up to ``MAX_DEFERRED``) and answered once every shard is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from datetime import datetime
+
+from shardcron.client.stream import (
+    CancelOrder,
+    Credits,
+    Heartbeat,
+    Hello,
+    LeaseRef,
+    Output,
+    Refused,
+    Renewal,
+    ResultAck,
+    Results,
+    RunOutcome,
+    Started,
+    Welcome,
+    WorkerEvent,
+)
+from shardcron.client.types import OutputChunk, RunState
+from shardcron.coordinator.poller.config import MAX_DEFERRED
+from shardcron.coordinator.poller.keeper import RunKeeper
+from shardcron.coordinator.poller.state import Phase
+from shardcron.coordinator.poller.turn import Turn
+from shardcron.coordinator.poller.workers import WorkerBook, WorkerLink
+
+
+class WorkerStreams:
+    def __init__(
+        self,
+        keeper: RunKeeper,
+        *,
+        poller_id: str,
+        settled: Callable[[], bool],
+        active: Callable[[], bool],
+    ) -> None:
+        self._keeper = keeper
+        self._poller_id = poller_id
+        self._config = keeper.config
+        self._metrics = keeper.metrics
+        self._settled = settled  # every owned shard loaded: a run not held is not ours
+        self._active = active  # the poller holds its shards (renewals may be granted)
+        self.workers: dict[str, WorkerBook] = {}  # by worker id: the latest stream of each
+        self._books: dict[WorkerLink, WorkerBook] = {}  # every open stream
+        # held leases and results named before this poller loaded its shards
+        self._deferred: list[tuple[WorkerBook, LeaseRef | RunOutcome]] = []
+
+    # --- what the loop does to every stream ---------------------------------------
+
+    def flush(self) -> None:
+        for book in self.workers.values():
+            book.link.flush()
+
+    def close_all(self) -> None:
+        for book in list(self._books.values()):
+            book.link.close()
+
+    def drop_unsent_leases(self) -> None:
+        for book in self._books.values():
+            book.link.drop_unsent_leases()
+
+    def forget_all(self) -> None:
+        """The poller reloads its shards: no run is held on a worker, nothing decided
+        before goes out."""
+        for book in self._books.values():
+            book.clear()
+            book.link.forget()
+
+    # --- what a worker says ------------------------------------------------------------
+
+    def connected(
+        self, link: WorkerLink, hello: Hello, address: str, *, epoch: int, turn: Turn, now: datetime
+    ) -> None:
+        book = WorkerBook(hello, address=address, link=link, connected_at=now)
+        old = self.workers.get(book.id)
+        if old is not None:
+            old.link.close()
+        self.workers[book.id] = book
+        self._books[link] = book
+        link.welcome(
+            Welcome(
+                poller_id=self._poller_id,
+                epoch=epoch,
+                lease_ttl=self._config.lease_ttl,
+                heartbeat_interval=self._config.heartbeat_interval,
+            )
+        )
+        self._renew(book, hello.held, turn, now)
+        for outcome in hello.pending_results:
+            self._on_result(book, outcome, turn, now)
+        self._metrics.workers.set(len(self.workers))
+
+    def closed(self, link: WorkerLink) -> None:
+        book = self._books.pop(link, None)
+        if book is not None and self.workers.get(book.id) is book:
+            del self.workers[book.id]
+        self._metrics.workers.set(len(self.workers))
+        # its leases stay until they expire: the worker may come back and renew them
+
+    def message(self, link: WorkerLink, message: WorkerEvent, turn: Turn, now: datetime) -> None:
+        book = self._books.get(link)
+        if book is None:
+            return  # the stream was closed meanwhile
+        match message:
+            case Heartbeat(leases=refs):
+                self._renew(book, refs, turn, now)
+            case Started(leases=refs, at=at):
+                self._started(refs, at or now, turn)
+            case Results(outcomes=outcomes):
+                for outcome in outcomes:
+                    self._on_result(book, outcome, turn, now)
+            case Output(pieces=pieces):
+                slots, ended = self._keeper.slots, self._keeper.recent_final
+                for piece in pieces:
+                    slot = slots.get(piece.run_id)
+                    if slot is not None and slot.phase == Phase.LEASED:
+                        slot.output_bytes += len(piece.data)
+                    elif piece.run_id not in ended:
+                        continue  # not a run of ours, or long over
+                    turn.output.append(
+                        OutputChunk(
+                            run_id=piece.run_id, offset=0, data=piece.data, stream=piece.stream
+                        )
+                    )
+            case Credits(limit=limit):
+                book.set_credits(limit)
+            case Refused(leases=refs):
+                for ref in refs:
+                    self._on_refused(book, ref, turn, now)
+
+    def replay_deferred(self, turn: Turn, now: datetime) -> None:
+        """Answers what was kept until every owned shard was loaded."""
+        if not self._deferred or not self._settled():
+            return
+        deferred, self._deferred = self._deferred, []
+        for book, item in deferred:
+            if book.link.closed:
+                continue
+            if isinstance(item, LeaseRef):
+                self._renew(book, [item], turn, now)
+            else:
+                self._on_result(book, item, turn, now)
+
+    def update_demand(self, *, active: bool) -> None:
+        """Tells each worker that shares its slots among pollers how many slots of ready
+        runs it could take from this one (it hands out its free slots by that), until
+        it was last told 0: a demand left standing would keep slots from other pollers."""
+        sharing = [
+            w
+            for w in self.workers.values()
+            if (w.restricted or w.link.demand_standing) and not w.link.closed
+        ]
+        if not sharing:
+            return
+        if active:
+            for w, slots in self._keeper.admission.demand(sharing).items():
+                w.link.demand(slots)
+        else:
+            for w in sharing:
+                w.link.demand(0)
+
+    # --- the rules ------------------------------------------------------------------------
+
+    def _started(self, refs: Sequence[LeaseRef], at: datetime, turn: Turn) -> None:
+        for ref in refs:
+            slot = self._keeper.held_slot(ref.run_id, ref.fencing_token)
+            if slot is None or slot.run.state != RunState.LEASED:
+                continue
+            slot.run = dataclasses.replace(slot.run, state=RunState.RUNNING, started_at=at)
+            turn.runs[slot.run.id] = slot.run
+            self._metrics.schedule_lag.observe(max(0.0, (at - slot.run.due_at).total_seconds()))
+
+    def _on_refused(self, book: WorkerBook, ref: LeaseRef, turn: Turn, now: datetime) -> None:
+        slot = self._keeper.held_slot(ref.run_id, ref.fencing_token)
+        if slot is None or slot.worker is not book or slot.run.state != RunState.LEASED:
+            return
+        self._metrics.leases_refused.inc()
+        if slot.cancel_reason is not None:
+            self._keeper.finish(slot, RunState.CANCELLED, slot.cancel_reason, turn, now)
+            return
+        # nothing of it ran: lease it again (the stored LEASED row is superseded
+        # by the next lease's token)
+        self._keeper.requeue(slot)
+
+    def _renew(self, book: WorkerBook, refs: Sequence[LeaseRef], turn: Turn, now: datetime) -> None:
+        if not refs:
+            return
+        answers = []
+        settled = self._settled()
+        active = self._active()
+        keeper = self._keeper
+        for ref in refs:
+            run_id, token = ref.run_id, ref.fencing_token
+            slot = keeper.held_slot(run_id, token)
+            if slot is None and not settled and len(self._deferred) < MAX_DEFERRED:
+                # maybe a lease of a shard not loaded yet: answer once it is
+                self._deferred.append((book, ref))
+                continue
+            expires = (
+                None
+                if slot is None
+                else keeper.leases.renew(run_id, token, book.id, now, active=active)
+            )
+            if slot is not None and expires is not None:
+                if slot.worker is not book:
+                    if slot.worker is not None:
+                        slot.worker.release(run_id)
+                    assert slot.job is not None
+                    book.hold(run_id, slot.job.spec.resources)
+                    slot.worker = book
+                slot.run = dataclasses.replace(slot.run, lease_expires_at=expires)
+                if slot.cancel_reason is not None:
+                    book.link.cancel(
+                        CancelOrder(run_id=run_id, fencing_token=token, reason=slot.cancel_reason)
+                    )
+            answers.append(Renewal(run_id=run_id, fencing_token=token, ok=expires is not None))
+        if answers:
+            book.link.renewals(answers, self._config.lease_ttl)
+
+    def _on_result(self, book: WorkerBook, outcome: RunOutcome, turn: Turn, now: datetime) -> None:
+        slot = self._keeper.held_slot(outcome.run_id, outcome.fencing_token)
+        if slot is None and not self._settled() and len(self._deferred) < MAX_DEFERRED:
+            self._deferred.append((book, outcome))
+            return
+        if slot is None:
+            self._metrics.results_rejected.inc()
+            book.link.ack(
+                ResultAck(
+                    run_id=outcome.run_id,
+                    fencing_token=outcome.fencing_token,
+                    accepted=False,
+                    reason="stale fencing token",
+                )
+            )
+            return
+        started = outcome.started_at
+        if slot.run.started_at is None and started is not None:
+            lag = (started - slot.run.due_at).total_seconds()
+            self._metrics.schedule_lag.observe(max(0.0, lag))
+        reason = outcome.reason
+        if slot.cancel_reason is not None and outcome.state == RunState.CANCELLED:
+            reason = slot.cancel_reason
+        self._keeper.finish(
+            slot,
+            outcome.state,
+            reason,
+            turn,
+            now,
+            exit_code=outcome.exit_code,
+            error=outcome.error,
+            started_at=started or slot.run.started_at or now,
+            ended_at=outcome.ended_at or now,
+        )
+        ack = ResultAck(run_id=outcome.run_id, fencing_token=outcome.fencing_token, accepted=True)
+        turn.acks.append((book.link, ack))

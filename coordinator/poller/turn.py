@@ -1,0 +1,40 @@
+"""What one turn of the poller's loop writes, and what it sends once that is durable.
+
+The deciders add to a ``Turn``; the loop writes it in ONE store commit (group
+commit), and only then sends the leases, cancels, acks and answers it carries:
+a lease is durable before its worker sees it, a result before its worker is told
+it was accepted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from shardcron.client.stream import ResultAck
+from shardcron.client.types import OutputChunk, Run
+from shardcron.coordinator.poller.state import Slot
+from shardcron.coordinator.poller.workers import WorkerLink
+from shardcron.coordinator.store import JobProgress
+
+
+@dataclass(slots=True)
+class Turn:
+    runs: dict[str, Run] = field(default_factory=dict)  # new or changed runs, whole
+    due: list[Run] = field(default_factory=list)  # new PENDING runs to index
+    progress: dict[str, JobProgress] = field(default_factory=dict)
+    output: list[OutputChunk] = field(default_factory=list)
+    leases: list[Slot] = field(default_factory=list)  # leased: sent after the commit
+    acks: list[tuple[WorkerLink, ResultAck]] = field(default_factory=list)  # sent after it
+    after: list[Callable[[], object]] = field(default_factory=list)  # run after it
+    retries: list[Slot] = field(default_factory=list)  # decided, not yet placed
+
+    def set_progress(self, job_id: str, **changes: Any) -> None:
+        have = self.progress.get(job_id) or JobProgress(job_id=job_id)
+        self.progress[job_id] = dataclasses.replace(have, **changes)
+
+    def empty(self) -> bool:
+        """Nothing to write (what is only sent, such as renewals, goes out anyway)."""
+        return not (self.runs or self.due or self.progress or self.output or self.retries)

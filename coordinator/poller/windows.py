@@ -1,0 +1,114 @@
+"""Which part of each owned shard's due index the poller reads, and when.
+
+Each shard is read from where it was left (its cursor, or its oldest due row the
+first time) up to ``now + lookahead``; later scans read on from there. With a
+``recheck_interval`` the recent past is read again too, back ``recheck_window``
+from the previous re-read, for runs whose creation hint never came: however long
+the poller was held up in between, nothing written meanwhile is skipped. A shard
+taken over is remembered with when it was taken (an earlier owner's leases are
+waited out one TTL from then). Cursors saved are the start of the bucket of the
+oldest run still held (or of the loaded edge), so a shard is never rescanned
+from its beginning. Pure: times come in as arguments.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from shardcron.coordinator.ids import bucket_for
+from shardcron.coordinator.poller.config import PollerConfig
+
+
+class ShardWindows:
+    def __init__(self, config: PollerConfig) -> None:
+        self._config = config
+        self.shards: frozenset[int] = frozenset()
+        self.taken_at: dict[int, datetime] = {}
+        self._loaded_until: dict[int, datetime] = {}
+        # when each shard's recent past was last re-read (recheck_interval)
+        self._rechecked_at: dict[int, datetime] = {}
+        self._next_scan = 0.0  # monotonic
+        self._next_recheck = 0.0
+        self._next_cursor_save = 0.0
+
+    def assign(self, shards: frozenset[int], now: datetime) -> frozenset[int]:
+        """The shards owned from now on; returns those lost."""
+        lost = self.shards - shards
+        for shard in shards - self.shards:
+            self.taken_at[shard] = now
+            self._loaded_until.pop(shard, None)
+        for shard in lost:
+            self.taken_at.pop(shard, None)
+            self._loaded_until.pop(shard, None)
+            self._rechecked_at.pop(shard, None)
+        self.shards = shards
+        self._next_scan = 0.0
+        return lost
+
+    def reset(self, now: datetime) -> None:
+        """Everything is read again, as by a poller taking every shard over now."""
+        self._loaded_until.clear()
+        self._rechecked_at.clear()
+        self.taken_at = dict.fromkeys(self.shards, now)
+        self._next_scan = 0.0
+
+    def all_loaded(self) -> bool:
+        return all(shard in self._loaded_until for shard in self.shards)
+
+    def loaded_until(self, shard: int) -> datetime | None:
+        return self._loaded_until.get(shard)
+
+    # --- scans ---------------------------------------------------------------------
+
+    def scan_due(self, clock: float) -> bool:
+        return bool(self.shards) and clock >= self._next_scan
+
+    def seconds_to_scan(self, clock: float) -> float | None:
+        return self._next_scan - clock if self.shards else None
+
+    def recheck_due(self, clock: float) -> bool:
+        """The scan beginning now re-reads the recent past too."""
+        return self._config.recheck_interval is not None and clock >= self._next_recheck
+
+    def scanned(self, clock: float, *, rechecked: bool) -> None:
+        """A scan ended at ``clock``: the next one is a scan interval later."""
+        self._next_scan = clock + self._config.scan_interval.total_seconds()
+        if rechecked:
+            assert self._config.recheck_interval is not None
+            self._next_recheck = clock + self._config.recheck_interval.total_seconds()
+
+    def window_start(
+        self, shard: int, start: datetime, now: datetime, *, recheck: bool
+    ) -> datetime:
+        """Where to read ``shard`` from: ``start`` (where it was left), or earlier to
+        re-read the recent past back from the previous re-read."""
+        if not recheck:
+            return start
+        since = min(now, self._rechecked_at.get(shard, now))
+        return min(start, since - self._config.recheck_window)
+
+    def loaded(self, shard: int, until: datetime, now: datetime, *, recheck: bool) -> None:
+        """The shard was read up to ``until`` (and its recent past, if ``recheck``)."""
+        self._loaded_until[shard] = max(until, self._loaded_until.get(shard, until))
+        if recheck:
+            self._rechecked_at[shard] = now
+
+    # --- cursors ---------------------------------------------------------------------------
+
+    def save_cursors_due(self, clock: float) -> bool:
+        return bool(self.shards) and clock >= self._next_cursor_save
+
+    def cursors(
+        self, oldest_held: dict[int, datetime], now: datetime, bucket_seconds: int, clock: float
+    ) -> dict[int, datetime]:
+        """Per loaded shard, the cursor to save: the start of the bucket of the oldest
+        run still held there, or of the loaded edge, never later than now."""
+        self._next_cursor_save = clock + self._config.cursor_save_interval.total_seconds()
+        out = {}
+        for shard in self.shards:
+            edge = self._loaded_until.get(shard)
+            if edge is None:
+                continue
+            low = min(oldest_held.get(shard, edge), edge, now)
+            out[shard] = datetime.fromtimestamp(bucket_for(low, bucket_seconds), low.tzinfo)
+        return out
