@@ -1,4 +1,5 @@
-"""The poller on its own, over a real SQLite store, with no worker connected.
+"""The poller on its own, over a real SQLite store, with no worker connected, on a
+fake clock: each test sets the time and waits for whole turns, never for time.
 
 A store left as a commit that landed only in part left it. Cassandra writes a commit
 in steps (new runs, their due rows, jobs and progress, then the state changes of
@@ -20,15 +21,17 @@ A poller held up longer than its recheck window (a store call queued behind a
 burst of creates) must still find a run whose hint was lost, written meanwhile.
 
 And a run with a starting deadline that waits for a slot is MISSED when the
-deadline passes, even though no slot ever frees.
+deadline passes, even though no slot ever frees; a lease taken over is taken back
+exactly at its expiry plus the grace, and its retry comes due exactly after its
+backoff.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator
-from datetime import timedelta
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -40,6 +43,7 @@ from shardcron.coordinator.coordination import Assignment
 from shardcron.coordinator.ids import utcnow
 from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.poller import Phase, Poller, PollerConfig, fires
+from shardcron.coordinator.poller.config import JOB_ROW_GRACE, JOB_ROW_RETRY
 from shardcron.coordinator.sqlite_store import SqliteStore
 from shardcron.coordinator.store import NewJob
 
@@ -47,6 +51,30 @@ SHARDS = 8
 # How long a test waits for what it expects (about a second when the machine is idle;
 # SQLite's fsyncs can stall for seconds while other servers write): not a speed check.
 WAIT = 30.0
+TICK = timedelta(microseconds=1)
+SCAN_INTERVAL = timedelta(milliseconds=100)
+RECHECK_INTERVAL = timedelta(milliseconds=200)
+
+
+class FakeClock:
+    """The poller's clock, moved by the test only."""
+
+    def __init__(self, start: datetime) -> None:
+        self._now = start
+        self._monotonic = 1000.0
+
+    def now(self) -> datetime:
+        return self._now
+
+    def monotonic(self) -> float:
+        return self._monotonic
+
+    def advance(self, by: timedelta) -> None:
+        self._now += by
+        self._monotonic += by.total_seconds()
+
+    def set(self, at: datetime) -> None:
+        self.advance(at - self._now)
 
 
 @pytest.fixture
@@ -70,20 +98,26 @@ def recheck_window() -> timedelta:
 
 
 @pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(utcnow())
+
+
+@pytest.fixture
 async def poller(
-    store: SqliteStore, lease_ttl: timedelta, recheck_window: timedelta
+    store: SqliteStore, lease_ttl: timedelta, recheck_window: timedelta, clock: FakeClock
 ) -> AsyncIterator[Poller]:
     p = Poller(
         store,
         poller_id="p1",
         # as in a cluster: the recent past is re-read (no hint comes from another node)
         config=PollerConfig(
-            scan_interval=timedelta(milliseconds=100),
-            recheck_interval=timedelta(milliseconds=200),
+            scan_interval=SCAN_INTERVAL,
+            recheck_interval=RECHECK_INTERVAL,
             recheck_window=recheck_window,
             lease_ttl=lease_ttl,
         ),
         metrics=Metrics(),
+        clock=clock,
     )
     p.start()
     await p.on_assignment(
@@ -95,55 +129,114 @@ async def poller(
         await p.stop()
 
 
-async def until(pred, timeout: float = WAIT) -> None:  # type: ignore[no-untyped-def]
-    end = asyncio.get_running_loop().time() + timeout
-    while not pred():
+async def turns(poller: Poller, n: int = 2) -> None:
+    """Waits for ``n`` more whole turns (the first may have begun at the old time)."""
+    target = poller.turns + n
+    end = asyncio.get_running_loop().time() + WAIT
+    while poller.turns < target:
         assert asyncio.get_running_loop().time() < end, "timed out"
-        await asyncio.sleep(0.02)
+        poller._wake.set()  # idle, the loop would sleep up to half a second per turn
+        await asyncio.sleep(0.005)
+
+
+async def until(pred, poller: Poller) -> None:  # type: ignore[no-untyped-def]
+    """Turn after turn, until ``pred()`` (a coroutine function or a plain one) holds."""
+    end = asyncio.get_running_loop().time() + WAIT
+    while True:
+        got = pred()
+        if isinstance(got, Awaitable):
+            got = await got
+        if got:
+            return
+        assert asyncio.get_running_loop().time() < end, "timed out"
+        await turns(poller, 1)
+
+
+async def rescan(poller: Poller, clock: FakeClock) -> None:
+    """Moves the clock past the re-read interval and waits for the scan: what a test
+    wrote to the store is read (the first scan may have run before it was written,
+    and loaded the shard's window past it: only a re-read finds it then)."""
+    await turns(poller, 1)  # a scan in flight ends first: it would count from the new time
+    clock.advance(RECHECK_INTERVAL)
+    await turns(poller)
+
+
+def stored(store: SqliteStore, run: Run) -> Callable[[], Awaitable[Run]]:
+    async def read() -> Run:
+        return (await store.get_runs([run.id]))[run.id]
+
+    return read
+
+
+async def _ended(store: SqliteStore, run: Run, poller: Poller) -> Run:
+    read = stored(store, run)
+
+    async def final() -> bool:
+        return (await read()).state.is_final
+
+    await until(final, poller)
+    return await read()
 
 
 async def test_a_run_met_before_its_job_row_waits_for_it(
-    store: SqliteStore, poller: Poller
+    store: SqliteStore, poller: Poller, clock: FakeClock
 ) -> None:
-    now = utcnow()
+    now = clock.now()
     job = dataclasses.replace(make_job(), created_at=now, updated_at=now)
     run = dataclasses.replace(make_run(job, due_at=now), created_at=now)
     await store.commit(runs=[run], due=[run])  # the job row has not landed yet
-    await asyncio.sleep(1.0)  # due, scanned and triggered a few times meanwhile
-    stored = (await store.get_runs([run.id]))[run.id]
-    assert stored.state == RunState.PENDING, stored
+    await rescan(poller, clock)
+    await until(lambda: poller.phase_of(run.id) == Phase.WAITING, poller)
+    for _ in range(4):  # due, scanned and triggered a few times meanwhile
+        clock.advance(JOB_ROW_RETRY)
+        await turns(poller)
+    assert (await stored(store, run)()).state == RunState.PENDING
+    assert poller.phase_of(run.id) == Phase.WAITING
     await store.create_jobs([NewJob(job=job)])  # now it lands
+    clock.advance(JOB_ROW_RETRY)
     # admitted, waiting for a worker (there is none)
-    await until(lambda: poller.phase_of(run.id) == Phase.READY)
-    assert (await store.get_runs([run.id]))[run.id].state == RunState.PENDING
+    await until(lambda: poller.phase_of(run.id) == Phase.READY, poller)
+    assert (await stored(store, run)()).state == RunState.PENDING
 
 
 async def test_a_run_whose_job_never_came_is_cancelled_once_old(
-    store: SqliteStore, poller: Poller
+    store: SqliteStore, poller: Poller, clock: FakeClock
 ) -> None:
-    now = utcnow()
+    now = clock.now()
     job = make_job()  # never created
     old = now - timedelta(minutes=5)
     run = dataclasses.replace(make_run(job, due_at=now), created_at=old)
     await store.commit(runs=[run], due=[run])
+    await rescan(poller, clock)
+    ended = await _ended(store, run, poller)
+    assert (ended.state, ended.reason) == (RunState.CANCELLED, RunReason.JOB_DELETED)
 
-    async def final() -> None:
-        while not (await store.get_runs([run.id]))[run.id].state.is_final:
-            await asyncio.sleep(0.05)
 
-    await asyncio.wait_for(final(), WAIT)
-    stored = (await store.get_runs([run.id]))[run.id]
-    assert (stored.state, stored.reason) == (RunState.CANCELLED, RunReason.JOB_DELETED)
+async def test_a_run_without_its_job_row_is_cancelled_when_the_grace_ends(
+    store: SqliteStore, poller: Poller, clock: FakeClock
+) -> None:
+    created = clock.now()
+    job = make_job()  # never created
+    run = dataclasses.replace(make_run(job, due_at=created), created_at=created)
+    await store.commit(runs=[run], due=[run])
+    await rescan(poller, clock)
+    await until(lambda: poller.phase_of(run.id) == Phase.WAITING, poller)
+    clock.set(created + JOB_ROW_GRACE - TICK)  # looked at again: not old enough yet
+    await turns(poller)
+    assert (await stored(store, run)()).state == RunState.PENDING
+    clock.advance(JOB_ROW_RETRY)  # the next look is past the grace
+    ended = await _ended(store, run, poller)
+    assert (ended.state, ended.reason) == (RunState.CANCELLED, RunReason.JOB_DELETED)
 
 
 async def test_a_fire_later_than_the_jobs_recorded_next_fire_carries_the_schedule_on(
-    store: SqliteStore, poller: Poller
+    store: SqliteStore, poller: Poller, clock: FakeClock
 ) -> None:
     """A poller froze between writing the next fire's run and the job's progress naming
     it: the run of that fire must still be treated as the schedule's current fire, or
     the cron would stop there."""
     schedule = Schedule.cron_expr("* * * * * *")
-    now = utcnow()
+    now = clock.now()
     first = next_fire(schedule, now - timedelta(seconds=3))
     assert first is not None
     second = next_fire(schedule, first.at)
@@ -161,20 +254,19 @@ async def test_a_fire_later_than_the_jobs_recorded_next_fire_carries_the_schedul
     await store.create_jobs([NewJob(job=job)])
     run = fires.make_run(job, second, shard_count=SHARDS, now=now)
     await store.commit(runs=[run], due=[run])
+    await rescan(poller, clock)
 
-    async def moved_on() -> None:
-        while (await store.get_job(job.owner, job.id)).next_fire_at in (first.at, None):
-            await asyncio.sleep(0.05)
+    async def moved_on() -> bool:
+        return (await store.get_job(job.owner, job.id)).next_fire_at not in (first.at, None)
 
-    await asyncio.wait_for(moved_on(), WAIT)
-    stored = await store.get_job(job.owner, job.id)
-    assert stored.next_fire_at is not None and stored.next_fire_at > second.at
+    await until(moved_on, poller)
+    got = await store.get_job(job.owner, job.id)
+    assert got.next_fire_at is not None and got.next_fire_at > second.at
 
 
-def _taken_over(job: Job) -> tuple[Run, Run]:
+def _taken_over(job: Job, now: datetime) -> tuple[Run, Run]:
     """A run leased by an earlier owner (its lease over), and the retry that owner
     decided when the run failed: its commit wrote the retry, not the run's end."""
-    now = utcnow()
     run = dataclasses.replace(
         make_run(job, due_at=now - timedelta(seconds=3)),
         state=RunState.RUNNING,
@@ -189,51 +281,47 @@ def _taken_over(job: Job) -> tuple[Run, Run]:
     return run, retry
 
 
-def _retrying_job() -> Job:
+def _retrying_job(now: datetime, backoff: timedelta = timedelta(0)) -> Job:
     base = make_job()
-    spec = base.spec.replace(retry=RetryPolicy(max_attempts=3, initial_backoff=timedelta(0)))
-    now = utcnow()
+    spec = base.spec.replace(retry=RetryPolicy(max_attempts=3, initial_backoff=backoff))
     return dataclasses.replace(base, spec=spec, created_at=now, updated_at=now)
-
-
-async def _ended(store: SqliteStore, run: Run) -> Run:
-    async def wait() -> Run:
-        while not (stored := (await store.get_runs([run.id]))[run.id]).state.is_final:
-            await asyncio.sleep(0.05)
-        return stored
-
-    return await asyncio.wait_for(wait(), WAIT)
 
 
 @pytest.mark.parametrize("lease_ttl", [timedelta(milliseconds=300)])
 async def test_a_retry_stored_and_run_already_is_not_run_again(
-    store: SqliteStore, poller: Poller
+    store: SqliteStore, poller: Poller, clock: FakeClock
 ) -> None:
-    job = _retrying_job()
+    job = _retrying_job(clock.now())
     await store.create_jobs([NewJob(job=job)])
-    run, retry = _taken_over(job)
+    run, retry = _taken_over(job, clock.now())
     done = dataclasses.replace(
         retry, state=RunState.SUCCEEDED, started_at=retry.due_at, ended_at=retry.due_at
     )
     await store.commit(runs=[run, done], due=[run])
-    ended = await _ended(store, run)  # its lease waited out: WORKER_LOST
+    await rescan(poller, clock)
+    await until(lambda: poller.phase_of(run.id) == Phase.LEASED, poller)
+    clock.advance(timedelta(seconds=1))  # past its lease, one TTL after the take-over
+    ended = await _ended(store, run, poller)  # its lease waited out: WORKER_LOST
     assert (ended.state, ended.reason) == (RunState.FAILED, RunReason.WORKER_LOST)
-    await asyncio.sleep(0.5)  # a turn or two after
-    assert (await store.get_runs([retry.id]))[retry.id].state == RunState.SUCCEEDED
+    await turns(poller)  # a turn or two after
+    assert (await stored(store, retry)()).state == RunState.SUCCEEDED
     assert poller.phase_of(retry.id) is None, "the retry that ran already is due again"
 
 
 @pytest.mark.parametrize("lease_ttl", [timedelta(milliseconds=300)])
 async def test_a_retry_stored_without_its_due_row_is_indexed_and_held_once(
-    store: SqliteStore, poller: Poller
+    store: SqliteStore, poller: Poller, clock: FakeClock
 ) -> None:
-    job = _retrying_job()
+    job = _retrying_job(clock.now())
     await store.create_jobs([NewJob(job=job)])
-    run, retry = _taken_over(job)
+    run, retry = _taken_over(job, clock.now())
     await store.commit(runs=[run, retry], due=[run])  # the retry's due row did not land
-    await _ended(store, run)
+    await rescan(poller, clock)
+    await until(lambda: poller.phase_of(run.id) == Phase.LEASED, poller)
+    clock.advance(timedelta(seconds=1))
+    await _ended(store, run, poller)
     # the retry is held once, waiting for a worker (there is none), and indexed
-    await until(lambda: poller.phase_of(retry.id) == Phase.READY)
+    await until(lambda: poller.phase_of(retry.id) == Phase.READY, poller)
     entries = await store.scan_due(
         retry.shard,
         due_from=retry.due_at - timedelta(seconds=1),
@@ -242,13 +330,49 @@ async def test_a_retry_stored_without_its_due_row_is_indexed_and_held_once(
         limit=100,
     )
     assert [e.run_id for e in entries if e.run_id == retry.id] == [retry.id]
-    assert (await store.get_runs([retry.id]))[retry.id].state == RunState.PENDING
+    assert (await stored(store, retry)()).state == RunState.PENDING
 
 
-async def _with_deadline(store: SqliteStore, deadline: timedelta, due_in: timedelta) -> Run:
+@pytest.mark.parametrize("lease_ttl", [timedelta(seconds=10)])
+async def test_a_lease_taken_over_is_taken_back_at_its_expiry_and_retried_after_backoff(
+    store: SqliteStore, poller: Poller, clock: FakeClock, lease_ttl: timedelta
+) -> None:
+    taken = clock.now()  # the shards were taken when the poller started
+    backoff = timedelta(seconds=20)
+    job = _retrying_job(taken, backoff)
+    await store.create_jobs([NewJob(job=job)])
+    run, _ = _taken_over(job, taken)
+    await store.commit(runs=[run], due=[run])
+    await rescan(poller, clock)
+    await until(lambda: poller.phase_of(run.id) == Phase.LEASED, poller)
+    # its stored lease is over, but a worker may still run it: held one TTL from the
+    # take-over, and taken back only the expiry grace after that
+    expired_at = taken + lease_ttl + PollerConfig().expiry_grace
+    clock.set(expired_at - TICK)
+    await turns(poller)
+    assert poller.phase_of(run.id) == Phase.LEASED
+    clock.set(expired_at)  # now == expires_at + grace
+    ended = await _ended(store, run, poller)
+    assert (ended.state, ended.reason, ended.ended_at) == (
+        RunState.FAILED,
+        RunReason.WORKER_LOST,
+        expired_at,
+    )
+    retry = fires.retry_run(job, ended, now=expired_at)
+    assert retry is not None and retry.due_at == expired_at + backoff
+    await until(lambda: poller.phase_of(retry.id) == Phase.WAITING, poller)
+    clock.set(retry.due_at - TICK)
+    await turns(poller)
+    assert poller.phase_of(retry.id) == Phase.WAITING, "a retry came due before its backoff"
+    clock.set(retry.due_at)
+    await until(lambda: poller.phase_of(retry.id) == Phase.READY, poller)
+
+
+async def _with_deadline(
+    store: SqliteStore, deadline: timedelta, due_in: timedelta, now: datetime
+) -> Run:
     """A stored job with a starting deadline and its run, due ``due_in`` from now."""
     base = make_job()
-    now = utcnow()
     spec = base.spec.replace(starting_deadline=deadline)
     job = dataclasses.replace(base, spec=spec, created_at=now, updated_at=now)
     run = dataclasses.replace(make_run(job, due_at=now + due_in), created_at=now)
@@ -257,41 +381,47 @@ async def _with_deadline(store: SqliteStore, deadline: timedelta, due_in: timede
 
 
 async def test_a_hint_that_comes_after_its_run_ended_is_ignored(
-    store: SqliteStore, poller: Poller
+    store: SqliteStore, poller: Poller, clock: FakeClock
 ) -> None:
     # no worker here: a run due a while ago ends at once, MISSED, when it triggers;
     # no hint: the scan finds it
-    run = await _with_deadline(store, timedelta(milliseconds=1), -timedelta(seconds=1))
+    run = await _with_deadline(store, timedelta(milliseconds=1), -timedelta(seconds=1), clock.now())
     job = (await store.get_jobs([run.job_id]))[run.job_id]
-    ended = await _ended(store, run)
+    await rescan(poller, clock)
+    ended = await _ended(store, run, poller)
     assert ended.state == RunState.MISSED
     poller.runs_created([run], [job])  # the api's hint, late
-    await asyncio.sleep(0.5)
-    again = (await store.get_runs([run.id]))[run.id]
+    clock.advance(timedelta(milliseconds=500))
+    await turns(poller)
+    again = await stored(store, run)()
     assert again.ended_at == ended.ended_at, "the run ended a second time"
 
 
 async def test_a_run_waiting_for_a_slot_is_missed_at_its_starting_deadline(
-    store: SqliteStore, poller: Poller
+    store: SqliteStore, poller: Poller, clock: FakeClock
 ) -> None:
     deadline = timedelta(milliseconds=300)
-    run = await _with_deadline(store, deadline, timedelta(0))
+    run = await _with_deadline(store, deadline, timedelta(0), clock.now())
     poller.runs_created([run], list((await store.get_jobs([run.job_id])).values()))
     # admitted and waiting: there is no worker, so no slot ever frees
-    await until(lambda: poller.phase_of(run.id) == Phase.READY)
-    ended = await _ended(store, run)
+    await until(lambda: poller.phase_of(run.id) == Phase.READY, poller)
+    clock.set(run.due_at + deadline)  # exactly at the deadline: still on time
+    await turns(poller)
+    assert poller.phase_of(run.id) == Phase.READY
+    clock.advance(TICK)
+    ended = await _ended(store, run, poller)
     assert (ended.state, ended.reason) == (RunState.MISSED, RunReason.DEADLINE)
-    assert ended.ended_at is not None and ended.ended_at >= run.due_at + deadline
+    assert ended.ended_at == run.due_at + deadline + TICK
 
 
 @pytest.mark.parametrize("recheck_window", [timedelta(seconds=1)])
 async def test_a_run_written_while_the_poller_was_held_up_is_found_without_its_hint(
-    store: SqliteStore, poller: Poller, monkeypatch: pytest.MonkeyPatch
+    store: SqliteStore, poller: Poller, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    job = dataclasses.replace(make_job(), created_at=utcnow(), updated_at=utcnow())
+    job = dataclasses.replace(make_job(), created_at=clock.now(), updated_at=clock.now())
     shard = make_run(job).shard
     real = store.scan_due
-    held = asyncio.Event()
+    held, written = asyncio.Event(), asyncio.Event()
     armed = True
 
     async def scan_due(s: int, **kw):  # type: ignore[no-untyped-def]
@@ -300,11 +430,15 @@ async def test_a_run_written_while_the_poller_was_held_up_is_found_without_its_h
         if s == shard and armed:  # what it read is stale by the time it returns
             armed = False
             held.set()
-            await asyncio.sleep(2.5)  # longer than the recheck window
+            await written.wait()
         return entries
 
     monkeypatch.setattr(store, "scan_due", scan_due)
     await asyncio.wait_for(held.wait(), WAIT)
-    run = dataclasses.replace(make_run(job, due_at=utcnow()), created_at=utcnow())
+    clock.advance(timedelta(seconds=2.5))  # held up longer than the recheck window
+    run = dataclasses.replace(make_run(job, due_at=clock.now()), created_at=clock.now())
     await store.create_jobs([NewJob(job=job, runs=[run])])  # its hint is lost: none is sent
-    await until(lambda: poller.phase_of(run.id) is not None)
+    written.set()
+    await turns(poller, 1)  # the held-up scan ends: the shard counts as read up to now + 5 s
+    await rescan(poller, clock)  # the next scan re-reads the recent past
+    await until(lambda: poller.phase_of(run.id) is not None, poller)

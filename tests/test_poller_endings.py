@@ -1,0 +1,121 @@
+"""What a run's end leads to (coordinator/poller/endings.py), with hand-set times."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime, timedelta
+
+from shardcron.client.types import (
+    HandlerTask,
+    Job,
+    JobSpec,
+    JobState,
+    RetryPolicy,
+    Run,
+    RunReason,
+    RunState,
+    Schedule,
+)
+from shardcron.coordinator.poller.endings import final_run, follow_up
+
+T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+
+
+def job(schedule: Schedule | None = None, **spec: object) -> Job:
+    return Job(
+        id="01a214ec-bebd-737a-9372-2cb5480e4a39",
+        owner="o",
+        spec=JobSpec(
+            name="j",
+            task=HandlerTask(name="noop"),
+            schedule=schedule or Schedule.cron_expr("* * * * *"),
+            **spec,  # type: ignore[arg-type]
+        ),
+        state=JobState.ACTIVE,
+        version=1,
+        created_at=T0,
+        updated_at=T0,
+        next_fire_at=T0 + timedelta(minutes=1),
+        next_fire_key="k",
+    )
+
+
+def ended(j: Job, state: RunState, reason: RunReason = RunReason.NONE, attempt: int = 1) -> Run:
+    run = Run(
+        id=f"r{attempt}",
+        job_id=j.id,
+        owner="o",
+        fire_key="f",
+        fire_at=T0,
+        due_at=T0,
+        state=RunState.RUNNING,
+        attempt=attempt,
+        output_bytes=10,
+    )
+    return final_run(run, state, reason, T0 + timedelta(seconds=5), output_bytes=5)
+
+
+def test_the_final_record_adds_the_output_received_and_ends_now() -> None:
+    run = ended(job(), RunState.SUCCEEDED)
+    assert (run.ended_at, run.output_bytes, run.state) == (
+        T0 + timedelta(seconds=5),
+        15,
+        RunState.SUCCEEDED,
+    )
+
+
+def test_a_failure_with_attempts_left_is_retried_after_its_backoff_from_now() -> None:
+    j = job(retry=RetryPolicy(max_attempts=3, initial_backoff=timedelta(seconds=7)))
+    now = T0 + timedelta(seconds=9)
+    out = follow_up(j, ended(j, RunState.FAILED), now, current=j, runs_left=1)
+    assert out.retry is not None and out.retry.due_at == now + timedelta(seconds=7)
+    assert out.retry.attempt == 2 and out.retry.state == RunState.PENDING
+    assert not out.final.dead_letter and out.progress == {}, "a retried failure counts"
+
+
+def test_the_last_failed_attempt_is_a_dead_letter_and_counts_in_the_streak() -> None:
+    j = job(retry=RetryPolicy(max_attempts=2))
+    out = follow_up(j, ended(j, RunState.TIMED_OUT, attempt=2), T0, current=j, runs_left=1)
+    assert out.retry is None and out.final.dead_letter
+    assert out.progress == {"consecutive_failures": 1}
+    assert out.job is not None and out.job.consecutive_failures == 1
+
+
+def test_a_job_is_paused_when_its_streak_reaches_the_limit() -> None:
+    j = job(pause_after_failures=3)
+    current = dataclasses.replace(j, consecutive_failures=2)
+    out = follow_up(
+        j, ended(j, RunState.FAILED, RunReason.NON_ZERO_EXIT), T0, current=current, runs_left=1
+    )
+    assert out.job is not None and out.job.state == JobState.PAUSED
+    assert out.progress["state"] == JobState.PAUSED and out.progress["consecutive_failures"] == 3
+
+
+def test_a_success_resets_the_streak_and_a_cancel_leaves_it() -> None:
+    j = dataclasses.replace(job(), consecutive_failures=2)
+    assert follow_up(j, ended(j, RunState.SUCCEEDED), T0, current=j, runs_left=1).progress == {
+        "consecutive_failures": 0
+    }
+    assert follow_up(j, ended(j, RunState.CANCELLED), T0, current=j, runs_left=1).progress == {}
+
+
+def test_a_one_off_job_completes_with_its_run() -> None:
+    j = job(Schedule.immediate())
+    out = follow_up(j, ended(j, RunState.SUCCEEDED), T0, current=j, runs_left=0)
+    assert out.job is not None and out.job.state == JobState.COMPLETED
+
+
+def test_an_exhausted_schedule_completes_once_no_run_of_it_is_left() -> None:
+    j = dataclasses.replace(job(), next_fire_at=None, next_fire_key="")
+    assert (
+        "state"
+        not in follow_up(j, ended(j, RunState.SUCCEEDED), T0, current=j, runs_left=1).progress
+    )
+    out = follow_up(j, ended(j, RunState.SUCCEEDED), T0, current=j, runs_left=0)
+    assert out.progress.get("state") == JobState.COMPLETED
+
+
+def test_a_deleted_jobs_failure_is_neither_retried_nor_a_dead_letter() -> None:
+    j = dataclasses.replace(job(retry=RetryPolicy(max_attempts=5)), state=JobState.DELETED)
+    out = follow_up(j, ended(j, RunState.FAILED), T0, current=j, runs_left=0)
+    assert out.retry is None and not out.final.dead_letter
