@@ -48,23 +48,28 @@ def set_time(msg: Message, name: str, value: datetime | None) -> None:
         getattr(msg, name).FromDatetime(value)
 
 
+def _path(field: str, name: str) -> str:
+    return f"{field}.{name}" if field else name
+
+
 def get_time(msg: Message, name: str, field: str) -> datetime | None:
-    """Timestamp field ``name`` as an aware UTC datetime, None when unset."""
+    """Timestamp field ``name`` as an aware UTC datetime, None when unset. ``field``
+    is the path of ``msg`` ("" for a request's own fields)."""
     if not msg.HasField(name):
         return None
     ts = getattr(msg, name)
     if not (_MIN_SECONDS <= ts.seconds <= _MAX_SECONDS and 0 <= ts.nanos <= _MAX_NANOS):
-        raise InvalidArgument(f"{field}.{name}", "not a valid timestamp")
+        raise InvalidArgument(_path(field, name), "not a valid timestamp")
     try:
         return ts.ToDatetime(tzinfo=UTC)
     except (ValueError, OverflowError):
-        raise InvalidArgument(f"{field}.{name}", "not a valid timestamp") from None
+        raise InvalidArgument(_path(field, name), "not a valid timestamp") from None
 
 
 def get_required_time(msg: Message, name: str, field: str) -> datetime:
     value = get_time(msg, name, field)
     if value is None:
-        raise InvalidArgument(f"{field}.{name}", "required")
+        raise InvalidArgument(_path(field, name), "required")
     return value
 
 
@@ -82,9 +87,9 @@ def get_duration(
         return default
     d = getattr(msg, name)
     if d.seconds < 0 or d.nanos < 0:
-        raise InvalidArgument(f"{field}.{name}", "must not be negative")
+        raise InvalidArgument(_path(field, name), "must not be negative")
     if d.seconds > _MAX_DURATION_SECONDS or d.nanos > _MAX_NANOS:
-        raise InvalidArgument(f"{field}.{name}", "not a valid duration")
+        raise InvalidArgument(_path(field, name), "not a valid duration")
     return d.ToTimedelta()
 
 
