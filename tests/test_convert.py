@@ -1,4 +1,4 @@
-"""shardcron.client.convert: domain <-> protobuf round trips, defaults, structural
+"""shardcron.client.codec (the job API): domain <-> protobuf round trips, defaults, structural
 InvalidArgument paths, and the error <-> gRPC status table in both directions."""
 
 from __future__ import annotations
