@@ -69,8 +69,8 @@ class ProtocolError(Exception):
 class StreamOwner(Protocol):
     """What a link needs of the worker it serves; ``Worker`` implements it.
 
-    The link calls these on its event loop, one at a time, and owns nothing of the
-    runs: it builds no message the owner does not give it.
+    The link calls these on its event loop, one at a time. The runs, their leases
+    and the slots are the owner's; the link only carries messages.
     """
 
     stats: Counter[str]  # counters the link adds to (sent_*, received_*, reconnects)
@@ -106,6 +106,8 @@ def backoff_delay(failures: int) -> float:
 
 
 class PollerLink:
+    """The stream to one poller address, reopened until ``close()``."""
+
     def __init__(self, worker: StreamOwner, address: str) -> None:
         self.worker = worker
         self.address = address
