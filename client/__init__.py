@@ -11,42 +11,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from shardcron.client.errors import (
-    AlreadyExists,
-    FailedPrecondition,
-    InvalidArgument,
-    NotFound,
-    ShardcronError,
-    StaleLease,
-    Unavailable,
-    VersionConflict,
-)
-from shardcron.client.types import (
-    ClusterStatus,
-    CommandTask,
-    ConcurrencyPolicy,
-    DstGap,
-    DstOverlap,
-    Fire,
-    HandlerTask,
-    Job,
-    JobSpec,
-    JobState,
-    MisfirePolicy,
-    OutputChunk,
-    OverlapPolicy,
-    Page,
-    Resources,
-    RetryPolicy,
-    Run,
-    RunReason,
-    RunState,
-    Schedule,
-    ScheduleKind,
-    ShardInfo,
-    Task,
-    WorkerInfo,
-)
+from shardcron.client import errors, types
+from shardcron.client.errors import *  # noqa: F403
+from shardcron.client.types import *  # noqa: F403
 
 if TYPE_CHECKING:
     from shardcron.client.sdk import AsyncClient, Client
@@ -60,39 +27,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = [
-    "AlreadyExists",
-    "AsyncClient",
-    "Client",
-    "ClusterStatus",
-    "CommandTask",
-    "ConcurrencyPolicy",
-    "DstGap",
-    "DstOverlap",
-    "FailedPrecondition",
-    "Fire",
-    "HandlerTask",
-    "InvalidArgument",
-    "Job",
-    "JobSpec",
-    "JobState",
-    "MisfirePolicy",
-    "NotFound",
-    "OutputChunk",
-    "OverlapPolicy",
-    "Page",
-    "Resources",
-    "RetryPolicy",
-    "Run",
-    "RunReason",
-    "RunState",
-    "Schedule",
-    "ScheduleKind",
-    "ShardInfo",
-    "ShardcronError",
-    "StaleLease",
-    "Task",
-    "Unavailable",
-    "VersionConflict",
-    "WorkerInfo",
-]
+__all__ = ["AsyncClient", "Client"]
+__all__ += errors.__all__
+__all__ += types.__all__

@@ -6,6 +6,17 @@ table); the server raises these and the SDK raises them again on the other side.
 
 from __future__ import annotations
 
+__all__ = [
+    "AlreadyExists",
+    "FailedPrecondition",
+    "InvalidArgument",
+    "NotFound",
+    "ShardcronError",
+    "StaleLease",
+    "Unavailable",
+    "VersionConflict",
+]
+
 
 class ShardcronError(Exception):
     """Base of every error shardcron raises on purpose."""

@@ -121,6 +121,9 @@ WorkerEvent = Credits | Heartbeat | Started | Results | Output | Refused
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Welcome:
+    """The poller's answer to Hello. A zero duration was not said: the worker keeps
+    its own (a default TTL, a third of the TTL between heartbeats)."""
+
     poller_id: str
     epoch: int
     lease_ttl: timedelta
@@ -136,17 +139,21 @@ class LeaseGrant:
     owner: str
     fencing_token: int
     attempt: int
-    fire_at: datetime
-    due_at: datetime
+    # the nominal fire and this attempt's due time: told to the worker, which runs the
+    # lease whether or not they are there (None: not sent)
+    fire_at: datetime | None
+    due_at: datetime | None
     task: Task
-    timeout: timedelta | None
-    lease_ttl: timedelta
+    timeout: timedelta | None  # None: no timeout
+    lease_ttl: timedelta  # zero: the Welcome's
     resources: Resources
     job_name: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CancelOrder:
+    """Stop this run; ``fencing_token`` 0 names any lease of it."""
+
     run_id: str
     fencing_token: int
     reason: RunReason
@@ -180,7 +187,8 @@ class Cancels:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Renewals:
     renewals: tuple[Renewal, ...] = ()
-    lease_ttl: timedelta = timedelta(0)  # each ok lease now holds this long from the heartbeat
+    # each ok lease now holds this long from the heartbeat (zero: the Welcome's)
+    lease_ttl: timedelta = timedelta(0)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -13,6 +13,34 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Generic, TypeVar
 
+# What ``shardcron.client`` re-exports: the public domain types.
+__all__ = [
+    "ClusterStatus",
+    "CommandTask",
+    "ConcurrencyPolicy",
+    "DstGap",
+    "DstOverlap",
+    "Fire",
+    "HandlerTask",
+    "Job",
+    "JobSpec",
+    "JobState",
+    "MisfirePolicy",
+    "OutputChunk",
+    "OverlapPolicy",
+    "Page",
+    "Resources",
+    "RetryPolicy",
+    "Run",
+    "RunReason",
+    "RunState",
+    "Schedule",
+    "ScheduleKind",
+    "ShardInfo",
+    "Task",
+    "WorkerInfo",
+]
+
 T = TypeVar("T")
 
 DEFAULT_OWNER = "default"

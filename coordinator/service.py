@@ -12,7 +12,6 @@ import dataclasses
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from datetime import UTC
 from typing import Any, TypeVar
 
 import grpc
@@ -20,6 +19,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from shardcron.client import codec
+from shardcron.client.codec.common import get_time
 from shardcron.client.errors import InvalidArgument, ShardcronError
 from shardcron.client.types import DEFAULT_OWNER, ClusterStatus, ShardInfo, WorkerInfo
 from shardcron.coordinator.api import JobsApi
@@ -167,7 +167,7 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
             if which == "job_id"
             else codec.schedule_from_proto(request.schedule, "schedule")
         )
-        after = request.after.ToDatetime(tzinfo=UTC) if request.HasField("after") else None
+        after = get_time(request, "after", "")
         fires = await self.api.preview_fires(owner_of(context), source, request.count, after)
         return jobs_pb2.PreviewFiresResponse(fires=[codec.fire_to_proto(f) for f in fires])
 

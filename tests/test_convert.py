@@ -1,10 +1,11 @@
-"""shardcron.client.convert: domain <-> protobuf round trips, defaults, structural
+"""shardcron.client.codec (the job API): domain <-> protobuf round trips, defaults, structural
 InvalidArgument paths, and the error <-> gRPC status table in both directions."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 from zoneinfo import ZoneInfo
 
 import grpc
@@ -12,7 +13,8 @@ import grpc.aio
 import pytest
 
 from shardcron.client import codec
-from shardcron.client.codec import jobs as codec_jobs
+from shardcron.client.codec import common as codec_common
+from shardcron.client.codec.common import ProtoEnum
 from shardcron.client.errors import (
     AlreadyExists,
     FailedPrecondition,
@@ -274,27 +276,39 @@ def test_times_come_back_aware_utc_to_the_microsecond() -> None:
 
 # --------------------------------------------------------------------------- enums
 
-ENUMS: list[tuple[type, object, str]] = [
-    (ScheduleKind, types_pb2.ScheduleKind, "SCHEDULE_KIND_"),
-    (DstGap, types_pb2.DstGap, "DST_GAP_"),
-    (DstOverlap, types_pb2.DstOverlap, "DST_OVERLAP_"),
-    (OverlapPolicy, types_pb2.OverlapPolicy, "OVERLAP_POLICY_"),
-    (MisfirePolicy, types_pb2.MisfirePolicy, "MISFIRE_POLICY_"),
-    (JobState, types_pb2.JobState, "JOB_STATE_"),
-    (RunState, types_pb2.RunState, "RUN_STATE_"),
-    (RunReason, types_pb2.RunReason, "RUN_REASON_"),
+ENUMS: list[tuple[ProtoEnum, object, str]] = [
+    (codec_common.SCHEDULE_KIND, types_pb2.ScheduleKind, "SCHEDULE_KIND_"),
+    (codec_common.DST_GAP, types_pb2.DstGap, "DST_GAP_"),
+    (codec_common.DST_OVERLAP, types_pb2.DstOverlap, "DST_OVERLAP_"),
+    (codec_common.OVERLAP_POLICY, types_pb2.OverlapPolicy, "OVERLAP_POLICY_"),
+    (codec_common.MISFIRE_POLICY, types_pb2.MisfirePolicy, "MISFIRE_POLICY_"),
+    (codec_common.JOB_STATE, types_pb2.JobState, "JOB_STATE_"),
+    (codec_common.RUN_STATE, types_pb2.RunState, "RUN_STATE_"),
+    (codec_common.RUN_REASON, types_pb2.RunReason, "RUN_REASON_"),
 ]
 
 
 @pytest.mark.parametrize(
-    ("domain", "pb_enum", "prefix"), ENUMS, ids=lambda x: getattr(x, "__name__", None)
+    ("table", "pb_enum", "prefix"),
+    ENUMS,
+    ids=lambda x: x.domain.__name__ if isinstance(x, ProtoEnum) else None,
 )
-def test_every_enum_value_maps_both_ways(domain: type, pb_enum: object, prefix: str) -> None:
+def test_every_enum_value_maps_both_ways(table: ProtoEnum, pb_enum: object, prefix: str) -> None:
+    domain = table.domain
     proto_names = {v.name.removeprefix(prefix) for v in pb_enum.DESCRIPTOR.values} - {"UNSPECIFIED"}  # type: ignore[attr-defined]
-    assert proto_names == {m.value for m in domain if m.value}  # type: ignore[attr-defined]
-    for member in domain:  # type: ignore[attr-defined]
-        number = codec_jobs._enum_to_proto(member, pb_enum, prefix)
-        assert codec_jobs._enum_from_proto(number, pb_enum, prefix, domain, "f", member) is member
+    assert proto_names == {m.value for m in domain if m.value}
+    for member in domain:
+        number = table.to_proto(member)
+        assert number == pb_enum.Value(prefix + (member.value or "UNSPECIFIED"))  # type: ignore[attr-defined]
+        assert table.from_proto(number, "f") is member
+
+
+def test_an_enum_table_missing_a_schema_value_fails_at_build() -> None:
+    class Partial(StrEnum):
+        ACTIVE = "ACTIVE"
+
+    with pytest.raises(TypeError, match="JOB_STATE_PAUSED"):
+        ProtoEnum(Partial, types_pb2.JobState, "JOB_STATE_")
 
 
 def test_run_state_succeeded_maps_by_prefix() -> None:
@@ -631,3 +645,34 @@ def test_errors_survive_the_wire(exc: ShardcronError) -> None:
     if isinstance(exc, InvalidArgument):
         assert isinstance(back, InvalidArgument)
         assert (back.field, back.reason) == (exc.field, exc.reason)
+
+
+# --------------------------------------------------------------------------- servicer reads
+
+
+class _Aborted(Exception):
+    pass
+
+
+class _Context:
+    async def abort(self, code: grpc.StatusCode, details: str) -> None:
+        raise _Aborted(code, details)
+
+    def invocation_metadata(self) -> tuple[()]:
+        return ()
+
+
+async def test_preview_fires_with_an_invalid_after_is_invalid_argument() -> None:
+    """A malformed ``after`` used to reach Timestamp.ToDatetime in the servicer and
+    come back as INTERNAL."""
+    from shardcron.coordinator.service import JobServiceServicer
+    from shardcron.v1 import jobs_pb2
+
+    request = jobs_pb2.PreviewFiresRequest(
+        schedule=codec.schedule_to_proto(Schedule.every(timedelta(minutes=1))), count=1
+    )
+    request.after.seconds = 10
+    request.after.nanos = -1
+    with pytest.raises(_Aborted) as e:
+        await JobServiceServicer(api=None).PreviewFires(request, _Context())  # type: ignore[arg-type]
+    assert e.value.args == (grpc.StatusCode.INVALID_ARGUMENT, "after: not a valid timestamp")

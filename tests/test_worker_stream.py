@@ -362,6 +362,27 @@ async def test_reconnect_resends_pending_results_and_held_leases() -> None:
                 assert worker.stats["lost"] == 0
 
 
+async def test_a_poller_message_that_does_not_decode_reopens_the_stream(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    poller = ScriptedPoller()
+    async with serve(poller) as port:
+        worker = make_worker(port)
+        async with running(worker):
+            await until(lambda: worker.connected)
+            poller.lease(handler_lease("r1", "sleep", b"0.5", token=5))
+            await until(lambda: worker.running == ["r1"], what="the run started")
+            bad = worker_pb2.Cancel(run_id="r1", fencing_token=5, reason=999)
+            poller.send(cancels=worker_pb2.Cancels(cancels=[bad]))
+            await until(lambda: len(poller.hellos) == 2, what="a new stream")
+            assert [(r.run_id, r.fencing_token) for r in poller.hellos[1].held] == [("r1", 5)]
+            # the cancel was not taken: the run goes on and its result is reported
+            await until(lambda: "r1" in poller.results, 3, "the run's result")
+            assert poller.results["r1"].state == types_pb2.RUN_STATE_SUCCEEDED
+            assert worker.stats["lost"] == 0
+    assert "cancels.cancels[0].reason" in caplog.text
+
+
 async def test_stream_closed_by_poller_reconnects_and_revoked_held_run_dies() -> None:
     poller = ScriptedPoller(lease_ttl=15, heartbeat=5)  # no heartbeat in between
     async with serve(poller) as port:

@@ -1,82 +1,16 @@
 """The codec: the one place that turns protobuf into domain values and back.
 
 ``jobs`` covers the job API (jobs, runs, schedules, cluster status) and the error
-table; ``stream`` the lease stream between workers and pollers. Readers validate
-structure and raise ``InvalidArgument`` naming the field.
+table; ``stream`` the lease stream between workers and pollers; ``common`` the
+field helpers and enum tables both use. Readers validate structure and raise
+``InvalidArgument`` naming the field. The names exported here are those of
+``jobs.__all__`` and ``stream.__all__``.
 """
 
-from shardcron.client.codec.jobs import (
-    ERROR_CODES,
-    cluster_status_from_proto,
-    cluster_status_to_proto,
-    concurrency_from_proto,
-    concurrency_to_proto,
-    error_from_rpc,
-    fire_from_proto,
-    fire_to_proto,
-    job_from_proto,
-    job_spec_from_proto,
-    job_spec_to_proto,
-    job_state_from_proto,
-    job_state_to_proto,
-    job_to_proto,
-    output_chunk_from_proto,
-    output_chunk_to_proto,
-    resources_from_proto,
-    resources_to_proto,
-    retry_from_proto,
-    retry_to_proto,
-    run_from_proto,
-    run_reason_from_proto,
-    run_reason_to_proto,
-    run_state_from_proto,
-    run_state_to_proto,
-    run_to_proto,
-    schedule_from_proto,
-    schedule_to_proto,
-    shard_info_from_proto,
-    shard_info_to_proto,
-    status_for,
-    task_from_proto,
-    task_to_proto,
-    worker_info_from_proto,
-    worker_info_to_proto,
-)
+from shardcron.client.codec import jobs, stream
+from shardcron.client.codec.jobs import *  # noqa: F403
+from shardcron.client.codec.stream import *  # noqa: F403
 
-__all__ = [
-    "ERROR_CODES",
-    "cluster_status_from_proto",
-    "cluster_status_to_proto",
-    "concurrency_from_proto",
-    "concurrency_to_proto",
-    "error_from_rpc",
-    "fire_from_proto",
-    "fire_to_proto",
-    "job_from_proto",
-    "job_spec_from_proto",
-    "job_spec_to_proto",
-    "job_state_from_proto",
-    "job_state_to_proto",
-    "job_to_proto",
-    "output_chunk_from_proto",
-    "output_chunk_to_proto",
-    "resources_from_proto",
-    "resources_to_proto",
-    "retry_from_proto",
-    "retry_to_proto",
-    "run_from_proto",
-    "run_reason_from_proto",
-    "run_reason_to_proto",
-    "run_state_from_proto",
-    "run_state_to_proto",
-    "run_to_proto",
-    "schedule_from_proto",
-    "schedule_to_proto",
-    "shard_info_from_proto",
-    "shard_info_to_proto",
-    "status_for",
-    "task_from_proto",
-    "task_to_proto",
-    "worker_info_from_proto",
-    "worker_info_to_proto",
-]
+__all__: list[str] = []
+__all__ += jobs.__all__
+__all__ += stream.__all__

@@ -15,13 +15,26 @@ failed call.
 from __future__ import annotations
 
 import math
-from datetime import UTC, datetime, timedelta
-from enum import StrEnum
-from typing import Any, TypeVar
+from datetime import datetime, timedelta
 
 import grpc
-from google.protobuf.message import Message
 
+from shardcron.client.codec.common import (
+    DST_GAP,
+    DST_OVERLAP,
+    JOB_STATE,
+    MISFIRE_POLICY,
+    OVERLAP_POLICY,
+    RUN_REASON,
+    RUN_STATE,
+    SCHEDULE_KIND,
+    get_duration,
+    get_required_time,
+    get_time,
+    non_negative,
+    set_duration,
+    set_time,
+)
 from shardcron.client.errors import (
     AlreadyExists,
     FailedPrecondition,
@@ -36,16 +49,12 @@ from shardcron.client.types import (
     ClusterStatus,
     CommandTask,
     ConcurrencyPolicy,
-    DstGap,
-    DstOverlap,
     Fire,
     HandlerTask,
     Job,
     JobSpec,
     JobState,
-    MisfirePolicy,
     OutputChunk,
-    OverlapPolicy,
     Resources,
     RetryPolicy,
     Run,
@@ -59,114 +68,69 @@ from shardcron.client.types import (
 )
 from shardcron.v1 import cluster_pb2, types_pb2
 
-E = TypeVar("E", bound=StrEnum)
-
-# --------------------------------------------------------------------------- field helpers
-
-
-def _set_time(msg: Message, name: str, value: datetime | None) -> None:
-    """Set Timestamp field ``name`` of ``msg`` (left unset for None)."""
-    if value is not None:
-        getattr(msg, name).FromDatetime(value)
-
-
-def _get_time(msg: Message, name: str, field: str) -> datetime | None:
-    """Timestamp field ``name`` as an aware UTC datetime, None when unset."""
-    if not msg.HasField(name):
-        return None
-    try:
-        return getattr(msg, name).ToDatetime(tzinfo=UTC)
-    except (ValueError, OverflowError):
-        raise InvalidArgument(f"{field}.{name}", "not a valid timestamp") from None
-
-
-def _get_required_time(msg: Message, name: str, field: str) -> datetime:
-    value = _get_time(msg, name, field)
-    if value is None:
-        raise InvalidArgument(f"{field}.{name}", "required")
-    return value
-
-
-def _set_duration(msg: Message, name: str, value: timedelta | None) -> None:
-    """Set Duration field ``name`` of ``msg`` (left unset for None)."""
-    if value is not None:
-        getattr(msg, name).FromTimedelta(value)
-
-
-def _get_duration(
-    msg: Message, name: str, field: str, default: timedelta | None = None
-) -> timedelta | None:
-    """Duration field ``name`` as a timedelta (``default`` when unset); never negative."""
-    if not msg.HasField(name):
-        return default
-    try:
-        value = getattr(msg, name).ToTimedelta()
-    except (ValueError, OverflowError):
-        raise InvalidArgument(f"{field}.{name}", "not a valid duration") from None
-    if value < timedelta(0):
-        raise InvalidArgument(f"{field}.{name}", "must not be negative")
-    return value
-
-
-def _non_negative(value: int, path: str) -> int:
-    if value < 0:
-        raise InvalidArgument(path, "must not be negative")
-    return value
-
-
-def _enum_to_proto(value: StrEnum | str, pb_enum: Any, prefix: str) -> int:
-    """``RunState.SUCCEEDED`` -> ``RUN_STATE_SUCCEEDED``; an empty value (``RunReason.NONE``)
-    -> the UNSPECIFIED number."""
-    return pb_enum.Value(prefix + (str(value) or "UNSPECIFIED"))
-
-
-def _enum_from_proto(
-    number: int, pb_enum: Any, prefix: str, enum_cls: type[E], field: str, default: E | None = None
-) -> E:
-    """``RUN_STATE_SUCCEEDED`` -> ``RunState.SUCCEEDED``; UNSPECIFIED -> ``default``
-    (InvalidArgument "required" when there is none); unknown numbers -> InvalidArgument."""
-    try:
-        name = pb_enum.Name(number)
-    except ValueError:
-        raise InvalidArgument(field, f"unknown value {number}") from None
-    suffix = name.removeprefix(prefix)
-    if suffix == "UNSPECIFIED":
-        if default is None:
-            raise InvalidArgument(field, "required")
-        return default
-    try:
-        return enum_cls(suffix)
-    except ValueError:
-        raise InvalidArgument(field, f"unknown value {name}") from None
-
+__all__ = [
+    "ERROR_CODES",
+    "cluster_status_from_proto",
+    "cluster_status_to_proto",
+    "concurrency_from_proto",
+    "concurrency_to_proto",
+    "error_from_rpc",
+    "fire_from_proto",
+    "fire_to_proto",
+    "job_from_proto",
+    "job_spec_from_proto",
+    "job_spec_to_proto",
+    "job_state_from_proto",
+    "job_state_to_proto",
+    "job_to_proto",
+    "output_chunk_from_proto",
+    "output_chunk_to_proto",
+    "resources_from_proto",
+    "resources_to_proto",
+    "retry_from_proto",
+    "retry_to_proto",
+    "run_from_proto",
+    "run_reason_from_proto",
+    "run_reason_to_proto",
+    "run_state_from_proto",
+    "run_state_to_proto",
+    "run_to_proto",
+    "schedule_from_proto",
+    "schedule_to_proto",
+    "shard_info_from_proto",
+    "shard_info_to_proto",
+    "status_for",
+    "task_from_proto",
+    "task_to_proto",
+    "worker_info_from_proto",
+    "worker_info_to_proto",
+]
 
 # --------------------------------------------------------------------------- enums used in requests
 
 
 def job_state_to_proto(state: JobState) -> int:
-    return _enum_to_proto(state, types_pb2.JobState, "JOB_STATE_")
+    return JOB_STATE.to_proto(state)
 
 
 def job_state_from_proto(number: int, field: str = "state") -> JobState:
-    return _enum_from_proto(number, types_pb2.JobState, "JOB_STATE_", JobState, field)
+    return JOB_STATE.from_proto(number, field)
 
 
 def run_state_to_proto(state: RunState) -> int:
-    return _enum_to_proto(state, types_pb2.RunState, "RUN_STATE_")
+    return RUN_STATE.to_proto(state)
 
 
 def run_state_from_proto(number: int, field: str = "state") -> RunState:
-    return _enum_from_proto(number, types_pb2.RunState, "RUN_STATE_", RunState, field)
+    return RUN_STATE.from_proto(number, field)
 
 
 def run_reason_to_proto(reason: RunReason) -> int:
-    return _enum_to_proto(reason, types_pb2.RunReason, "RUN_REASON_")
+    return RUN_REASON.to_proto(reason)
 
 
 def run_reason_from_proto(number: int, field: str = "reason") -> RunReason:
-    return _enum_from_proto(
-        number, types_pb2.RunReason, "RUN_REASON_", RunReason, field, RunReason.NONE
-    )
+    return RUN_REASON.from_proto(number, field)
 
 
 # --------------------------------------------------------------------------- schedule
@@ -174,53 +138,37 @@ def run_reason_from_proto(number: int, field: str = "reason") -> RunReason:
 
 def schedule_to_proto(s: Schedule) -> types_pb2.Schedule:
     msg = types_pb2.Schedule(
-        kind=_enum_to_proto(s.kind, types_pb2.ScheduleKind, "SCHEDULE_KIND_"),
+        kind=SCHEDULE_KIND.to_proto(s.kind),
         cron=s.cron or "",
         timezone=s.timezone,
-        dst_gap=_enum_to_proto(s.dst_gap, types_pb2.DstGap, "DST_GAP_"),
-        dst_overlap=_enum_to_proto(s.dst_overlap, types_pb2.DstOverlap, "DST_OVERLAP_"),
+        dst_gap=DST_GAP.to_proto(s.dst_gap),
+        dst_overlap=DST_OVERLAP.to_proto(s.dst_overlap),
     )
-    _set_time(msg, "at", s.at)
-    _set_duration(msg, "interval", s.interval)
-    _set_time(msg, "anchor", s.anchor)
-    _set_time(msg, "start_at", s.start_at)
-    _set_time(msg, "end_at", s.end_at)
-    _set_duration(msg, "jitter", s.jitter or None)
+    set_time(msg, "at", s.at)
+    set_duration(msg, "interval", s.interval)
+    set_time(msg, "anchor", s.anchor)
+    set_time(msg, "start_at", s.start_at)
+    set_time(msg, "end_at", s.end_at)
+    set_duration(msg, "jitter", s.jitter or None)
     return msg
 
 
 def schedule_from_proto(msg: types_pb2.Schedule, field: str = "schedule") -> Schedule:
     """Raises InvalidArgument when the kind's own field is missing (AT without ``at``,
     CRON without ``cron``, INTERVAL without ``interval``)."""
-    kind = _enum_from_proto(
-        msg.kind,
-        types_pb2.ScheduleKind,
-        "SCHEDULE_KIND_",
-        ScheduleKind,
-        f"{field}.kind",
-        ScheduleKind.IMMEDIATE,
-    )
+    kind = SCHEDULE_KIND.from_proto(msg.kind, f"{field}.kind")
     s = Schedule(
         kind=kind,
-        at=_get_time(msg, "at", field),
+        at=get_time(msg, "at", field),
         cron=msg.cron or None,
         timezone=msg.timezone or "UTC",
-        interval=_get_duration(msg, "interval", field),
-        anchor=_get_time(msg, "anchor", field),
-        start_at=_get_time(msg, "start_at", field),
-        end_at=_get_time(msg, "end_at", field),
-        jitter=_get_duration(msg, "jitter", field, timedelta(0)),  # type: ignore[arg-type]
-        dst_gap=_enum_from_proto(
-            msg.dst_gap, types_pb2.DstGap, "DST_GAP_", DstGap, f"{field}.dst_gap", DstGap.SHIFT
-        ),
-        dst_overlap=_enum_from_proto(
-            msg.dst_overlap,
-            types_pb2.DstOverlap,
-            "DST_OVERLAP_",
-            DstOverlap,
-            f"{field}.dst_overlap",
-            DstOverlap.FIRST,
-        ),
+        interval=get_duration(msg, "interval", field),
+        anchor=get_time(msg, "anchor", field),
+        start_at=get_time(msg, "start_at", field),
+        end_at=get_time(msg, "end_at", field),
+        jitter=get_duration(msg, "jitter", field, timedelta(0)),  # type: ignore[arg-type]
+        dst_gap=DST_GAP.from_proto(msg.dst_gap, f"{field}.dst_gap"),
+        dst_overlap=DST_OVERLAP.from_proto(msg.dst_overlap, f"{field}.dst_overlap"),
     )
     if kind is ScheduleKind.AT and s.at is None:
         raise InvalidArgument(f"{field}.at", "required for an AT schedule")
@@ -264,8 +212,8 @@ def retry_to_proto(r: RetryPolicy) -> types_pb2.RetryPolicy:
     msg = types_pb2.RetryPolicy(
         max_attempts=r.max_attempts, multiplier=r.multiplier, jitter=r.jitter
     )
-    _set_duration(msg, "initial_backoff", r.initial_backoff)
-    _set_duration(msg, "max_backoff", r.max_backoff)
+    set_duration(msg, "initial_backoff", r.initial_backoff)
+    set_duration(msg, "max_backoff", r.max_backoff)
     return msg
 
 
@@ -277,10 +225,10 @@ def retry_from_proto(msg: types_pb2.RetryPolicy, field: str = "retry") -> RetryP
     if not math.isfinite(msg.jitter) or not 0 <= msg.jitter <= 1:
         raise InvalidArgument(f"{field}.jitter", "must be between 0 and 1")
     return RetryPolicy(
-        max_attempts=_non_negative(msg.max_attempts, f"{field}.max_attempts") or d.max_attempts,
-        initial_backoff=_get_duration(msg, "initial_backoff", field, d.initial_backoff),  # type: ignore[arg-type]
+        max_attempts=non_negative(msg.max_attempts, f"{field}.max_attempts") or d.max_attempts,
+        initial_backoff=get_duration(msg, "initial_backoff", field, d.initial_backoff),  # type: ignore[arg-type]
         multiplier=msg.multiplier or d.multiplier,
-        max_backoff=_get_duration(msg, "max_backoff", field, d.max_backoff),  # type: ignore[arg-type]
+        max_backoff=get_duration(msg, "max_backoff", field, d.max_backoff),  # type: ignore[arg-type]
         jitter=msg.jitter,
     )
 
@@ -288,7 +236,7 @@ def retry_from_proto(msg: types_pb2.RetryPolicy, field: str = "retry") -> RetryP
 def concurrency_to_proto(c: ConcurrencyPolicy) -> types_pb2.ConcurrencyPolicy:
     return types_pb2.ConcurrencyPolicy(
         max_concurrent=c.max_concurrent,
-        overlap=_enum_to_proto(c.overlap, types_pb2.OverlapPolicy, "OVERLAP_POLICY_"),
+        overlap=OVERLAP_POLICY.to_proto(c.overlap),
     )
 
 
@@ -297,15 +245,8 @@ def concurrency_from_proto(
 ) -> ConcurrencyPolicy:
     """``max_concurrent`` is kept as sent (0 = the server's default for the policy)."""
     return ConcurrencyPolicy(
-        max_concurrent=_non_negative(msg.max_concurrent, f"{field}.max_concurrent"),
-        overlap=_enum_from_proto(
-            msg.overlap,
-            types_pb2.OverlapPolicy,
-            "OVERLAP_POLICY_",
-            OverlapPolicy,
-            f"{field}.overlap",
-            OverlapPolicy.ALLOW,
-        ),
+        max_concurrent=non_negative(msg.max_concurrent, f"{field}.max_concurrent"),
+        overlap=OVERLAP_POLICY.from_proto(msg.overlap, f"{field}.overlap"),
     )
 
 
@@ -318,9 +259,9 @@ def resources_to_proto(r: Resources) -> types_pb2.Resources:
 def resources_from_proto(msg: types_pb2.Resources, field: str = "resources") -> Resources:
     """``slots`` 0 reads as 1."""
     return Resources(
-        slots=_non_negative(msg.slots, f"{field}.slots") or 1,
-        cpu_millis=_non_negative(msg.cpu_millis, f"{field}.cpu_millis"),
-        memory_mb=_non_negative(msg.memory_mb, f"{field}.memory_mb"),
+        slots=non_negative(msg.slots, f"{field}.slots") or 1,
+        cpu_millis=non_negative(msg.cpu_millis, f"{field}.cpu_millis"),
+        memory_mb=non_negative(msg.memory_mb, f"{field}.memory_mb"),
         labels=dict(msg.labels),
     )
 
@@ -336,13 +277,13 @@ def job_spec_to_proto(spec: JobSpec) -> types_pb2.JobSpec:
         priority=spec.priority,
         retry=retry_to_proto(spec.retry),
         concurrency=concurrency_to_proto(spec.concurrency),
-        misfire=_enum_to_proto(spec.misfire, types_pb2.MisfirePolicy, "MISFIRE_POLICY_"),
+        misfire=MISFIRE_POLICY.to_proto(spec.misfire),
         resources=resources_to_proto(spec.resources),
         pause_after_failures=spec.pause_after_failures,
         labels=spec.labels,
     )
-    _set_duration(msg, "timeout", spec.timeout)
-    _set_duration(msg, "starting_deadline", spec.starting_deadline)
+    set_duration(msg, "timeout", spec.timeout)
+    set_duration(msg, "starting_deadline", spec.starting_deadline)
     return msg
 
 
@@ -362,23 +303,16 @@ def job_spec_from_proto(msg: types_pb2.JobSpec, field: str = "spec") -> JobSpec:
         schedule=schedule_from_proto(msg.schedule, f"{field}.schedule"),
         priority=msg.priority,
         retry=retry_from_proto(msg.retry, f"{field}.retry"),
-        timeout=_get_duration(msg, "timeout", field),
+        timeout=get_duration(msg, "timeout", field),
         concurrency=(
             concurrency_from_proto(msg.concurrency, f"{field}.concurrency")
             if msg.HasField("concurrency")
             else ConcurrencyPolicy()
         ),
-        misfire=_enum_from_proto(
-            msg.misfire,
-            types_pb2.MisfirePolicy,
-            "MISFIRE_POLICY_",
-            MisfirePolicy,
-            f"{field}.misfire",
-            MisfirePolicy.RUN_ONCE,
-        ),
-        starting_deadline=_get_duration(msg, "starting_deadline", field),
+        misfire=MISFIRE_POLICY.from_proto(msg.misfire, f"{field}.misfire"),
+        starting_deadline=get_duration(msg, "starting_deadline", field),
         resources=resources_from_proto(msg.resources, f"{field}.resources"),
-        pause_after_failures=_non_negative(
+        pause_after_failures=non_negative(
             msg.pause_after_failures, f"{field}.pause_after_failures"
         ),
         labels=dict(msg.labels),
@@ -398,9 +332,9 @@ def job_to_proto(job: Job) -> types_pb2.Job:
         pause_reason=job.pause_reason,
         schedule_version=job.schedule_version,
     )
-    _set_time(msg, "created_at", job.created_at)
-    _set_time(msg, "updated_at", job.updated_at)
-    _set_time(msg, "next_fire_at", job.next_fire_at)
+    set_time(msg, "created_at", job.created_at)
+    set_time(msg, "updated_at", job.updated_at)
+    set_time(msg, "next_fire_at", job.next_fire_at)
     return msg
 
 
@@ -411,9 +345,9 @@ def job_from_proto(msg: types_pb2.Job, field: str = "job") -> Job:
         spec=job_spec_from_proto(msg.spec, f"{field}.spec"),
         state=job_state_from_proto(msg.state, f"{field}.state"),
         version=msg.version,
-        created_at=_get_required_time(msg, "created_at", field),
-        updated_at=_get_required_time(msg, "updated_at", field),
-        next_fire_at=_get_time(msg, "next_fire_at", field),
+        created_at=get_required_time(msg, "created_at", field),
+        updated_at=get_required_time(msg, "updated_at", field),
+        next_fire_at=get_time(msg, "next_fire_at", field),
         next_fire_key=msg.next_fire_key,
         idempotency_key=msg.idempotency_key,
         consecutive_failures=msg.consecutive_failures,
@@ -446,12 +380,12 @@ def run_to_proto(run: Run) -> types_pb2.Run:
         dead_letter=run.dead_letter,
         schedule_version=run.schedule_version,
     )
-    _set_time(msg, "fire_at", run.fire_at)
-    _set_time(msg, "due_at", run.due_at)
-    _set_time(msg, "lease_expires_at", run.lease_expires_at)
-    _set_time(msg, "created_at", run.created_at)
-    _set_time(msg, "started_at", run.started_at)
-    _set_time(msg, "ended_at", run.ended_at)
+    set_time(msg, "fire_at", run.fire_at)
+    set_time(msg, "due_at", run.due_at)
+    set_time(msg, "lease_expires_at", run.lease_expires_at)
+    set_time(msg, "created_at", run.created_at)
+    set_time(msg, "started_at", run.started_at)
+    set_time(msg, "ended_at", run.ended_at)
     return msg
 
 
@@ -461,18 +395,18 @@ def run_from_proto(msg: types_pb2.Run, field: str = "run") -> Run:
         job_id=msg.job_id,
         owner=msg.owner,
         fire_key=msg.fire_key,
-        fire_at=_get_required_time(msg, "fire_at", field),
-        due_at=_get_required_time(msg, "due_at", field),
+        fire_at=get_required_time(msg, "fire_at", field),
+        due_at=get_required_time(msg, "due_at", field),
         state=run_state_from_proto(msg.state, f"{field}.state"),
         attempt=msg.attempt or 1,
         priority=msg.priority,
         shard=msg.shard,
         worker_id=msg.worker_id,
         lease_token=msg.lease_token,
-        lease_expires_at=_get_time(msg, "lease_expires_at", field),
-        created_at=_get_time(msg, "created_at", field),
-        started_at=_get_time(msg, "started_at", field),
-        ended_at=_get_time(msg, "ended_at", field),
+        lease_expires_at=get_time(msg, "lease_expires_at", field),
+        created_at=get_time(msg, "created_at", field),
+        started_at=get_time(msg, "started_at", field),
+        ended_at=get_time(msg, "ended_at", field),
         exit_code=msg.exit_code if msg.has_exit_code else None,
         reason=run_reason_from_proto(msg.reason, f"{field}.reason"),
         error=msg.error,
@@ -489,14 +423,14 @@ def fire_to_proto(fire: Fire) -> types_pb2.Fire:
         local_time=fire.local.isoformat(),
         skip_reason=run_reason_to_proto(fire.skip_reason),
     )
-    _set_time(msg, "at", fire.at)
+    set_time(msg, "at", fire.at)
     return msg
 
 
 def fire_from_proto(msg: types_pb2.Fire, field: str = "fire") -> Fire:
     """``local`` comes back with the fixed UTC offset written in ``local_time`` (the zone
     name is not on the wire); an empty ``local_time`` reads as ``at`` in UTC."""
-    at = _get_required_time(msg, "at", field)
+    at = get_required_time(msg, "at", field)
     local = at
     if msg.local_time:
         try:
@@ -546,7 +480,7 @@ def worker_info_to_proto(w: WorkerInfo) -> cluster_pb2.WorkerInfo:
         handlers=list(w.handlers),
         pollers=list(w.pollers),
     )
-    _set_time(msg, "connected_at", w.connected_at)
+    set_time(msg, "connected_at", w.connected_at)
     return msg
 
 
@@ -558,7 +492,7 @@ def worker_info_from_proto(msg: cluster_pb2.WorkerInfo, field: str = "worker") -
         slots_used=msg.slots_used,
         labels=dict(msg.labels),
         handlers=tuple(msg.handlers),
-        connected_at=_get_time(msg, "connected_at", field),
+        connected_at=get_time(msg, "connected_at", field),
         pollers=tuple(msg.pollers),
     )
 

@@ -1,0 +1,161 @@
+"""Field helpers every part of the codec shares: times, durations, counts, enums.
+
+Readers take the message, the field's name and the path of the message (``field``)
+and raise ``InvalidArgument("<path>.<name>", why)`` for what protobuf itself lets
+through: a Timestamp outside years 1..9999 or with nanos outside 0..999,999,999, a
+Duration whose seconds and nanos disagree in sign, a negative count, an enum number
+the schema does not know. Writers leave a field unset for None.
+
+``ProtoEnum`` is one domain ``StrEnum`` <-> proto enum table, built once from the
+domain enum and checked against the schema at import: a member added on one side
+only fails loudly on import instead of on the first message that carries it.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Any, Generic, TypeVar
+
+from google.protobuf.message import Message
+
+from shardcron.client.errors import InvalidArgument
+from shardcron.client.types import (
+    DstGap,
+    DstOverlap,
+    JobState,
+    MisfirePolicy,
+    OverlapPolicy,
+    RunReason,
+    RunState,
+    ScheduleKind,
+)
+from shardcron.v1 import types_pb2
+
+E = TypeVar("E", bound=StrEnum)
+
+# The range google.protobuf.Timestamp is defined over: 0001-01-01 .. 9999-12-31.
+_MIN_SECONDS = -62_135_596_800
+_MAX_SECONDS = 253_402_300_799
+_MAX_NANOS = 999_999_999
+# google.protobuf.Duration spans about +-10,000 years.
+_MAX_DURATION_SECONDS = 315_576_000_000
+
+
+def set_time(msg: Message, name: str, value: datetime | None) -> None:
+    """Set Timestamp field ``name`` of ``msg`` (left unset for None)."""
+    if value is not None:
+        getattr(msg, name).FromDatetime(value)
+
+
+def _path(field: str, name: str) -> str:
+    return f"{field}.{name}" if field else name
+
+
+def get_time(msg: Message, name: str, field: str) -> datetime | None:
+    """Timestamp field ``name`` as an aware UTC datetime, None when unset. ``field``
+    is the path of ``msg`` ("" for a request's own fields)."""
+    if not msg.HasField(name):
+        return None
+    ts = getattr(msg, name)
+    if not (_MIN_SECONDS <= ts.seconds <= _MAX_SECONDS and 0 <= ts.nanos <= _MAX_NANOS):
+        raise InvalidArgument(_path(field, name), "not a valid timestamp")
+    try:
+        return ts.ToDatetime(tzinfo=UTC)
+    except (ValueError, OverflowError):
+        raise InvalidArgument(_path(field, name), "not a valid timestamp") from None
+
+
+def get_required_time(msg: Message, name: str, field: str) -> datetime:
+    value = get_time(msg, name, field)
+    if value is None:
+        raise InvalidArgument(_path(field, name), "required")
+    return value
+
+
+def set_duration(msg: Message, name: str, value: timedelta | None) -> None:
+    """Set Duration field ``name`` of ``msg`` (left unset for None)."""
+    if value is not None:
+        getattr(msg, name).FromTimedelta(value)
+
+
+def get_duration(
+    msg: Message, name: str, field: str, default: timedelta | None = None
+) -> timedelta | None:
+    """Duration field ``name`` as a timedelta (``default`` when unset); never negative."""
+    if not msg.HasField(name):
+        return default
+    d = getattr(msg, name)
+    if d.seconds < 0 or d.nanos < 0:
+        raise InvalidArgument(_path(field, name), "must not be negative")
+    if d.seconds > _MAX_DURATION_SECONDS or d.nanos > _MAX_NANOS:
+        raise InvalidArgument(_path(field, name), "not a valid duration")
+    return d.ToTimedelta()
+
+
+def non_negative(value: int, path: str) -> int:
+    if value < 0:
+        raise InvalidArgument(path, "must not be negative")
+    return value
+
+
+def required_text(value: str, path: str) -> str:
+    if not value:
+        raise InvalidArgument(path, "required")
+    return value
+
+
+class ProtoEnum(Generic[E]):
+    """One domain enum <-> one proto enum: ``RunState.SUCCEEDED`` <-> ``RUN_STATE_SUCCEEDED``.
+
+    The domain member whose value is empty (``RunReason.NONE``) is the proto's
+    UNSPECIFIED (0). Reading UNSPECIFIED gives ``default``, or raises "required" when
+    the enum has none; reading a number the schema does not know raises.
+    """
+
+    def __init__(
+        self, domain: type[E], pb_enum: Any, prefix: str, default: E | None = None
+    ) -> None:
+        self.domain = domain
+        self.default = default
+        self._to: dict[E, int] = {}
+        for member in domain:
+            self._to[member] = pb_enum.Value(prefix + (member.value or "UNSPECIFIED"))
+        self._from: dict[int, E] = {number: member for member, number in self._to.items()}
+        unknown = set(pb_enum.values()) - set(self._from) - {0}
+        if unknown:  # the schema has a value the domain lacks
+            names = sorted(pb_enum.Name(n) for n in unknown)
+            raise TypeError(f"{domain.__name__} has no member for {', '.join(names)}")
+
+    def to_proto(self, value: E | str) -> int:
+        return self._to[self.domain(value)]
+
+    def from_proto(self, number: int, field: str, default: E | None = None) -> E:
+        """``default`` (else the table's own) stands for UNSPECIFIED."""
+        member = self._from.get(number)
+        if member is not None:
+            return member
+        if number != 0:
+            raise InvalidArgument(field, f"unknown value {number}")
+        fallback = default if default is not None else self.default
+        if fallback is None:
+            raise InvalidArgument(field, "required")
+        return fallback
+
+
+# The tables, one per enum of types.proto; the defaults are what UNSPECIFIED reads as
+# (types.proto documents them). A state has none: it is required where it is read.
+SCHEDULE_KIND = ProtoEnum(
+    ScheduleKind, types_pb2.ScheduleKind, "SCHEDULE_KIND_", ScheduleKind.IMMEDIATE
+)
+DST_GAP = ProtoEnum(DstGap, types_pb2.DstGap, "DST_GAP_", DstGap.SHIFT)
+DST_OVERLAP = ProtoEnum(DstOverlap, types_pb2.DstOverlap, "DST_OVERLAP_", DstOverlap.FIRST)
+OVERLAP_POLICY = ProtoEnum(
+    OverlapPolicy, types_pb2.OverlapPolicy, "OVERLAP_POLICY_", OverlapPolicy.ALLOW
+)
+MISFIRE_POLICY = ProtoEnum(
+    MisfirePolicy, types_pb2.MisfirePolicy, "MISFIRE_POLICY_", MisfirePolicy.RUN_ONCE
+)
+JOB_STATE = ProtoEnum(JobState, types_pb2.JobState, "JOB_STATE_")
+RUN_STATE = ProtoEnum(RunState, types_pb2.RunState, "RUN_STATE_")
+RUN_REASON = ProtoEnum(RunReason, types_pb2.RunReason, "RUN_REASON_")  # UNSPECIFIED is NONE

@@ -1,0 +1,442 @@
+"""The lease stream codec: ``WorkerMessage`` / ``PollerMessage`` <-> ``shardcron.client.stream``.
+
+The poller's gRPC edge and the worker's link call the four entry points below and
+nothing else touches the stream's protobuf. Decoding validates structure and raises
+``InvalidArgument`` naming the field path from the message's body down (e.g.
+``results.results[0].reason``): no body set, an unknown enum number, a timestamp or
+duration protobuf would not accept, a result whose state is not final, a negative
+count, an empty ``run_id`` or ``worker_id``. Encoding raises ``InvalidArgument`` for
+the one thing the wire cannot carry: a negative fencing token.
+
+A few readings are lenient on purpose, because both sides rely on them; each says
+why where it is made.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import Any
+
+from shardcron.client.codec.common import (
+    RUN_REASON,
+    RUN_STATE,
+    get_duration,
+    get_time,
+    non_negative,
+    required_text,
+    set_duration,
+    set_time,
+)
+from shardcron.client.codec.jobs import (
+    resources_from_proto,
+    resources_to_proto,
+    task_from_proto,
+    task_to_proto,
+)
+from shardcron.client.errors import InvalidArgument
+from shardcron.client.stream import (
+    CancelOrder,
+    Cancels,
+    Credits,
+    Demand,
+    Heartbeat,
+    Hello,
+    LeaseGrant,
+    LeaseRef,
+    Leases,
+    Output,
+    OutputPiece,
+    PollerEvent,
+    Refused,
+    Renewal,
+    Renewals,
+    ResultAck,
+    ResultAcks,
+    Results,
+    RunOutcome,
+    Started,
+    Welcome,
+    WorkerEvent,
+)
+from shardcron.client.types import RunReason, RunState
+from shardcron.v1 import types_pb2, worker_pb2
+
+__all__ = [
+    "decode_poller_message",
+    "decode_worker_message",
+    "encode_poller_message",
+    "encode_worker_message",
+]
+
+
+def _body(msg: Any, kind: str) -> tuple[str, Any]:
+    body = msg.WhichOneof("body")
+    if body is None:
+        raise InvalidArgument("body", f"required: an empty {kind}")
+    return body, getattr(msg, body)
+
+
+def _each(items: Sequence[Any], path: str, read: Callable[[Any, str], Any]) -> tuple[Any, ...]:
+    return tuple(read(item, f"{path}[{i}]") for i, item in enumerate(items))
+
+
+def _token(value: int, path: str) -> int:
+    return non_negative(value, f"{path}.fencing_token")
+
+
+# --------------------------------------------------------------------------- shared parts
+
+
+def _ref_from_proto(msg: worker_pb2.LeaseRef, path: str) -> LeaseRef:
+    return LeaseRef(
+        run_id=required_text(msg.run_id, f"{path}.run_id"), fencing_token=msg.fencing_token
+    )
+
+
+def _ref_to_proto(ref: LeaseRef, path: str) -> worker_pb2.LeaseRef:
+    return worker_pb2.LeaseRef(run_id=ref.run_id, fencing_token=_token(ref.fencing_token, path))
+
+
+def _refs_to_proto(refs: Sequence[LeaseRef], path: str) -> list[worker_pb2.LeaseRef]:
+    return [_ref_to_proto(ref, f"{path}[{i}]") for i, ref in enumerate(refs)]
+
+
+def _outcome_from_proto(msg: worker_pb2.RunResult, path: str) -> RunOutcome:
+    state = RUN_STATE.from_proto(msg.state, f"{path}.state")
+    if not state.is_final:
+        raise InvalidArgument(f"{path}.state", f"{state.value} is not a final state")
+    reason = RUN_REASON.from_proto(msg.reason, f"{path}.reason")
+    if state is RunState.FAILED and reason is RunReason.NONE:
+        # A worker may report a failure without saying why (older Python workers, the
+        # Go worker): a run that has an exit code failed on it, anything else in its
+        # handler. Every FAILED run has a reason from here on.
+        reason = RunReason.NON_ZERO_EXIT if msg.has_exit_code else RunReason.HANDLER_ERROR
+    return RunOutcome(
+        run_id=required_text(msg.run_id, f"{path}.run_id"),
+        fencing_token=msg.fencing_token,
+        state=state,
+        reason=reason,
+        exit_code=msg.exit_code if msg.has_exit_code else None,
+        error=msg.error,
+        started_at=get_time(msg, "started_at", path),
+        ended_at=get_time(msg, "ended_at", path),
+    )
+
+
+def _outcome_to_proto(outcome: RunOutcome, path: str) -> worker_pb2.RunResult:
+    msg = worker_pb2.RunResult(
+        run_id=outcome.run_id,
+        fencing_token=_token(outcome.fencing_token, path),
+        state=RUN_STATE.to_proto(outcome.state),
+        reason=RUN_REASON.to_proto(outcome.reason),
+        error=outcome.error,
+        has_exit_code=outcome.exit_code is not None,
+        exit_code=outcome.exit_code or 0,
+    )
+    set_time(msg, "started_at", outcome.started_at)
+    set_time(msg, "ended_at", outcome.ended_at)
+    return msg
+
+
+def _outcomes_to_proto(outcomes: Sequence[RunOutcome], path: str) -> list[worker_pb2.RunResult]:
+    return [_outcome_to_proto(o, f"{path}[{i}]") for i, o in enumerate(outcomes)]
+
+
+def _piece_from_proto(msg: types_pb2.OutputChunk, path: str) -> OutputPiece:
+    # ``offset`` is ignored (the poller appends); an empty ``stream`` is stdout, as in
+    # the job API's OutputChunk.
+    return OutputPiece(
+        run_id=required_text(msg.run_id, f"{path}.run_id"),
+        data=bytes(msg.data),
+        stream=msg.stream or "stdout",
+    )
+
+
+# --------------------------------------------------------------------------- worker -> poller
+
+
+def _hello_from_proto(msg: worker_pb2.Hello, path: str) -> Hello:
+    return Hello(
+        worker_id=required_text(msg.worker_id, f"{path}.worker_id"),
+        # 0 reads as 1, as a run's Resources.slots does: the poller has always counted
+        # a worker as having at least one slot.
+        slots=non_negative(msg.slots, f"{path}.slots") or 1,
+        cpu_millis=non_negative(msg.cpu_millis, f"{path}.cpu_millis"),
+        memory_mb=non_negative(msg.memory_mb, f"{path}.memory_mb"),
+        labels=dict(msg.labels),
+        handlers=frozenset(msg.handlers),
+        runs_commands=msg.runs_commands,
+        version=msg.version,
+        pending_results=_each(msg.pending_results, f"{path}.pending_results", _outcome_from_proto),
+        held=_each(msg.held, f"{path}.held", _ref_from_proto),
+        # kept as sent: above ``slots`` it means every slot (the poller takes the lower)
+        credit_limit=(
+            non_negative(msg.credit_limit, f"{path}.credit_limit")
+            if msg.HasField("credit_limit")
+            else None
+        ),
+    )
+
+
+def _hello_to_proto(hello: Hello, path: str) -> worker_pb2.Hello:
+    msg = worker_pb2.Hello(
+        worker_id=hello.worker_id,
+        slots=hello.slots,
+        cpu_millis=hello.cpu_millis,
+        memory_mb=hello.memory_mb,
+        labels=hello.labels,
+        handlers=sorted(hello.handlers),
+        runs_commands=hello.runs_commands,
+        version=hello.version,
+        pending_results=_outcomes_to_proto(hello.pending_results, f"{path}.pending_results"),
+        held=_refs_to_proto(hello.held, f"{path}.held"),
+    )
+    if hello.credit_limit is not None:
+        msg.credit_limit = hello.credit_limit
+    return msg
+
+
+def _credits_from_proto(msg: worker_pb2.Credits, path: str) -> Credits:
+    return Credits(limit=non_negative(msg.limit, f"{path}.limit"))
+
+
+def _heartbeat_from_proto(msg: worker_pb2.Heartbeat, path: str) -> Heartbeat:
+    return Heartbeat(leases=_each(msg.leases, f"{path}.leases", _ref_from_proto))
+
+
+def _started_from_proto(msg: worker_pb2.Started, path: str) -> Started:
+    return Started(
+        leases=_each(msg.leases, f"{path}.leases", _ref_from_proto),
+        at=get_time(msg, "at", path),
+    )
+
+
+def _results_from_proto(msg: worker_pb2.Results, path: str) -> Results:
+    return Results(outcomes=_each(msg.results, f"{path}.results", _outcome_from_proto))
+
+
+def _output_from_proto(msg: worker_pb2.Output, path: str) -> Output:
+    return Output(pieces=_each(msg.chunks, f"{path}.chunks", _piece_from_proto))
+
+
+def _refused_from_proto(msg: worker_pb2.Refused, path: str) -> Refused:
+    return Refused(leases=_each(msg.leases, f"{path}.leases", _ref_from_proto))
+
+
+_WORKER_READERS: dict[str, Callable[[Any, str], Hello | WorkerEvent]] = {
+    "hello": _hello_from_proto,
+    "credits": _credits_from_proto,
+    "heartbeat": _heartbeat_from_proto,
+    "started": _started_from_proto,
+    "results": _results_from_proto,
+    "output": _output_from_proto,
+    "refused": _refused_from_proto,
+}
+
+
+def decode_worker_message(msg: worker_pb2.WorkerMessage) -> Hello | WorkerEvent:
+    """What a worker sent, as a typed value; raises ``InvalidArgument`` naming the field."""
+    body, inner = _body(msg, "WorkerMessage")
+    return _WORKER_READERS[body](inner, body)
+
+
+def encode_worker_message(event: Hello | WorkerEvent) -> worker_pb2.WorkerMessage:
+    """The message a worker sends for ``event``."""
+    if isinstance(event, Hello):
+        return worker_pb2.WorkerMessage(hello=_hello_to_proto(event, "hello"))
+    if isinstance(event, Credits):
+        return worker_pb2.WorkerMessage(
+            credits=worker_pb2.Credits(limit=non_negative(event.limit, "credits.limit"))
+        )
+    if isinstance(event, Heartbeat):
+        leases = _refs_to_proto(event.leases, "heartbeat.leases")
+        return worker_pb2.WorkerMessage(heartbeat=worker_pb2.Heartbeat(leases=leases))
+    if isinstance(event, Started):
+        started = worker_pb2.Started(leases=_refs_to_proto(event.leases, "started.leases"))
+        set_time(started, "at", event.at)
+        return worker_pb2.WorkerMessage(started=started)
+    if isinstance(event, Results):
+        results = _outcomes_to_proto(event.outcomes, "results.results")
+        return worker_pb2.WorkerMessage(results=worker_pb2.Results(results=results))
+    if isinstance(event, Output):
+        chunks = [
+            types_pb2.OutputChunk(run_id=p.run_id, data=p.data, stream=p.stream)
+            for p in event.pieces
+        ]
+        return worker_pb2.WorkerMessage(output=worker_pb2.Output(chunks=chunks))
+    if isinstance(event, Refused):
+        leases = _refs_to_proto(event.leases, "refused.leases")
+        return worker_pb2.WorkerMessage(refused=worker_pb2.Refused(leases=leases))
+    raise TypeError(f"not a worker event: {event!r}")
+
+
+# --------------------------------------------------------------------------- poller -> worker
+
+# Durations the poller may leave unset read as timedelta(0), "not said": the worker
+# then keeps what it had (its default lease TTL, a third of it between heartbeats,
+# the Welcome's TTL for a lease or a renewal), as it always has.
+_NOT_SAID = timedelta(0)
+
+
+def _welcome_from_proto(msg: worker_pb2.Welcome, path: str) -> Welcome:
+    return Welcome(
+        poller_id=msg.poller_id,
+        epoch=msg.epoch,
+        lease_ttl=get_duration(msg, "lease_ttl", path, _NOT_SAID),  # type: ignore[arg-type]
+        heartbeat_interval=get_duration(msg, "heartbeat_interval", path, _NOT_SAID),  # type: ignore[arg-type]
+    )
+
+
+def _grant_from_proto(msg: worker_pb2.Lease, path: str) -> LeaseGrant:
+    if not msg.HasField("task"):
+        raise InvalidArgument(f"{path}.task", "required: set a command or a handler")
+    return LeaseGrant(
+        run_id=required_text(msg.run_id, f"{path}.run_id"),
+        job_id=msg.job_id,
+        owner=msg.owner,
+        fencing_token=msg.fencing_token,
+        attempt=non_negative(msg.attempt, f"{path}.attempt"),
+        fire_at=get_time(msg, "fire_at", path),
+        due_at=get_time(msg, "due_at", path),
+        task=task_from_proto(msg.task, f"{path}.task"),
+        # a zero timeout is none, as the worker has always read it
+        timeout=get_duration(msg, "timeout", path) or None,
+        lease_ttl=get_duration(msg, "lease_ttl", path, _NOT_SAID),  # type: ignore[arg-type]
+        resources=resources_from_proto(msg.resources, f"{path}.resources"),
+        job_name=msg.job_name,
+    )
+
+
+def _grant_to_proto(grant: LeaseGrant, path: str) -> worker_pb2.Lease:
+    msg = worker_pb2.Lease(
+        run_id=grant.run_id,
+        job_id=grant.job_id,
+        owner=grant.owner,
+        fencing_token=_token(grant.fencing_token, path),
+        attempt=grant.attempt,
+        task=task_to_proto(grant.task),
+        resources=resources_to_proto(grant.resources),
+        job_name=grant.job_name,
+    )
+    set_time(msg, "fire_at", grant.fire_at)
+    set_time(msg, "due_at", grant.due_at)
+    set_duration(msg, "timeout", grant.timeout)
+    set_duration(msg, "lease_ttl", grant.lease_ttl)
+    return msg
+
+
+def _cancel_from_proto(msg: worker_pb2.Cancel, path: str) -> CancelOrder:
+    # fencing_token 0 is any lease of the run; UNSPECIFIED reads as CANCELLED_BY_USER,
+    # the reason the worker has always given a cancel that named none.
+    reason = RUN_REASON.from_proto(msg.reason, f"{path}.reason")
+    return CancelOrder(
+        run_id=required_text(msg.run_id, f"{path}.run_id"),
+        fencing_token=msg.fencing_token,
+        reason=reason or RunReason.CANCELLED_BY_USER,
+    )
+
+
+def _renewal_from_proto(msg: worker_pb2.Renewal, path: str) -> Renewal:
+    return Renewal(
+        run_id=required_text(msg.run_id, f"{path}.run_id"),
+        fencing_token=msg.fencing_token,
+        ok=msg.ok,
+    )
+
+
+def _ack_from_proto(msg: worker_pb2.ResultAck, path: str) -> ResultAck:
+    return ResultAck(
+        run_id=required_text(msg.run_id, f"{path}.run_id"),
+        fencing_token=msg.fencing_token,
+        accepted=msg.accepted,
+        reason=msg.reason,
+    )
+
+
+def _leases_from_proto(msg: worker_pb2.Leases, path: str) -> Leases:
+    return Leases(grants=_each(msg.leases, f"{path}.leases", _grant_from_proto))
+
+
+def _cancels_from_proto(msg: worker_pb2.Cancels, path: str) -> Cancels:
+    return Cancels(orders=_each(msg.cancels, f"{path}.cancels", _cancel_from_proto))
+
+
+def _renewals_from_proto(msg: worker_pb2.Renewals, path: str) -> Renewals:
+    return Renewals(
+        renewals=_each(msg.renewals, f"{path}.renewals", _renewal_from_proto),
+        lease_ttl=get_duration(msg, "lease_ttl", path, _NOT_SAID),  # type: ignore[arg-type]
+    )
+
+
+def _acks_from_proto(msg: worker_pb2.ResultAcks, path: str) -> ResultAcks:
+    return ResultAcks(acks=_each(msg.acks, f"{path}.acks", _ack_from_proto))
+
+
+def _demand_from_proto(msg: worker_pb2.Demand, path: str) -> Demand:
+    return Demand(slots=non_negative(msg.slots, f"{path}.slots"))
+
+
+_POLLER_READERS: dict[str, Callable[[Any, str], PollerEvent]] = {
+    "welcome": _welcome_from_proto,
+    "leases": _leases_from_proto,
+    "cancels": _cancels_from_proto,
+    "renewals": _renewals_from_proto,
+    "acks": _acks_from_proto,
+    "demand": _demand_from_proto,
+}
+
+
+def decode_poller_message(msg: worker_pb2.PollerMessage) -> PollerEvent:
+    """What a poller sent, as a typed value; raises ``InvalidArgument`` naming the field."""
+    body, inner = _body(msg, "PollerMessage")
+    return _POLLER_READERS[body](inner, body)
+
+
+def encode_poller_message(event: PollerEvent) -> worker_pb2.PollerMessage:
+    """The message a poller sends for ``event``."""
+    if isinstance(event, Welcome):
+        welcome = worker_pb2.Welcome(poller_id=event.poller_id, epoch=event.epoch)
+        set_duration(welcome, "lease_ttl", event.lease_ttl)
+        set_duration(welcome, "heartbeat_interval", event.heartbeat_interval)
+        return worker_pb2.PollerMessage(welcome=welcome)
+    if isinstance(event, Leases):
+        leases = [_grant_to_proto(g, f"leases.leases[{i}]") for i, g in enumerate(event.grants)]
+        return worker_pb2.PollerMessage(leases=worker_pb2.Leases(leases=leases))
+    if isinstance(event, Cancels):
+        cancels = [
+            worker_pb2.Cancel(
+                run_id=c.run_id,
+                fencing_token=_token(c.fencing_token, f"cancels.cancels[{i}]"),
+                reason=RUN_REASON.to_proto(c.reason),
+            )
+            for i, c in enumerate(event.orders)
+        ]
+        return worker_pb2.PollerMessage(cancels=worker_pb2.Cancels(cancels=cancels))
+    if isinstance(event, Renewals):
+        renewals = [
+            worker_pb2.Renewal(
+                run_id=r.run_id,
+                fencing_token=_token(r.fencing_token, f"renewals.renewals[{i}]"),
+                ok=r.ok,
+            )
+            for i, r in enumerate(event.renewals)
+        ]
+        msg = worker_pb2.Renewals(renewals=renewals)
+        set_duration(msg, "lease_ttl", event.lease_ttl)
+        return worker_pb2.PollerMessage(renewals=msg)
+    if isinstance(event, ResultAcks):
+        acks = [
+            worker_pb2.ResultAck(
+                run_id=a.run_id,
+                fencing_token=_token(a.fencing_token, f"acks.acks[{i}]"),
+                accepted=a.accepted,
+                reason=a.reason,
+            )
+            for i, a in enumerate(event.acks)
+        ]
+        return worker_pb2.PollerMessage(acks=worker_pb2.ResultAcks(acks=acks))
+    if isinstance(event, Demand):
+        demand = worker_pb2.Demand(slots=non_negative(event.slots, "demand.slots"))
+        return worker_pb2.PollerMessage(demand=demand)
+    raise TypeError(f"not a poller event: {event!r}")
