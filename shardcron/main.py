@@ -139,7 +139,7 @@ async def _dev(
 ) -> None:
     from shardcron.coordinator.coordination import LocalCoordination
     from shardcron.coordinator.node import Node, NodeConfig
-    from shardcron.coordinator.sqlite_store import SqliteStore
+    from shardcron.coordinator.sqlite.store import SqliteStore
     from shardcron.worker import Worker, registry
     from shardcron.worker.handlers import load_handler_modules
 
