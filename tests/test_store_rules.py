@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import sqlite3
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from store_contract import make_job
@@ -14,6 +15,7 @@ from store_contract import make_job
 from shardcron.client.errors import InvalidArgument
 from shardcron.client.types import FINAL_RUN_STATES, JobState, RunState
 from shardcron.coordinator.sqlite.schema import UPSERT_RUN
+from shardcron.coordinator.sqlite.store import SqliteStore
 from shardcron.coordinator.store import JobProgress
 from shardcron.coordinator.store_rules import (
     ACTIVE_RUN_STATES,
@@ -192,3 +194,22 @@ def test_a_store_of_another_version_or_layout_is_refused() -> None:
         check_schema("here", (1, 64, 60), layout=layout, version=1)
     with pytest.raises(SchemaMismatch, match="bucket_seconds=3600"):
         check_schema("here", (1, 8, 3600), layout=layout, version=1)
+
+
+async def test_sqlite_reopened_with_another_shard_count_is_refused_not_stranding_runs(
+    tmp_path: Path,
+) -> None:
+    """A run's shard is fixed when it is written: a file reopened with fewer shards
+    left the runs of the other shards where no poller ever scans again."""
+    store = SqliteStore(tmp_path / "s.db", shard_count=64, bucket_seconds=60)
+    await store.open()
+    await store.close()
+    for other in (
+        {"shard_count": 8, "bucket_seconds": 60},
+        {"shard_count": 64, "bucket_seconds": 3600},
+    ):
+        with pytest.raises(SchemaMismatch, match="was created with shard_count=64"):
+            await SqliteStore(tmp_path / "s.db", **other).open()
+    again = SqliteStore(tmp_path / "s.db", shard_count=64, bucket_seconds=60, output_cap_bytes=1)
+    await again.open()  # the output cap may change
+    await again.close()

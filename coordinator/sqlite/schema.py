@@ -2,7 +2,10 @@
 
 Times are integer microseconds since the epoch (UTC) and a job's spec is JSON
 (``coordinator/rows.py``); a missing time or number is NULL. ``prepare`` creates
-the schema when the file has none and refuses a file of another schema version.
+the schema when the file has none, records the shard count and bucket size the file
+is created with, and refuses a file of another schema version or layout
+(``SchemaMismatch``): a run's shard and due bucket are fixed when it is written, so
+a file reopened with fewer shards would leave runs no poller scans again.
 """
 
 from __future__ import annotations
@@ -12,7 +15,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from shardcron.coordinator.rows import _JOB_COLS, _RUN_COLS
-from shardcron.coordinator.store_rules import ACTIVE_RUN_STATES, state_order_sql
+from shardcron.coordinator.store_rules import (
+    ACTIVE_RUN_STATES,
+    StoreLayout,
+    check_schema,
+    state_order_sql,
+)
 
 Conn = sqlite3.Connection
 
@@ -50,6 +58,8 @@ CREATE TABLE IF NOT EXISTS run_output (
     stream TEXT NOT NULL, data BLOB NOT NULL, PRIMARY KEY (run_id, seq));
 CREATE TABLE IF NOT EXISTS shard_cursors (
     shard INTEGER PRIMARY KEY, bucket_start INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS store_layout (
+    shard_count INTEGER NOT NULL, bucket_seconds INTEGER NOT NULL);
 INSERT INTO schema_version SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM schema_version);
 """
 
@@ -89,12 +99,23 @@ PRUNE_DUE = (
 )
 
 
-def prepare(conn: Conn) -> None:
-    """Creates the schema if the file has none; raises ``RuntimeError`` for another version."""
-    conn.executescript(f"BEGIN IMMEDIATE; {_SCHEMA} COMMIT;")
-    (version,) = conn.execute("SELECT max(version) FROM schema_version").fetchone()
-    if version != SCHEMA_VERSION:
-        raise RuntimeError(f"store schema {version}, this code knows {SCHEMA_VERSION}")
+def prepare(conn: Conn, *, layout: StoreLayout, where: str) -> None:
+    """Creates the schema if the file has none; raises ``SchemaMismatch`` when the file
+    holds another schema version or layout. A file made before the layout was recorded
+    takes the layout it is next opened with."""
+    conn.executescript(f"BEGIN IMMEDIATE; {_SCHEMA}")
+    try:
+        conn.execute(
+            "INSERT INTO store_layout SELECT ?, ? WHERE NOT EXISTS (SELECT 1 FROM store_layout)",
+            (layout.shard_count, layout.bucket_seconds),
+        )
+        (version,) = conn.execute("SELECT max(version) FROM schema_version").fetchone()
+        shards, bucket = conn.execute("SELECT * FROM store_layout").fetchone()
+        conn.execute("COMMIT")
+    finally:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+    check_schema(where, (version, shards, bucket), layout=layout, version=SCHEMA_VERSION)
 
 
 def marks(n: int) -> str:

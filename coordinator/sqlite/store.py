@@ -10,6 +10,7 @@ list filters, job progress, layout) in ``coordinator/store_rules.py``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from collections.abc import Sequence
 from datetime import datetime
@@ -98,6 +99,7 @@ class SqliteStore:
             output_cap_bytes=output_cap_bytes,
         )
         self.path = os.fspath(path)
+        self.layout = layout
         self.shard_count = layout.shard_count
         self.bucket_seconds = layout.bucket_seconds
         self.output_cap_bytes = layout.output_cap_bytes
@@ -111,7 +113,9 @@ class SqliteStore:
     # --- lifecycle ----------------------------------------------------------
 
     async def open(self) -> None:
-        await self._db.open(prepare)
+        await self._db.open(
+            functools.partial(prepare, layout=self.layout, where=f"store file {self.path}")
+        )
 
     async def close(self) -> None:
         await self._db.close()
