@@ -1,8 +1,9 @@
 """Rules every ``JobStore`` keeps, written once for SQLite and Cassandra.
 
-If the two stores drifted apart on any of these, a run would be lost or run twice
-when a cluster moves from one to the other, or a page token from one listing would
-be read by another:
+The api and the pollers rely on these whichever store holds the data; a store that
+drifted from them would lose a run (a scan that misses its shard or bucket) or run
+one twice (a replayed write moving a finished run back to PENDING), or take a page
+token of one listing for another:
 
 - the layout (shard count, bucket size, output cap) and the check that a store
   opened on existing data was created with the same shard count and bucket size;
