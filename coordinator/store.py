@@ -68,11 +68,6 @@ class JobProgress:
     pause_reason: str | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunFilter:
-    states: frozenset[RunState] = frozenset()  # empty = any
-
-
 @runtime_checkable
 class JobStore(Protocol):
     """Durable jobs, runs, due index, run output and per-shard cursors.

@@ -45,8 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "deploy"))
 import servers  # noqa: E402
 from store_contract import CONTRACT_CONFIG  # noqa: E402
 
-from shardcron.coordinator.cassandra_schema import TABLES, init_schema_sync  # noqa: E402
-from shardcron.coordinator.cassandra_store import CassandraStore  # noqa: E402
+from shardcron.coordinator.cassandra.schema import TABLES  # noqa: E402
+from shardcron.coordinator.cassandra.store import CassandraStore, init_schema_sync  # noqa: E402
 
 ENV_CONTACT_POINTS = "SHARDCRON_TEST_CASSANDRA"
 ENV_WAIT = "SHARDCRON_TEST_CASSANDRA_WAIT"

@@ -22,7 +22,7 @@ from store_contract import ALICE, make_job
 
 from shardcron.client.errors import Unavailable
 from shardcron.client.types import Job
-from shardcron.coordinator.cassandra_store import CassandraStore
+from shardcron.coordinator.cassandra.store import CassandraStore
 from shardcron.coordinator.store import NewJob
 
 cassandra_session_cleanup = cassandra_fixtures.cassandra_session_cleanup

@@ -14,7 +14,7 @@ import cassandra_fixtures
 from store_contract import ALICE, create, make_job, make_run
 
 from shardcron.client.types import RunState
-from shardcron.coordinator.cassandra_store import CassandraStore
+from shardcron.coordinator.cassandra.store import CassandraStore
 from shardcron.coordinator.ids import utcnow
 from shardcron.coordinator.store import JobProgress
 

@@ -41,7 +41,7 @@ from shardcron.coordinator.coordination import Assignment
 from shardcron.coordinator.ids import utcnow
 from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.poller import Phase, Poller, PollerConfig
-from shardcron.coordinator.sqlite_store import SqliteStore
+from shardcron.coordinator.sqlite.store import SqliteStore
 from shardcron.coordinator.store import NewJob
 
 SHARDS = 8

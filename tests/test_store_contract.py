@@ -16,7 +16,7 @@ import pytest
 from store_contract import *  # noqa: F403 - collects the contract tests into this module
 from store_contract import CONTRACT_CONFIG
 
-from shardcron.coordinator.sqlite_store import SqliteStore
+from shardcron.coordinator.sqlite.store import SqliteStore
 from shardcron.coordinator.store import JobStore
 
 StoreFactory = Callable[[], JobStore]
