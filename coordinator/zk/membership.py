@@ -73,6 +73,8 @@ class Membership:
         assert self._poller_id is not None
         path = self._paths.poller(self._poller_id)
         data = member_data(self._poller_address)
+        # A create that fails must not leave an earlier session's node counted as held.
+        self._poller_node_held = False
         self._poller_node_held = self._session.create_ephemeral(path, data, self._watch)
         if not self._poller_node_held:
             log.warning(

@@ -105,7 +105,7 @@ class Session:
             connection_retry=KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_delay=1.0),
             command_retry=KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_delay=1.0),
         )
-        client.add_listener(self._on_state)
+        client.add_listener(self.handle_state)
         try:
             client.start(timeout=self.timeout)
         except KazooTimeoutError as e:
@@ -130,8 +130,9 @@ class Session:
 
     # --- states -------------------------------------------------------------------
 
-    def _on_state(self, state: str) -> None:
-        """kazoo's state listener (its connection thread): must not block."""
+    def handle_state(self, state: str) -> None:
+        """kazoo's state listener (its connection thread): must not block. Tests
+        call it to play a state change."""
         with self.lock:
             if state == KazooState.CONNECTED:
                 self.connected = True
