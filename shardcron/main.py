@@ -245,7 +245,7 @@ def worker_cmd(
     async def main() -> None:
         coordination = None
         if zk:
-            from shardcron.coordinator.zk_coordination import ZkCoordination
+            from shardcron.coordinator.zk import ZkCoordination
 
             coordination = ZkCoordination(
                 zk, cluster=cluster_name, node_id=f"worker-{worker.worker_id}", roles=set()
@@ -386,7 +386,7 @@ async def _node(
     from shardcron.client.errors import ShardcronError
     from shardcron.coordinator.cassandra.store import CassandraStore
     from shardcron.coordinator.node import Node, NodeConfig
-    from shardcron.coordinator.zk_coordination import ZkCoordination
+    from shardcron.coordinator.zk import ZkCoordination
 
     store = CassandraStore(
         [h.strip() for h in cassandra.split(",")],

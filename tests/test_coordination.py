@@ -32,7 +32,7 @@ from shardcron.coordinator.coordination import (
     LocalCoordination,
     Member,
 )
-from shardcron.coordinator.zk_coordination import ROLES, ZkCoordination, balance_shards
+from shardcron.coordinator.zk import ROLES, ZkCoordination, balance_shards
 
 zookeeper = zk_fixtures.zookeeper  # the session's ZooKeeper
 zk_hosts = zk_fixtures.zk_hosts  # a chroot per test
