@@ -4,7 +4,7 @@ The node is shared by the whole test session and started lazily, on first use:
 
 - if ``SHARDCRON_TEST_CASSANDRA`` names contact points (``127.0.0.1`` or
   ``127.0.0.1,127.0.0.2``), that running cluster is reused and left running;
-- otherwise one node is started through ``deploy/servers.py`` in a temporary
+- otherwise one node is started through the ``deploy`` package in a temporary
   directory and stopped at the end of the session. The CQL port is fixed (9042):
   when another test session on this machine holds it, this one waits for it up to
   ``SHARDCRON_TEST_CASSANDRA_WAIT`` seconds (default 180), then fails saying so.
@@ -40,11 +40,9 @@ from typing import Any
 
 import pytest
 from cassandra.cluster import Cluster, Session
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "deploy"))
-import servers  # noqa: E402
 from store_contract import CONTRACT_CONFIG  # noqa: E402
 
+from deploy import Cassandra
 from shardcron.coordinator.cassandra_schema import TABLES, init_schema_sync  # noqa: E402
 from shardcron.coordinator.cassandra_store import CassandraStore  # noqa: E402
 
@@ -58,7 +56,7 @@ class CassandraForTests:
     """The session's Cassandra: its contact points, and the server when this session owns it."""
 
     contact_points: list[str]
-    server: servers.Cassandra | None = None
+    server: Cassandra | None = None
     _admin: Cluster | None = None
     _session: Session | None = None
     keyspaces: dict[tuple[Any, ...], str] = field(default_factory=dict)
@@ -151,7 +149,7 @@ def cassandra_node() -> CassandraForTests:
                 )
             time.sleep(2)
         directory = tempfile.mkdtemp(prefix="shardcron-cassandra-")
-        server = servers.Cassandra(directory, nodes=1, heap="512M")
+        server = Cassandra(directory, nodes=1, heap="512M")
         try:
             server.start()
         except BaseException:

@@ -2,7 +2,7 @@
 
 Bind the fixtures in a test module (``zookeeper = zk_fixtures.zookeeper``,
 ``zk_hosts = zk_fixtures.zk_hosts``). The server is started once per test
-session through ``deploy/servers.py``: standalone, on client port 2181, or on a
+session through the ``deploy`` package: standalone, on client port 2181, or on a
 free port when another session on this machine holds 2181
 (``SHARDCRON_TEST_ZK_PORT`` forces one). If it cannot start, the tests that
 need it fail: nothing is skipped.
@@ -21,17 +21,14 @@ from __future__ import annotations
 import os
 import select
 import socket
-import sys
 import threading
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "deploy"))
-import servers  # noqa: E402
+from deploy import ZooKeeper
 
 
 def _client_port() -> int:
@@ -50,9 +47,9 @@ def _client_port() -> int:
 
 
 @pytest.fixture(scope="session")
-def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.ZooKeeper]:
+def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeper]:
     """One standalone ZooKeeper for the whole test session."""
-    zk = servers.ZooKeeper(tmp_path_factory.mktemp("zookeeper"), nodes=1, port=_client_port())
+    zk = ZooKeeper(tmp_path_factory.mktemp("zookeeper"), nodes=1, port=_client_port())
     zk.start()
     try:
         yield zk
@@ -61,7 +58,7 @@ def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.ZooK
 
 
 @pytest.fixture
-def zk_hosts(zookeeper: servers.ZooKeeper) -> Iterator[str]:
+def zk_hosts(zookeeper: ZooKeeper) -> Iterator[str]:
     """A connect string with a fresh chroot (``/t-<uuid>``) for this test."""
     chroot = f"/t-{uuid.uuid4().hex}"
     admin = KazooClient(zookeeper.connect_string)

@@ -7,7 +7,7 @@
   ``SHARDCRON_TEST_CLUSTER_CASSANDRA_BASE`` moves it (e.g. ``31`` -> 127.0.0.31-33,
   JMX 7231-7233) when two sessions share a machine. For quick iterations,
   ``SHARDCRON_TEST_CLUSTER_CASSANDRA_DIR=DIR`` keeps the ring running in DIR after the
-  session and reuses it in the next one (stop it with ``deploy/servers.py stop --dir DIR``).
+  session and reuses it in the next one (stop it with ``python3 -m deploy stop --dir DIR``).
 - ``cluster``: a factory of ``ShardcronCluster`` (own keyspace, cluster name, chroot,
   logs under tmp_path); every process it started is stopped at teardown, even when
   the test failed or was interrupted by its timeout.
