@@ -10,10 +10,10 @@ The node is shared by the whole test session and started lazily, on first use:
   ``SHARDCRON_TEST_CASSANDRA_WAIT`` seconds (default 180), then fails saying so.
   If the node cannot start, the tests that need it fail: nothing is skipped.
 
-Bind the fixtures in a test module (``cassandra = cassandra_fixtures.cassandra``,
-and ``cassandra_session_cleanup`` so the node is stopped when the session ends;
-``contract_store`` for a store of the contract suite's configuration) or use
-``backend(config)`` for ``tests/test_store_contract.py``'s ``BACKENDS``.
+``tests/conftest.py`` gives tests ``cassandra_store`` (an open, empty store in the
+contract suite's configuration) and stops the node at the end of the session;
+``cassandra_backend(config)`` is the Cassandra entry of
+``tests/test_store_contract.py``'s ``BACKENDS``.
 
 Each configuration (shard count, bucket size) gets one keyspace per test session,
 ``shardcron_test_<random>``, created through the store's own schema init; between
@@ -33,18 +33,16 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
 from cassandra.cluster import Cluster, Session
-from store_contract import CONTRACT_CONFIG  # noqa: E402
 
 from deploy import Cassandra
-from shardcron.coordinator.cassandra_schema import TABLES, init_schema_sync  # noqa: E402
-from shardcron.coordinator.cassandra_store import CassandraStore  # noqa: E402
+from shardcron.coordinator.cassandra_schema import TABLES, init_schema_sync
+from shardcron.coordinator.cassandra_store import CassandraStore
 
 ENV_CONTACT_POINTS = "SHARDCRON_TEST_CASSANDRA"
 ENV_WAIT = "SHARDCRON_TEST_CASSANDRA_WAIT"
@@ -99,7 +97,7 @@ class CassandraForTests:
                 try:
                     self._session.execute(f"DROP KEYSPACE IF EXISTS {name}", timeout=60)
                 except Exception as e:  # noqa: BLE001 - best effort at teardown
-                    print(f"cassandra_fixtures: could not drop {name}: {e}", file=sys.stderr)
+                    print(f"tests.support.cassandra: could not drop {name}: {e}", file=sys.stderr)
         if self._admin is not None:
             self._admin.shutdown()
             self._admin = self._session = None
@@ -168,24 +166,10 @@ def stop_cassandra() -> None:
         node.stop()
 
 
-@pytest.fixture(scope="session")
-def cassandra() -> Iterator[CassandraForTests]:
-    """The session's Cassandra (see the module docstring); stopped at session end."""
-    yield cassandra_node()
-    stop_cassandra()
-
-
-@pytest.fixture(scope="session", autouse=True)
-def cassandra_session_cleanup() -> Iterator[None]:
-    """Stops the session's Cassandra at the end, if anything started it. Bind it in a
-    module that uses ``backend``: it never starts a node itself."""
-    yield
-    stop_cassandra()
-
-
-def backend(config: dict[str, Any]) -> Callable[[Path], Callable[[], CassandraStore]]:
-    """A ``BACKENDS`` entry: given the test's tmp_path, empties the session keyspace for
-    ``config`` and returns a factory of stores on it (one location: reopening sees the data)."""
+def cassandra_backend(config: dict[str, Any]) -> Callable[[Path], Callable[[], CassandraStore]]:
+    """A store contract ``BACKENDS`` entry: given the test's tmp_path, empties the session
+    keyspace for ``config`` and returns a factory of stores on it (one location:
+    reopening sees the data)."""
 
     def make(tmp_path: Path) -> Callable[[], CassandraStore]:
         node = cassandra_node()
@@ -194,14 +178,3 @@ def backend(config: dict[str, Any]) -> Callable[[Path], Callable[[], CassandraSt
         return lambda: node.store(keyspace, **config)
 
     return make
-
-
-@pytest.fixture
-async def contract_store(tmp_path: Path) -> AsyncIterator[CassandraStore]:
-    """An open, empty store in the contract suite's configuration, for Cassandra-only tests."""
-    s = backend(CONTRACT_CONFIG)(tmp_path)()
-    await s.open()
-    try:
-        yield s
-    finally:
-        await s.close()
