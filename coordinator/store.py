@@ -2,7 +2,7 @@
 
 Two implementations hold the same logical tables (DESIGN.md §3): SQLite, the
 embedded default, and Cassandra for a cluster. One contract suite
-(tests/store_contract.py) runs unchanged against each. No caller may use what
+(tests/test_store_contract.py) runs unchanged against each. No caller may use what
 only one implementation has.
 
 Write ownership, which keeps the store free of cross-process locks on the hot path:

@@ -10,7 +10,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from store_contract import make_job
 
 from shardcron.client.errors import InvalidArgument
 from shardcron.client.types import FINAL_RUN_STATES, JobState, RunState
@@ -34,6 +33,7 @@ from shardcron.coordinator.store_rules import (
     run_state_wanted,
     state_order_sql,
 )
+from tests.support.store_builders import make_job
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -15,6 +15,7 @@ from google.protobuf.duration_pb2 import Duration
 import shardcron
 from shardcron.v1 import types_pb2, worker_pb2, worker_pb2_grpc
 from shardcron.worker import HandlerRegistry, Worker
+from tests.support.waiting import until
 
 RenewPolicy = Callable[[str], bool | None]  # run_id -> ok, or None: do not answer
 
@@ -31,14 +32,6 @@ def alive(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError):
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-async def until(pred: Callable[[], object], timeout: float = 5.0, what: str = "condition") -> None:
-    end = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 class ScriptedPoller(worker_pb2_grpc.WorkerServiceServicer):
