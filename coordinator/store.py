@@ -218,7 +218,9 @@ class JobStore(Protocol):
 
     async def append_output(self, chunks: Sequence[OutputChunk]) -> None:
         """Appends each chunk's data (``offset`` ignored) to its run's output and
-        keeps at most ``output_cap_bytes`` per run, dropping the oldest bytes."""
+        keeps at most ``output_cap_bytes`` per run, dropping the oldest bytes: the kept
+        tail starts where ``store_rules.output_head`` says (a line start when one is
+        near), and bytes that fall before it are never written."""
 
     async def read_output(
         self, run_id: str, *, offset: int = 0, limit: int = 1 << 16

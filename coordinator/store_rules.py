@@ -9,6 +9,8 @@ token of one listing for another:
   opened on existing data was created with the same shard count and bucket size;
 - the run-state order: a stored run is never moved back to an earlier state;
 - page tokens, page sizes and pages;
+- where a run's kept output starts once it passes the cap (``output_head``,
+  ``keep_tail``);
 - the filters of ``list_jobs`` and ``list_runs``;
 - what a ``JobProgress`` writes;
 - handing a result computed off the event loop back to a waiting caller.
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
@@ -149,6 +151,76 @@ def make_page(kind: PageKind, items: list[T], size: int, key: Callable[[T], str]
         return Page(items=items)
     items = items[:size]
     return Page(items=items, next_page_token=page_token(kind, key(items[-1])))
+
+
+# --------------------------------------------------------------------------- output
+# A run keeps at most the cap of its newest output bytes. Where the kept tail starts is
+# chosen on the bytes themselves, not on how they were chunked: at the first line that
+# starts in the last ``cap`` bytes, so a reader sees whole lines; but never more than
+# half the cap into them, so one long line (or output with no newline) keeps its last
+# ``cap`` bytes instead of shrinking the tail to its few last bytes. The stores apply
+# this before they write, so bytes past the cap are never stored.
+
+
+def output_window(head: int, end: int, cap: int) -> tuple[int, int] | None:
+    """The absolute range of bytes ``output_head`` must see for an output kept from
+    ``head`` and now ending at ``end``; None when all of it fits in ``cap``."""
+    if end - head <= cap:
+        return None
+    start = end - cap
+    return max(head, start - 1), min(end, start + cap // 2)
+
+
+def output_head(end: int, cap: int, window: bytes, window_at: int) -> int:
+    """The absolute offset where the kept output starts, given the bytes ``window`` at
+    absolute ``window_at``, as ``output_window`` asked for (``head``, ``end``, ``cap``)."""
+    start = end - cap
+    if cap <= 1:
+        return start
+    newline = window.find(b"\n", start - 1 - window_at)
+    line_start = window_at + newline + 1
+    if newline < 0 or line_start > start + cap // 2 or line_start >= end:
+        return start
+    return line_start
+
+
+def bytes_in(pieces: Sequence[tuple[int, bytes]], window: tuple[int, int]) -> bytes:
+    """The bytes of absolute range ``window`` out of contiguous ``(offset, data)``
+    pieces in order."""
+    lo, hi = window
+    return b"".join(
+        d[max(0, lo - at) : hi - at] for at, d in pieces if at < hi and at + len(d) > lo
+    )
+
+
+def place_output(end: int, pieces: Sequence[tuple[str, bytes]]) -> list[tuple[int, str, bytes]]:
+    """``(stream, data)`` pieces appended at ``end``, as ``(offset, stream, data)``."""
+    placed = []
+    for stream, data in pieces:
+        if data:
+            placed.append((end, stream, data))
+            end += len(data)
+    return placed
+
+
+def cut_pieces(pieces: Sequence[tuple[int, str, bytes]], head: int) -> list[tuple[int, str, bytes]]:
+    """The ``(offset, stream, data)`` pieces from absolute offset ``head`` on: those
+    ending before it dropped, the one holding it cut to start there."""
+    return [
+        (max(at, head), stream, data[max(0, head - at) :])
+        for at, stream, data in pieces
+        if at + len(data) > head
+    ]
+
+
+def keep_tail(data: bytes, cap: int) -> bytes:
+    """What of ``data``, the newest bytes of a run's output, is worth passing to a
+    store: its last ``cap + 1`` bytes. Appending those leaves the store holding the
+    same bytes as appending all of ``data`` (the store drops every older byte, and the
+    one byte before the last ``cap`` tells it whether they start a line); only the
+    offsets of later bytes then count fewer bytes written. A piece cut any shorter
+    would let older stored output join it as if nothing had come between."""
+    return data if len(data) <= cap + 1 else data[len(data) - cap - 1 :]
 
 
 # --------------------------------------------------------------------------- filters

@@ -677,9 +677,41 @@ async def test_output_is_capped_keeping_the_tail(store: JobStore) -> None:
 async def test_output_single_chunk_larger_than_the_cap_keeps_its_tail(store: JobStore) -> None:
     rid = "run-big"
     await store.append_output([OutputChunk(run_id=rid, offset=0, data=b"x" * 10)])
-    big = bytes(range(256)) * 10  # 2560 bytes
+    big = bytes(range(11, 256)) * 10  # 2450 bytes, no newline: one line longer than the cap
     await store.append_output([OutputChunk(run_id=rid, offset=0, data=big)])
     assert joined(await store.read_output(rid)) == (10 + len(big) - CAP, big[-CAP:])
+
+
+def lines(count: int, width: int, tag: str = "") -> bytes:
+    return b"".join(f"{tag}{i:0{width - 1 - len(tag)}d}\n".encode() for i in range(count))
+
+
+async def test_output_is_cut_to_the_cap_keeping_whole_last_lines(store: JobStore) -> None:
+    # A chunk of nearly the cap then a short one: dropping whole chunks kept 6 bytes.
+    rid = "run-lines"
+    first, second = lines(CAP // 10, 10), b"tail!\n"
+    await store.append_output([OutputChunk(run_id=rid, offset=0, data=first)])
+    await store.append_output([OutputChunk(run_id=rid, offset=0, data=second)])
+    written = first + second
+    offset, kept = joined(await store.read_output(rid, limit=1 << 20))
+    assert written.endswith(kept) and offset == len(written) - len(kept)
+    assert CAP - 10 < len(kept) <= CAP  # whole 10-byte lines, up to the cap
+    assert written[offset - 1 : offset] == b"\n"  # it starts a line
+    # One call with many chunks, far over the cap: the same rule.
+    rid = "run-lines-2"
+    pieces = [lines(50, 10, f"{k}-") for k in range(20)]  # 20 chunks of 500 bytes
+    await store.append_output([OutputChunk(run_id=rid, offset=0, data=p) for p in pieces])
+    written = b"".join(pieces)
+    offset, kept = joined(await store.read_output(rid, limit=1 << 20))
+    assert written.endswith(kept) and CAP - 10 < len(kept) <= CAP
+    assert written[offset - 1 : offset] == b"\n"
+    # A line longer than the cap keeps its last cap bytes, however it was chunked.
+    rid = "run-long-line"
+    await store.append_output([OutputChunk(run_id=rid, offset=0, data=b"x" * 700)])
+    await store.append_output([OutputChunk(run_id=rid, offset=0, data=b"\n" + b"y" * 1500)])
+    await store.append_output([OutputChunk(run_id=rid, offset=0, data=b"z" * 3)])
+    written = b"x" * 700 + b"\n" + b"y" * 1500 + b"zzz"
+    assert joined(await store.read_output(rid)) == (len(written) - CAP, written[-CAP:])
 
 
 # --------------------------------------------------------------------------- group commit

@@ -23,11 +23,17 @@ from shardcron.coordinator.store_rules import (
     PageKind,
     SchemaMismatch,
     StoreLayout,
+    bytes_in,
     check_schema,
     clamp_page_size,
+    cut_pieces,
+    keep_tail,
     make_page,
+    output_head,
+    output_window,
     page_token,
     page_token_after,
+    place_output,
     progress_write,
     run_state_order,
     run_state_wanted,
@@ -213,3 +219,50 @@ async def test_sqlite_reopened_with_another_shard_count_is_refused_not_stranding
     again = SqliteStore(tmp_path / "s.db", shard_count=64, bucket_seconds=60, output_cap_bytes=1)
     await again.open()  # the output cap may change
     await again.close()
+
+
+# --------------------------------------------------------------------------- output cut
+
+
+def kept_by_rule(written: bytes, cap: int) -> bytes:
+    """What the rule keeps of ``written`` appended at once to an empty output."""
+    window = output_window(0, len(written), cap)
+    if window is None:
+        return written
+    head = output_head(len(written), cap, written[window[0] : window[1]], window[0])
+    return written[head:]
+
+
+def test_output_is_cut_at_the_first_line_starting_in_the_last_cap_bytes() -> None:
+    written = b"".join(b"line %04d\n" % i for i in range(100))  # 10-byte lines
+    kept = kept_by_rule(written, 95)
+    assert kept == written[-90:]  # nine whole lines, not a partial tenth
+    assert kept_by_rule(written, 100) == written[-100:]  # the cut falls on a line start
+    assert kept_by_rule(written[:50], 95) == written[:50]  # under the cap: all of it
+
+
+def test_a_line_longer_than_the_cap_keeps_its_last_cap_bytes() -> None:
+    assert kept_by_rule(b"x" * 500, 100) == b"x" * 100
+    # A newline past half the cap would leave too little: the cut is made mid-line.
+    written = b"a" * 300 + b"\n" + b"b" * 30
+    assert kept_by_rule(written, 100) == written[-100:]
+    assert kept_by_rule(b"a" * 300 + b"\n", 100) == (b"a" * 300 + b"\n")[-100:]
+    assert kept_by_rule(b"abc", 0) == b""
+
+
+def test_pieces_are_placed_cut_and_read_back_by_absolute_offset() -> None:
+    placed = place_output(10, [("stdout", b"hello "), ("stderr", b""), ("stderr", b"world")])
+    assert placed == [(10, "stdout", b"hello "), (16, "stderr", b"world")]
+    assert cut_pieces(placed, 12) == [(12, "stdout", b"llo "), (16, "stderr", b"world")]
+    assert cut_pieces(placed, 16) == [(16, "stderr", b"world")]
+    pieces = [(at, data) for at, _, data in placed]
+    assert bytes_in(pieces, (14, 18)) == b"o wo"
+
+
+@pytest.mark.parametrize("cap", [0, 1, 7, 64])
+def test_keep_tail_leaves_what_appending_everything_leaves(cap: int) -> None:
+    stored = b"older output\n"
+    data = b"".join(b"%d\n" % i for i in range(200)) + b"partial"
+    whole, cut = stored + data, stored + keep_tail(data, cap)
+    assert kept_by_rule(cut, cap) == kept_by_rule(whole, cap)
+    assert len(keep_tail(data, cap)) <= cap + 1

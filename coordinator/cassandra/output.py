@@ -13,10 +13,18 @@ from collections.abc import Sequence
 from shardcron.client.types import OutputChunk
 from shardcron.coordinator.cassandra.session import Cql
 from shardcron.coordinator.cassandra.writes import BATCH_BYTES
+from shardcron.coordinator.store_rules import (
+    bytes_in,
+    cut_pieces,
+    output_head,
+    output_window,
+    place_output,
+)
 
 
 async def append_output(cql: Cql, chunks: Sequence[OutputChunk], *, cap: int) -> None:
-    """Appends the chunks, keeping at most ``cap`` bytes per run (the newest)."""
+    """Appends the chunks, keeping at most ``cap`` bytes per run, the newest, from where
+    ``store_rules.output_head`` says; what falls before that is never written."""
     by_run: dict[str, list[OutputChunk]] = {}
     for chunk in chunks:
         if chunk.data:
@@ -28,37 +36,38 @@ async def _append(cql: Cql, run_id: str, chunks: list[OutputChunk], cap: int) ->
     ends = (await cql.exec(cql.ps["output_ends"], (run_id,))).rows
     head, end = ends[0] if ends and ends[0][1] is not None else (0, 0)
     head = head or 0
-    new: list[tuple[int, str, bytes]] = []
-    at = end
-    for chunk in chunks:
-        new.append((at, chunk.stream, bytes(chunk.data)))
-        at += len(chunk.data)
-    new_end, new_head = at, head
-    if new_end - head > cap:
-        # The first chunk kept is the first starting at or after new_end - cap (then
-        # at most cap bytes are kept); if none does, the last chunk alone, cut to cap.
-        threshold = new_end - cap
-        if threshold <= end:
-            found = (await cql.exec(cql.ps["output_first_from"], (run_id, threshold))).rows
-            new_head = found[0][0] if found and found[0][0] < end else new[0][0]
-        else:
-            new_head = next((o for o, _, _ in new if o >= threshold), new[-1][0])
-        if new_head < threshold:  # only the last chunk is left, bigger than the cap
-            _, stream, data = new[-1]
-            new[-1] = (threshold, stream, data[len(data) - cap :])
-            new_head = threshold
-        new = [c for c in new if c[0] >= new_head]
-    statements = [cql.bind("output_insert", (run_id, o, s, d)) for o, s, d in new]
-    size = sum(len(d) + 64 for _, _, d in new)
-    if new_head > head:
-        statements.append(cql.bind("output_trim", (run_id, new_head)))
-    statements.append(cql.bind("output_set_ends", (new_head, new_end, run_id)))
-    if size + 200 <= BATCH_BYTES:
-        await cql.send(statements)  # one partition: atomic, isolated
+    new = place_output(end, [(c.stream, bytes(c.data)) for c in chunks])
+    new_end, new_head = new[-1][0] + len(new[-1][2]), head
+    window = output_window(head, new_end, cap)
+    if window is not None:  # cut before writing: nothing past the cap is stored
+        stored = await _stored_in(cql, run_id, window, end) if window[0] < end else []
+        near_cut = bytes_in([(at, d) for at, _, d in [*stored, *new]], window)
+        new_head = output_head(new_end, cap, near_cut, window[0])
+        # The stored chunk holding the new head is written again, cut to start there.
+        new = cut_pieces([*stored, *new], new_head)
+    inserts = [cql.bind("output_insert", (run_id, o, s, d)) for o, s, d in new]
+    ends_after = [cql.bind("output_trim", (run_id, new_head))] if new_head > head else []
+    ends_after.append(cql.bind("output_set_ends", (new_head, new_end, run_id)))
+    if sum(len(d) + 64 for _, _, d in new) + 200 <= BATCH_BYTES:
+        await cql.send([*inserts, *ends_after])  # one partition: atomic, isolated
     else:  # too big for a batch: chunks first, then the ends that make them visible
-        await cql.all_written(cql.send([s]) for s in statements[: len(new)])
-        for stmt in statements[len(new) :]:
+        await cql.all_written(cql.send([s]) for s in inserts)
+        for stmt in ends_after:
             await cql.send([stmt])
+
+
+async def _stored_in(
+    cql: Cql, run_id: str, window: tuple[int, int], end: int
+) -> list[tuple[int, str, bytes]]:
+    """The stored chunks overlapping ``window`` (none past ``end``: a stray row left by
+    an interrupted write is not output), in order."""
+    lo, hi = window[0], min(window[1], end)
+    found = [tuple(r) for r in (await cql.exec(cql.ps["output_at"], (run_id, lo))).rows]
+    async for rows in cql.pages(cql.ps["output_from"], (run_id, lo)):
+        found += [tuple(r) for r in rows if r[0] < hi]
+        if not rows or rows[-1][0] >= hi:
+            break
+    return [(at, s, bytes(d)[: end - at]) for at, s, d in found if at < hi and at + len(d) > lo]
 
 
 async def read_output(cql: Cql, run_id: str, *, offset: int, limit: int) -> list[OutputChunk]:

@@ -47,9 +47,14 @@ from shardcron.coordinator.store_rules import (
     JobFilter,
     PageKind,
     StoreLayout,
+    bytes_in,
     clamp_page_size,
+    cut_pieces,
     make_page,
+    output_head,
+    output_window,
     page_token_after,
+    place_output,
     progress_write,
 )
 
@@ -365,37 +370,46 @@ class SqliteStore:
         insert = (
             'INSERT INTO run_output (run_id, seq, "offset", stream, data) VALUES (?, ?, ?, ?, ?)'
         )
-        last = (
-            'SELECT seq + 1, "offset" + length(data) FROM run_output WHERE run_id = ?'
-            " ORDER BY seq DESC LIMIT 1"
+        ends = (
+            'SELECT min("offset"), max(seq) + 1, max("offset" + length(data)) FROM run_output'
+            " WHERE run_id = ?"
         )
         for run_id, chunks in by_run.items():
-            seq, end = conn.execute(last, (run_id,)).fetchone() or (0, 0)
-            for chunk in chunks:
-                conn.execute(insert, (run_id, seq, end, chunk.stream, bytes(chunk.data)))
-                seq, end = seq + 1, end + len(chunk.data)
-            self._trim(conn, run_id, seq - 1, end)
+            head, seq, end = conn.execute(ends, (run_id,)).fetchone()
+            head, seq, end = (head, seq, end) if seq is not None else (0, 0, 0)
+            new = place_output(end, [(c.stream, bytes(c.data)) for c in chunks])
+            new_end = new[-1][0] + len(new[-1][2])
+            window = output_window(head, new_end, self.output_cap_bytes)
+            if window is not None:  # cut before writing: nothing past the cap is stored
+                stored = self._stored_in(conn, run_id, window) if window[0] < end else []
+                near_cut = bytes_in([*stored, *((at, d) for at, _, d in new)], window)
+                head = output_head(new_end, self.output_cap_bytes, near_cut, window[0])
+                new = cut_pieces(new, head)
+                self._trim(conn, run_id, head)
+            for at, stream, data in new:
+                conn.execute(insert, (run_id, seq, at, stream, data))
+                seq += 1
 
-    def _trim(self, conn: Conn, run_id: str, last_seq: int, end: int) -> None:
-        """Drops whole chunks from the head while more than the cap is kept; the last
-        chunk, when it alone exceeds the cap, keeps only its last cap bytes."""
-        cap, kept, cut = self.output_cap_bytes, None, None
-        sql = 'SELECT seq, "offset", length(data) FROM run_output WHERE run_id = ? ORDER BY seq'
-        cur = conn.execute(sql, (run_id,))
-        for seq, offset, size in cur:
-            kept = end - offset if kept is None else kept
-            if kept <= cap or seq == last_seq:
-                break
-            kept, cut = kept - size, seq
-        cur.close()
-        if cut is not None:
-            conn.execute("DELETE FROM run_output WHERE run_id = ? AND seq <= ?", (run_id, cut))
-        if kept is not None and kept > cap:
-            conn.execute(
-                "UPDATE run_output SET data = substr(data, length(data) - ?1 + 1),"
-                ' "offset" = ?2 - ?1 WHERE run_id = ?3 AND seq = ?4',
-                (cap, end, run_id, last_seq),
-            )
+    @staticmethod
+    def _stored_in(conn: Conn, run_id: str, window: tuple[int, int]) -> list[tuple[int, bytes]]:
+        sql = (
+            'SELECT "offset", data FROM run_output WHERE run_id = ? AND "offset" < ?'
+            ' AND "offset" + length(data) > ? ORDER BY seq'
+        )
+        return [(at, bytes(d)) for at, d in conn.execute(sql, (run_id, window[1], window[0]))]
+
+    @staticmethod
+    def _trim(conn: Conn, run_id: str, head: int) -> None:
+        """Drops the stored output before ``head``, cutting the chunk that holds it."""
+        conn.execute(
+            'DELETE FROM run_output WHERE run_id = ? AND "offset" + length(data) <= ?',
+            (run_id, head),
+        )
+        conn.execute(
+            'UPDATE run_output SET data = substr(data, ?2 - "offset" + 1), "offset" = ?2'
+            ' WHERE run_id = ?1 AND "offset" < ?2',
+            (run_id, head),
+        )
 
     async def read_output(
         self, run_id: str, *, offset: int = 0, limit: int = 1 << 16
