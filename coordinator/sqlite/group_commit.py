@@ -8,6 +8,12 @@ callers, one fsync (BENCHMARKS.md, "Group-commit state changes"). A write return
 only once its transaction is durable; if the transaction fails, every caller in it
 gets the error and nothing of it is kept.
 
+The file gives back what it no longer needs: the WAL is truncated to
+``_WAL_LIMIT_BYTES`` after each checkpoint, and pages freed by deletes (trimmed run
+output, pruned due entries) are returned to the file system by an incremental vacuum
+at most every ``_VACUUM_EVERY_SECONDS``, a bounded number of pages at a time, so that a
+burst of output does not leave the file at its high-water mark for good.
+
 Reads run on a small thread pool, each thread with its own read-only connection and
 each read in one transaction (one consistent view); WAL lets them proceed while the
 writer commits.
@@ -21,6 +27,7 @@ import dataclasses
 import queue
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -32,6 +39,10 @@ Conn = sqlite3.Connection
 
 _MAX_BATCH_ROWS = 50_000  # a group commit stops taking callers past this many rows
 _READ_THREADS = 2
+_WAL_LIMIT_BYTES = 64 << 20  # the WAL file is truncated back to this after a checkpoint
+_VACUUM_EVERY_SECONDS = 10.0
+_VACUUM_PAGES = 4096  # pages freed per incremental vacuum: bounds the pause it makes
+_INCREMENTAL = 2  # PRAGMA auto_vacuum's value for INCREMENTAL
 
 
 @dataclasses.dataclass(slots=True)
@@ -47,6 +58,25 @@ def _connect(path: str) -> Conn:
     conn.execute("PRAGMA busy_timeout = 10000")
     conn.execute("PRAGMA synchronous = FULL")
     return conn
+
+
+def _reclaim_freed_pages(conn: Conn) -> None:
+    """Puts the file in ``auto_vacuum = INCREMENTAL`` mode. A new file takes it at
+    once; a file made before (mode NONE) only through a full VACUUM, which rewrites it
+    once, here, before anything else uses it."""
+    if conn.execute("PRAGMA auto_vacuum").fetchone()[0] == _INCREMENTAL:
+        return
+    conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+    if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+        conn.execute("VACUUM")
+
+
+def _vacuum_step(conn: Conn) -> None:
+    """Returns up to ``_VACUUM_PAGES`` free pages to the file system (its own short
+    transaction, between group commits); a failure is left for the next step."""
+    with contextlib.suppress(sqlite3.Error):
+        if conn.execute("PRAGMA freelist_count").fetchone()[0]:
+            conn.execute(f"PRAGMA incremental_vacuum({_VACUUM_PAGES})").fetchall()
 
 
 class GroupCommitDb:
@@ -112,13 +142,16 @@ class GroupCommitDb:
     ) -> None:
         try:
             conn = _connect(self.path)
+            _reclaim_freed_pages(conn)
             conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute(f"PRAGMA journal_size_limit = {_WAL_LIMIT_BYTES}")
             conn.execute("PRAGMA cache_size = -32768")
             prepare(conn)
         except Exception as e:
             loop.call_soon_threadsafe(resolve_future, ready, False, e)
             return
         loop.call_soon_threadsafe(resolve_future, ready, True, None)
+        next_vacuum = time.monotonic() + _VACUUM_EVERY_SECONDS
         while True:
             batch, rows = [], 0
             op = self._queue.get()
@@ -130,6 +163,9 @@ class GroupCommitDb:
                 op = self._queue.get()
             if batch:
                 self._run_batch(conn, batch)
+            if time.monotonic() >= next_vacuum:
+                next_vacuum = time.monotonic() + _VACUUM_EVERY_SECONDS
+                _vacuum_step(conn)
             if op is None:
                 conn.close()
                 return
