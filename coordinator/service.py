@@ -2,7 +2,8 @@
 
 Domain errors become status codes through ``shardcron.client.codec.status_for``
 (the one table); anything unexpected is INTERNAL and logged. Health checking and
-server reflection are served so grpcurl and load balancers work.
+server reflection are served so grpcurl and load balancers work. A message
+received over ``MAX_MESSAGE_BYTES`` ends only the call that sent it.
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ log = logging.getLogger("shardcron.service")
 OWNER_KEY = "x-shardcron-owner"
 FOLLOW_POLL_SECONDS = 0.2
 T = TypeVar("T")
+# The largest message a node takes, on any call (gRPC sets it per server): a worker
+# sends output in 64 KiB messages, and the largest valid job is about 1.2 MiB.
+MAX_MESSAGE_BYTES = 4 << 20
 
 
 def owner_of(context: grpc.aio.ServicerContext) -> str:
@@ -308,7 +312,7 @@ def build_server(
     """A gRPC server with the services of the roles given; returns it (not started) and its port."""
     server = grpc.aio.server(
         options=[
-            ("grpc.max_receive_message_length", 64 << 20),
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", 64 << 20),
             ("grpc.keepalive_time_ms", 20_000),
             ("grpc.keepalive_permit_without_calls", 1),

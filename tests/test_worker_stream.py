@@ -475,3 +475,26 @@ async def test_two_pollers_share_the_slots_by_their_demand() -> None:
                 lambda: credit_limits(a)[-1:] == [0] and credit_limits(b)[-1:] == [0],
                 what="idle slots taken back",
             )
+
+
+async def test_results_and_output_leave_in_messages_a_node_accepts() -> None:
+    """A node takes messages of at most 4 MiB and ends a stream that sends a bigger
+    one; results with long errors, or many of them, must not add up past it."""
+    from shardcron.client.codec.stream import encode_worker_message
+    from shardcron.client.stream import Heartbeat, RunOutcome
+    from shardcron.client.types import RunState
+    from shardcron.coordinator.service import MAX_MESSAGE_BYTES
+    from shardcron.worker.outbox import Outbox
+    from shardcron.worker.worker import MAX_ERROR_CHARS, bounded_error
+
+    box = Outbox(linger=0)
+    error = bounded_error("E" * 100_000)
+    assert len(error) < MAX_ERROR_CHARS + 50 and error.startswith("E" * 100)
+    for i in range(2000):
+        box.result(RunOutcome(run_id=f"r{i}", fencing_token=i, state=RunState.FAILED, error=error))
+    box.output("r0", "stdout", b"o" * (20 << 20))
+    done = asyncio.Event()
+    events = await box.take(done, lambda: Heartbeat(leases=()))
+    sizes = [encode_worker_message(e).ByteSize() for e in events]
+    assert max(sizes) < MAX_MESSAGE_BYTES // 2
+    assert sum(len(e.outcomes) for e in events if hasattr(e, "outcomes")) == 2000

@@ -31,8 +31,12 @@ from shardcron.client.stream import (
     WorkerEvent,
 )
 
+# Every message stays far under what a node takes (4 MiB, ``MAX_MESSAGE_BYTES`` in
+# coordinator/service.py): a bigger one would end the stream, again at each reconnect.
 MAX_OUTPUT_MESSAGE = 64 * 1024
 MAX_RESULTS_MESSAGE = 500
+MAX_RESULTS_MESSAGE_BYTES = 1 << 20
+RESULT_FIELDS_BYTES = 160  # a result's encoded size beyond its error text, at most
 
 
 class _Chunk:
@@ -201,12 +205,29 @@ class Outbox:
         ):
             out.extend(self._output_messages())
         if self._results:
-            for i in range(0, len(self._results), MAX_RESULTS_MESSAGE):
-                out.append(Results(outcomes=tuple(self._results[i : i + MAX_RESULTS_MESSAGE])))
-            self._results = []
+            out.extend(self._results_messages())
         if self._heartbeat:
             self._heartbeat = False
             out.append(build_heartbeat())
+        return out
+
+    def _results_messages(self) -> list[WorkerEvent]:
+        """The results in messages of at most ``MAX_RESULTS_MESSAGE`` outcomes and about
+        ``MAX_RESULTS_MESSAGE_BYTES``."""
+        out: list[WorkerEvent] = []
+        batch: list[RunOutcome] = []
+        size = 0
+        for outcome in self._results:
+            cost = len(outcome.error.encode()) + RESULT_FIELDS_BYTES
+            if batch and (
+                len(batch) == MAX_RESULTS_MESSAGE or size + cost > MAX_RESULTS_MESSAGE_BYTES
+            ):
+                out.append(Results(outcomes=tuple(batch)))
+                batch, size = [], 0
+            batch.append(outcome)
+            size += cost
+        out.append(Results(outcomes=tuple(batch)))
+        self._results = []
         return out
 
     def _output_messages(self) -> list[WorkerEvent]:

@@ -53,6 +53,7 @@ Target = str | Sequence[str] | Callable[[], list[str] | Awaitable[list[str]]]
 WATCHDOG_PERIOD = 0.1
 TARGET_REFRESH = 5.0
 MAX_PENDING_HEARTBEATS = 256
+MAX_ERROR_CHARS = 4096  # of a result's error text; the rest is cut (bounded_error)
 GRANT_IDLE = 1.5  # seconds a share may stay unused before it goes to other pollers
 
 
@@ -80,10 +81,18 @@ class _Run:
             state=res.state,
             reason=res.reason,
             exit_code=res.exit_code,
-            error=res.error,
+            error=bounded_error(res.error),
             started_at=res.started_at,
             ended_at=res.ended_at,
         )
+
+
+def bounded_error(error: str) -> str:
+    """``error`` cut to ``MAX_ERROR_CHARS``, keeping its start (the exception's type and
+    message): results travel in messages a node must accept, and are stored."""
+    if len(error) <= MAX_ERROR_CHARS:
+        return error
+    return f"{error[:MAX_ERROR_CHARS]}... ({len(error) - MAX_ERROR_CHARS} characters cut)"
 
 
 class Worker:
