@@ -2,8 +2,12 @@
 
 Domain errors become status codes through ``shardcron.client.codec.status_for``
 (the one table); anything unexpected is INTERNAL and logged. Health checking and
-server reflection are served so grpcurl and load balancers work. A message
-received over ``MAX_MESSAGE_BYTES`` ends only the call that sent it.
+server reflection are served so grpcurl and load balancers work.
+
+Every answer fits a client that keeps gRPC's default 4 MiB receive limit: pages of
+the List calls end early, with a token, once their items pass ``PAGE_BYTES``; a
+``CreateJobs`` whose reply could not fit is refused before anything is written. A
+message received over ``MAX_MESSAGE_BYTES`` ends only the call that sent it.
 """
 
 from __future__ import annotations
@@ -16,17 +20,19 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
 import grpc
+from google.protobuf.message import Message
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from shardcron.client import codec
 from shardcron.client.codec.common import get_time
 from shardcron.client.errors import InvalidArgument, ShardcronError
-from shardcron.client.types import DEFAULT_OWNER, ClusterStatus, ShardInfo, WorkerInfo
+from shardcron.client.types import DEFAULT_OWNER, ClusterStatus, Page, ShardInfo, WorkerInfo
 from shardcron.coordinator.api import JobsApi
 from shardcron.coordinator.coordination import Coordination
 from shardcron.coordinator.poller import Poller
 from shardcron.coordinator.router import PollerServiceServicer, ShardRouter
+from shardcron.coordinator.store_rules import PAGE_BYTES, PageKind, fit_page
 from shardcron.coordinator.validation import page_size, validate_owner
 from shardcron.coordinator.workers import WorkerStreamServicer
 from shardcron.v1 import (
@@ -43,9 +49,14 @@ log = logging.getLogger("shardcron.service")
 OWNER_KEY = "x-shardcron-owner"
 FOLLOW_POLL_SECONDS = 0.2
 T = TypeVar("T")
+M = TypeVar("M", bound=Message)
 # The largest message a node takes, on any call (gRPC sets it per server): a worker
 # sends output in 64 KiB messages, and the largest valid job is about 1.2 MiB.
 MAX_MESSAGE_BYTES = 4 << 20
+# What a created job's reply adds to its request item, beyond the owner's name: the
+# server-set fields (id, state, versions, three times, next fire key, the anchor of an
+# interval) and framing; tests/e2e/test_limits.py checks it bounds the real reply.
+JOB_REPLY_OVERHEAD = 320
 
 
 def owner_of(context: grpc.aio.ServicerContext) -> str:
@@ -75,6 +86,13 @@ def rpc(method: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
     return wrapper
 
 
+def fitted(kind: PageKind, page: Page[Any], encode: Callable[[Any], M]) -> tuple[list[M], str]:
+    """The page's items encoded, as many as fit in ``PAGE_BYTES``, and its next token."""
+    encoded = [encode(item) for item in page.items]
+    kept = fit_page(kind, page, [m.ByteSize() for m in encoded], lambda item: item.id)
+    return encoded[: len(kept.items)], kept.next_page_token
+
+
 class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
     def __init__(self, api: JobsApi) -> None:
         self.api = api
@@ -100,6 +118,13 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
         ]
         if not items:
             raise InvalidArgument("jobs", "must not be empty")
+        reply = request.ByteSize() + len(items) * (JOB_REPLY_OVERHEAD + len(owner))
+        if reply > PAGE_BYTES:  # refused before any write: never acknowledge less than written
+            raise InvalidArgument(
+                "jobs",
+                f"the reply would take up to {reply} bytes, over {PAGE_BYTES}:"
+                " send fewer or smaller jobs per call",
+            )
         results = await self.api.create_jobs(owner, items)
         return jobs_pb2.CreateJobsResponse(
             jobs=[
@@ -126,9 +151,8 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
             page_size=page_size(request.page_size),
             page_token=request.page_token,
         )
-        return jobs_pb2.ListJobsResponse(
-            jobs=[codec.job_to_proto(j) for j in page.items], next_page_token=page.next_page_token
-        )
+        jobs, token = fitted(PageKind.JOBS, page, codec.job_to_proto)
+        return jobs_pb2.ListJobsResponse(jobs=jobs, next_page_token=token)
 
     @rpc
     async def UpdateJob(self, request: jobs_pb2.UpdateJobRequest, context: Any) -> types_pb2.Job:
@@ -187,9 +211,8 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
             page_size=page_size(request.page_size),
             page_token=request.page_token,
         )
-        return jobs_pb2.ListRunsResponse(
-            runs=[codec.run_to_proto(r) for r in page.items], next_page_token=page.next_page_token
-        )
+        runs, token = fitted(PageKind.RUNS, page, codec.run_to_proto)
+        return jobs_pb2.ListRunsResponse(runs=runs, next_page_token=token)
 
     @rpc
     async def GetRun(self, request: jobs_pb2.GetRunRequest, context: Any) -> types_pb2.Run:
@@ -231,9 +254,8 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
             page_size=page_size(request.page_size),
             page_token=request.page_token,
         )
-        return jobs_pb2.ListRunsResponse(
-            runs=[codec.run_to_proto(r) for r in page.items], next_page_token=page.next_page_token
-        )
+        runs, token = fitted(PageKind.DEAD_LETTERS, page, codec.run_to_proto)
+        return jobs_pb2.ListRunsResponse(runs=runs, next_page_token=token)
 
     @rpc
     async def ReplayDeadLetters(

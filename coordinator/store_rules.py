@@ -8,7 +8,7 @@ token of one listing for another:
 - the layout (shard count, bucket size, output cap) and the check that a store
   opened on existing data was created with the same shard count and bucket size;
 - the run-state order: a stored run is never moved back to an earlier state;
-- page tokens, page sizes and pages;
+- page tokens, page sizes and pages, bounded in count and in bytes;
 - where a run's kept output starts once it passes the cap (``output_head``,
   ``keep_tail``);
 - the filters of ``list_jobs`` and ``list_runs``;
@@ -151,6 +151,33 @@ def make_page(kind: PageKind, items: list[T], size: int, key: Callable[[T], str]
         return Page(items=items)
     items = items[:size]
     return Page(items=items, next_page_token=page_token(kind, key(items[-1])))
+
+
+# A page of a listing is also bounded in bytes, so that it reaches a client that keeps
+# gRPC's default 4 MiB receive limit whatever the items hold (a job's payload alone may
+# be 1 MiB): under that limit with room for the message's own framing.
+PAGE_BYTES = 3 << 20
+# What a repeated message field adds to each item's encoded size (tag, length).
+ITEM_FRAMING_BYTES = 6
+
+
+def fit_page(
+    kind: PageKind,
+    page: Page[T],
+    sizes: Sequence[int],
+    key: Callable[[T], str],
+    budget: int = PAGE_BYTES,
+) -> Page[T]:
+    """The longest head of ``page`` whose items (of encoded ``sizes``) fit in ``budget``
+    bytes, with a token resuming after its last item when that is shorter than the page.
+    Never empty while the page is not: an item over the budget alone comes alone."""
+    used = 0
+    for i, size in enumerate(sizes):
+        used += size + ITEM_FRAMING_BYTES
+        if used > budget and i > 0:
+            kept = page.items[:i]
+            return Page(items=kept, next_page_token=page_token(kind, key(kept[-1])))
+    return page
 
 
 # --------------------------------------------------------------------------- output

@@ -39,6 +39,7 @@ from shardcron.client.types import (
 from shardcron.coordinator.ids import new_job_id, run_id
 from shardcron.coordinator.sqlite.store import SqliteStore
 from shardcron.coordinator.store import DueEntry, JobProgress, JobStore, NewJob
+from shardcron.coordinator.store_rules import PAGE_BYTES, PageKind, fit_page
 from tests.support.cassandra import cassandra_backend
 from tests.support.store_builders import (
     ALICE,
@@ -317,6 +318,38 @@ async def test_list_jobs_paginates_without_duplicates_or_gaps(store: JobStore) -
         assert (await store.list_jobs(ALICE, page_token=page.next_page_token)).items == []
     assert len((await store.list_jobs(ALICE, page_size=0)).items) >= 1  # clamped, not an error
     assert len((await store.list_jobs(ALICE, page_size=10_000)).items) == 23
+
+
+async def test_a_page_cut_short_by_its_bytes_resumes_after_its_last_item(
+    store: JobStore,
+) -> None:
+    """Pages are bounded in bytes at the edge (``store_rules.fit_page``): the token of a
+    page cut after any item must resume right after it, in every listing."""
+    job = await create(store, make_job())
+    await create(store, make_job(name="other"))
+    dead = [
+        make_run(job, due_at=T0 + i * S, fire_key=f"f{i}", state=RunState.FAILED, dead_letter=True)
+        for i in range(5)
+    ]
+    await store.commit(runs=dead)
+    listings = [
+        (PageKind.JOBS, lambda **kw: store.list_jobs(ALICE, **kw)),
+        (PageKind.RUNS, lambda **kw: store.list_runs(ALICE, job.id, **kw)),
+        (PageKind.DEAD_LETTERS, lambda **kw: store.list_dead_letters(ALICE, **kw)),
+    ]
+    for kind, listing in listings:
+        whole = (await listing(page_size=100)).items
+        assert len(whole) >= 2
+        seen, token = [], ""
+        while True:  # every item "weighs" the whole budget: pages of one item each
+            page = await listing(page_size=100, page_token=token)
+            cut = fit_page(kind, page, [PAGE_BYTES] * len(page.items), lambda x: x.id)
+            assert len(cut.items) == 1
+            seen += cut.items
+            token = cut.next_page_token
+            if not token:
+                break
+        assert seen == whole
 
 
 @pytest.mark.parametrize("token", ["garbage!", "bm9wZQ==", "x" * 7, "%%%"])

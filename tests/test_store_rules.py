@@ -12,12 +12,13 @@ from pathlib import Path
 import pytest
 
 from shardcron.client.errors import InvalidArgument
-from shardcron.client.types import FINAL_RUN_STATES, JobState, RunState
+from shardcron.client.types import FINAL_RUN_STATES, JobState, Page, RunState
 from shardcron.coordinator.sqlite.schema import UPSERT_RUN
 from shardcron.coordinator.sqlite.store import SqliteStore
 from shardcron.coordinator.store import JobProgress
 from shardcron.coordinator.store_rules import (
     ACTIVE_RUN_STATES,
+    ITEM_FRAMING_BYTES,
     LISTED_JOB_STATES,
     JobFilter,
     PageKind,
@@ -27,6 +28,7 @@ from shardcron.coordinator.store_rules import (
     check_schema,
     clamp_page_size,
     cut_pieces,
+    fit_page,
     keep_tail,
     make_page,
     output_head,
@@ -219,6 +221,21 @@ async def test_sqlite_reopened_with_another_shard_count_is_refused_not_stranding
     again = SqliteStore(tmp_path / "s.db", shard_count=64, bucket_seconds=60, output_cap_bytes=1)
     await again.open()  # the output cap may change
     await again.close()
+
+
+# --------------------------------------------------------------------------- pages in bytes
+
+
+def test_a_page_ends_early_when_its_bytes_pass_the_budget() -> None:
+    page = Page(items=["a", "b", "c", "d"], next_page_token="after-d")
+    per_item = 100 - ITEM_FRAMING_BYTES
+    cut = fit_page(PageKind.JOBS, page, [per_item] * 4, str, budget=250)
+    assert cut.items == ["a", "b"] and page_token_after(PageKind.JOBS, cut.next_page_token) == "b"
+    assert fit_page(PageKind.JOBS, page, [per_item] * 4, str, budget=400) == page  # all fit
+    # An item over the budget alone still comes, alone: never an empty page.
+    alone = fit_page(PageKind.RUNS, page, [10_000, 1, 1, 1], str, budget=250)
+    assert alone.items == ["a"] and page_token_after(PageKind.RUNS, alone.next_page_token) == "a"
+    assert fit_page(PageKind.JOBS, Page(items=[]), [], str) == Page(items=[])
 
 
 # --------------------------------------------------------------------------- output cut

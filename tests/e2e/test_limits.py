@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import grpc
 import pytest
 
-from shardcron.coordinator.service import MAX_MESSAGE_BYTES
+from shardcron.coordinator.service import JOB_REPLY_OVERHEAD, MAX_MESSAGE_BYTES
 from shardcron.v1 import jobs_pb2, jobs_pb2_grpc, types_pb2, worker_pb2, worker_pb2_grpc
 from tests.e2e.harness import DevServer
 
@@ -125,3 +125,71 @@ def test_a_huge_output_message_ends_only_its_stream(node: DevServer, channel: gr
     assert other.error is None and not other.call.done()
     other.close()
     assert stored_bytes(node) - before < 64 * MiB  # nothing near the 60 MiB sent was kept
+
+
+def test_a_page_of_large_jobs_fits_a_default_client(channel: grpc.Channel) -> None:
+    """After 60 jobs with 1 MiB payloads a default client could no longer list them."""
+    jobs = jobs_pb2_grpc.JobServiceStub(channel)
+    owner = (("x-shardcron-owner", "pages"),)
+    payload = b"p" * MiB
+    created = [
+        jobs.CreateJob(
+            jobs_pb2.CreateJobRequest(spec=handler_spec(f"big{i}", "nobody", payload, "0 0 1 1 *")),
+            metadata=owner,
+        ).job.id
+        for i in range(12)
+    ]
+    seen, token, pages = [], "", 0
+    while True:  # default page size (100) and a default client's receive limit
+        page = jobs.ListJobs(jobs_pb2.ListJobsRequest(page_token=token), metadata=owner)
+        assert page.jobs, "a page is never empty while more jobs exist"
+        seen += [j.id for j in page.jobs]
+        pages, token = pages + 1, page.next_page_token
+        if not token:
+            break
+    assert seen == created and pages >= 4
+
+
+def test_a_batch_create_never_acknowledges_less_than_it_wrote(channel: grpc.Channel) -> None:
+    """CreateJobs of five 1 MiB jobs wrote them all, then failed RESOURCE_EXHAUSTED at
+    the client (a 5 MiB reply). Now a batch whose reply cannot fit is refused, naming
+    ``jobs``, before anything is written; one that fits is acknowledged whole."""
+    jobs = jobs_pb2_grpc.JobServiceStub(channel)
+    owner = (("x-shardcron-owner", "batch"),)
+    specs = [handler_spec(f"b{i}", "nobody", b"q" * MiB, "0 0 1 1 *") for i in range(5)]
+    items = [jobs_pb2.CreateJobRequest(spec=s) for s in specs]
+    # Over the node's message limit: refused on arrival. Under it, but with a reply
+    # over the page budget: refused by the api, naming the field.
+    for count, code in (
+        (5, grpc.StatusCode.RESOURCE_EXHAUSTED),
+        (3, grpc.StatusCode.INVALID_ARGUMENT),
+    ):
+        request = jobs_pb2.CreateJobsRequest(jobs=items[:count])
+        with pytest.raises(grpc.RpcError) as refused:
+            jobs.CreateJobs(request, metadata=owner)
+        assert refused.value.code() == code
+        assert not jobs.ListJobs(jobs_pb2.ListJobsRequest(), metadata=owner).jobs
+    assert (refused.value.details() or "").startswith("jobs")
+    two = jobs_pb2.CreateJobsRequest(jobs=items[:2])
+    assert len(jobs.CreateJobs(two, metadata=owner).jobs) == 2
+    assert len(jobs.ListJobs(jobs_pb2.ListJobsRequest(), metadata=owner).jobs) == 2
+
+
+def test_a_created_jobs_reply_stays_within_its_estimate(channel: grpc.Channel) -> None:
+    """The up-front refusal rests on ``JOB_REPLY_OVERHEAD``: check it bounds real replies
+    (an interval without anchor gains one, a 128-character owner is echoed)."""
+    jobs = jobs_pb2_grpc.JobServiceStub(channel)
+    owner = "o" * 128
+    interval = types_pb2.Schedule(
+        kind=types_pb2.SCHEDULE_KIND_INTERVAL, interval={"seconds": 86400}
+    )
+    specs = [
+        handler_spec("a", "nobody"),
+        handler_spec("b", "nobody", b"x", "0 0 1 1 *"),
+        types_pb2.JobSpec(name="c" * 200, task=handler_spec("c", "nobody").task, schedule=interval),
+    ]
+    for i, spec in enumerate(specs):
+        item = jobs_pb2.CreateJobRequest(spec=spec, idempotency_key=f"k{i}" * 66)
+        request = jobs_pb2.CreateJobsRequest(jobs=[item])
+        reply = jobs.CreateJobs(request, metadata=(("x-shardcron-owner", owner),))
+        assert reply.ByteSize() <= request.ByteSize() + JOB_REPLY_OVERHEAD + len(owner)
