@@ -138,6 +138,7 @@ class RunReason(StrEnum):
     MISFIRE = "MISFIRE"  # skipped: overdue fire dropped by the misfire policy
     DEADLINE = "DEADLINE"  # missed: not started before starting_deadline
     SUPERSEDED = "SUPERSEDED"  # cancelled: the job's schedule changed before this fire ran
+    INTERNAL_ERROR = "INTERNAL_ERROR"  # failed: the scheduler failed handling it (see error)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
