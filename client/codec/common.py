@@ -86,10 +86,11 @@ def get_duration(
     if not msg.HasField(name):
         return default
     d = getattr(msg, name)
+    mixed_signs = (d.seconds > 0 and d.nanos < 0) or (d.seconds < 0 and d.nanos > 0)
+    if mixed_signs or abs(d.seconds) > _MAX_DURATION_SECONDS or abs(d.nanos) > _MAX_NANOS:
+        raise InvalidArgument(_path(field, name), "not a valid duration")
     if d.seconds < 0 or d.nanos < 0:
         raise InvalidArgument(_path(field, name), "must not be negative")
-    if d.seconds > _MAX_DURATION_SECONDS or d.nanos > _MAX_NANOS:
-        raise InvalidArgument(_path(field, name), "not a valid duration")
     return d.ToTimedelta()
 
 
