@@ -1,4 +1,4 @@
-"""The one mapping between domain types and protobuf, and between domain errors and gRPC status.
+"""The one mapping between domain types and protobuf for the job API.
 
 ``X_to_proto`` turns a domain object from ``shardcron.client.types`` into its
 ``shardcron.v1`` message; ``X_from_proto`` reads one back. Readers check structure only
@@ -6,18 +6,12 @@
 values are known) and raise ``InvalidArgument`` naming the field path; what a value
 means (cron syntax, zones, limits) is the server's to validate. UNSPECIFIED enum
 values and unset fields read as the domain defaults documented in types.proto.
-
-``ERROR_CODES`` maps each domain error to its gRPC status code; ``status_for`` is what
-servers send for an exception and ``error_from_rpc`` is what clients raise for a
-failed call.
 """
 
 from __future__ import annotations
 
 import math
 from datetime import datetime, timedelta
-
-import grpc
 
 from shardcron.client.codec.common import (
     DST_GAP,
@@ -35,16 +29,7 @@ from shardcron.client.codec.common import (
     set_duration,
     set_time,
 )
-from shardcron.client.errors import (
-    AlreadyExists,
-    FailedPrecondition,
-    InvalidArgument,
-    NotFound,
-    ShardcronError,
-    StaleLease,
-    Unavailable,
-    VersionConflict,
-)
+from shardcron.client.errors import InvalidArgument
 from shardcron.client.types import (
     ClusterStatus,
     CommandTask,
@@ -69,12 +54,10 @@ from shardcron.client.types import (
 from shardcron.v1 import cluster_pb2, types_pb2
 
 __all__ = [
-    "ERROR_CODES",
     "cluster_status_from_proto",
     "cluster_status_to_proto",
     "concurrency_from_proto",
     "concurrency_to_proto",
-    "error_from_rpc",
     "fire_from_proto",
     "fire_to_proto",
     "job_from_proto",
@@ -99,7 +82,6 @@ __all__ = [
     "schedule_to_proto",
     "shard_info_from_proto",
     "shard_info_to_proto",
-    "status_for",
     "task_from_proto",
     "task_to_proto",
     "worker_info_from_proto",
@@ -526,63 +508,3 @@ def cluster_status_from_proto(msg: cluster_pb2.ClusterStatus) -> ClusterStatus:
         shards=[shard_info_from_proto(s) for s in msg.shards],
         workers=[worker_info_from_proto(w, f"workers[{i}]") for i, w in enumerate(msg.workers)],
     )
-
-
-# --------------------------------------------------------------------------- errors <-> status
-
-ERROR_CODES: dict[type[ShardcronError], grpc.StatusCode] = {
-    InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
-    NotFound: grpc.StatusCode.NOT_FOUND,
-    VersionConflict: grpc.StatusCode.ABORTED,
-    FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
-    StaleLease: grpc.StatusCode.FAILED_PRECONDITION,
-    AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
-    Unavailable: grpc.StatusCode.UNAVAILABLE,
-}
-
-# Reverse of ERROR_CODES (the first class listed for a code wins), plus the codes the
-# transport itself produces.
-_ERRORS_BY_CODE: dict[grpc.StatusCode, type[ShardcronError]] = {}
-for _cls, _code in ERROR_CODES.items():
-    _ERRORS_BY_CODE.setdefault(_code, _cls)
-_ERRORS_BY_CODE[grpc.StatusCode.DEADLINE_EXCEEDED] = Unavailable
-
-
-def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
-    """The status a server sends for ``exc``: the ``ERROR_CODES`` code and the error's
-    message for domain errors (``"field: reason"`` for InvalidArgument); INTERNAL for
-    anything that is not a ``ShardcronError``."""
-    for cls in type(exc).__mro__:
-        if cls in ERROR_CODES:
-            return ERROR_CODES[cls], exc.message  # type: ignore[attr-defined]
-    if isinstance(exc, ShardcronError):
-        code = getattr(grpc.StatusCode, exc.code, grpc.StatusCode.UNKNOWN)
-        return code, exc.message
-    return grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
-
-
-def error_from_rpc(e: grpc.RpcError) -> ShardcronError:
-    """The domain error for a failed call; ``.code`` is the status code's name.
-
-    INVALID_ARGUMENT details ``"field: reason"`` become ``InvalidArgument(field, reason)``;
-    DEADLINE_EXCEEDED and UNAVAILABLE become ``Unavailable``; codes with no domain class
-    become a plain ``ShardcronError``.
-    """
-    code_fn = getattr(e, "code", None)
-    details_fn = getattr(e, "details", None)
-    code = (code_fn() if callable(code_fn) else None) or grpc.StatusCode.UNKNOWN
-    details = (details_fn() if callable(details_fn) else None) or ""
-    cls = _ERRORS_BY_CODE.get(code)
-    err: ShardcronError
-    if cls is InvalidArgument:
-        field, sep, reason = details.partition(": ")
-        err = InvalidArgument(field, reason) if sep else InvalidArgument("", details)
-        if not sep:
-            err.message = details
-            err.args = (details,)
-    elif cls is not None:
-        err = cls(details or code.name)
-    else:
-        err = ShardcronError(details or code.name)
-    err.code = code.name
-    return err
