@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 import click
 
+from shardcron.client import limits
 from shardcron.client.cli.params import (
     DURATION,
     KEY_VALUE,
@@ -109,19 +110,29 @@ JOB_FLAGS = [
     click.option("--start-at", type=TIME, help="No fire before TIME."),
     click.option("--end-at", type=TIME, help="No fire after TIME."),
     click.option("--jitter", type=DURATION, help="Delay each fire by a stable random 0..DUR."),
-    click.option("--priority", type=int, help="Higher runs first when slots are scarce."),
     click.option(
-        "--max-attempts", type=click.IntRange(min=1), help="Total attempts (1 = no retry)."
+        "--priority",
+        type=click.IntRange(-limits.MAX_PRIORITY, limits.MAX_PRIORITY),
+        help="Higher runs first when slots are scarce.",
+    ),
+    click.option(
+        "--max-attempts",
+        type=click.IntRange(1, limits.MAX_ATTEMPTS),
+        help="Total attempts (1 = no retry).",
     ),
     click.option("--backoff", type=DURATION, help="Delay before the first retry [1s]."),
     click.option(
         "--backoff-multiplier",
-        type=click.FloatRange(min=0, min_open=True),
+        type=click.FloatRange(1, limits.MAX_MULTIPLIER),
         help="Backoff growth per attempt [2].",
     ),
     click.option("--max-backoff", type=DURATION, help="Longest delay between attempts [5m]."),
     click.option("--timeout", type=DURATION, help="Kill a run after DUR (0 = no timeout)."),
-    click.option("--max-concurrent", type=click.IntRange(min=0), help="Runs of this job at once."),
+    click.option(
+        "--max-concurrent",
+        type=click.IntRange(0, limits.MAX_CONCURRENT),
+        help="Runs of this job at once.",
+    ),
     click.option("--overlap", type=EnumChoice(OverlapPolicy), help="A fire while a run is going."),
     click.option(
         "--misfire", type=EnumChoice(MisfirePolicy), help="Fires missed while down [run-once]."
@@ -129,9 +140,17 @@ JOB_FLAGS = [
     click.option(
         "--starting-deadline", type=DURATION, help="A run not started within DUR is MISSED."
     ),
-    click.option("--slots", type=click.IntRange(min=1), help="Worker slots a run takes [1]."),
-    click.option("--cpu", type=click.IntRange(min=0), help="CPU a run needs, in millicores."),
-    click.option("--memory", type=click.IntRange(min=0), help="Memory a run needs, in MB."),
+    click.option(
+        "--slots", type=click.IntRange(1, limits.MAX_SLOTS), help="Worker slots a run takes [1]."
+    ),
+    click.option(
+        "--cpu",
+        type=click.IntRange(0, limits.MAX_CPU_MILLIS),
+        help="CPU a run needs, in millicores.",
+    ),
+    click.option(
+        "--memory", type=click.IntRange(0, limits.MAX_MEMORY_MB), help="Memory a run needs, in MB."
+    ),
     click.option(
         "--require-label",
         "require_labels",
@@ -144,7 +163,7 @@ JOB_FLAGS = [
     ),
     click.option(
         "--pause-after-failures",
-        type=click.IntRange(min=0),
+        type=click.IntRange(0, limits.MAX_PAUSE_AFTER_FAILURES),
         help="Pause the job after N failed runs in a row (0 = never).",
     ),
     click.option("--handler", metavar="NAME", help="Run the worker handler NAME (no ARGV)."),

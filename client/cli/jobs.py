@@ -13,6 +13,7 @@ from itertools import islice
 
 import click
 
+from shardcron.client import limits
 from shardcron.client.cli.job_options import (
     JobOptions,
     apply_options,
@@ -104,7 +105,7 @@ def job_list(
 @job_flags
 @click.option(
     "--expected-version",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, limits.MAX_VERSION),
     help="Fail unless the job is at this version [the version read].",
 )
 @pass_state
@@ -162,7 +163,9 @@ def job_delete(state: CliState, job_id: str, cancel_running: bool) -> None:
 @click.argument("job_id", required=False)
 @schedule_flags
 @click.option("--after", type=TIME, help="Fires after TIME [now].")
-@click.option("--count", type=click.IntRange(1, 1000), default=10, show_default=True)
+@click.option(
+    "--count", type=click.IntRange(1, limits.MAX_PREVIEW_COUNT), default=10, show_default=True
+)
 @pass_state
 def job_preview(
     state: CliState,

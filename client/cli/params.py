@@ -13,7 +13,8 @@ from typing import Any
 
 import click
 
-from shardcron.client.schedule import parse_duration
+from shardcron.client.limits import MAX_DURATION
+from shardcron.client.schedule import format_duration, parse_duration
 
 
 def parse_time(text: str, *, now: datetime | None = None) -> datetime:
@@ -39,7 +40,8 @@ def parse_time(text: str, *, now: datetime | None = None) -> datetime:
 
 
 class DurationParam(click.ParamType):
-    """``500ms``, ``30s``, ``5m``, ``1h30m``, ``2d``; a plain number is seconds."""
+    """``500ms``, ``30s``, ``5m``, ``1h30m``, ``2d``; a plain number is seconds. At most
+    ``limits.MAX_DURATION`` (ten years), the longest duration the server takes."""
 
     name = "duration"
 
@@ -47,9 +49,14 @@ class DurationParam(click.ParamType):
         if isinstance(value, timedelta):
             return value
         try:
-            return parse_duration(value)
+            duration = parse_duration(value)
         except ValueError as e:
             self.fail(str(e), param, ctx)
+        if duration > MAX_DURATION:
+            self.fail(
+                f"at most {format_duration(MAX_DURATION)} (10 years): {value!r:.40}", param, ctx
+            )
+        return duration
 
 
 class TimeParam(click.ParamType):

@@ -13,6 +13,7 @@ from itertools import islice
 
 import click
 
+from shardcron.client import limits
 from shardcron.client.cli.output import print_run, print_runs
 from shardcron.client.cli.params import DURATION, EnumChoice
 from shardcron.client.cli.state import CliState, pass_state
@@ -58,7 +59,12 @@ def run_cancel(state: CliState, run_id: str) -> None:
 @run.command("logs")
 @click.argument("run_id")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing until the run is final.")
-@click.option("--offset", type=int, default=0, help="Start at byte N (negative: from the end).")
+@click.option(
+    "--offset",
+    type=click.IntRange(-limits.MAX_OUTPUT_OFFSET, limits.MAX_OUTPUT_OFFSET),
+    default=0,
+    help="Start at byte N (negative: from the end).",
+)
 @pass_state
 def run_logs(state: CliState, run_id: str, follow: bool, offset: int) -> None:
     """Write the run's output (stdout and stderr as kept) to stdout."""

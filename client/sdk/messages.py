@@ -3,7 +3,9 @@
 Each ``*_request`` function builds one protobuf request from the arguments of a client
 method; each reader turns one reply into the domain values the method returns (the
 field paths in its errors name the item, ``jobs[3]``). ``Client`` and ``AsyncClient``
-share them, so the two differ only in how they call.
+share them, so the two differ only in how they call. A value protobuf cannot hold (an
+integer past its field's range, text that is not Unicode) raises ``InvalidArgument``
+naming the field before anything is sent.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from shardcron.client.codec import (
     run_state_to_proto,
     schedule_to_proto,
 )
+from shardcron.client.codec.common import build, set_time
 from shardcron.client.errors import InvalidArgument
 from shardcron.client.types import Fire, Job, JobSpec, JobState, Page, Run, RunState, Schedule
 from shardcron.v1 import cluster_pb2, jobs_pb2
@@ -28,8 +31,16 @@ from shardcron.v1 import cluster_pb2, jobs_pb2
 JobSpecArg = JobSpec | tuple[JobSpec, str]
 
 
-def create_job_request(spec: JobSpec, idempotency_key: str) -> jobs_pb2.CreateJobRequest:
-    return jobs_pb2.CreateJobRequest(spec=job_spec_to_proto(spec), idempotency_key=idempotency_key)
+def create_job_request(
+    spec: JobSpec, idempotency_key: str, field: str = ""
+) -> jobs_pb2.CreateJobRequest:
+    prefix = f"{field}." if field else ""
+    return build(
+        jobs_pb2.CreateJobRequest,
+        field,
+        spec=job_spec_to_proto(spec, f"{prefix}spec"),
+        idempotency_key=idempotency_key,
+    )
 
 
 def created_job(resp: jobs_pb2.CreateJobResponse) -> tuple[Job, bool]:
@@ -38,7 +49,9 @@ def created_job(resp: jobs_pb2.CreateJobResponse) -> tuple[Job, bool]:
 
 def create_jobs_request(specs: Sequence[JobSpecArg]) -> jobs_pb2.CreateJobsRequest:
     items = [(s, "") if isinstance(s, JobSpec) else s for s in specs]
-    return jobs_pb2.CreateJobsRequest(jobs=[create_job_request(s, key) for s, key in items])
+    return jobs_pb2.CreateJobsRequest(
+        jobs=[create_job_request(s, key, f"jobs[{i}]") for i, (s, key) in enumerate(items)]
+    )
 
 
 def created_jobs(resp: jobs_pb2.CreateJobsResponse) -> list[Job]:
@@ -46,7 +59,7 @@ def created_jobs(resp: jobs_pb2.CreateJobsResponse) -> list[Job]:
 
 
 def get_job_request(job_id: str) -> jobs_pb2.GetJobRequest:
-    return jobs_pb2.GetJobRequest(job_id=job_id)
+    return build(jobs_pb2.GetJobRequest, "", job_id=job_id)
 
 
 def list_jobs_request(
@@ -56,7 +69,9 @@ def list_jobs_request(
     page_size: int,
     page_token: str,
 ) -> jobs_pb2.ListJobsRequest:
-    return jobs_pb2.ListJobsRequest(
+    return build(
+        jobs_pb2.ListJobsRequest,
+        "",
         states=[job_state_to_proto(s) for s in states],
         name_prefix=name_prefix,
         labels=dict(labels or {}),
@@ -73,33 +88,41 @@ def jobs_page(resp: jobs_pb2.ListJobsResponse) -> Page[Job]:
 def update_job_request(
     job_id: str, spec: JobSpec, expected_version: int
 ) -> jobs_pb2.UpdateJobRequest:
-    return jobs_pb2.UpdateJobRequest(
-        job_id=job_id, spec=job_spec_to_proto(spec), expected_version=expected_version
+    return build(
+        jobs_pb2.UpdateJobRequest,
+        "",
+        job_id=job_id,
+        spec=job_spec_to_proto(spec),
+        expected_version=expected_version,
     )
 
 
 def job_ref(job_id: str, expected_version: int) -> jobs_pb2.JobRef:
-    return jobs_pb2.JobRef(job_id=job_id, expected_version=expected_version)
+    return build(jobs_pb2.JobRef, "", job_id=job_id, expected_version=expected_version)
 
 
 def delete_job_request(
     job_id: str, cancel_running: bool, expected_version: int
 ) -> jobs_pb2.DeleteJobRequest:
-    return jobs_pb2.DeleteJobRequest(
-        job_id=job_id, cancel_running=cancel_running, expected_version=expected_version
+    return build(
+        jobs_pb2.DeleteJobRequest,
+        "",
+        job_id=job_id,
+        cancel_running=cancel_running,
+        expected_version=expected_version,
     )
 
 
 def preview_fires_request(
     source: Schedule | str, count: int, after: datetime | None
 ) -> jobs_pb2.PreviewFiresRequest:
-    req = jobs_pb2.PreviewFiresRequest(count=count)
     if isinstance(source, Schedule):
-        req.schedule.CopyFrom(schedule_to_proto(source))
+        req = build(
+            jobs_pb2.PreviewFiresRequest, "", schedule=schedule_to_proto(source), count=count
+        )
     else:
-        req.job_id = source
-    if after is not None:
-        req.after.FromDatetime(after)
+        req = build(jobs_pb2.PreviewFiresRequest, "", job_id=source, count=count)
+    set_time(req, "after", after)
     return req
 
 
@@ -110,7 +133,9 @@ def fires(resp: jobs_pb2.PreviewFiresResponse) -> list[Fire]:
 def list_runs_request(
     job_id: str, states: Iterable[RunState], page_size: int, page_token: str
 ) -> jobs_pb2.ListRunsRequest:
-    return jobs_pb2.ListRunsRequest(
+    return build(
+        jobs_pb2.ListRunsRequest,
+        "",
         job_id=job_id,
         states=sorted(run_state_to_proto(s) for s in states),
         page_size=page_size,
@@ -128,18 +153,22 @@ def runs(resp: jobs_pb2.ListRunsResponse) -> list[Run]:
 
 
 def run_request(run_id: str) -> jobs_pb2.GetRunRequest:
-    return jobs_pb2.GetRunRequest(run_id=run_id)
+    return build(jobs_pb2.GetRunRequest, "", run_id=run_id)
 
 
 def read_output_request(run_id: str, offset: int, follow: bool) -> jobs_pb2.ReadRunOutputRequest:
-    return jobs_pb2.ReadRunOutputRequest(run_id=run_id, offset=offset, follow=follow)
+    return build(jobs_pb2.ReadRunOutputRequest, "", run_id=run_id, offset=offset, follow=follow)
 
 
 def list_dead_letters_request(
     job_id: str, page_size: int, page_token: str
 ) -> jobs_pb2.ListDeadLettersRequest:
-    return jobs_pb2.ListDeadLettersRequest(
-        job_id=job_id, page_size=page_size, page_token=page_token
+    return build(
+        jobs_pb2.ListDeadLettersRequest,
+        "",
+        job_id=job_id,
+        page_size=page_size,
+        page_token=page_token,
     )
 
 
@@ -148,7 +177,7 @@ def dead_letters_request(run_ids: Iterable[str], job_id: str) -> jobs_pb2.DeadLe
     if not run_ids and not job_id:
         # Refused here so that no server can read "nothing named" as "everything".
         raise InvalidArgument("run_ids", "name the dead letters: run ids or a job id")
-    return jobs_pb2.DeadLettersRequest(run_ids=run_ids, job_id=job_id)
+    return build(jobs_pb2.DeadLettersRequest, "", run_ids=run_ids, job_id=job_id)
 
 
 def dropped(resp: jobs_pb2.DropDeadLettersResponse) -> int:
