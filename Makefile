@@ -31,10 +31,10 @@ bench: install
 
 # ZooKeeper + Cassandra + three shardcron nodes + two workers, state under .cluster/
 cluster: install servers
-	$(PY) deploy/cluster.py up
+	$(PY) -m deploy.cluster up
 
 cluster-down:
-	$(PY) deploy/cluster.py down
+	$(PY) -m deploy.cluster down
 
 # Regenerates the committed Python code from proto/ (never edit *_pb2*.py by hand).
 proto: install
@@ -61,8 +61,8 @@ fmt: install
 
 # Java, Maven and the ZooKeeper and Cassandra jars the tests start servers from.
 servers:
-	python3 deploy/servers.py ensure-tools
-	python3 deploy/servers.py fetch all
+	python3 -m deploy ensure-tools
+	python3 -m deploy fetch all
 
 test: install proto-check servers
 	$(VENV)/bin/pytest -q --ignore=tests/cluster

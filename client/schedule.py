@@ -21,10 +21,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import CroniterBadDateError, croniter
 
 from shardcron.client.errors import InvalidArgument
+from shardcron.client.limits import LATEST_TIME, MIN_INTERVAL
 from shardcron.client.types import DstGap, DstOverlap, Fire, RunReason, Schedule, ScheduleKind
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-MIN_INTERVAL = timedelta(seconds=1)
 NEVER_FIRES_YEARS = 5  # a cron must fire within this many years to be valid
 _SECOND = timedelta(seconds=1)
 _EARLIEST = datetime(1, 1, 3, tzinfo=UTC)  # cron iteration starts no earlier (date range)
@@ -104,7 +104,8 @@ def iter_fires(s: Schedule, after: datetime) -> Iterator[Fire]:
     """Fires of ``s`` strictly after ``after``, in increasing order of instant.
 
     Honours ``start_at`` (no fire before it) and ``end_at`` (none after it); infinite for
-    CRON and INTERVAL without ``end_at``. Raises ValueError for IMMEDIATE schedules.
+    CRON and INTERVAL without ``end_at`` but for ``limits.LATEST_TIME``: no fire lies at or
+    after it, so adding a jitter or a deadline to a fire cannot overflow. Raises ValueError for IMMEDIATE schedules.
     """
     if s.kind == ScheduleKind.IMMEDIATE:
         raise ValueError("an IMMEDIATE schedule has no fires")
@@ -158,7 +159,7 @@ def _window(
     raw: Iterator[Fire], after: datetime, start: datetime | None, end: datetime | None
 ) -> Iterator[Fire]:
     for fire in raw:
-        if end is not None and fire.at > end:
+        if (end is not None and fire.at > end) or fire.at >= LATEST_TIME:
             return
         if fire.at > after and (start is None or fire.at >= start):
             yield fire

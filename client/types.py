@@ -8,6 +8,7 @@ is the one place that maps these to and from the wire.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -138,6 +139,7 @@ class RunReason(StrEnum):
     MISFIRE = "MISFIRE"  # skipped: overdue fire dropped by the misfire policy
     DEADLINE = "DEADLINE"  # missed: not started before starting_deadline
     SUPERSEDED = "SUPERSEDED"  # cancelled: the job's schedule changed before this fire ran
+    INTERNAL_ERROR = "INTERNAL_ERROR"  # failed: the scheduler failed handling it (see error)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -218,9 +220,20 @@ class RetryPolicy:
     jitter: float = 0.0  # fraction of the backoff, 0..1
 
     def backoff(self, attempt: int) -> timedelta:
-        """Delay before attempt ``attempt + 1`` given that ``attempt`` failed (no jitter)."""
-        seconds = self.initial_backoff.total_seconds() * (self.multiplier ** max(0, attempt - 1))
-        return min(timedelta(seconds=seconds), self.max_backoff)
+        """Delay before attempt ``attempt + 1`` given that ``attempt`` failed (no jitter):
+        ``initial_backoff * multiplier ** (attempt - 1)``, at most ``max_backoff``. Computed
+        in floats and capped before it becomes a timedelta, so a late attempt of a long
+        retry chain gives ``max_backoff`` instead of overflowing."""
+        if self.initial_backoff <= timedelta(0):
+            return min(timedelta(0), self.max_backoff)
+        try:
+            growth = self.multiplier ** max(0, attempt - 1)
+        except OverflowError:
+            growth = math.inf
+        seconds = self.initial_backoff.total_seconds() * growth
+        if not seconds < self.max_backoff.total_seconds():  # also inf and NaN
+            return self.max_backoff
+        return timedelta(seconds=seconds)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -3,7 +3,9 @@
 Stateless: everything is read from and written to the store. What must reach
 the poller that owns a run (new runs due soon, cancels) goes through a
 ``PollerLink``; in ``shardcron dev`` that is the poller in the same process.
-Validation happens before any write, so a rejected call changes nothing.
+Validation happens before any write, so a rejected call changes nothing; every id,
+version, count and time a call names is bounded (``validation``) before it reaches
+the store.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
+from shardcron.client import limits
 from shardcron.client.errors import FailedPrecondition, InvalidArgument
-from shardcron.client.schedule import preview, validate_schedule
+from shardcron.client.schedule import preview
 from shardcron.client.types import (
     Fire,
     Job,
@@ -32,9 +35,18 @@ from shardcron.coordinator.ids import new_job_id, run_id, shard_for, utcnow
 from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.poller.fires import MANUAL_PREFIX, REPLAY_PREFIX, first_fire, make_run
 from shardcron.coordinator.store import JobProgress, JobStore, NewJob
-from shardcron.coordinator.validation import validate_spec
+from shardcron.coordinator.validation import (
+    identifier,
+    optional_identifier,
+    text,
+    time_bound,
+    valid_count,
+    valid_version,
+    validate_schedule_bounds,
+    validate_spec,
+)
 
-MAX_BATCH = 10_000
+MAX_BATCH = limits.MAX_BATCH
 
 
 class PollerLink(Protocol):
@@ -102,11 +114,8 @@ class JobsApi:
         single = len(items) == 1
         for i, (spec, key) in enumerate(items):
             validate_spec(spec, "spec" if single else f"jobs[{i}].spec")
-            if len(key) > 200:
-                raise InvalidArgument(
-                    "idempotency_key" if single else f"jobs[{i}].idempotency_key",
-                    "at most 200 characters",
-                )
+            key_field = "idempotency_key" if single else f"jobs[{i}].idempotency_key"
+            text(key, key_field, limits.MAX_IDEMPOTENCY_KEY)
         now = utcnow()
         new = [self._new_job(owner, spec, key, now) for spec, key in items]
         results = await self.store.create_jobs(new)
@@ -121,23 +130,20 @@ class JobsApi:
             self.link.runs_created(pending, jobs)
 
     async def get_job(self, owner: str, job_id: str) -> Job:
-        return await self.store.get_job(owner, job_id)
+        return await self.store.get_job(owner, identifier(job_id, "job_id"))
 
     async def list_jobs(self, owner: str, **filters: object) -> Page[Job]:
         return await self.store.list_jobs(owner, **filters)  # type: ignore[arg-type]
 
     async def _load(self, owner: str, job_id: str, expected_version: int) -> Job:
-        if not job_id:
-            raise InvalidArgument("job_id", "must not be empty")
-        if expected_version < 0:
-            raise InvalidArgument("expected_version", "must not be negative")
+        identifier(job_id, "job_id")
+        valid_version(expected_version)
         return await self.store.get_job(owner, job_id)
 
     async def update_job(
         self, owner: str, job_id: str, spec: JobSpec, expected_version: int
     ) -> Job:
-        if expected_version <= 0:
-            raise InvalidArgument("expected_version", "required: the version of the job you read")
+        valid_version(expected_version, required=True)
         validate_spec(spec)
         job = await self._load(owner, job_id, expected_version)
         if job.state == JobState.DELETED:
@@ -285,12 +291,12 @@ class JobsApi:
     async def preview_fires(
         self, owner: str, source: str | Schedule, count: int, after: datetime | None
     ) -> list[Fire]:
-        if not 0 <= count <= 1000:
-            raise InvalidArgument("count", "must be 0 to 1000")
+        valid_count(count, "count", limits.MAX_PREVIEW_COUNT)
+        time_bound(after, "after")
         if isinstance(source, str):
             schedule = (await self._load(owner, source, 0)).spec.schedule
         else:
-            validate_schedule(source, field="schedule")
+            validate_schedule_bounds(source, "schedule")
             schedule = source
         now = after or utcnow()
         if schedule.kind == ScheduleKind.IMMEDIATE:
@@ -300,14 +306,11 @@ class JobsApi:
     # --- runs ---------------------------------------------------------------------
 
     async def list_runs(self, owner: str, job_id: str, **filters: object) -> Page[Run]:
-        if not job_id:
-            raise InvalidArgument("job_id", "must not be empty")
+        identifier(job_id, "job_id")
         return await self.store.list_runs(owner, job_id, **filters)  # type: ignore[arg-type]
 
     async def get_run(self, owner: str, run_id_: str) -> Run:
-        if not run_id_:
-            raise InvalidArgument("run_id", "must not be empty")
-        return await self.store.get_run(owner, run_id_)
+        return await self.store.get_run(owner, identifier(run_id_, "run_id"))
 
     async def cancel_run(self, owner: str, run_id_: str) -> Run:
         run = await self.get_run(owner, run_id_)
@@ -316,11 +319,17 @@ class JobsApi:
         return await self.link.cancel(run, RunReason.CANCELLED_BY_USER)
 
     async def list_dead_letters(self, owner: str, **filters: object) -> Page[Run]:
+        optional_identifier(str(filters.get("job_id", "")), "job_id")
         return await self.store.list_dead_letters(owner, **filters)  # type: ignore[arg-type]
 
     async def _dead_letters(self, owner: str, run_ids: Sequence[str], job_id: str) -> list[Run]:
         if not run_ids and not job_id:
             raise InvalidArgument("run_ids", "name run ids or a job_id")
+        if len(run_ids) > limits.MAX_RUN_IDS:
+            raise InvalidArgument("run_ids", f"at most {limits.MAX_RUN_IDS} per call")
+        for i, rid in enumerate(run_ids):
+            identifier(rid, f"run_ids[{i}]")
+        optional_identifier(job_id, "job_id")
         if run_ids:
             runs = [await self.store.get_run(owner, rid) for rid in run_ids]
             for i, run in enumerate(runs):
@@ -373,5 +382,7 @@ class JobsApi:
         return len(runs)
 
     async def read_output(self, owner: str, run_id_: str, offset: int) -> tuple[Run, list]:  # type: ignore[type-arg]
+        if abs(offset) > limits.MAX_OUTPUT_OFFSET:
+            raise InvalidArgument("offset", f"must be within ±{limits.MAX_OUTPUT_OFFSET}")
         run = await self.get_run(owner, run_id_)
         return run, await self.store.read_output(run_id_, offset=offset)

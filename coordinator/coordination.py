@@ -6,7 +6,7 @@ from an older term always loses). Workers learn from it where the pollers are.
 ``LocalCoordination`` serves one process (the ``shardcron dev`` default): it is
 its own leader and owns every shard, and it bumps a persisted epoch at every
 start so tokens issued before a restart are stale after it.
-``shardcron.coordinator.zk_coordination.ZkCoordination`` serves a cluster.
+``shardcron.coordinator.zk.ZkCoordination`` serves a cluster.
 """
 
 from __future__ import annotations

@@ -1,8 +1,15 @@
 """gRPC edge of a node: thin servicers (decode, call, encode) and the server builder.
 
 Domain errors become status codes through ``shardcron.client.codec.status_for``
-(the one table); anything unexpected is INTERNAL and logged. Health checking and
-server reflection are served so grpcurl and load balancers work.
+(the one table, which also caps the message so the trailer always fits); anything
+unexpected is INTERNAL and logged. A request that does not decode is INVALID_ARGUMENT
+(``request_decoding``). Health checking and server reflection are served so grpcurl
+and load balancers work.
+
+Every answer fits a client that keeps gRPC's default 4 MiB receive limit: pages of
+the List calls end early, with a token, once their items pass ``PAGE_BYTES``; a
+``CreateJobs`` whose reply could not fit is refused before anything is written. A
+message received over ``MAX_MESSAGE_BYTES`` ends only the call that sent it.
 """
 
 from __future__ import annotations
@@ -12,21 +19,30 @@ import dataclasses
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from datetime import UTC
 from typing import Any, TypeVar
 
 import grpc
+from google.protobuf.message import Message
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from shardcron.client import codec
+from shardcron.client import codec, limits
+from shardcron.client.codec.common import get_time
 from shardcron.client.errors import InvalidArgument, ShardcronError
-from shardcron.client.types import DEFAULT_OWNER, ClusterStatus, ShardInfo, WorkerInfo
+from shardcron.client.types import DEFAULT_OWNER, ClusterStatus, Page, ShardInfo, WorkerInfo
 from shardcron.coordinator.api import JobsApi
 from shardcron.coordinator.coordination import Coordination
 from shardcron.coordinator.poller import Poller
+from shardcron.coordinator.request_decoding import DecodingInterceptor
 from shardcron.coordinator.router import PollerServiceServicer, ShardRouter
-from shardcron.coordinator.validation import page_size, validate_owner
+from shardcron.coordinator.store_rules import PAGE_BYTES, PageKind, fit_page
+from shardcron.coordinator.validation import (
+    labels,
+    page_size,
+    page_token,
+    text,
+    validate_owner,
+)
 from shardcron.coordinator.worker_stream import WorkerStreamServicer
 from shardcron.v1 import (
     cluster_pb2,
@@ -42,6 +58,14 @@ log = logging.getLogger("shardcron.service")
 OWNER_KEY = "x-shardcron-owner"
 FOLLOW_POLL_SECONDS = 0.2
 T = TypeVar("T")
+M = TypeVar("M", bound=Message)
+# The largest message a node takes, on any call (gRPC sets it per server): a worker
+# sends output in 64 KiB messages, and the largest valid job is about 1.2 MiB.
+MAX_MESSAGE_BYTES = 4 << 20
+# What a created job's reply adds to its request item, beyond the owner's name: the
+# server-set fields (id, state, versions, three times, next fire key, the anchor of an
+# interval) and framing; tests/e2e/test_limits.py checks it bounds the real reply.
+JOB_REPLY_OVERHEAD = 320
 
 
 def owner_of(context: grpc.aio.ServicerContext) -> str:
@@ -51,6 +75,17 @@ def owner_of(context: grpc.aio.ServicerContext) -> str:
     return DEFAULT_OWNER
 
 
+async def _abort_with(context: grpc.aio.ServicerContext, e: Exception, name: str) -> None:
+    """Ends the call with the status of ``e``: its code for a domain error, INTERNAL (and
+    logged) for anything else."""
+    if isinstance(e, ShardcronError):
+        code, message = codec.status_for(e)
+    else:
+        log.exception("%s failed", name)
+        code, message = grpc.StatusCode.INTERNAL, f"internal error: {type(e).__name__}"
+    await context.abort(code, message)
+
+
 def rpc(method: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
     """Maps domain errors to status codes for a unary method."""
 
@@ -58,15 +93,36 @@ def rpc(method: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
     async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> T:
         try:
             return await method(self, request, context)
-        except ShardcronError as e:
-            code, message = codec.status_for(e)
-            await context.abort(code, message)
         except grpc.aio.AbortError:
             raise
         except Exception as e:
-            log.exception("%s failed", method.__name__)
-            await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(e).__name__}")
+            await _abort_with(context, e, method.__name__)
         raise AssertionError("unreachable")
+
+    return wrapper
+
+
+def fitted(kind: PageKind, page: Page[Any], encode: Callable[[Any], M]) -> tuple[list[M], str]:
+    """The page's items encoded, as many as fit in ``PAGE_BYTES``, and its next token."""
+    encoded = [encode(item) for item in page.items]
+    kept = fit_page(kind, page, [m.ByteSize() for m in encoded], lambda item: item.id)
+    return encoded[: len(kept.items)], kept.next_page_token
+
+
+def stream_rpc(method: Callable[..., AsyncIterator[T]]) -> Callable[..., AsyncIterator[T]]:
+    """``rpc`` for a method that streams its answer."""
+
+    @functools.wraps(method)
+    async def wrapper(
+        self: Any, request: Any, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[T]:
+        try:
+            async for item in method(self, request, context):
+                yield item
+        except grpc.aio.AbortError:
+            raise
+        except Exception as e:
+            await _abort_with(context, e, method.__name__)
 
     return wrapper
 
@@ -96,6 +152,13 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
         ]
         if not items:
             raise InvalidArgument("jobs", "must not be empty")
+        reply = request.ByteSize() + len(items) * (JOB_REPLY_OVERHEAD + len(owner))
+        if reply > PAGE_BYTES:  # refused before any write: never acknowledge less than written
+            raise InvalidArgument(
+                "jobs",
+                f"the reply would take up to {reply} bytes, over {PAGE_BYTES}:"
+                " send fewer or smaller jobs per call",
+            )
         results = await self.api.create_jobs(owner, items)
         return jobs_pb2.CreateJobsResponse(
             jobs=[
@@ -114,17 +177,17 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
         self, request: jobs_pb2.ListJobsRequest, context: Any
     ) -> jobs_pb2.ListJobsResponse:
         states = frozenset(codec.job_state_from_proto(s, "states") for s in request.states)
+        labels(request.labels, "labels")
         page = await self.api.list_jobs(
             owner_of(context),
             states=states,
-            name_prefix=request.name_prefix,
+            name_prefix=text(request.name_prefix, "name_prefix", limits.MAX_NAME),
             labels=dict(request.labels),
             page_size=page_size(request.page_size),
-            page_token=request.page_token,
+            page_token=page_token(request.page_token),
         )
-        return jobs_pb2.ListJobsResponse(
-            jobs=[codec.job_to_proto(j) for j in page.items], next_page_token=page.next_page_token
-        )
+        jobs, token = fitted(PageKind.JOBS, page, codec.job_to_proto)
+        return jobs_pb2.ListJobsResponse(jobs=jobs, next_page_token=token)
 
     @rpc
     async def UpdateJob(self, request: jobs_pb2.UpdateJobRequest, context: Any) -> types_pb2.Job:
@@ -167,7 +230,7 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
             if which == "job_id"
             else codec.schedule_from_proto(request.schedule, "schedule")
         )
-        after = request.after.ToDatetime(tzinfo=UTC) if request.HasField("after") else None
+        after = get_time(request, "after", "")
         fires = await self.api.preview_fires(owner_of(context), source, request.count, after)
         return jobs_pb2.PreviewFiresResponse(fires=[codec.fire_to_proto(f) for f in fires])
 
@@ -181,11 +244,10 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
             request.job_id,
             states=states,
             page_size=page_size(request.page_size),
-            page_token=request.page_token,
+            page_token=page_token(request.page_token),
         )
-        return jobs_pb2.ListRunsResponse(
-            runs=[codec.run_to_proto(r) for r in page.items], next_page_token=page.next_page_token
-        )
+        runs, token = fitted(PageKind.RUNS, page, codec.run_to_proto)
+        return jobs_pb2.ListRunsResponse(runs=runs, next_page_token=token)
 
     @rpc
     async def GetRun(self, request: jobs_pb2.GetRunRequest, context: Any) -> types_pb2.Run:
@@ -195,27 +257,24 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
     async def CancelRun(self, request: jobs_pb2.GetRunRequest, context: Any) -> types_pb2.Run:
         return codec.run_to_proto(await self.api.cancel_run(owner_of(context), request.run_id))
 
+    @stream_rpc
     async def ReadRunOutput(
         self, request: jobs_pb2.ReadRunOutputRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[types_pb2.OutputChunk]:
-        try:
-            owner = owner_of(context)
-            offset = request.offset
-            while True:
-                run, chunks = await self.api.read_output(owner, request.run_id, offset)
-                for chunk in chunks:
-                    yield codec.output_chunk_to_proto(chunk)
-                    offset = chunk.offset + len(chunk.data)
-                if chunks:
-                    continue
-                if not request.follow or run.is_final:
-                    if request.follow:
-                        yield types_pb2.OutputChunk(run_id=run.id, offset=offset, eof=True)
-                    return
-                await asyncio.sleep(FOLLOW_POLL_SECONDS)
-        except ShardcronError as e:
-            code, message = codec.status_for(e)
-            await context.abort(code, message)
+        owner = owner_of(context)
+        offset = request.offset
+        while True:
+            run, chunks = await self.api.read_output(owner, request.run_id, offset)
+            for chunk in chunks:
+                yield codec.output_chunk_to_proto(chunk)
+                offset = chunk.offset + len(chunk.data)
+            if chunks:
+                continue
+            if not request.follow or run.is_final:
+                if request.follow:
+                    yield types_pb2.OutputChunk(run_id=run.id, offset=offset, eof=True)
+                return
+            await asyncio.sleep(FOLLOW_POLL_SECONDS)
 
     @rpc
     async def ListDeadLetters(
@@ -225,11 +284,10 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
             owner_of(context),
             job_id=request.job_id,
             page_size=page_size(request.page_size),
-            page_token=request.page_token,
+            page_token=page_token(request.page_token),
         )
-        return jobs_pb2.ListRunsResponse(
-            runs=[codec.run_to_proto(r) for r in page.items], next_page_token=page.next_page_token
-        )
+        runs, token = fitted(PageKind.DEAD_LETTERS, page, codec.run_to_proto)
+        return jobs_pb2.ListRunsResponse(runs=runs, next_page_token=token)
 
     @rpc
     async def ReplayDeadLetters(
@@ -307,14 +365,15 @@ def build_server(
 ) -> tuple[grpc.aio.Server, int]:
     """A gRPC server with the services of the roles given; returns it (not started) and its port."""
     server = grpc.aio.server(
+        interceptors=[DecodingInterceptor()],
         options=[
-            ("grpc.max_receive_message_length", 64 << 20),
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", 64 << 20),
             ("grpc.keepalive_time_ms", 20_000),
             ("grpc.keepalive_permit_without_calls", 1),
             ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
             ("grpc.so_reuseport", 0),  # a second node on a busy port must fail, not share it
-        ]
+        ],
     )
     names = [health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME]
     if api is not None:

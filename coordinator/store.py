@@ -2,7 +2,7 @@
 
 Two implementations hold the same logical tables (DESIGN.md §3): SQLite, the
 embedded default, and Cassandra for a cluster. One contract suite
-(tests/store_contract.py) runs unchanged against each. No caller may use what
+(tests/test_store_contract.py) runs unchanged against each. No caller may use what
 only one implementation has.
 
 Write ownership, which keeps the store free of cross-process locks on the hot path:
@@ -66,11 +66,6 @@ class JobProgress:
     consecutive_failures: int | None = None
     state: JobState | None = None
     pause_reason: str | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunFilter:
-    states: frozenset[RunState] = frozenset()  # empty = any
 
 
 @runtime_checkable
@@ -223,7 +218,9 @@ class JobStore(Protocol):
 
     async def append_output(self, chunks: Sequence[OutputChunk]) -> None:
         """Appends each chunk's data (``offset`` ignored) to its run's output and
-        keeps at most ``output_cap_bytes`` per run, dropping the oldest bytes."""
+        keeps at most ``output_cap_bytes`` per run, dropping the oldest bytes: the kept
+        tail starts where ``store_rules.output_head`` says (a line start when one is
+        near), and bytes that fall before it are never written."""
 
     async def read_output(
         self, run_id: str, *, offset: int = 0, limit: int = 1 << 16

@@ -5,9 +5,12 @@ coordinator and poller roles each) and two workers that find the pollers
 through ZooKeeper. Every process's pid and log go under ``.cluster/`` so
 ``down`` (and a newcomer) can find them; endpoints are printed at the end.
 
-    python deploy/cluster.py up [--dir .cluster] [--nodes 3] [--workers 2] [--slots 8]
-    python deploy/cluster.py status
-    python deploy/cluster.py down
+    python -m deploy.cluster up [--dir .cluster] [--nodes 3] [--workers 2] [--slots 8]
+    python -m deploy.cluster status
+    python -m deploy.cluster down
+
+Run it from the repository root with the project's interpreter (``make cluster``):
+the nodes and workers are started with that interpreter's ``shardcron``.
 """
 
 from __future__ import annotations
@@ -21,11 +24,11 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-sys.path.insert(0, str(HERE))
+from deploy.cassandra import Cassandra
+from deploy.process import pid_alive, spawn_detached
+from deploy.zookeeper import ZooKeeper
 
-import servers  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 BASE_PORT = 7401
 CLUSTER = "local"
@@ -33,7 +36,7 @@ KEYSPACE = "shardcron"
 ZK_PORT = 2191  # apart from the ports the tests use, so both can run at once
 
 
-class LocalCassandra(servers.Cassandra):
+class LocalCassandra(Cassandra):
     """The cluster's Cassandra on 127.0.0.11 (JMX 7211): not the tests' 127.0.0.1."""
 
     jmx_base_port = 7211
@@ -49,7 +52,7 @@ def shardcron(*args: str) -> list[str]:
 
 def spawn(name: str, cmd: list[str], state: Path) -> int:
     log = state / f"{name}.log"
-    pid = servers.spawn_detached(cmd, REPO, log)
+    pid = spawn_detached(cmd, REPO, log)
     (state / f"{name}.pid").write_text(str(pid))
     return pid
 
@@ -76,7 +79,7 @@ def wait_serving(target: str, timeout: float = 60) -> None:
 
 def up(state: Path, nodes: int, workers: int, slots: int = 8) -> None:
     state.mkdir(parents=True, exist_ok=True)
-    zk = servers.ZooKeeper(state / "zookeeper", nodes=1, port=ZK_PORT)
+    zk = ZooKeeper(state / "zookeeper", nodes=1, port=ZK_PORT)
     cassandra = LocalCassandra(state / "cassandra", nodes=1, heap="512M")
     print("starting ZooKeeper and Cassandra ...", file=sys.stderr)
     zk.start()
@@ -166,13 +169,13 @@ def down(state: Path) -> None:
             pass
     deadline = time.monotonic() + 20
     for name, pid in procs.items():
-        while time.monotonic() < deadline and servers.pid_alive(pid, "shardcron"):
+        while time.monotonic() < deadline and pid_alive(pid, "shardcron"):
             time.sleep(0.1)
-        if servers.pid_alive(pid, "shardcron"):
+        if pid_alive(pid, "shardcron"):
             os.kill(pid, signal.SIGKILL)
         (state / f"{name}.pid").unlink(missing_ok=True)
     if (state / "zookeeper").exists():
-        servers.ZooKeeper(state / "zookeeper", port=ZK_PORT).stop()
+        ZooKeeper(state / "zookeeper", port=ZK_PORT).stop()
     if (state / "cassandra").exists():
         LocalCassandra(state / "cassandra").stop()
     print("shardcron cluster down", file=sys.stderr)
@@ -180,9 +183,7 @@ def down(state: Path) -> None:
 
 def status(state: Path) -> None:
     for name, pid in _pids(state).items():
-        print(
-            f"{name:10s} pid {pid:7d}  {'running' if servers.pid_alive(pid, 'shardcron') else 'gone'}"
-        )
+        print(f"{name:10s} pid {pid:7d}  {'running' if pid_alive(pid, 'shardcron') else 'gone'}")
     endpoints = state / "endpoints.json"
     if endpoints.exists():
         print(endpoints.read_text())
@@ -190,7 +191,9 @@ def status(state: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m deploy.cluster",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("command", choices=["up", "down", "status"])
     parser.add_argument("--dir", default=str(REPO / ".cluster"))

@@ -139,7 +139,7 @@ async def _dev(
 ) -> None:
     from shardcron.coordinator.coordination import LocalCoordination
     from shardcron.coordinator.node import Node, NodeConfig
-    from shardcron.coordinator.sqlite_store import SqliteStore
+    from shardcron.coordinator.sqlite.store import SqliteStore
     from shardcron.worker import Worker, registry
     from shardcron.worker.handlers import load_handler_modules
 
@@ -245,7 +245,7 @@ def worker_cmd(
     async def main() -> None:
         coordination = None
         if zk:
-            from shardcron.coordinator.zk_coordination import ZkCoordination
+            from shardcron.coordinator.zk import ZkCoordination
 
             coordination = ZkCoordination(
                 zk, cluster=cluster_name, node_id=f"worker-{worker.worker_id}", roles=set()
@@ -384,9 +384,9 @@ async def _node(
     poller: PollerConfig,
 ) -> None:
     from shardcron.client.errors import ShardcronError
-    from shardcron.coordinator.cassandra_store import CassandraStore
+    from shardcron.coordinator.cassandra.store import CassandraStore
     from shardcron.coordinator.node import Node, NodeConfig
-    from shardcron.coordinator.zk_coordination import ZkCoordination
+    from shardcron.coordinator.zk import ZkCoordination
 
     store = CassandraStore(
         [h.strip() for h in cassandra.split(",")],
@@ -438,7 +438,7 @@ def store() -> None:
 @click.option("--shards", default=64, show_default=True, help="Shard count (fixed for a cluster).")
 def store_init(cassandra: str, keyspace: str, replication_factor: int, shards: int) -> None:
     """Create the keyspace and tables (or check them); safe to run again."""
-    from shardcron.coordinator.cassandra_schema import init_schema
+    from shardcron.coordinator.cassandra.store import init_schema
 
     version = asyncio.run(
         init_schema(

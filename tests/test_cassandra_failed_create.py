@@ -16,19 +16,18 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import cassandra_fixtures
 import pytest
-from store_contract import ALICE, make_job
 
 from shardcron.client.errors import Unavailable
 from shardcron.client.types import Job
-from shardcron.coordinator.cassandra_store import CassandraStore
+from shardcron.coordinator.cassandra.store import CassandraStore
 from shardcron.coordinator.store import NewJob
+from tests.support.store_builders import ALICE, make_job
 
-cassandra_session_cleanup = cassandra_fixtures.cassandra_session_cleanup
 
-
-store = cassandra_fixtures.contract_store
+@pytest.fixture
+def store(cassandra_store: CassandraStore) -> CassandraStore:
+    return cassandra_store
 
 
 def _keyed(key: str) -> Job:

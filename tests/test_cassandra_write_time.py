@@ -10,18 +10,18 @@ from __future__ import annotations
 import dataclasses
 from datetime import timedelta
 
-import cassandra_fixtures
-from store_contract import ALICE, create, make_job, make_run
+import pytest
 
 from shardcron.client.types import RunState
-from shardcron.coordinator.cassandra_store import CassandraStore
+from shardcron.coordinator.cassandra.store import CassandraStore
 from shardcron.coordinator.ids import utcnow
 from shardcron.coordinator.store import JobProgress
+from tests.support.store_builders import ALICE, create, make_job, make_run
 
-cassandra_session_cleanup = cassandra_fixtures.cassandra_session_cleanup
 
-
-store = cassandra_fixtures.contract_store
+@pytest.fixture
+def store(cassandra_store: CassandraStore) -> CassandraStore:
+    return cassandra_store
 
 
 async def test_a_late_commit_of_a_deposed_owner_loses_to_the_next_owner(

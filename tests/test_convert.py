@@ -1,4 +1,4 @@
-"""shardcron.client.convert: domain <-> protobuf round trips, defaults, structural
+"""shardcron.client.codec (the job API): domain <-> protobuf round trips, defaults, structural
 InvalidArgument paths, and the error <-> gRPC status table in both directions."""
 
 from __future__ import annotations
@@ -645,3 +645,34 @@ def test_errors_survive_the_wire(exc: ShardcronError) -> None:
     if isinstance(exc, InvalidArgument):
         assert isinstance(back, InvalidArgument)
         assert (back.field, back.reason) == (exc.field, exc.reason)
+
+
+# --------------------------------------------------------------------------- servicer reads
+
+
+class _Aborted(Exception):
+    pass
+
+
+class _Context:
+    async def abort(self, code: grpc.StatusCode, details: str) -> None:
+        raise _Aborted(code, details)
+
+    def invocation_metadata(self) -> tuple[()]:
+        return ()
+
+
+async def test_preview_fires_with_an_invalid_after_is_invalid_argument() -> None:
+    """A malformed ``after`` used to reach Timestamp.ToDatetime in the servicer and
+    come back as INTERNAL."""
+    from shardcron.coordinator.service import JobServiceServicer
+    from shardcron.v1 import jobs_pb2
+
+    request = jobs_pb2.PreviewFiresRequest(
+        schedule=codec.schedule_to_proto(Schedule.every(timedelta(minutes=1))), count=1
+    )
+    request.after.seconds = 10
+    request.after.nanos = -1
+    with pytest.raises(_Aborted) as e:
+        await JobServiceServicer(api=None).PreviewFires(request, _Context())  # type: ignore[arg-type]
+    assert e.value.args == (grpc.StatusCode.INVALID_ARGUMENT, "after: not a valid timestamp")

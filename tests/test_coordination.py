@@ -1,6 +1,6 @@
-"""Coordination: the contract suite (tests/coordination_contract.py) against
-``LocalCoordination`` and ``ZkCoordination`` on a real ZooKeeper, then what only
-a cluster does: balance, hand-over, failover, expired and suspended sessions.
+"""Coordination: what only a cluster does (the contract every implementation keeps
+is tests/test_coordination_contract.py): balance, hand-over, failover, expired and
+suspended sessions, on a real ZooKeeper.
 
 The cluster tests watch every poller's listener on one timeline (all listeners
 run on the test's event loop, so its order is the order the pollers acted in)
@@ -17,78 +17,21 @@ import random
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
-from pathlib import Path
 
 import pytest
-import zk_fixtures
-from coordination_contract import *  # noqa: F403 - collects the contract tests into this module
 from kazoo.client import KazooClient
-from zk_fixtures import ZkProxy, expire_session
 
 from shardcron.client.errors import FailedPrecondition, Unavailable
 from shardcron.coordinator.coordination import (
     Assignment,
-    Coordination,
-    LocalCoordination,
     Member,
 )
-from shardcron.coordinator.zk_coordination import ROLES, ZkCoordination, balance_shards
+from shardcron.coordinator.zk import ROLES, ZkCoordination, balance_shards
+from tests.support.zookeeper import ZkProxy, expire_session
 
-zookeeper = zk_fixtures.zookeeper  # the session's ZooKeeper
-zk_hosts = zk_fixtures.zk_hosts  # a chroot per test
-
-CONTRACT_SHARDS = 8
 SHARDS = 64
 SESSION_TIMEOUT = 4.0
 ROOT = "/shardcron/default"
-
-# --------------------------------------------------------------------------- the contract
-
-
-class LocalFactory:
-    def __init__(self, data_dir: Path) -> None:
-        self.data_dir = data_dir
-        self.made: list[Coordination] = []
-
-    def new(self, node_id: str) -> Coordination:
-        c = LocalCoordination(self.data_dir, shard_count=CONTRACT_SHARDS, node_id=node_id)
-        self.made.append(c)
-        return c
-
-
-class ZkFactory:
-    def __init__(self, hosts: str) -> None:
-        self.hosts = hosts
-        self.made: list[Coordination] = []
-
-    def new(self, node_id: str) -> Coordination:
-        c = ZkCoordination(
-            self.hosts,
-            node_id=node_id,
-            shard_count=CONTRACT_SHARDS,
-            session_timeout=SESSION_TIMEOUT,
-        )
-        self.made.append(c)
-        return c
-
-
-@pytest.fixture(params=["local", "zookeeper"])
-def coordination_backend(
-    request: pytest.FixtureRequest, tmp_path: Path
-) -> LocalFactory | ZkFactory:
-    if request.param == "local":
-        return LocalFactory(tmp_path)
-    return ZkFactory(request.getfixturevalue("zk_hosts"))
-
-
-@pytest.fixture
-async def coordination_factory(
-    coordination_backend: LocalFactory | ZkFactory,
-) -> AsyncIterator[LocalFactory | ZkFactory]:
-    yield coordination_backend
-    for c in reversed(coordination_backend.made):
-        await c.stop()
-
 
 # --------------------------------------------------------------------------- balance
 

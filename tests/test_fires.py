@@ -1,4 +1,4 @@
-"""The rules a due fire goes through (coordinator/fires.py), without clock or store."""
+"""The rules a due fire goes through (coordinator/poller/fires.py), without clock or store."""
 
 from __future__ import annotations
 

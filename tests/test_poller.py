@@ -35,7 +35,6 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from store_contract import make_job, make_run
 
 from shardcron.client.schedule import next_fire
 from shardcron.client.types import Job, RetryPolicy, Run, RunReason, RunState, Schedule
@@ -44,8 +43,9 @@ from shardcron.coordinator.ids import utcnow
 from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.poller import Phase, Poller, PollerConfig, fires
 from shardcron.coordinator.poller.config import JOB_ROW_GRACE, JOB_ROW_RETRY
-from shardcron.coordinator.sqlite_store import SqliteStore
+from shardcron.coordinator.sqlite.store import SqliteStore
 from shardcron.coordinator.store import NewJob
+from tests.support.store_builders import make_job, make_run
 
 SHARDS = 8
 # How long a test waits for what it expects (about a second when the machine is idle;

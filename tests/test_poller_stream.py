@@ -12,16 +12,16 @@ from pathlib import Path
 
 import grpc
 import pytest
-from store_contract import SHARDS, make_job, make_run
 
 from shardcron.coordinator.coordination import Assignment
 from shardcron.coordinator.ids import utcnow
 from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.poller import Poller, PollerConfig
-from shardcron.coordinator.sqlite_store import SqliteStore
+from shardcron.coordinator.sqlite.store import SqliteStore
 from shardcron.coordinator.store import NewJob
 from shardcron.coordinator.worker_stream import WorkerStreamServicer
 from shardcron.v1 import types_pb2, worker_pb2, worker_pb2_grpc
+from tests.support.store_builders import SHARDS, make_job, make_run
 
 WAIT = 30.0
 

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
@@ -28,6 +28,7 @@ from shardcron.v1 import types_pb2, worker_pb2, worker_pb2_grpc
 from shardcron.worker import CommandExecutor, HandlerRegistry, RunContext, Worker, reaper_client
 from shardcron.worker import reaper as helper_module
 from shardcron.worker.reaper_client import Reaper, helper_argv
+from tests.support.waiting import until, wait_until
 
 SH_WITH_BACKGROUND_CHILD = "sleep 300 & echo $! > {pidfile}; sleep 300"
 
@@ -56,22 +57,6 @@ def group_members(pgid: int) -> list[int]:
             if fields is not None and fields[0] != "Z" and int(fields[2]) == pgid:
                 members.append(int(entry))
     return members
-
-
-def wait_until(pred: Callable[[], object], timeout: float, what: str) -> None:
-    end = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.005)
-
-
-async def until(pred: Callable[[], object], timeout: float, what: str) -> None:
-    end = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.005)
 
 
 def read_int(path: Path, timeout: float = 10.0) -> int:

@@ -10,12 +10,11 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from store_contract import ALICE, create, make_job, make_run
-
 from shardcron.client.types import Job, Run, RunReason, RunState
 from shardcron.coordinator.api import JobsApi
 from shardcron.coordinator.metrics import Metrics
-from shardcron.coordinator.sqlite_store import SqliteStore
+from shardcron.coordinator.sqlite.store import SqliteStore
+from tests.support.store_builders import ALICE, create, make_job, make_run
 
 
 class NoPoller:

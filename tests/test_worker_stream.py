@@ -15,6 +15,7 @@ from google.protobuf.duration_pb2 import Duration
 import shardcron
 from shardcron.v1 import types_pb2, worker_pb2, worker_pb2_grpc
 from shardcron.worker import HandlerRegistry, Worker
+from tests.support.waiting import until
 
 RenewPolicy = Callable[[str], bool | None]  # run_id -> ok, or None: do not answer
 
@@ -31,14 +32,6 @@ def alive(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError):
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-async def until(pred: Callable[[], object], timeout: float = 5.0, what: str = "condition") -> None:
-    end = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 class ScriptedPoller(worker_pb2_grpc.WorkerServiceServicer):
@@ -362,6 +355,27 @@ async def test_reconnect_resends_pending_results_and_held_leases() -> None:
                 assert worker.stats["lost"] == 0
 
 
+async def test_a_poller_message_that_does_not_decode_reopens_the_stream(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    poller = ScriptedPoller()
+    async with serve(poller) as port:
+        worker = make_worker(port)
+        async with running(worker):
+            await until(lambda: worker.connected)
+            poller.lease(handler_lease("r1", "sleep", b"0.5", token=5))
+            await until(lambda: worker.running == ["r1"], what="the run started")
+            bad = worker_pb2.Cancel(run_id="r1", fencing_token=5, reason=999)
+            poller.send(cancels=worker_pb2.Cancels(cancels=[bad]))
+            await until(lambda: len(poller.hellos) == 2, what="a new stream")
+            assert [(r.run_id, r.fencing_token) for r in poller.hellos[1].held] == [("r1", 5)]
+            # the cancel was not taken: the run goes on and its result is reported
+            await until(lambda: "r1" in poller.results, 3, "the run's result")
+            assert poller.results["r1"].state == types_pb2.RUN_STATE_SUCCEEDED
+            assert worker.stats["lost"] == 0
+    assert "cancels.cancels[0].reason" in caplog.text
+
+
 async def test_stream_closed_by_poller_reconnects_and_revoked_held_run_dies() -> None:
     poller = ScriptedPoller(lease_ttl=15, heartbeat=5)  # no heartbeat in between
     async with serve(poller) as port:
@@ -461,3 +475,26 @@ async def test_two_pollers_share_the_slots_by_their_demand() -> None:
                 lambda: credit_limits(a)[-1:] == [0] and credit_limits(b)[-1:] == [0],
                 what="idle slots taken back",
             )
+
+
+async def test_results_and_output_leave_in_messages_a_node_accepts() -> None:
+    """A node takes messages of at most 4 MiB and ends a stream that sends a bigger
+    one; results with long errors, or many of them, must not add up past it."""
+    from shardcron.client.codec.stream import encode_worker_message
+    from shardcron.client.stream import Heartbeat, RunOutcome
+    from shardcron.client.types import RunState
+    from shardcron.coordinator.service import MAX_MESSAGE_BYTES
+    from shardcron.worker.outbox import Outbox
+    from shardcron.worker.worker import MAX_ERROR_CHARS, bounded_error
+
+    box = Outbox(linger=0)
+    error = bounded_error("E" * 100_000)
+    assert len(error) < MAX_ERROR_CHARS + 50 and error.startswith("E" * 100)
+    for i in range(2000):
+        box.result(RunOutcome(run_id=f"r{i}", fencing_token=i, state=RunState.FAILED, error=error))
+    box.output("r0", "stdout", b"o" * (20 << 20))
+    done = asyncio.Event()
+    events = await box.take(done, lambda: Heartbeat(leases=()))
+    sizes = [encode_worker_message(e).ByteSize() for e in events]
+    assert max(sizes) < MAX_MESSAGE_BYTES // 2
+    assert sum(len(e.outcomes) for e in events if hasattr(e, "outcomes")) == 2000

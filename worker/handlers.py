@@ -16,7 +16,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, overload
 
 if TYPE_CHECKING:
-    from shardcron.worker.executor import HandlerContext
+    from shardcron.worker.context import HandlerContext
 
 log = logging.getLogger(__name__)
 

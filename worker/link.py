@@ -2,10 +2,16 @@
 
 A ``PollerLink`` opens the stream, sends Hello (with ``held`` leases and
 ``pending_results`` of earlier streams), waits for Welcome, then sends heartbeats and
-whatever the ``Outbox`` holds, and hands every poller message to its ``Worker``. When
-the stream fails or ends it reconnects with exponential backoff (0.1 s to 5 s, with
-jitter). Runs do not belong to a stream: they keep executing until their lease
-deadline, which the worker enforces whether or not a stream is up.
+whatever the ``Outbox`` holds, and hands every poller message to the ``StreamOwner``
+it serves (the ``Worker``). When the stream fails or ends it reconnects with
+exponential backoff (0.1 s to 5 s, with jitter). Runs do not belong to a stream:
+they keep executing until their lease deadline, which the worker enforces whether
+or not a stream is up.
+
+This is the worker's stream edge: the only worker module that sees protobuf. It
+encodes the typed messages of ``shardcron.client.stream`` and decodes the poller's;
+a poller message that does not decode is logged and the stream is closed and
+opened again (the runs go on meanwhile).
 """
 
 from __future__ import annotations
@@ -14,18 +20,32 @@ import asyncio
 import logging
 import random
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import grpc
 
+from shardcron.client.codec.stream import decode_poller_message, encode_worker_message
+from shardcron.client.errors import InvalidArgument
+from shardcron.client.stream import (
+    CancelOrder,
+    Cancels,
+    Demand,
+    Heartbeat,
+    Hello,
+    LeaseGrant,
+    Leases,
+    PollerEvent,
+    Renewals,
+    ResultAck,
+    ResultAcks,
+    RunOutcome,
+    Welcome,
+)
 from shardcron.v1 import worker_pb2, worker_pb2_grpc
 
 from .outbox import Outbox
-from .wire import seconds
-
-if TYPE_CHECKING:
-    from .worker import Worker
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +63,40 @@ CHANNEL_OPTIONS: Sequence[tuple[str, int]] = (
 
 
 class ProtocolError(Exception):
-    pass
+    """The poller broke the protocol: the stream is closed and opened again."""
+
+
+class StreamOwner(Protocol):
+    """What a link needs of the worker it serves; ``Worker`` implements it.
+
+    The link calls these on its event loop, one at a time. The runs, their leases
+    and the slots are the owner's; the link only carries messages.
+    """
+
+    stats: Counter[str]  # counters the link adds to (sent_*, received_*, reconnects)
+    metadata: tuple[tuple[str, str], ...]  # gRPC metadata of every stream
+
+    def hello_for(self, link: PollerLink) -> Hello:
+        """The Hello that opens a new stream of ``link`` (it sets ``link.sent_limit``)."""
+        ...
+
+    def heartbeat_for(self, link: PollerLink) -> Heartbeat:
+        """The leases of ``link`` to renew, built when the heartbeat is sent."""
+        ...
+
+    def on_leases(self, link: PollerLink, grants: Sequence[LeaseGrant]) -> None: ...
+
+    def on_renewals(self, link: PollerLink, renewals: Renewals, now: float) -> None:
+        """``now``: the monotonic time the answer arrived."""
+        ...
+
+    def on_cancels(self, link: PollerLink, orders: Sequence[CancelOrder]) -> None: ...
+
+    def on_acks(self, link: PollerLink, acks: Sequence[ResultAck]) -> None: ...
+
+    def rebalance(self) -> None:
+        """Share the slots among the streams again (one opened, closed or asked)."""
+        ...
 
 
 def backoff_delay(failures: int) -> float:
@@ -53,17 +106,19 @@ def backoff_delay(failures: int) -> float:
 
 
 class PollerLink:
-    def __init__(self, worker: Worker, address: str) -> None:
+    """The stream to one poller address, reopened until ``close()``."""
+
+    def __init__(self, worker: StreamOwner, address: str) -> None:
         self.worker = worker
         self.address = address
         self.outbox = Outbox()
         # Results sent (or queued) and not yet acknowledged, by (run_id, fencing_token).
-        self.unacked: dict[tuple[str, int], worker_pb2.RunResult] = {}
+        self.unacked: dict[tuple[str, int], RunOutcome] = {}
         self.lease_ttl = DEFAULT_LEASE_TTL
         self.heartbeat_interval = DEFAULT_LEASE_TTL / 3
         self.poller_id = ""
         self.streams = 0
-        # Slot sharing among the worker's streams (see Worker._rebalance): slots held
+        # Slot sharing among the worker's streams (see Worker.rebalance): slots held
         # by unfinished runs of this link, what its poller last said it wants more,
         # and the credit limit last told to it (None: no stream open).
         self.held_slots = 0
@@ -131,32 +186,46 @@ class PollerLink:
             first = await asyncio.wait_for(call.read(), WELCOME_TIMEOUT)
             if first is grpc.aio.EOF:
                 raise ProtocolError("stream closed before Welcome")
-            if first.WhichOneof("body") != "welcome":
+            welcome = self._decode(first)
+            if not isinstance(welcome, Welcome):
                 raise ProtocolError(f"expected Welcome, got {first.WhichOneof('body')}")
-            self._on_welcome(first.welcome)
+            self._on_welcome(welcome)
             self._session_welcomed = True
             heartbeats = asyncio.create_task(self._heartbeats())
             while True:
                 msg = await call.read()
                 if msg is grpc.aio.EOF:
                     return
-                self._dispatch(msg)
+                kind = msg.WhichOneof("body")
+                self.worker.stats["received_" + str(kind)] += 1
+                if kind is None:
+                    # a kind this worker does not know, from a newer poller: skipped, as
+                    # before (refusing it would reconnect for ever)
+                    log.warning("unknown message from poller %s ignored", self.address)
+                    continue
+                self._dispatch(self._decode(msg))
         finally:
             self._welcomed.clear()
             done.set()
             if self.sent_limit is not None:
                 self.sent_limit = None
-                self.worker._rebalance()  # its share goes to the other streams
+                self.worker.rebalance()  # its share goes to the other streams
             self.outbox.interrupt()
             if heartbeats is not None:
                 heartbeats.cancel()
             call.cancel()
             self._call = None
 
-    def _on_welcome(self, welcome: worker_pb2.Welcome) -> None:
+    def _decode(self, msg: worker_pb2.PollerMessage) -> PollerEvent:
+        try:
+            return decode_poller_message(msg)
+        except InvalidArgument as e:
+            raise ProtocolError(f"a message that does not decode: {e.message}") from None
+
+    def _on_welcome(self, welcome: Welcome) -> None:
         self.poller_id = welcome.poller_id
-        self.lease_ttl = seconds(welcome, "lease_ttl") or DEFAULT_LEASE_TTL
-        self.heartbeat_interval = seconds(welcome, "heartbeat_interval") or self.lease_ttl / 3
+        self.lease_ttl = welcome.lease_ttl.total_seconds() or DEFAULT_LEASE_TTL
+        self.heartbeat_interval = welcome.heartbeat_interval.total_seconds() or self.lease_ttl / 3
         log.info(
             "connected to poller %s (%s): lease_ttl %.3gs, heartbeat %.3gs",
             self.address,
@@ -176,9 +245,9 @@ class PollerLink:
         # goes both in Hello.pending_results and in a Results message.
         self.outbox.reset()
         self.demand = 0
-        hello = self.worker._build_hello(self)
+        hello = encode_worker_message(self.worker.hello_for(self))
         self.worker.stats["sent_hello"] += 1
-        yield worker_pb2.WorkerMessage(hello=hello)
+        yield hello
         waiter = asyncio.ensure_future(self._welcomed.wait())
         stopper = asyncio.ensure_future(done.wait())
         try:
@@ -187,28 +256,25 @@ class PollerLink:
             waiter.cancel()
             stopper.cancel()
         while not done.is_set():
-            for msg in await self.outbox.take(done, lambda: self.worker._build_heartbeat(self)):
-                self.worker.stats["sent_" + msg.WhichOneof("body")] += 1
+            for event in await self.outbox.take(done, lambda: self.worker.heartbeat_for(self)):
+                msg = encode_worker_message(event)
+                self.worker.stats["sent_" + str(msg.WhichOneof("body"))] += 1
                 yield msg
 
     # -- incoming -------------------------------------------------------------------
-    def _dispatch(self, msg: worker_pb2.PollerMessage) -> None:
-        kind = msg.WhichOneof("body")
-        self.worker.stats["received_" + str(kind)] += 1
+    def _dispatch(self, event: PollerEvent) -> None:
         w = self.worker
-        if kind == "leases":
-            w._on_leases(self, msg.leases.leases)
-        elif kind == "renewals":
-            w._on_renewals(self, msg.renewals, time.monotonic())
-        elif kind == "cancels":
-            w._on_cancels(self, msg.cancels.cancels)
-        elif kind == "acks":
-            w._on_acks(self, msg.acks.acks)
-        elif kind == "demand":
-            self.demand = max(0, msg.demand.slots)
+        if isinstance(event, Leases):
+            w.on_leases(self, event.grants)
+        elif isinstance(event, Renewals):
+            w.on_renewals(self, event, time.monotonic())
+        elif isinstance(event, Cancels):
+            w.on_cancels(self, event.orders)
+        elif isinstance(event, ResultAcks):
+            w.on_acks(self, event.acks)
+        elif isinstance(event, Demand):
+            self.demand = event.slots
             self.demand_at = time.monotonic()
-            w._rebalance()
-        elif kind == "welcome":
-            self._on_welcome(msg.welcome)  # a repeated Welcome only updates the timings
-        else:
-            log.warning("unknown message from poller %s: %s", self.address, kind)
+            w.rebalance()
+        elif isinstance(event, Welcome):
+            self._on_welcome(event)  # a repeated Welcome only updates the timings

@@ -1,5 +1,6 @@
 """The send queue of one lease stream: everything a worker sends goes through it.
 
+It holds the typed messages of ``shardcron.client.stream``; the link encodes them.
 Items of one kind queued while the previous message was being written (or within
 one coalescing window) leave as ONE message: Started refs, Results and Output
 chunks are merged; a Heartbeat is built at send time with the leases held then.
@@ -17,12 +18,25 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 
-from shardcron.v1 import types_pb2, worker_pb2
+from shardcron.client.stream import (
+    Credits,
+    Heartbeat,
+    LeaseRef,
+    Output,
+    OutputPiece,
+    Refused,
+    Results,
+    RunOutcome,
+    Started,
+    WorkerEvent,
+)
 
-from .wire import timestamp
-
+# Every message stays far under what a node takes (4 MiB, ``MAX_MESSAGE_BYTES`` in
+# coordinator/service.py): a bigger one would end the stream, again at each reconnect.
 MAX_OUTPUT_MESSAGE = 64 * 1024
 MAX_RESULTS_MESSAGE = 500
+MAX_RESULTS_MESSAGE_BYTES = 1 << 20
+RESULT_FIELDS_BYTES = 160  # a result's encoded size beyond its error text, at most
 
 
 class _Chunk:
@@ -46,33 +60,33 @@ class Outbox:
         self.output_interval = output_interval
         self.output_buffer = output_buffer
         self.dropped_output_bytes = 0
-        self._started: list[worker_pb2.LeaseRef] = []
+        self._started: list[LeaseRef] = []
         self._started_at: datetime | None = None
-        self._results: list[worker_pb2.RunResult] = []
+        self._results: list[RunOutcome] = []
         self._chunks: list[_Chunk] = []
         self._chunk_bytes = 0
         self._chunks_since: float | None = None
         self._credits: int | None = None
-        self._refused: list[worker_pb2.LeaseRef] = []
+        self._refused: list[LeaseRef] = []
         self._heartbeat = False
         self._wake = asyncio.Event()
 
     # -- producers ---------------------------------------------------------------
-    def started(self, ref: worker_pb2.LeaseRef, at: datetime) -> None:
+    def started(self, ref: LeaseRef, at: datetime) -> None:
         if not self._started:
             self._started_at = at
         self._started.append(ref)
         self._wake.set()
 
-    def result(self, result: worker_pb2.RunResult) -> None:
-        self._results.append(result)
+    def result(self, outcome: RunOutcome) -> None:
+        self._results.append(outcome)
         self._wake.set()
 
     def credits(self, limit: int) -> None:
         self._credits = limit
         self._wake.set()
 
-    def refused(self, ref: worker_pb2.LeaseRef) -> None:
+    def refused(self, ref: LeaseRef) -> None:
         self._refused.append(ref)
         self._wake.set()
 
@@ -143,8 +157,8 @@ class Outbox:
         return None
 
     async def take(
-        self, done: asyncio.Event, build_heartbeat: Callable[[], worker_pb2.Heartbeat]
-    ) -> list[worker_pb2.WorkerMessage]:
+        self, done: asyncio.Event, build_heartbeat: Callable[[], Heartbeat]
+    ) -> list[WorkerEvent]:
         """The next messages to send, merged by kind; [] once ``done`` is set."""
         while True:
             if done.is_set():
@@ -172,22 +186,16 @@ class Outbox:
                     return
             count = len(self._started) + len(self._results)
 
-    def _drain(
-        self, build_heartbeat: Callable[[], worker_pb2.Heartbeat]
-    ) -> list[worker_pb2.WorkerMessage]:
-        out: list[worker_pb2.WorkerMessage] = []
+    def _drain(self, build_heartbeat: Callable[[], Heartbeat]) -> list[WorkerEvent]:
+        out: list[WorkerEvent] = []
         if self._refused:
-            refused = worker_pb2.Refused(leases=self._refused)
-            out.append(worker_pb2.WorkerMessage(refused=refused))
+            out.append(Refused(leases=tuple(self._refused)))
             self._refused = []
         if self._credits is not None:
-            out.append(worker_pb2.WorkerMessage(credits=worker_pb2.Credits(limit=self._credits)))
+            out.append(Credits(limit=self._credits))
             self._credits = None
         if self._started:
-            msg = worker_pb2.Started(leases=self._started)
-            if self._started_at is not None:
-                msg.at.CopyFrom(timestamp(self._started_at))
-            out.append(worker_pb2.WorkerMessage(started=msg))
+            out.append(Started(leases=tuple(self._started), at=self._started_at))
             self._started = []
             self._started_at = None
         if self._chunks and (
@@ -197,29 +205,43 @@ class Outbox:
         ):
             out.extend(self._output_messages())
         if self._results:
-            for i in range(0, len(self._results), MAX_RESULTS_MESSAGE):
-                batch = self._results[i : i + MAX_RESULTS_MESSAGE]
-                out.append(worker_pb2.WorkerMessage(results=worker_pb2.Results(results=batch)))
-            self._results = []
+            out.extend(self._results_messages())
         if self._heartbeat:
             self._heartbeat = False
-            out.append(worker_pb2.WorkerMessage(heartbeat=build_heartbeat()))
+            out.append(build_heartbeat())
         return out
 
-    def _output_messages(self) -> list[worker_pb2.WorkerMessage]:
-        out = []
-        batch: list[types_pb2.OutputChunk] = []
+    def _results_messages(self) -> list[WorkerEvent]:
+        """The results in messages of at most ``MAX_RESULTS_MESSAGE`` outcomes and about
+        ``MAX_RESULTS_MESSAGE_BYTES``."""
+        out: list[WorkerEvent] = []
+        batch: list[RunOutcome] = []
+        size = 0
+        for outcome in self._results:
+            cost = len(outcome.error.encode()) + RESULT_FIELDS_BYTES
+            if batch and (
+                len(batch) == MAX_RESULTS_MESSAGE or size + cost > MAX_RESULTS_MESSAGE_BYTES
+            ):
+                out.append(Results(outcomes=tuple(batch)))
+                batch, size = [], 0
+            batch.append(outcome)
+            size += cost
+        out.append(Results(outcomes=tuple(batch)))
+        self._results = []
+        return out
+
+    def _output_messages(self) -> list[WorkerEvent]:
+        out: list[WorkerEvent] = []
+        batch: list[OutputPiece] = []
         size = 0
         for c in self._chunks:
             if batch and size + len(c.data) > MAX_OUTPUT_MESSAGE:
-                out.append(worker_pb2.WorkerMessage(output=worker_pb2.Output(chunks=batch)))
+                out.append(Output(pieces=tuple(batch)))
                 batch, size = [], 0
-            batch.append(
-                types_pb2.OutputChunk(run_id=c.run_id, stream=c.stream, data=bytes(c.data))
-            )
+            batch.append(OutputPiece(run_id=c.run_id, stream=c.stream, data=bytes(c.data)))
             size += len(c.data)
         if batch:
-            out.append(worker_pb2.WorkerMessage(output=worker_pb2.Output(chunks=batch)))
+            out.append(Output(pieces=tuple(batch)))
         self._chunks = []
         self._chunk_bytes = 0
         self._chunks_since = None

@@ -17,13 +17,22 @@ import socket
 import time
 import uuid
 from collections import Counter, deque
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
 import shardcron
-from shardcron.client.types import CommandTask, HandlerTask, RunReason
-from shardcron.v1 import worker_pb2
+from shardcron.client.stream import (
+    CancelOrder,
+    Heartbeat,
+    Hello,
+    LeaseGrant,
+    LeaseRef,
+    Renewals,
+    ResultAck,
+    RunOutcome,
+)
+from shardcron.client.types import CommandTask, RunReason
 
 from .executor import (
     CommandExecutor,
@@ -37,7 +46,6 @@ from .handlers import HandlerRegistry
 from .handlers import registry as default_registry
 from .link import PollerLink
 from .reaper_client import Reaper
-from .wire import reason_from_pb, result_to_pb, seconds, task_from_pb
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +53,7 @@ Target = str | Sequence[str] | Callable[[], list[str] | Awaitable[list[str]]]
 WATCHDOG_PERIOD = 0.1
 TARGET_REFRESH = 5.0
 MAX_PENDING_HEARTBEATS = 256
+MAX_ERROR_CHARS = 4096  # of a result's error text; the rest is cut (bounded_error)
 GRANT_IDLE = 1.5  # seconds a share may stay unused before it goes to other pollers
 
 
@@ -62,8 +71,28 @@ class _Run:
     pending_renewals: deque[float] = field(default_factory=deque)
 
     @property
-    def ref(self) -> worker_pb2.LeaseRef:
-        return worker_pb2.LeaseRef(run_id=self.ctx.run_id, fencing_token=self.token)
+    def ref(self) -> LeaseRef:
+        return LeaseRef(run_id=self.ctx.run_id, fencing_token=self.token)
+
+    def outcome(self, res: ExecResult) -> RunOutcome:
+        return RunOutcome(
+            run_id=self.ctx.run_id,
+            fencing_token=self.token,
+            state=res.state,
+            reason=res.reason,
+            exit_code=res.exit_code,
+            error=bounded_error(res.error),
+            started_at=res.started_at,
+            ended_at=res.ended_at,
+        )
+
+
+def bounded_error(error: str) -> str:
+    """``error`` cut to ``MAX_ERROR_CHARS``, keeping its start (the exception's type and
+    message): results travel in messages a node must accept, and are stored."""
+    if len(error) <= MAX_ERROR_CHARS:
+        return error
+    return f"{error[:MAX_ERROR_CHARS]}... ({len(error) - MAX_ERROR_CHARS} characters cut)"
 
 
 class Worker:
@@ -72,6 +101,9 @@ class Worker:
     ``target`` is "host:port", a list of them, or a callable (sync or async) returning
     the current list, re-read every 5 s. Each address gets its own stream; runs are
     reported to the poller that leased them.
+
+    To its links it is a ``StreamOwner``: they call ``hello_for``, ``heartbeat_for``,
+    the ``on_*`` handlers and ``rebalance``, which are not for other callers.
     """
 
     def __init__(
@@ -177,7 +209,7 @@ class Worker:
             return
         if drain and not self._stop_event.is_set():
             self._credit_limit = 0
-            self._rebalance()
+            self.rebalance()
             deadline = None if timeout is None else time.monotonic() + timeout
             while self._runs or any(link.unacked for link in self._links.values()):
                 if deadline is not None and time.monotonic() >= deadline:
@@ -273,7 +305,7 @@ class Worker:
                     break
         return {link: min(self.slots, link.held_slots + shares[link]) for link in links}
 
-    def _rebalance(self) -> None:
+    def rebalance(self) -> None:
         """Sends every stream whose credit limit changed its new one."""
         for link, limit in self._limits().items():
             if limit != link.sent_limit:
@@ -286,7 +318,7 @@ class Worker:
     def _runs_of(self, link: PollerLink) -> list[_Run]:
         return [r for r in self._runs.values() if r.link is link and not r.lost]
 
-    def _build_hello(self, link: PollerLink) -> worker_pb2.Hello:
+    def hello_for(self, link: PollerLink) -> Hello:
         now = time.monotonic()
         held = []
         for r in self._runs_of(link):
@@ -298,37 +330,37 @@ class Worker:
         link.sent_limit = 0
         link.sent_limit = self._limits()[link]
         link.granted_at = time.monotonic()
-        self._rebalance()
-        return worker_pb2.Hello(
+        self.rebalance()
+        return Hello(
             credit_limit=link.sent_limit,
             worker_id=self.worker_id,
             slots=self.slots,
             cpu_millis=self.cpu_millis,
             memory_mb=self.memory_mb,
-            labels=self.labels,
-            handlers=self.registry.names(),
+            labels=dict(self.labels),
+            handlers=frozenset(self.registry.names()),
             runs_commands=self.runs_commands,
             version=shardcron.__version__,
-            pending_results=list(link.unacked.values()),
-            held=held,
+            pending_results=tuple(link.unacked.values()),
+            held=tuple(held),
         )
 
-    def _build_heartbeat(self, link: PollerLink) -> worker_pb2.Heartbeat:
+    def heartbeat_for(self, link: PollerLink) -> Heartbeat:
         now = time.monotonic()
         refs = []
         for r in self._runs_of(link):
             if len(r.pending_renewals) < MAX_PENDING_HEARTBEATS:
                 r.pending_renewals.append(now)  # keep the oldest: the safe side
             refs.append(r.ref)
-        return worker_pb2.Heartbeat(leases=refs)
+        return Heartbeat(leases=tuple(refs))
 
     # -- poller messages ----------------------------------------------------------------
-    def _on_leases(self, link: PollerLink, leases: Iterable[worker_pb2.Lease]) -> None:
+    def on_leases(self, link: PollerLink, grants: Sequence[LeaseGrant]) -> None:
         now = time.monotonic()
         at = utcnow()
-        for lease in leases:
+        for lease in grants:
             self.stats["leased"] += 1
-            ref = worker_pb2.LeaseRef(run_id=lease.run_id, fencing_token=lease.fencing_token)
+            ref = LeaseRef(run_id=lease.run_id, fencing_token=lease.fencing_token)
             if not self._accepting:
                 self.stats["refused"] += 1
                 log.warning("lease %s arrived while stopping: refused", lease.run_id)
@@ -340,7 +372,7 @@ class Worker:
                 continue
             if prev is not None:
                 self._lose(prev, "re-leased with a new token")
-            slots = max(1, lease.resources.slots)
+            slots = lease.resources.slots
             if self._slots_used + slots > self.slots:
                 # another poller was given the slot since this one's credits were sent
                 self.stats["refused"] += 1
@@ -352,33 +384,32 @@ class Worker:
                 )
                 link.outbox.refused(ref)
                 continue
-            task = task_from_pb(lease.task)
             ctx = RunContext(
                 run_id=lease.run_id,
-                task=task or HandlerTask(name=""),
+                task=lease.task,
                 job_id=lease.job_id,
                 attempt=lease.attempt,
                 fencing_token=lease.fencing_token,
-                timeout=seconds(lease, "timeout"),
+                timeout=lease.timeout.total_seconds() if lease.timeout else None,
                 on_output=partial(self._on_output, link, lease.run_id),
             )
-            ttl = seconds(lease, "lease_ttl") or link.lease_ttl
+            ttl = lease.lease_ttl.total_seconds() or link.lease_ttl
             run = _Run(
                 ctx=ctx, link=link, token=lease.fencing_token, slots=slots, deadline=now + ttl
             )
             self._runs[lease.run_id] = run
             self._slots_used += slots
             link.held_slots += slots
-            run.task = asyncio.create_task(self._execute(run, task, prev))
+            run.task = asyncio.create_task(self._execute(run, prev))
             link.outbox.started(run.ref, at)
-        self._rebalance()
+        self.rebalance()
 
     def _on_output(self, link: PollerLink, run_id: str, stream: str, data: bytes) -> None:
         self.stats["output_bytes"] += len(data)
         link.outbox.output(run_id, stream, data)
 
-    def _on_renewals(self, link: PollerLink, renewals: worker_pb2.Renewals, now: float) -> None:
-        ttl = seconds(renewals, "lease_ttl") or link.lease_ttl
+    def on_renewals(self, link: PollerLink, renewals: Renewals, now: float) -> None:
+        ttl = renewals.lease_ttl.total_seconds() or link.lease_ttl
         for ren in renewals.renewals:
             run = self._runs.get(ren.run_id)
             if run is None or run.link is not link or run.lost or run.token != ren.fencing_token:
@@ -391,17 +422,17 @@ class Worker:
                 run.deadline = max(run.deadline, sent + ttl)
                 self.stats["renewed"] += 1
 
-    def _on_cancels(self, link: PollerLink, cancels: Iterable[worker_pb2.Cancel]) -> None:
-        for c in cancels:
+    def on_cancels(self, link: PollerLink, orders: Sequence[CancelOrder]) -> None:
+        for c in orders:
             run = self._runs.get(c.run_id)
             if run is None or run.link is not link or run.lost:
                 continue
             if c.fencing_token and c.fencing_token != run.token:
                 continue
             self.stats["cancel_requests"] += 1
-            run.ctx.cancel(reason_from_pb(c.reason) or RunReason.CANCELLED_BY_USER)
+            run.ctx.cancel(c.reason)
 
-    def _on_acks(self, link: PollerLink, acks: Iterable[worker_pb2.ResultAck]) -> None:
+    def on_acks(self, link: PollerLink, acks: Sequence[ResultAck]) -> None:
         for a in acks:
             if link.unacked.pop((a.run_id, a.fencing_token), None) is None:
                 continue
@@ -416,7 +447,7 @@ class Worker:
             return
         run.lost = True
         run.link.held_slots -= run.slots
-        self._rebalance()
+        self.rebalance()
         self.stats["lost"] += 1
         log.warning("run %s (token %d) killed: %s", run.ctx.run_id, run.token, why)
         run.ctx.kill()
@@ -434,17 +465,15 @@ class Worker:
                 else:
                     wake = min(wake, run.deadline)
             if len(self._links) > 1:
-                self._rebalance()  # shares left unused move on
+                self.rebalance()  # shares left unused move on
             await asyncio.sleep(max(0.0, wake - time.monotonic()))
 
-    async def _execute(
-        self, run: _Run, task: CommandTask | HandlerTask | None, prev: _Run | None
-    ) -> None:
+    async def _execute(self, run: _Run, prev: _Run | None) -> None:
         ctx = run.ctx
         try:
             if prev is not None and prev.task is not None:
                 await asyncio.wait({prev.task})  # the old attempt is being killed
-            res = await self._run_task(ctx, task)
+            res = await self._run_task(ctx)
         except Exception as e:
             log.exception("run %s: worker error", ctx.run_id)
             res = failed_result(RunReason.HANDLER_ERROR, f"worker error: {type(e).__name__}: {e}")
@@ -454,23 +483,19 @@ class Worker:
                 run.link.held_slots -= run.slots
             if self._runs.get(ctx.run_id) is run:
                 del self._runs[ctx.run_id]
-            self._rebalance()
+            self.rebalance()
         if run.lost or run.abandoned:
             self.stats["dropped_results"] += 1
             return
         self.stats[res.state.value.lower()] += 1
-        result = result_to_pb(ctx.run_id, run.token, res)
-        run.link.unacked[(ctx.run_id, run.token)] = result
-        run.link.outbox.result(result)
+        outcome = run.outcome(res)
+        run.link.unacked[(ctx.run_id, run.token)] = outcome
+        run.link.outbox.result(outcome)
 
-    async def _run_task(
-        self, ctx: RunContext, task: CommandTask | HandlerTask | None
-    ) -> ExecResult:
-        if isinstance(task, CommandTask):
+    async def _run_task(self, ctx: RunContext) -> ExecResult:
+        if isinstance(ctx.task, CommandTask):
             if not self.runs_commands:
                 return failed_result(RunReason.SPAWN_FAILED, "this worker does not run commands")
             return await self._commands.execute(ctx)
-        if isinstance(task, HandlerTask):
-            assert self._handlers is not None
-            return await self._handlers.execute(ctx)
-        return failed_result(RunReason.SPAWN_FAILED, "the lease carries no task")
+        assert self._handlers is not None
+        return await self._handlers.execute(ctx)

@@ -1,6 +1,6 @@
 """shardcron as a cluster on this machine: ZooKeeper, one Cassandra node, three nodes
 (api, coordinator and poller each) and two workers, as ``make cluster`` starts them
-(``deploy/cluster.py``, in a directory of the run's own). W1 only.
+(``python -m deploy.cluster``, in a directory of the run's own). W1 only.
 
 - Submits go through the three api nodes in turn (``CreateJobs``, ``BATCH`` jobs per
   call, ``IN_FLIGHT`` calls at once): a client spreading its load, as a user's would.
@@ -33,7 +33,7 @@ WORKERS = 2
 
 
 def _cluster(command: str, state: Path) -> None:
-    args = [sys.executable, str(REPO / "deploy" / "cluster.py"), command, "--dir", str(state)]
+    args = [sys.executable, "-m", "deploy.cluster", command, "--dir", str(state)]
     if command == "up":
         args += ["--nodes", str(NODES), "--workers", str(WORKERS), "--slots", str(SLOTS)]
     log = (state.parent / f"cluster-{command}.log").open("ab")

@@ -4,7 +4,10 @@ Readers take the message, the field's name and the path of the message (``field`
 and raise ``InvalidArgument("<path>.<name>", why)`` for what protobuf itself lets
 through: a Timestamp outside years 1..9999 or with nanos outside 0..999,999,999, a
 Duration whose seconds and nanos disagree in sign, a negative count, an enum number
-the schema does not know. Writers leave a field unset for None.
+the schema does not know. Writers leave a field unset for None, and raise
+``InvalidArgument`` naming the field for a value protobuf cannot hold (an integer past
+its field's range, text that is not Unicode, a time or duration outside protobuf's
+range): ``build`` makes a message that way.
 
 ``ProtoEnum`` is one domain ``StrEnum`` <-> proto enum table, built once from the
 domain enum and checked against the schema at import: a member added on one side
@@ -33,6 +36,7 @@ from shardcron.client.types import (
 from shardcron.v1 import types_pb2
 
 E = TypeVar("E", bound=StrEnum)
+M = TypeVar("M", bound=Message)
 
 # The range google.protobuf.Timestamp is defined over: 0001-01-01 .. 9999-12-31.
 _MIN_SECONDS = -62_135_596_800
@@ -40,38 +44,78 @@ _MAX_SECONDS = 253_402_300_799
 _MAX_NANOS = 999_999_999
 # google.protobuf.Duration spans about +-10,000 years.
 _MAX_DURATION_SECONDS = 315_576_000_000
+_MAX_DURATION = timedelta(seconds=_MAX_DURATION_SECONDS)
 
 
-def set_time(msg: Message, name: str, value: datetime | None) -> None:
-    """Set Timestamp field ``name`` of ``msg`` (left unset for None)."""
-    if value is not None:
-        getattr(msg, name).FromDatetime(value)
+def _path(field: str, name: str) -> str:
+    return f"{field}.{name}" if field else name
+
+
+def _assign(msg: Message, name: str, value: Any) -> None:
+    fd = msg.DESCRIPTOR.fields_by_name[name]
+    target = getattr(msg, name)
+    if fd.message_type is not None and fd.message_type.GetOptions().map_entry:
+        target.update(value)
+    elif fd.is_repeated:
+        target.extend(value)
+    elif fd.message_type is not None:
+        target.CopyFrom(value)
+    else:
+        setattr(msg, name, value)
+
+
+def build(cls: type[M], field: str, **values: Any) -> M:
+    """``cls(**values)``, raising ``InvalidArgument("<field>.<name>", why)`` for a value
+    protobuf cannot hold instead of its bare ValueError or TypeError."""
+    msg = cls()
+    for name, value in values.items():
+        try:
+            _assign(msg, name, value)
+        except (ValueError, TypeError, OverflowError) as e:
+            reason = str(e).split(":")[0] or type(e).__name__
+            raise InvalidArgument(_path(field, name), f"cannot be sent: {reason}") from None
+    return msg
+
+
+def set_time(msg: Message, name: str, value: datetime | None, field: str = "") -> None:
+    """Set Timestamp field ``name`` of ``msg`` (left unset for None); ``field`` is the
+    path of ``msg``, for the error a value that is not a datetime raises."""
+    if value is None:
+        return
+    if not isinstance(value, datetime):
+        raise InvalidArgument(_path(field, name), "must be a datetime")
+    getattr(msg, name).FromDatetime(value)
 
 
 def get_time(msg: Message, name: str, field: str) -> datetime | None:
-    """Timestamp field ``name`` as an aware UTC datetime, None when unset."""
+    """Timestamp field ``name`` as an aware UTC datetime, None when unset. ``field``
+    is the path of ``msg`` ("" for a request's own fields)."""
     if not msg.HasField(name):
         return None
     ts = getattr(msg, name)
     if not (_MIN_SECONDS <= ts.seconds <= _MAX_SECONDS and 0 <= ts.nanos <= _MAX_NANOS):
-        raise InvalidArgument(f"{field}.{name}", "not a valid timestamp")
+        raise InvalidArgument(_path(field, name), "not a valid timestamp")
     try:
         return ts.ToDatetime(tzinfo=UTC)
     except (ValueError, OverflowError):
-        raise InvalidArgument(f"{field}.{name}", "not a valid timestamp") from None
+        raise InvalidArgument(_path(field, name), "not a valid timestamp") from None
 
 
 def get_required_time(msg: Message, name: str, field: str) -> datetime:
     value = get_time(msg, name, field)
     if value is None:
-        raise InvalidArgument(f"{field}.{name}", "required")
+        raise InvalidArgument(_path(field, name), "required")
     return value
 
 
-def set_duration(msg: Message, name: str, value: timedelta | None) -> None:
-    """Set Duration field ``name`` of ``msg`` (left unset for None)."""
-    if value is not None:
-        getattr(msg, name).FromTimedelta(value)
+def set_duration(msg: Message, name: str, value: timedelta | None, field: str = "") -> None:
+    """Set Duration field ``name`` of ``msg`` (left unset for None); ``field`` is the path
+    of ``msg``, for the error a duration outside protobuf's +-10,000 years raises."""
+    if value is None:
+        return
+    if not isinstance(value, timedelta) or abs(value) > _MAX_DURATION:
+        raise InvalidArgument(_path(field, name), "not a duration protobuf can hold")
+    getattr(msg, name).FromTimedelta(value)
 
 
 def get_duration(
@@ -81,10 +125,11 @@ def get_duration(
     if not msg.HasField(name):
         return default
     d = getattr(msg, name)
+    mixed_signs = (d.seconds > 0 and d.nanos < 0) or (d.seconds < 0 and d.nanos > 0)
+    if mixed_signs or abs(d.seconds) > _MAX_DURATION_SECONDS or abs(d.nanos) > _MAX_NANOS:
+        raise InvalidArgument(_path(field, name), "not a valid duration")
     if d.seconds < 0 or d.nanos < 0:
-        raise InvalidArgument(f"{field}.{name}", "must not be negative")
-    if d.seconds > _MAX_DURATION_SECONDS or d.nanos > _MAX_NANOS:
-        raise InvalidArgument(f"{field}.{name}", "not a valid duration")
+        raise InvalidArgument(_path(field, name), "must not be negative")
     return d.ToTimedelta()
 
 
@@ -123,7 +168,11 @@ class ProtoEnum(Generic[E]):
             raise TypeError(f"{domain.__name__} has no member for {', '.join(names)}")
 
     def to_proto(self, value: E | str) -> int:
-        return self._to[self.domain(value)]
+        """Raises InvalidArgument (named after the enum) for a value it does not have."""
+        try:
+            return self._to[self.domain(value)]
+        except ValueError:
+            raise InvalidArgument(self.domain.__name__, f"unknown value {value!r:.64}") from None
 
     def from_proto(self, number: int, field: str, default: E | None = None) -> E:
         """``default`` (else the table's own) stands for UNSPECIFIED."""

@@ -1,4 +1,4 @@
-"""The one mapping between domain types and protobuf, and between domain errors and gRPC status.
+"""The one mapping between domain types and protobuf for the job API.
 
 ``X_to_proto`` turns a domain object from ``shardcron.client.types`` into its
 ``shardcron.v1`` message; ``X_from_proto`` reads one back. Readers check structure only
@@ -7,17 +7,15 @@ values are known) and raise ``InvalidArgument`` naming the field path; what a va
 means (cron syntax, zones, limits) is the server's to validate. UNSPECIFIED enum
 values and unset fields read as the domain defaults documented in types.proto.
 
-``ERROR_CODES`` maps each domain error to its gRPC status code; ``status_for`` is what
-servers send for an exception and ``error_from_rpc`` is what clients raise for a
-failed call.
+Writers raise ``InvalidArgument`` naming the field for a value protobuf cannot hold (an
+integer past int32, text that is not Unicode), so an SDK caller gets the same error
+family as from the server, never a bare ValueError.
 """
 
 from __future__ import annotations
 
 import math
 from datetime import datetime, timedelta
-
-import grpc
 
 from shardcron.client.codec.common import (
     DST_GAP,
@@ -28,6 +26,7 @@ from shardcron.client.codec.common import (
     RUN_REASON,
     RUN_STATE,
     SCHEDULE_KIND,
+    build,
     get_duration,
     get_required_time,
     get_time,
@@ -35,16 +34,7 @@ from shardcron.client.codec.common import (
     set_duration,
     set_time,
 )
-from shardcron.client.errors import (
-    AlreadyExists,
-    FailedPrecondition,
-    InvalidArgument,
-    NotFound,
-    ShardcronError,
-    StaleLease,
-    Unavailable,
-    VersionConflict,
-)
+from shardcron.client.errors import InvalidArgument
 from shardcron.client.types import (
     ClusterStatus,
     CommandTask,
@@ -69,12 +59,10 @@ from shardcron.client.types import (
 from shardcron.v1 import cluster_pb2, types_pb2
 
 __all__ = [
-    "ERROR_CODES",
     "cluster_status_from_proto",
     "cluster_status_to_proto",
     "concurrency_from_proto",
     "concurrency_to_proto",
-    "error_from_rpc",
     "fire_from_proto",
     "fire_to_proto",
     "job_from_proto",
@@ -99,7 +87,6 @@ __all__ = [
     "schedule_to_proto",
     "shard_info_from_proto",
     "shard_info_to_proto",
-    "status_for",
     "task_from_proto",
     "task_to_proto",
     "worker_info_from_proto",
@@ -136,20 +123,20 @@ def run_reason_from_proto(number: int, field: str = "reason") -> RunReason:
 # --------------------------------------------------------------------------- schedule
 
 
-def schedule_to_proto(s: Schedule) -> types_pb2.Schedule:
-    msg = types_pb2.Schedule(
+def schedule_to_proto(s: Schedule, field: str = "schedule") -> types_pb2.Schedule:
+    msg = build(
+        types_pb2.Schedule,
+        field,
         kind=SCHEDULE_KIND.to_proto(s.kind),
         cron=s.cron or "",
         timezone=s.timezone,
         dst_gap=DST_GAP.to_proto(s.dst_gap),
         dst_overlap=DST_OVERLAP.to_proto(s.dst_overlap),
     )
-    set_time(msg, "at", s.at)
-    set_duration(msg, "interval", s.interval)
-    set_time(msg, "anchor", s.anchor)
-    set_time(msg, "start_at", s.start_at)
-    set_time(msg, "end_at", s.end_at)
-    set_duration(msg, "jitter", s.jitter or None)
+    for name in ("at", "anchor", "start_at", "end_at"):
+        set_time(msg, name, getattr(s, name), field)
+    set_duration(msg, "interval", s.interval, field)
+    set_duration(msg, "jitter", s.jitter or None, field)
     return msg
 
 
@@ -182,14 +169,22 @@ def schedule_from_proto(msg: types_pb2.Schedule, field: str = "schedule") -> Sch
 # --------------------------------------------------------------------------- task and policies
 
 
-def task_to_proto(task: Task) -> types_pb2.Task:
+def task_to_proto(task: Task, field: str = "task") -> types_pb2.Task:
     if isinstance(task, CommandTask):
-        return types_pb2.Task(
-            command=types_pb2.CommandTask(argv=list(task.argv), env=task.env, cwd=task.cwd)
+        command = build(
+            types_pb2.CommandTask,
+            f"{field}.command",
+            argv=list(task.argv),
+            env=task.env,
+            cwd=task.cwd,
         )
+        return types_pb2.Task(command=command)
     if isinstance(task, HandlerTask):
-        return types_pb2.Task(handler=types_pb2.HandlerTask(name=task.name, payload=task.payload))
-    raise TypeError(f"not a task: {task!r}")
+        handler = build(
+            types_pb2.HandlerTask, f"{field}.handler", name=task.name, payload=task.payload
+        )
+        return types_pb2.Task(handler=handler)
+    raise InvalidArgument(field, "must be a CommandTask or a HandlerTask")
 
 
 def task_from_proto(msg: types_pb2.Task, field: str = "task") -> Task:
@@ -208,12 +203,16 @@ def task_from_proto(msg: types_pb2.Task, field: str = "task") -> Task:
     raise InvalidArgument(field, "required: set a command or a handler")
 
 
-def retry_to_proto(r: RetryPolicy) -> types_pb2.RetryPolicy:
-    msg = types_pb2.RetryPolicy(
-        max_attempts=r.max_attempts, multiplier=r.multiplier, jitter=r.jitter
+def retry_to_proto(r: RetryPolicy, field: str = "retry") -> types_pb2.RetryPolicy:
+    msg = build(
+        types_pb2.RetryPolicy,
+        field,
+        max_attempts=r.max_attempts,
+        multiplier=r.multiplier,
+        jitter=r.jitter,
     )
-    set_duration(msg, "initial_backoff", r.initial_backoff)
-    set_duration(msg, "max_backoff", r.max_backoff)
+    set_duration(msg, "initial_backoff", r.initial_backoff, field)
+    set_duration(msg, "max_backoff", r.max_backoff, field)
     return msg
 
 
@@ -233,8 +232,12 @@ def retry_from_proto(msg: types_pb2.RetryPolicy, field: str = "retry") -> RetryP
     )
 
 
-def concurrency_to_proto(c: ConcurrencyPolicy) -> types_pb2.ConcurrencyPolicy:
-    return types_pb2.ConcurrencyPolicy(
+def concurrency_to_proto(
+    c: ConcurrencyPolicy, field: str = "concurrency"
+) -> types_pb2.ConcurrencyPolicy:
+    return build(
+        types_pb2.ConcurrencyPolicy,
+        field,
         max_concurrent=c.max_concurrent,
         overlap=OVERLAP_POLICY.to_proto(c.overlap),
     )
@@ -250,9 +253,14 @@ def concurrency_from_proto(
     )
 
 
-def resources_to_proto(r: Resources) -> types_pb2.Resources:
-    return types_pb2.Resources(
-        slots=r.slots, cpu_millis=r.cpu_millis, memory_mb=r.memory_mb, labels=r.labels
+def resources_to_proto(r: Resources, field: str = "resources") -> types_pb2.Resources:
+    return build(
+        types_pb2.Resources,
+        field,
+        slots=r.slots,
+        cpu_millis=r.cpu_millis,
+        memory_mb=r.memory_mb,
+        labels=r.labels,
     )
 
 
@@ -269,21 +277,25 @@ def resources_from_proto(msg: types_pb2.Resources, field: str = "resources") -> 
 # --------------------------------------------------------------------------- job spec, job
 
 
-def job_spec_to_proto(spec: JobSpec) -> types_pb2.JobSpec:
-    msg = types_pb2.JobSpec(
+def job_spec_to_proto(spec: JobSpec, field: str = "spec") -> types_pb2.JobSpec:
+    """Raises InvalidArgument naming the field (``spec.priority``) for a value protobuf
+    cannot hold; what the server would refuse is left to the server."""
+    msg = build(
+        types_pb2.JobSpec,
+        field,
         name=spec.name,
-        task=task_to_proto(spec.task),
-        schedule=schedule_to_proto(spec.schedule),
+        task=task_to_proto(spec.task, f"{field}.task"),
+        schedule=schedule_to_proto(spec.schedule, f"{field}.schedule"),
         priority=spec.priority,
-        retry=retry_to_proto(spec.retry),
-        concurrency=concurrency_to_proto(spec.concurrency),
+        retry=retry_to_proto(spec.retry, f"{field}.retry"),
+        concurrency=concurrency_to_proto(spec.concurrency, f"{field}.concurrency"),
         misfire=MISFIRE_POLICY.to_proto(spec.misfire),
-        resources=resources_to_proto(spec.resources),
+        resources=resources_to_proto(spec.resources, f"{field}.resources"),
         pause_after_failures=spec.pause_after_failures,
         labels=spec.labels,
     )
-    set_duration(msg, "timeout", spec.timeout)
-    set_duration(msg, "starting_deadline", spec.starting_deadline)
+    set_duration(msg, "timeout", spec.timeout, field)
+    set_duration(msg, "starting_deadline", spec.starting_deadline, field)
     return msg
 
 
@@ -526,63 +538,3 @@ def cluster_status_from_proto(msg: cluster_pb2.ClusterStatus) -> ClusterStatus:
         shards=[shard_info_from_proto(s) for s in msg.shards],
         workers=[worker_info_from_proto(w, f"workers[{i}]") for i, w in enumerate(msg.workers)],
     )
-
-
-# --------------------------------------------------------------------------- errors <-> status
-
-ERROR_CODES: dict[type[ShardcronError], grpc.StatusCode] = {
-    InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
-    NotFound: grpc.StatusCode.NOT_FOUND,
-    VersionConflict: grpc.StatusCode.ABORTED,
-    FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
-    StaleLease: grpc.StatusCode.FAILED_PRECONDITION,
-    AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
-    Unavailable: grpc.StatusCode.UNAVAILABLE,
-}
-
-# Reverse of ERROR_CODES (the first class listed for a code wins), plus the codes the
-# transport itself produces.
-_ERRORS_BY_CODE: dict[grpc.StatusCode, type[ShardcronError]] = {}
-for _cls, _code in ERROR_CODES.items():
-    _ERRORS_BY_CODE.setdefault(_code, _cls)
-_ERRORS_BY_CODE[grpc.StatusCode.DEADLINE_EXCEEDED] = Unavailable
-
-
-def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
-    """The status a server sends for ``exc``: the ``ERROR_CODES`` code and the error's
-    message for domain errors (``"field: reason"`` for InvalidArgument); INTERNAL for
-    anything that is not a ``ShardcronError``."""
-    for cls in type(exc).__mro__:
-        if cls in ERROR_CODES:
-            return ERROR_CODES[cls], exc.message  # type: ignore[attr-defined]
-    if isinstance(exc, ShardcronError):
-        code = getattr(grpc.StatusCode, exc.code, grpc.StatusCode.UNKNOWN)
-        return code, exc.message
-    return grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
-
-
-def error_from_rpc(e: grpc.RpcError) -> ShardcronError:
-    """The domain error for a failed call; ``.code`` is the status code's name.
-
-    INVALID_ARGUMENT details ``"field: reason"`` become ``InvalidArgument(field, reason)``;
-    DEADLINE_EXCEEDED and UNAVAILABLE become ``Unavailable``; codes with no domain class
-    become a plain ``ShardcronError``.
-    """
-    code_fn = getattr(e, "code", None)
-    details_fn = getattr(e, "details", None)
-    code = (code_fn() if callable(code_fn) else None) or grpc.StatusCode.UNKNOWN
-    details = (details_fn() if callable(details_fn) else None) or ""
-    cls = _ERRORS_BY_CODE.get(code)
-    err: ShardcronError
-    if cls is InvalidArgument:
-        field, sep, reason = details.partition(": ")
-        err = InvalidArgument(field, reason) if sep else InvalidArgument("", details)
-        if not sep:
-            err.message = details
-            err.args = (details,)
-    elif cls is not None:
-        err = cls(details or code.name)
-    else:
-        err = ShardcronError(details or code.name)
-    err.code = code.name
-    return err

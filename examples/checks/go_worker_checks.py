@@ -197,7 +197,7 @@ def check_crash(c: Client, a: argparse.Namespace) -> None:
     expect(final.state == RunState.FAILED, f"state {final.state}, want FAILED")
     expect(final.reason == RunReason.WORKER_LOST, f"reason {final.reason}, want WORKER_LOST")
     # A run lost with its worker is tried again whatever the job's retry policy
-    # (coordinator/fires.py WORKER_LOST_ATTEMPTS): left alone, attempt 2 (another
+    # (coordinator/poller/fires.py WORKER_LOST_ATTEMPTS): left alone, attempt 2 (another
     # `sleep 60`) would be leased to the restarted worker and hold up the checks
     # after this one (a drain waits for it). Delete the job, cancelling what is left.
     c.delete_job(job.id, cancel_running=True)

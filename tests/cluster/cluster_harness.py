@@ -6,7 +6,7 @@ log under the test's ``tmp_path``, and killed for real (SIGKILL, SIGSTOP).
 
 Pieces:
 
-- ``ClusterCassandra``: ``deploy/servers.py``'s 3-node Cassandra, on other loopback
+- ``ClusterCassandra``: ``deploy``'s 3-node Cassandra, on other loopback
   addresses (127.0.0.21-23 by default, JMX 7221-7223) so it can run next to the
   single contract-test node on 127.0.0.1:9042 in one pytest session.
 - ``ShardcronCluster``: one test's cluster (its own ZooKeeper chroot, cluster name and
@@ -45,21 +45,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
-for _p in (REPO / "deploy", REPO / "tests" / "e2e", REPO / "tests"):
-    if str(_p) not in sys.path:
-        sys.path.insert(0, str(_p))
+import grpc
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
 
-import grpc  # noqa: E402
-import servers  # noqa: E402  (deploy/servers.py)
-from harness import Proc, free_port, wait_healthy  # noqa: E402  (tests/e2e/harness.py)
-from kazoo.client import KazooClient  # noqa: E402
-from kazoo.exceptions import NoNodeError  # noqa: E402
-from zk_fixtures import ZkProxy  # noqa: E402  (tests/zk_fixtures.py)
-
-from shardcron.client.errors import ShardcronError  # noqa: E402
-from shardcron.client.sdk import Client  # noqa: E402
-from shardcron.client.types import (  # noqa: E402
+from deploy import Cassandra
+from shardcron.client.errors import ShardcronError
+from shardcron.client.sdk import Client
+from shardcron.client.types import (
     ClusterStatus,
     CommandTask,
     JobSpec,
@@ -67,8 +60,11 @@ from shardcron.client.types import (  # noqa: E402
     Run,
     RunState,
 )
-from shardcron.v1 import worker_pb2, worker_pb2_grpc  # noqa: E402
+from shardcron.v1 import worker_pb2, worker_pb2_grpc
+from tests.e2e.harness import Proc, free_port, wait_healthy
+from tests.support.zookeeper import ZkProxy
 
+REPO = Path(__file__).resolve().parents[2]
 SHARDS = 64
 SESSION_TIMEOUT = 4.0  # seconds: --session-timeout of every node
 LEASE_TTL = 3.0  # seconds: --lease-ttl
@@ -95,7 +91,7 @@ def fencing_epoch(token: int) -> int:
 # --------------------------------------------------------------------------- Cassandra
 
 
-class ClusterCassandra(servers.Cassandra):
+class ClusterCassandra(Cassandra):
     """A 3-node Cassandra on 127.0.0.<base>..<base+2>, JMX on jmx_base..jmx_base+2.
 
     The storage (7000) and CQL (9042) ports are the same on every address, so this

@@ -1,13 +1,13 @@
 """Fixtures for the cluster failure tests (tests/cluster).
 
-- ``zookeeper`` / ``zk_hosts``: tests/zk_fixtures.py's session ZooKeeper, a chroot per test.
+- ``zookeeper`` / ``zk_hosts`` (tests/conftest.py): the session's ZooKeeper, a chroot per test.
 - ``cassandra3``: ONE 3-node Cassandra for the whole session (RF=3 keyspaces, QUORUM),
   on 127.0.0.21-23 (JMX 7221-7223), so it does not clash with a 1-node Cassandra on
   127.0.0.1:9042 that the store contract tests may run in the same session.
   ``SHARDCRON_TEST_CLUSTER_CASSANDRA_BASE`` moves it (e.g. ``31`` -> 127.0.0.31-33,
   JMX 7231-7233) when two sessions share a machine. For quick iterations,
   ``SHARDCRON_TEST_CLUSTER_CASSANDRA_DIR=DIR`` keeps the ring running in DIR after the
-  session and reuses it in the next one (stop it with ``deploy/servers.py stop --dir DIR``).
+  session and reuses it in the next one (stop it with ``python3 -m deploy stop --dir DIR``).
 - ``cluster``: a factory of ``ShardcronCluster`` (own keyspace, cluster name, chroot,
   logs under tmp_path); every process it started is stopped at teardown, even when
   the test failed or was interrupted by its timeout.
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -29,10 +28,8 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import cluster_harness  # noqa: E402
-from cluster_harness import ClusterCassandra, ShardcronCluster, store_init  # noqa: E402
-from zk_fixtures import zk_hosts, zookeeper  # noqa: E402,F401  (tests/zk_fixtures.py)
+from tests.cluster import cluster_harness
+from tests.cluster.cluster_harness import ClusterCassandra, ShardcronCluster, store_init
 
 _BEGUN: list[float] = []
 _ENDED: list[float] = []
@@ -117,7 +114,7 @@ def cluster_keyspace(cassandra3: ClusterCassandra, tmp_path_factory: pytest.Temp
 def cluster(
     request: pytest.FixtureRequest,
     tmp_path: Path,
-    zk_hosts: str,  # noqa: F811
+    zk_hosts: str,
     cassandra3: ClusterCassandra,
     cluster_keyspace: str,
 ) -> Iterator[Callable[..., ShardcronCluster]]:

@@ -12,7 +12,9 @@ from __future__ import annotations
 import time
 
 import pytest
-from cluster_harness import (
+
+from shardcron.client.types import JobSpec, Schedule
+from tests.cluster.cluster_harness import (
     SESSION_TIMEOUT,
     Checks,
     JobFeeder,
@@ -26,8 +28,6 @@ from cluster_harness import (
     wait_cron_final,
     wait_jobs_final,
 )
-
-from shardcron.client.types import JobSpec, Schedule
 
 
 @pytest.mark.timeout(240)

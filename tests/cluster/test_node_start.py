@@ -9,7 +9,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from cluster_harness import SHARDS, ShardcronCluster, measure
+
+from tests.cluster.cluster_harness import SHARDS, ShardcronCluster, measure
 
 
 @pytest.mark.timeout(120)

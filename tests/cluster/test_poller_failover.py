@@ -11,7 +11,10 @@ from __future__ import annotations
 import time
 
 import pytest
-from cluster_harness import (
+
+from shardcron.client.types import JobSpec, Schedule
+from shardcron.coordinator.ids import shard_for
+from tests.cluster.cluster_harness import (
     SESSION_TIMEOUT,
     SHARDS,
     Checks,
@@ -26,9 +29,6 @@ from cluster_harness import (
     wait_cron_final,
     wait_jobs_final,
 )
-
-from shardcron.client.types import JobSpec, Schedule
-from shardcron.coordinator.ids import shard_for
 
 
 @pytest.mark.timeout(240)

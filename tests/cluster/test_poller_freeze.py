@@ -23,7 +23,10 @@ import time
 from collections import defaultdict
 
 import pytest
-from cluster_harness import (
+
+from shardcron.client.types import JobSpec, RunState, Schedule
+from shardcron.coordinator.ids import shard_for
+from tests.cluster.cluster_harness import (
     SHARDS,
     Checks,
     JobFeeder,
@@ -37,9 +40,6 @@ from cluster_harness import (
     wait_cron_final,
     wait_jobs_final,
 )
-
-from shardcron.client.types import JobSpec, RunState, Schedule
-from shardcron.coordinator.ids import shard_for
 
 ZK_CUT_AFTER_RESUME = 3.0  # seconds the ZooKeeper link stays cut after SIGCONT
 

@@ -17,7 +17,9 @@ import threading
 import time
 
 import pytest
-from cluster_harness import (
+
+from shardcron.client.types import JobSpec, Schedule
+from tests.cluster.cluster_harness import (
     Checks,
     JobFeeder,
     Percentiles,
@@ -31,8 +33,6 @@ from cluster_harness import (
     wait_cron_final,
     wait_jobs_final,
 )
-
-from shardcron.client.types import JobSpec, Schedule
 
 KILLED = 1  # the first contact point: every driver's control connection starts there
 # QUORUM needs both surviving replicas while the node is down: when one of them

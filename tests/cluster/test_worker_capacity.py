@@ -9,15 +9,15 @@ must never show two executions at the same time.
 from __future__ import annotations
 
 import pytest
-from cluster_harness import (
+
+from shardcron.client.types import JobSpec
+from tests.cluster.cluster_harness import (
     Checks,
     check_acknowledged_jobs,
     measure,
     read_executions,
     wait_jobs_final,
 )
-
-from shardcron.client.types import JobSpec
 
 
 @pytest.mark.timeout(180)

@@ -11,7 +11,11 @@ from __future__ import annotations
 import time
 
 import pytest
-from cluster_harness import (
+
+from shardcron.client.types import HandlerTask, JobSpec, RetryPolicy, RunReason, RunState
+from shardcron.coordinator.ids import shard_for
+from shardcron.v1 import types_pb2
+from tests.cluster.cluster_harness import (
     HEARTBEAT,
     SHARDS,
     Checks,
@@ -21,10 +25,6 @@ from cluster_harness import (
     pid_alive,
     read_executions,
 )
-
-from shardcron.client.types import HandlerTask, JobSpec, RetryPolicy, RunReason, RunState
-from shardcron.coordinator.ids import shard_for
-from shardcron.v1 import types_pb2
 
 
 def _wait(predicate, timeout: float, interval: float = 0.05):  # type: ignore[no-untyped-def]

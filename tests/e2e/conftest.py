@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from harness import DevServer
 
 from shardcron.client.sdk import Client
+from tests.e2e.harness import DevServer
 
 
 @pytest.fixture(scope="module")

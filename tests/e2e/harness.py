@@ -178,17 +178,3 @@ class DevServer:
 
 def start_worker(target: str, log: Path, *args: str) -> Proc:
     return Proc(["worker", "--target", target, *args], log).start()
-
-
-def wait_for(predicate, timeout: float = 20.0, interval: float = 0.1, what: str = "condition"):  # type: ignore[no-untyped-def]
-    """Polls ``predicate`` until it returns something truthy; returns that."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(
-                f"timed out after {timeout}s waiting for {what}; last value {value!r}"
-            )
-        time.sleep(interval)

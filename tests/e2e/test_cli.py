@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import uuid
 
-from harness import DevServer, wait_for
+from tests.e2e.harness import DevServer
+from tests.support.waiting import wait_until
 
 
 def owner() -> str:
@@ -27,7 +28,7 @@ def test_cron_job_tour(dev: DevServer) -> None:
         out = json.loads(dev.cli("--json", "run", "list", job_id, owner=o).stdout)
         return [r for r in out if r["state"] == "SUCCEEDED"]
 
-    done = wait_for(runs, what="a SUCCEEDED run")
+    done = wait_until(runs, what="a SUCCEEDED run")
     logs = dev.cli("run", "logs", done[0]["id"], owner=o).stdout
     assert logs == "tick\n"
     table = dev.cli("run", "list", job_id, owner=o).stdout
@@ -50,7 +51,7 @@ def test_follow_and_cancel_a_running_command(dev: DevServer) -> None:
         out = json.loads(dev.cli("--json", "run", "list", job_id, owner=o).stdout)
         return next((r["id"] for r in out if r["state"] == "RUNNING"), "")
 
-    run_id = wait_for(running, what="RUNNING")
+    run_id = wait_until(running, what="RUNNING")
     dev.cli("run", "cancel", run_id, owner=o)
     follow = dev.cli("run", "logs", "-f", run_id, owner=o)
     assert "begin" in follow.stdout

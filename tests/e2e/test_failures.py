@@ -14,7 +14,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import grpc
-from harness import DevServer, start_worker, wait_for
 
 from shardcron.client.types import (
     CommandTask,
@@ -28,6 +27,8 @@ from shardcron.client.types import (
     Schedule,
 )
 from shardcron.v1 import types_pb2, worker_pb2, worker_pb2_grpc
+from tests.e2e.harness import DevServer, start_worker
+from tests.support.waiting import wait_until
 
 
 def _final(runs):  # type: ignore[no-untyped-def]
@@ -80,7 +81,7 @@ def test_sigkill_dev_then_restart_loses_no_acknowledged_job(tmp_path: Path) -> N
         with server.client("crash") as c:
             # every acknowledged one-off job ends SUCCEEDED, whatever was in flight at the kill
             for job in [*sleepers, at]:
-                runs = wait_for(
+                runs = wait_until(
                     lambda j=job: [
                         r for r in c.list_runs(j.id).items if r.state == RunState.SUCCEEDED
                     ],
@@ -138,7 +139,7 @@ def test_sigkill_worker_mid_run_releases_the_run_after_its_ttl(tmp_path: Path) -
                     retry=RetryPolicy(max_attempts=1),
                 )
             )
-            run = wait_for(
+            run = wait_until(
                 lambda: next(
                     (r for r in c.list_runs(job.id).items if r.state == RunState.RUNNING), None
                 ),
@@ -149,7 +150,9 @@ def test_sigkill_worker_mid_run_releases_the_run_after_its_ttl(tmp_path: Path) -
             killed = datetime.now(UTC)
             # the dead worker's command dies with it: never two attempts at once
             orphan = int(marker.read_text().split()[1])
-            wait_for(lambda: not _alive(orphan), timeout=2, what="the dead worker's command to go")
+            wait_until(
+                lambda: not _alive(orphan), timeout=2, what="the dead worker's command to go"
+            )
             second = start_worker(server.target, tmp_path / "w2.log", "--id", "w2", "--slots", "2")
             runs = c.wait_job_runs(job.id, count=2, timeout=30)
             lost, done = sorted(runs, key=lambda r: r.attempt)
@@ -275,7 +278,7 @@ def test_a_worker_that_stops_renewing_kills_its_own_run(tmp_path: Path) -> None:
                     task=CommandTask(argv=("sh", "-c", f"echo $$ > {pidfile}; exec sleep 60")),
                 )
             )
-            wait_for(
+            wait_until(
                 lambda: pidfile.exists() and pidfile.read_text().strip(), what="command started"
             )
             pid = int(pidfile.read_text())
@@ -283,7 +286,7 @@ def test_a_worker_that_stops_renewing_kills_its_own_run(tmp_path: Path) -> None:
             server.proc.signal(signal.SIGSTOP)
             try:
                 # the lease is 2 s: the command must be gone well within 2 s + one heartbeat
-                wait_for(
+                wait_until(
                     lambda: not _alive(pid), timeout=5, what="worker to kill its unrenewed run"
                 )
             finally:

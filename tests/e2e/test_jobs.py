@@ -12,7 +12,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from harness import wait_for
 
 from shardcron.client.errors import FailedPrecondition, InvalidArgument, NotFound, VersionConflict
 from shardcron.client.types import (
@@ -27,6 +26,7 @@ from shardcron.client.types import (
     RunState,
     Schedule,
 )
+from tests.support.waiting import wait_until
 
 
 def now() -> datetime:
@@ -51,7 +51,7 @@ def test_immediate_command_runs_with_its_environment(client) -> None:  # type: i
     text = output_of(client, run.id).decode()
     assert f"run={run.id} attempt=1 token={run.lease_token}" in text
     assert run.lease_token > 0
-    assert wait_for(
+    assert wait_until(
         lambda: client.get_job(job.id).state == JobState.COMPLETED, what="job COMPLETED"
     )
 
@@ -113,7 +113,7 @@ def test_retries_back_off_then_dead_letter_and_replay(client) -> None:  # type: 
     assert replay.replayed_from == runs[2].id
     assert client.wait_run(replay.id, timeout=20).state == RunState.FAILED
     # the replay gets the retry policy afresh: its last attempt is the new dead letter
-    [again] = wait_for(
+    [again] = wait_until(
         lambda: client.list_dead_letters(job_id=job.id).items, timeout=30, what="new dead letter"
     )
     assert again.id != runs[2].id and again.replayed_from == runs[2].id and again.attempt == 3
@@ -128,7 +128,7 @@ def test_timeout_kills_the_command_and_its_grandchildren(client, tmp_path: Path)
     assert run.state == RunState.TIMED_OUT
     assert run.reason == RunReason.TIMEOUT
     pid = int(pidfile.read_text())
-    assert wait_for(lambda: not _alive(pid), timeout=10, what="grandchild gone")
+    assert wait_until(lambda: not _alive(pid), timeout=10, what="grandchild gone")
 
 
 def _alive(pid: int) -> bool:
@@ -146,7 +146,7 @@ def _alive(pid: int) -> bool:
 
 def test_cancel_a_running_run(client) -> None:  # type: ignore[no-untyped-def]
     job = client.create_job(sh("echo started; sleep 60"))
-    run = wait_for(
+    run = wait_until(
         lambda: next(
             (r for r in client.list_runs(job.id).items if r.state == RunState.RUNNING), None
         ),
@@ -208,7 +208,7 @@ def test_pause_skips_fires_and_resume_continues(client) -> None:  # type: ignore
     assert any(r.state == RunState.SKIPPED and r.reason == RunReason.PAUSED for r in runs)
     client.resume_job(job.id)
     before = {r.id for r in runs}
-    wait_for(
+    wait_until(
         lambda: any(
             r.state == RunState.SUCCEEDED and r.id not in before
             for r in client.list_runs(job.id).items
@@ -254,7 +254,7 @@ def test_run_now_and_delete(client) -> None:  # type: ignore[no-untyped-def]
 
 def test_follow_output_streams_until_the_run_ends(client) -> None:  # type: ignore[no-untyped-def]
     job = client.create_job(sh("for i in 1 2 3; do echo line$i; sleep 0.3; done"))
-    run = wait_for(lambda: next(iter(client.list_runs(job.id).items), None), what="run")
+    run = wait_until(lambda: next(iter(client.list_runs(job.id).items), None), what="run")
     chunks = list(client.read_output(run.id, follow=True))
     assert chunks[-1].eof
     assert b"".join(c.data for c in chunks) == b"line1\nline2\nline3\n"
@@ -317,13 +317,13 @@ def test_owners_do_not_see_each_other(dev) -> None:  # type: ignore[no-untyped-d
 
 
 def test_priority_orders_due_runs_when_workers_are_saturated(tmp_path: Path) -> None:
-    from harness import DevServer
+    from tests.e2e.harness import DevServer
 
     server = DevServer(tmp_path / "data", extra=["--workers", "1", "--slots", "1"]).start()
     try:
         with server.client() as c:
             blocker = c.create_job(sh("sleep 2"))
-            wait_for(
+            wait_until(
                 lambda: c.list_runs(blocker.id).items[0].state == RunState.RUNNING,
                 what="blocker running",
             )

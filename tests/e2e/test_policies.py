@@ -5,8 +5,6 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
-from harness import DevServer, start_worker, wait_for
-
 from shardcron.client.types import (
     CommandTask,
     ConcurrencyPolicy,
@@ -19,6 +17,8 @@ from shardcron.client.types import (
     RunState,
     Schedule,
 )
+from tests.e2e.harness import DevServer, start_worker
+from tests.support.waiting import wait_until
 
 
 def sh(script: str, **kw: object) -> JobSpec:
@@ -45,7 +45,7 @@ def test_auto_pause_after_consecutive_failures(client) -> None:  # type: ignore[
     job = client.create_job(
         sh("exit 1", schedule=Schedule.cron_expr("* * * * * *"), pause_after_failures=2)
     )
-    paused = wait_for(
+    paused = wait_until(
         lambda: (j := client.get_job(job.id)).state == JobState.PAUSED and j, what="auto-pause"
     )
     assert "2 consecutive" in paused.pause_reason
@@ -60,7 +60,7 @@ def test_a_run_that_cannot_start_before_its_deadline_is_missed(tmp_path: Path) -
     try:
         with server.client() as c:
             blocker = c.create_job(sh("sleep 3"))
-            wait_for(
+            wait_until(
                 lambda: c.list_runs(blocker.id).items[0].state == RunState.RUNNING, what="blocker"
             )
             late = c.create_job(sh("true", starting_deadline=timedelta(seconds=1)))
@@ -90,7 +90,7 @@ def test_runs_go_only_to_workers_that_fit(tmp_path: Path) -> None:
     )
     try:
         with server.client() as c:
-            wait_for(lambda: len(c.cluster_status().workers) == 2, what="two workers")
+            wait_until(lambda: len(c.cluster_status().workers) == 2, what="two workers")
             zone_a = c.create_job(
                 JobSpec(
                     name="a",

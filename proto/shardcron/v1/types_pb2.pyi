@@ -85,6 +85,7 @@ class RunReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RUN_REASON_MISFIRE: _ClassVar[RunReason]
     RUN_REASON_DEADLINE: _ClassVar[RunReason]
     RUN_REASON_SUPERSEDED: _ClassVar[RunReason]
+    RUN_REASON_INTERNAL_ERROR: _ClassVar[RunReason]
 SCHEDULE_KIND_UNSPECIFIED: ScheduleKind
 SCHEDULE_KIND_IMMEDIATE: ScheduleKind
 SCHEDULE_KIND_AT: ScheduleKind
@@ -136,6 +137,7 @@ RUN_REASON_DST_GAP: RunReason
 RUN_REASON_MISFIRE: RunReason
 RUN_REASON_DEADLINE: RunReason
 RUN_REASON_SUPERSEDED: RunReason
+RUN_REASON_INTERNAL_ERROR: RunReason
 
 class Schedule(_message.Message):
     __slots__ = ("kind", "at", "cron", "timezone", "interval", "anchor", "start_at", "end_at", "jitter", "dst_gap", "dst_overlap")

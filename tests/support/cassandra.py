@@ -4,16 +4,16 @@ The node is shared by the whole test session and started lazily, on first use:
 
 - if ``SHARDCRON_TEST_CASSANDRA`` names contact points (``127.0.0.1`` or
   ``127.0.0.1,127.0.0.2``), that running cluster is reused and left running;
-- otherwise one node is started through ``deploy/servers.py`` in a temporary
+- otherwise one node is started through the ``deploy`` package in a temporary
   directory and stopped at the end of the session. The CQL port is fixed (9042):
   when another test session on this machine holds it, this one waits for it up to
   ``SHARDCRON_TEST_CASSANDRA_WAIT`` seconds (default 180), then fails saying so.
   If the node cannot start, the tests that need it fail: nothing is skipped.
 
-Bind the fixtures in a test module (``cassandra = cassandra_fixtures.cassandra``,
-and ``cassandra_session_cleanup`` so the node is stopped when the session ends;
-``contract_store`` for a store of the contract suite's configuration) or use
-``backend(config)`` for ``tests/test_store_contract.py``'s ``BACKENDS``.
+``tests/conftest.py`` gives tests ``cassandra_store`` (an open, empty store in the
+contract suite's configuration) and stops the node at the end of the session;
+``cassandra_backend(config)`` is the Cassandra entry of
+``tests/test_store_contract.py``'s ``BACKENDS``.
 
 Each configuration (shard count, bucket size) gets one keyspace per test session,
 ``shardcron_test_<random>``, created through the store's own schema init; between
@@ -33,20 +33,16 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
 from cassandra.cluster import Cluster, Session
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "deploy"))
-import servers  # noqa: E402
-from store_contract import CONTRACT_CONFIG  # noqa: E402
-
-from shardcron.coordinator.cassandra_schema import TABLES, init_schema_sync  # noqa: E402
-from shardcron.coordinator.cassandra_store import CassandraStore  # noqa: E402
+from deploy import Cassandra
+from shardcron.coordinator.cassandra.schema import TABLES
+from shardcron.coordinator.cassandra.store import CassandraStore, init_schema_sync
 
 ENV_CONTACT_POINTS = "SHARDCRON_TEST_CASSANDRA"
 ENV_WAIT = "SHARDCRON_TEST_CASSANDRA_WAIT"
@@ -58,7 +54,7 @@ class CassandraForTests:
     """The session's Cassandra: its contact points, and the server when this session owns it."""
 
     contact_points: list[str]
-    server: servers.Cassandra | None = None
+    server: Cassandra | None = None
     _admin: Cluster | None = None
     _session: Session | None = None
     keyspaces: dict[tuple[Any, ...], str] = field(default_factory=dict)
@@ -101,7 +97,7 @@ class CassandraForTests:
                 try:
                     self._session.execute(f"DROP KEYSPACE IF EXISTS {name}", timeout=60)
                 except Exception as e:  # noqa: BLE001 - best effort at teardown
-                    print(f"cassandra_fixtures: could not drop {name}: {e}", file=sys.stderr)
+                    print(f"tests.support.cassandra: could not drop {name}: {e}", file=sys.stderr)
         if self._admin is not None:
             self._admin.shutdown()
             self._admin = self._session = None
@@ -151,7 +147,7 @@ def cassandra_node() -> CassandraForTests:
                 )
             time.sleep(2)
         directory = tempfile.mkdtemp(prefix="shardcron-cassandra-")
-        server = servers.Cassandra(directory, nodes=1, heap="512M")
+        server = Cassandra(directory, nodes=1, heap="512M")
         try:
             server.start()
         except BaseException:
@@ -170,24 +166,10 @@ def stop_cassandra() -> None:
         node.stop()
 
 
-@pytest.fixture(scope="session")
-def cassandra() -> Iterator[CassandraForTests]:
-    """The session's Cassandra (see the module docstring); stopped at session end."""
-    yield cassandra_node()
-    stop_cassandra()
-
-
-@pytest.fixture(scope="session", autouse=True)
-def cassandra_session_cleanup() -> Iterator[None]:
-    """Stops the session's Cassandra at the end, if anything started it. Bind it in a
-    module that uses ``backend``: it never starts a node itself."""
-    yield
-    stop_cassandra()
-
-
-def backend(config: dict[str, Any]) -> Callable[[Path], Callable[[], CassandraStore]]:
-    """A ``BACKENDS`` entry: given the test's tmp_path, empties the session keyspace for
-    ``config`` and returns a factory of stores on it (one location: reopening sees the data)."""
+def cassandra_backend(config: dict[str, Any]) -> Callable[[Path], Callable[[], CassandraStore]]:
+    """A store contract ``BACKENDS`` entry: given the test's tmp_path, empties the session
+    keyspace for ``config`` and returns a factory of stores on it (one location:
+    reopening sees the data)."""
 
     def make(tmp_path: Path) -> Callable[[], CassandraStore]:
         node = cassandra_node()
@@ -196,14 +178,3 @@ def backend(config: dict[str, Any]) -> Callable[[Path], Callable[[], CassandraSt
         return lambda: node.store(keyspace, **config)
 
     return make
-
-
-@pytest.fixture
-async def contract_store(tmp_path: Path) -> AsyncIterator[CassandraStore]:
-    """An open, empty store in the contract suite's configuration, for Cassandra-only tests."""
-    s = backend(CONTRACT_CONFIG)(tmp_path)()
-    await s.open()
-    try:
-        yield s
-    finally:
-        await s.close()

@@ -1,12 +1,13 @@
 """The Coordination contract: what every implementation does, local or ZooKeeper.
 
 Written once, run unchanged against ``LocalCoordination`` and ``ZkCoordination``
-on a real server. Nothing here may know which one it talks to. A test module
-provides one fixture, ``coordination_factory``: a ``CoordinationFactory`` whose
-``new(node_id)`` returns a NEW, unstarted Coordination of one cluster (the same
-data dir, or the same ZooKeeper chroot, every call) with ``SHARDS`` shards, so
-a test can stop one and start another as a restart; the fixture stops what it
-made. The module then does ``from coordination_contract import *``.
+on a real server: every test takes ``coordination_factory``, parametrized over
+both, so a test written here runs on each. Nothing in a test may know which one
+it talks to. ``coordination_factory.new(node_id)`` returns a NEW, unstarted
+Coordination of one cluster (the same data dir, or the same ZooKeeper chroot,
+every call) with ``SHARDS`` shards, so a test can stop one and start another as a
+restart; the fixture stops what it made. What only a cluster does (balance,
+hand-over, failover, expired sessions) is in tests/test_coordination.py.
 """
 
 from __future__ import annotations
@@ -14,34 +15,69 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Protocol
 
-from shardcron.coordinator.coordination import Assignment, Coordination, Member
+import pytest
+
+from shardcron.coordinator.coordination import Assignment, Coordination, LocalCoordination, Member
+from shardcron.coordinator.zk import ZkCoordination
 
 SHARDS = 8
 ALL = frozenset(range(SHARDS))
 WAIT = 10.0  # seconds: generous, the suite runs on busy machines
 
-__all__ = [
-    "ALL",
-    "SHARDS",
-    "CoordinationFactory",
-    "Recorder",
-    "test_a_single_poller_gets_every_shard_active_under_an_epoch",
-    "test_listeners_run_on_the_event_loop",
-    "test_fencing_epochs_strictly_increase_across_restarts",
-    "test_the_epoch_never_goes_back_across_restarts",
-    "test_view_names_leader_members_and_owners",
-    "test_stop_empties_the_assignment_and_frees_the_shards_at_once",
-    "test_workers_discover_the_poller",
-    "test_registered_workers_are_listed",
-    "test_stop_is_idempotent_and_harmless_before_start",
-]
+SESSION_TIMEOUT = 4.0  # seconds, for ZkCoordination
 
 
 class CoordinationFactory(Protocol):
     def new(self, node_id: str) -> Coordination: ...
+
+
+class LocalFactory:
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.made: list[Coordination] = []
+
+    def new(self, node_id: str) -> Coordination:
+        c = LocalCoordination(self.data_dir, shard_count=SHARDS, node_id=node_id)
+        self.made.append(c)
+        return c
+
+
+class ZkFactory:
+    def __init__(self, hosts: str) -> None:
+        self.hosts = hosts
+        self.made: list[Coordination] = []
+
+    def new(self, node_id: str) -> Coordination:
+        c = ZkCoordination(
+            self.hosts,
+            node_id=node_id,
+            shard_count=SHARDS,
+            session_timeout=SESSION_TIMEOUT,
+        )
+        self.made.append(c)
+        return c
+
+
+@pytest.fixture(params=["local", "zookeeper"])
+def coordination_backend(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> LocalFactory | ZkFactory:
+    if request.param == "local":
+        return LocalFactory(tmp_path)
+    return ZkFactory(request.getfixturevalue("zk_hosts"))
+
+
+@pytest.fixture
+async def coordination_factory(
+    coordination_backend: LocalFactory | ZkFactory,
+) -> AsyncIterator[LocalFactory | ZkFactory]:
+    yield coordination_backend
+    for c in reversed(coordination_backend.made):
+        await c.stop()
 
 
 class Recorder:

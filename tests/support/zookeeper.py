@@ -1,11 +1,11 @@
 """A real ZooKeeper for tests, a chroot per test, and ways to break a session.
 
-Bind the fixtures in a test module (``zookeeper = zk_fixtures.zookeeper``,
-``zk_hosts = zk_fixtures.zk_hosts``). The server is started once per test
-session through ``deploy/servers.py``: standalone, on client port 2181, or on a
-free port when another session on this machine holds 2181
-(``SHARDCRON_TEST_ZK_PORT`` forces one). If it cannot start, the tests that
-need it fail: nothing is skipped.
+``tests/conftest.py`` turns these into the fixtures ``zookeeper`` (one server per
+test session, started through the ``deploy`` package: standalone, on client port
+2181, or on a free port when another session on this machine holds 2181;
+``SHARDCRON_TEST_ZK_PORT`` forces one) and ``zk_hosts`` (a connect string with a
+fresh chroot per test). If the server cannot start, the tests that need it fail:
+nothing is skipped.
 
 ``ZkProxy`` sits between one client and the server and can cut the network
 without closing anything (``freeze``): the client stops hearing from the
@@ -21,20 +21,13 @@ from __future__ import annotations
 import os
 import select
 import socket
-import sys
 import threading
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
 from kazoo.client import KazooClient
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "deploy"))
-import servers  # noqa: E402
 
-
-def _client_port() -> int:
+def client_port() -> int:
     """``SHARDCRON_TEST_ZK_PORT`` if set; else 2181, or any free port when another
     test session on this machine already runs a ZooKeeper there (a standalone
     server needs only its client port)."""
@@ -49,29 +42,17 @@ def _client_port() -> int:
     raise RuntimeError("no free port for ZooKeeper")
 
 
-@pytest.fixture(scope="session")
-def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.ZooKeeper]:
-    """One standalone ZooKeeper for the whole test session."""
-    zk = servers.ZooKeeper(tmp_path_factory.mktemp("zookeeper"), nodes=1, port=_client_port())
-    zk.start()
-    try:
-        yield zk
-    finally:
-        zk.stop(grace=5)
-
-
-@pytest.fixture
-def zk_hosts(zookeeper: servers.ZooKeeper) -> Iterator[str]:
-    """A connect string with a fresh chroot (``/t-<uuid>``) for this test."""
+def with_new_chroot(connect_string: str) -> str:
+    """``connect_string`` with a fresh, existing chroot (``/t-<uuid>``) appended."""
     chroot = f"/t-{uuid.uuid4().hex}"
-    admin = KazooClient(zookeeper.connect_string)
+    admin = KazooClient(connect_string)
     admin.start(timeout=10)
     try:
         admin.ensure_path(chroot)
     finally:
         admin.stop()
         admin.close()
-    yield zookeeper.connect_string + chroot
+    return connect_string + chroot
 
 
 def chroot_of(hosts: str) -> str:

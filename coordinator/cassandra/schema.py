@@ -1,10 +1,11 @@
 """The Cassandra schema of the ``JobStore`` (DESIGN.md §3), versioned.
 
-``schema_cql`` gives the statements; ``CassandraStore.open`` runs them when the
-keyspace has no schema yet, and ``init_schema`` (behind ``shardcron store init``)
-runs them on their own. Every statement is idempotent (``IF NOT EXISTS``), and the
-version row is written once, with the cluster's shard count and bucket size, so a
-node configured differently refuses to open the store instead of misplacing runs.
+``schema_cql`` gives the statements; ``ensure_schema`` runs them when the keyspace
+has no schema yet (``CassandraStore.open``, and ``init_schema`` behind ``shardcron
+store init``), then checks the schema. Every statement is idempotent (``IF NOT
+EXISTS``), and the version row is written once, with the cluster's shard count and
+bucket size, so a node configured differently refuses to open the store
+(``SchemaMismatch``) instead of misplacing runs.
 
 Layout and why:
 
@@ -33,10 +34,13 @@ Times are bigint microseconds since the epoch (``timestamp`` holds milliseconds 
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Sequence
+import time
 from datetime import timedelta
 from typing import Any
+
+from cassandra.cluster import Session
+
+from shardcron.coordinator.store_rules import SchemaMismatch, StoreLayout, check_schema
 
 SCHEMA_VERSION = 1
 DEFAULT_REPLICATION: dict[str, Any] = {"class": "SimpleStrategy", "replication_factor": 1}
@@ -135,36 +139,37 @@ def schema_cql(keyspace: str, *, due_ttl: timedelta = DEFAULT_DUE_TTL) -> list[s
     ]
 
 
-async def init_schema(
-    contact_points: Sequence[str],
-    *,
+def ensure_schema(
+    session: Session,
     keyspace: str,
-    replication: dict[str, Any] | None = None,
-    shard_count: int | None = None,
-    bucket_seconds: int | None = None,
-    due_ttl: timedelta = DEFAULT_DUE_TTL,
-    consistency: str = "QUORUM",
-) -> int:
-    """``shardcron store init``: creates the keyspace and schema if missing; returns the
-    schema version. Idempotent. Raises ``SchemaMismatch`` when the keyspace holds another
-    schema version or another shard count / bucket size than the ones given."""
-    from shardcron.coordinator.cassandra_store import CassandraStore
-    from shardcron.coordinator.store import DEFAULT_BUCKET_SECONDS, DEFAULT_SHARD_COUNT
-
-    store = CassandraStore(
-        list(contact_points),
-        keyspace=keyspace,
-        replication=replication or DEFAULT_REPLICATION,
-        shard_count=shard_count or DEFAULT_SHARD_COUNT,
-        bucket_seconds=bucket_seconds or DEFAULT_BUCKET_SECONDS,
-        due_ttl=due_ttl,
-        consistency=consistency,
+    *,
+    layout: StoreLayout,
+    replication: dict[str, Any],
+    due_ttl: timedelta,
+    create: bool,
+) -> None:
+    """Creates the keyspace and schema when they are missing (and ``create``), then
+    raises ``SchemaMismatch`` unless they are this code's version and ``layout``."""
+    ks = keyspace
+    version_sql = (
+        f"SELECT version, shard_count, bucket_seconds FROM {ks}.schema_version WHERE id = 0"
     )
-    await store.open()
-    await store.close()
-    return SCHEMA_VERSION
-
-
-def init_schema_sync(contact_points: Sequence[str], **kwargs: Any) -> int:
-    """``init_schema`` for a caller without an event loop (a click command)."""
-    return asyncio.run(init_schema(contact_points, **kwargs))
+    row = None
+    tables = session.execute(
+        "SELECT table_name FROM system_schema.tables WHERE keyspace_name = %s", (ks,)
+    )
+    if "schema_version" in {r[0] for r in tables}:
+        row = session.execute(version_sql).one()
+    if row is None and not create:
+        raise SchemaMismatch(f"keyspace {ks} has no shardcron schema: run `shardcron store init`")
+    if row is None:  # no schema yet, or one whose creation did not finish
+        session.execute(keyspace_cql(ks, replication))
+        for ddl in schema_cql(ks, due_ttl=due_ttl):
+            session.execute(ddl)
+        session.execute(
+            f"INSERT INTO {ks}.schema_version (id, version, shard_count, bucket_seconds,"
+            " created_at) VALUES (0, %s, %s, %s, %s) IF NOT EXISTS",
+            (SCHEMA_VERSION, layout.shard_count, layout.bucket_seconds, int(time.time() * 1e6)),
+        )
+        row = session.execute(version_sql).one()
+    check_schema(f"keyspace {ks}", tuple(row), layout=layout, version=SCHEMA_VERSION)

@@ -1,0 +1,188 @@
+"""The requests both clients send and the replies they read, as plain functions.
+
+Each ``*_request`` function builds one protobuf request from the arguments of a client
+method; each reader turns one reply into the domain values the method returns (the
+field paths in its errors name the item, ``jobs[3]``). ``Client`` and ``AsyncClient``
+share them, so the two differ only in how they call. A value protobuf cannot hold (an
+integer past its field's range, text that is not Unicode) raises ``InvalidArgument``
+naming the field before anything is sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+
+from shardcron.client.codec import (
+    fire_from_proto,
+    job_from_proto,
+    job_spec_to_proto,
+    job_state_to_proto,
+    run_from_proto,
+    run_state_to_proto,
+    schedule_to_proto,
+)
+from shardcron.client.codec.common import build, set_time
+from shardcron.client.errors import InvalidArgument
+from shardcron.client.types import Fire, Job, JobSpec, JobState, Page, Run, RunState, Schedule
+from shardcron.v1 import cluster_pb2, jobs_pb2
+
+# A spec to create, alone or with its idempotency key.
+JobSpecArg = JobSpec | tuple[JobSpec, str]
+
+
+def create_job_request(
+    spec: JobSpec, idempotency_key: str, field: str = ""
+) -> jobs_pb2.CreateJobRequest:
+    prefix = f"{field}." if field else ""
+    return build(
+        jobs_pb2.CreateJobRequest,
+        field,
+        spec=job_spec_to_proto(spec, f"{prefix}spec"),
+        idempotency_key=idempotency_key,
+    )
+
+
+def created_job(resp: jobs_pb2.CreateJobResponse) -> tuple[Job, bool]:
+    return job_from_proto(resp.job), resp.created
+
+
+def create_jobs_request(specs: Sequence[JobSpecArg]) -> jobs_pb2.CreateJobsRequest:
+    items = [(s, "") if isinstance(s, JobSpec) else s for s in specs]
+    return jobs_pb2.CreateJobsRequest(
+        jobs=[create_job_request(s, key, f"jobs[{i}]") for i, (s, key) in enumerate(items)]
+    )
+
+
+def created_jobs(resp: jobs_pb2.CreateJobsResponse) -> list[Job]:
+    return [job_from_proto(r.job, f"jobs[{i}].job") for i, r in enumerate(resp.jobs)]
+
+
+def get_job_request(job_id: str) -> jobs_pb2.GetJobRequest:
+    return build(jobs_pb2.GetJobRequest, "", job_id=job_id)
+
+
+def list_jobs_request(
+    states: Iterable[JobState],
+    name_prefix: str,
+    labels: Mapping[str, str] | None,
+    page_size: int,
+    page_token: str,
+) -> jobs_pb2.ListJobsRequest:
+    return build(
+        jobs_pb2.ListJobsRequest,
+        "",
+        states=[job_state_to_proto(s) for s in states],
+        name_prefix=name_prefix,
+        labels=dict(labels or {}),
+        page_size=page_size,
+        page_token=page_token,
+    )
+
+
+def jobs_page(resp: jobs_pb2.ListJobsResponse) -> Page[Job]:
+    jobs = [job_from_proto(j, f"jobs[{i}]") for i, j in enumerate(resp.jobs)]
+    return Page(items=jobs, next_page_token=resp.next_page_token)
+
+
+def update_job_request(
+    job_id: str, spec: JobSpec, expected_version: int
+) -> jobs_pb2.UpdateJobRequest:
+    return build(
+        jobs_pb2.UpdateJobRequest,
+        "",
+        job_id=job_id,
+        spec=job_spec_to_proto(spec),
+        expected_version=expected_version,
+    )
+
+
+def job_ref(job_id: str, expected_version: int) -> jobs_pb2.JobRef:
+    return build(jobs_pb2.JobRef, "", job_id=job_id, expected_version=expected_version)
+
+
+def delete_job_request(
+    job_id: str, cancel_running: bool, expected_version: int
+) -> jobs_pb2.DeleteJobRequest:
+    return build(
+        jobs_pb2.DeleteJobRequest,
+        "",
+        job_id=job_id,
+        cancel_running=cancel_running,
+        expected_version=expected_version,
+    )
+
+
+def preview_fires_request(
+    source: Schedule | str, count: int, after: datetime | None
+) -> jobs_pb2.PreviewFiresRequest:
+    if isinstance(source, Schedule):
+        req = build(
+            jobs_pb2.PreviewFiresRequest, "", schedule=schedule_to_proto(source), count=count
+        )
+    else:
+        req = build(jobs_pb2.PreviewFiresRequest, "", job_id=source, count=count)
+    set_time(req, "after", after)
+    return req
+
+
+def fires(resp: jobs_pb2.PreviewFiresResponse) -> list[Fire]:
+    return [fire_from_proto(f, f"fires[{i}]") for i, f in enumerate(resp.fires)]
+
+
+def list_runs_request(
+    job_id: str, states: Iterable[RunState], page_size: int, page_token: str
+) -> jobs_pb2.ListRunsRequest:
+    return build(
+        jobs_pb2.ListRunsRequest,
+        "",
+        job_id=job_id,
+        states=sorted(run_state_to_proto(s) for s in states),
+        page_size=page_size,
+        page_token=page_token,
+    )
+
+
+def runs_page(resp: jobs_pb2.ListRunsResponse) -> Page[Run]:
+    items = [run_from_proto(r, f"runs[{i}]") for i, r in enumerate(resp.runs)]
+    return Page(items=items, next_page_token=resp.next_page_token)
+
+
+def runs(resp: jobs_pb2.ListRunsResponse) -> list[Run]:
+    return runs_page(resp).items
+
+
+def run_request(run_id: str) -> jobs_pb2.GetRunRequest:
+    return build(jobs_pb2.GetRunRequest, "", run_id=run_id)
+
+
+def read_output_request(run_id: str, offset: int, follow: bool) -> jobs_pb2.ReadRunOutputRequest:
+    return build(jobs_pb2.ReadRunOutputRequest, "", run_id=run_id, offset=offset, follow=follow)
+
+
+def list_dead_letters_request(
+    job_id: str, page_size: int, page_token: str
+) -> jobs_pb2.ListDeadLettersRequest:
+    return build(
+        jobs_pb2.ListDeadLettersRequest,
+        "",
+        job_id=job_id,
+        page_size=page_size,
+        page_token=page_token,
+    )
+
+
+def dead_letters_request(run_ids: Iterable[str], job_id: str) -> jobs_pb2.DeadLettersRequest:
+    run_ids = list(run_ids)
+    if not run_ids and not job_id:
+        # Refused here so that no server can read "nothing named" as "everything".
+        raise InvalidArgument("run_ids", "name the dead letters: run ids or a job id")
+    return build(jobs_pb2.DeadLettersRequest, "", run_ids=run_ids, job_id=job_id)
+
+
+def dropped(resp: jobs_pb2.DropDeadLettersResponse) -> int:
+    return resp.dropped
+
+
+def cluster_status_request() -> cluster_pb2.GetStatusRequest:
+    return cluster_pb2.GetStatusRequest()

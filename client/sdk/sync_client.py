@@ -1,0 +1,298 @@
+"""``Client``: the blocking SDK of shardcron, for JobService and ClusterService.
+
+It takes and returns the domain types of ``shardcron.client.types``; every failed call
+raises a ``shardcron.client.errors.ShardcronError`` (``.code`` is the gRPC status name)
+made by ``codec.error_from_rpc``. Requests and replies are built and read by
+``messages``, which ``AsyncClient`` shares; this class only chooses how to call.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+import grpc
+
+from shardcron.client.codec import (
+    cluster_status_from_proto,
+    error_from_rpc,
+    job_from_proto,
+    output_chunk_from_proto,
+    run_from_proto,
+)
+from shardcron.client.sdk import messages
+from shardcron.client.sdk.connection import open_channel, owner_metadata, resolve_target
+from shardcron.client.sdk.messages import JobSpecArg
+from shardcron.client.sdk.waiting import DEFAULT_POLL_INTERVAL, Waiter, final_runs_wanted
+from shardcron.client.types import (
+    DEFAULT_OWNER,
+    FINAL_RUN_STATES,
+    ClusterStatus,
+    Fire,
+    Job,
+    JobSpec,
+    JobState,
+    OutputChunk,
+    Page,
+    Run,
+    RunState,
+    Schedule,
+)
+from shardcron.v1 import cluster_pb2_grpc, jobs_pb2_grpc
+
+
+class Client:
+    """Blocking client of a shardcron cluster (any api node).
+
+    ``target`` defaults to ``$SHARDCRON_TARGET`` or ``127.0.0.1:7400``; every call is
+    scoped to ``owner`` and given ``timeout`` seconds (except followed output).
+    ``credentials`` switches to a TLS channel. Use as a context manager or ``close()``.
+    """
+
+    def __init__(
+        self,
+        target: str | None = None,
+        *,
+        owner: str = DEFAULT_OWNER,
+        timeout: float = 30.0,
+        channel_options: Sequence[tuple[str, Any]] = (),
+        credentials: grpc.ChannelCredentials | None = None,
+    ) -> None:
+        self.target = resolve_target(target)
+        self.owner = owner
+        self.timeout = timeout
+        self._channel: grpc.Channel = open_channel(
+            self.target, credentials=credentials, options=channel_options
+        )
+        self._metadata = owner_metadata(owner)
+        self._jobs = jobs_pb2_grpc.JobServiceStub(self._channel)
+        self._cluster = cluster_pb2_grpc.ClusterServiceStub(self._channel)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def _call(self, method: Any, request: Any) -> Any:
+        try:
+            return method(request, timeout=self.timeout, metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise error_from_rpc(e) from e
+
+    # jobs
+
+    def create_job(self, spec: JobSpec, *, idempotency_key: str = "") -> Job:
+        """Create a job; returns once it and its first run are durably written.
+
+        A retried create with the same ``idempotency_key`` returns the same job.
+        """
+        return self.create_job_ex(spec, idempotency_key=idempotency_key)[0]
+
+    def create_job_ex(self, spec: JobSpec, *, idempotency_key: str = "") -> tuple[Job, bool]:
+        """``create_job``, also saying whether the job was created (False: the key named an
+        existing job, which is returned)."""
+        return messages.created_job(
+            self._call(self._jobs.CreateJob, messages.create_job_request(spec, idempotency_key))
+        )
+
+    def create_jobs(self, specs: Sequence[JobSpecArg]) -> list[Job]:
+        """Create several jobs, all or none; a spec may be paired with its idempotency key.
+        A bad one fails the batch with InvalidArgument naming ``jobs[i]``."""
+        return messages.created_jobs(
+            self._call(self._jobs.CreateJobs, messages.create_jobs_request(specs))
+        )
+
+    def get_job(self, job_id: str) -> Job:
+        """Raises NotFound for an unknown id (or one of another owner)."""
+        return job_from_proto(self._call(self._jobs.GetJob, messages.get_job_request(job_id)))
+
+    def list_jobs(
+        self,
+        *,
+        states: Iterable[JobState] = (),
+        name_prefix: str = "",
+        labels: Mapping[str, str] | None = None,
+        page_size: int = 100,
+        page_token: str = "",
+    ) -> Page[Job]:
+        """One page of the owner's jobs; no ``states`` = all but DELETED; every label given
+        must match. Pass ``next_page_token`` back as ``page_token`` for the next page."""
+        req = messages.list_jobs_request(states, name_prefix, labels, page_size, page_token)
+        return messages.jobs_page(self._call(self._jobs.ListJobs, req))
+
+    def iter_jobs(
+        self,
+        *,
+        states: Iterable[JobState] = (),
+        name_prefix: str = "",
+        labels: Mapping[str, str] | None = None,
+        page_size: int = 100,
+    ) -> Iterator[Job]:
+        """Every job ``list_jobs`` would list, fetching pages as needed."""
+        states, token = tuple(states), ""
+        while True:
+            page = self.list_jobs(
+                states=states,
+                name_prefix=name_prefix,
+                labels=labels,
+                page_size=page_size,
+                page_token=token,
+            )
+            yield from page.items
+            if not page.next_page_token:
+                return
+            token = page.next_page_token
+
+    def update_job(self, job_id: str, spec: JobSpec, *, expected_version: int) -> Job:
+        """Replace the job's spec. Raises VersionConflict when the job is no longer at
+        ``expected_version``; a changed schedule recomputes the next fire."""
+        req = messages.update_job_request(job_id, spec, expected_version)
+        return job_from_proto(self._call(self._jobs.UpdateJob, req))
+
+    def pause_job(self, job_id: str, *, expected_version: int = 0) -> Job:
+        """No further fires run until resumed (they are recorded SKIPPED, PAUSED).
+        ``expected_version`` 0 = any."""
+        return job_from_proto(
+            self._call(self._jobs.PauseJob, messages.job_ref(job_id, expected_version))
+        )
+
+    def resume_job(self, job_id: str, *, expected_version: int = 0) -> Job:
+        return job_from_proto(
+            self._call(self._jobs.ResumeJob, messages.job_ref(job_id, expected_version))
+        )
+
+    def run_job_now(self, job_id: str, *, expected_version: int = 0) -> Run:
+        """Start one extra run now, outside the schedule."""
+        return run_from_proto(
+            self._call(self._jobs.RunJobNow, messages.job_ref(job_id, expected_version))
+        )
+
+    def delete_job(
+        self, job_id: str, *, cancel_running: bool = False, expected_version: int = 0
+    ) -> Job:
+        """No further runs; with ``cancel_running`` leased and running ones are cancelled."""
+        req = messages.delete_job_request(job_id, cancel_running, expected_version)
+        return job_from_proto(self._call(self._jobs.DeleteJob, req))
+
+    def preview_fires(
+        self, schedule_or_job_id: Schedule | str, *, count: int = 10, after: datetime | None = None
+    ) -> list[Fire]:
+        """The next ``count`` fires after ``after`` (default now) of a schedule or of a job."""
+        req = messages.preview_fires_request(schedule_or_job_id, count, after)
+        return messages.fires(self._call(self._jobs.PreviewFires, req))
+
+    # runs
+
+    def list_runs(
+        self,
+        job_id: str,
+        *,
+        states: Iterable[RunState] = (),
+        page_size: int = 100,
+        page_token: str = "",
+    ) -> Page[Run]:
+        """One page of the job's runs, newest first; no ``states`` = all."""
+        req = messages.list_runs_request(job_id, states, page_size, page_token)
+        return messages.runs_page(self._call(self._jobs.ListRuns, req))
+
+    def iter_runs(
+        self, job_id: str, *, states: Iterable[RunState] = (), page_size: int = 100
+    ) -> Iterator[Run]:
+        """Every run ``list_runs`` would list, fetching pages as needed."""
+        states, token = tuple(states), ""
+        while True:
+            page = self.list_runs(job_id, states=states, page_size=page_size, page_token=token)
+            yield from page.items
+            if not page.next_page_token:
+                return
+            token = page.next_page_token
+
+    def get_run(self, run_id: str) -> Run:
+        return run_from_proto(self._call(self._jobs.GetRun, messages.run_request(run_id)))
+
+    def cancel_run(self, run_id: str) -> Run:
+        """Cancel a pending or running run (the worker kills it); returns the run."""
+        return run_from_proto(self._call(self._jobs.CancelRun, messages.run_request(run_id)))
+
+    def read_output(
+        self, run_id: str, *, offset: int = 0, follow: bool = False
+    ) -> Iterator[OutputChunk]:
+        """The run's kept output from byte ``offset`` (negative: from the end). With
+        ``follow``, keeps streaming until the run is final (the last chunk has ``eof``)."""
+        req = messages.read_output_request(run_id, offset, follow)
+        call = self._jobs.ReadRunOutput(
+            req, timeout=None if follow else self.timeout, metadata=self._metadata
+        )
+        try:
+            for msg in call:
+                yield output_chunk_from_proto(msg)
+        except grpc.RpcError as e:
+            raise error_from_rpc(e) from e
+        finally:
+            call.cancel()
+
+    def wait_run(
+        self,
+        run_id: str,
+        *,
+        timeout: float | None = None,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+    ) -> Run:
+        """Poll until the run is final and return it. Raises TimeoutError after ``timeout``
+        seconds (None = no limit)."""
+        waiter = Waiter(timeout, poll_interval)
+        while True:
+            run = self.get_run(run_id)
+            if run.is_final:
+                return run
+            time.sleep(waiter.next_delay(f"run {run_id} (state {run.state})"))
+
+    def wait_job_runs(
+        self,
+        job_id: str,
+        *,
+        count: int,
+        timeout: float | None = None,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+    ) -> list[Run]:
+        """Poll until the job has at least ``count`` final runs (every attempt counts) and
+        return all its final runs, newest first. Raises TimeoutError after ``timeout``."""
+        waiter = Waiter(timeout, poll_interval)
+        while True:
+            runs = list(self.iter_runs(job_id, states=FINAL_RUN_STATES))
+            missing = final_runs_wanted(runs, count, job_id)
+            if not missing:
+                return runs
+            time.sleep(waiter.next_delay(missing))
+
+    # dead letters
+
+    def list_dead_letters(
+        self, *, job_id: str = "", page_size: int = 100, page_token: str = ""
+    ) -> Page[Run]:
+        """Runs that failed with no attempt left; no ``job_id`` = every job of the owner."""
+        req = messages.list_dead_letters_request(job_id, page_size, page_token)
+        return messages.runs_page(self._call(self._jobs.ListDeadLetters, req))
+
+    def replay_dead_letters(self, *, run_ids: Iterable[str] = (), job_id: str = "") -> list[Run]:
+        """Start a new run for each dead letter named (by id, or all of ``job_id``)."""
+        req = messages.dead_letters_request(run_ids, job_id)
+        return messages.runs(self._call(self._jobs.ReplayDeadLetters, req))
+
+    def drop_dead_letters(self, *, run_ids: Iterable[str] = (), job_id: str = "") -> int:
+        """Forget the dead letters named (by id, or all of ``job_id``); returns how many."""
+        req = messages.dead_letters_request(run_ids, job_id)
+        return messages.dropped(self._call(self._jobs.DropDeadLetters, req))
+
+    # cluster
+
+    def cluster_status(self) -> ClusterStatus:
+        """Leader, epoch, members, shard map and connected workers."""
+        req = messages.cluster_status_request()
+        return cluster_status_from_proto(self._call(self._cluster.GetStatus, req))

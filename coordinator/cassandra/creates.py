@@ -1,0 +1,155 @@
+"""Creating jobs on Cassandra: idempotency keys claimed with the only LWTs of a create.
+
+Independent api processes may create the same (owner, idempotency key) at once; the
+first to claim it (``INSERT ... IF NOT EXISTS``) writes its job, the others get that
+job back. A claim whose job never appears (its creator died between claim and
+write) is taken over once stale. A create that fails part way settles its keys
+(``settle_failed_create``), so a retry with the key never makes a second job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import timedelta
+
+from shardcron.client.errors import Unavailable
+from shardcron.client.types import Job, RunState
+from shardcron.coordinator.cassandra.reads import get_jobs
+from shardcron.coordinator.cassandra.session import Cql
+from shardcron.coordinator.cassandra.statements import ROWS
+from shardcron.coordinator.cassandra.writes import WritePlanner, Writes
+from shardcron.coordinator.store import NewJob
+
+_CLAIM_STALE = timedelta(seconds=60)  # an idempotency claim without its job, this old, is dead
+_CLAIM_WAIT = 5.0  # seconds to wait for a concurrent create of the same key to land
+
+
+async def create_jobs(
+    cql: Cql,
+    planner: WritePlanner,
+    items: Sequence[NewJob],
+    *,
+    flush: Callable[[Writes], Awaitable[None]],
+) -> list[tuple[Job, bool]]:
+    """``JobStore.create_jobs``; ``flush`` sends the planned writes."""
+    items = list(items)
+    if not items:
+        return []
+    # Encode every row before anything is written: bad input writes nothing.
+    writes = Writes()
+    for item in items:
+        planner.plan_job(writes, item.job)
+        for run in item.runs:
+            ROWS.run_row(run)
+    # Idempotency keys: the first item with a key claims it (an LWT, only here).
+    first: dict[tuple[str, str], int] = {}
+    for i, item in enumerate(items):
+        if item.job.idempotency_key:
+            first.setdefault((item.job.owner, item.job.idempotency_key), i)
+    claims = {key: items[i].job.id for key, i in first.items()}
+    try:
+        existing = await _claim(cql, claims)  # key -> existing job, for keys taken
+    except BaseException:
+        await _release(cql, claims)
+        raise
+    results: list[tuple[Job, bool]] = []
+    created: list[NewJob] = []
+    for i, item in enumerate(items):
+        key = (item.job.owner, item.job.idempotency_key)
+        if item.job.idempotency_key and (key in existing or first[key] != i):
+            results.append((existing.get(key) or items[first[key]].job, False))
+        else:
+            results.append((item.job, True))
+            created.append(item)
+    if len(created) != len(items):  # re-plan without the items that were not created
+        writes = Writes()
+        for item in created:
+            planner.plan_job(writes, item.job)
+    runs = [run for item in created for run in item.runs]
+    await planner.put_runs(
+        writes, runs, [r for r in runs if r.state == RunState.PENDING], known_new=True
+    )
+    try:
+        await flush(writes)
+    except BaseException:
+        await settle_failed_create(cql, [i.job for i in created if i.job.idempotency_key])
+        raise
+    return results
+
+
+async def settle_failed_create(cql: Cql, jobs: list[Job]) -> None:
+    """After a create failed part way, decides each key it claimed.
+
+    A write reported failed (a timeout) may have landed, or land later. A job whose
+    row is stored keeps its key: a retry with the key gets that job, which may
+    already be running, instead of creating a second one. A job not stored is
+    erased (a tombstone newer than any of its writes, so a late one cannot bring
+    it back) and only then its key freed, so a retry creates the job afresh. When
+    Cassandra cannot tell or erase, the key stays claimed; a claim whose job never
+    appears is taken over once stale (``_claim``)."""
+    if not jobs:
+        return
+    with contextlib.suppress(Exception):
+        stored = await get_jobs(cql, [j.id for j in jobs])
+        gone = [j for j in jobs if j.id not in stored]
+        await cql.gather(
+            cql.exec(cql.ps[name], args)
+            for j in gone
+            for name, args in (("drop_job", (j.id,)), ("drop_owner", (j.owner, j.id)))
+        )
+        await _release(cql, {(j.owner, j.idempotency_key): j.id for j in gone})
+
+
+async def _release(cql: Cql, claims: dict[tuple[str, str], str]) -> None:
+    """Best effort: frees the keys still claimed for jobs that were not written."""
+    with contextlib.suppress(Exception):
+        await cql.gather(
+            cql.exec(cql.ps["release"], (owner, key, job_id))
+            for (owner, key), job_id in claims.items()
+            if key
+        )
+
+
+async def _claim(cql: Cql, keys: dict[tuple[str, str], str]) -> dict[tuple[str, str], Job]:
+    """Claims each (owner, key) for its job id; returns the existing job of every key
+    that another job holds. A claim whose job never appeared (its creator died
+    between claim and write) is taken over once it is ``_CLAIM_STALE`` old."""
+    if not keys:
+        return {}
+    now = int(time.time() * 1_000_000)
+    items = list(keys.items())
+    results = await cql.gather(
+        cql.exec(cql.ps["claim"], (owner, key, job_id, now)) for (owner, key), job_id in items
+    )
+    taken = {
+        key: (r.column("job_id"), r.column("claimed_at"))
+        for (key, _), r in zip(items, results, strict=True)
+        if not r.applied
+    }
+    existing: dict[tuple[str, str], Job] = {}
+    deadline = time.monotonic() + _CLAIM_WAIT
+    while taken:
+        jobs = await get_jobs(cql, [job_id for job_id, _ in taken.values()])
+        for key, (job_id, _) in list(taken.items()):
+            if job_id in jobs:
+                existing[key] = jobs[job_id]
+                del taken[key]
+        for key, (job_id, claimed_at) in list(taken.items()):
+            age = timedelta(microseconds=max(0, now - (claimed_at or 0)))
+            if age < _CLAIM_STALE:
+                continue
+            mine = keys[key]
+            r = await cql.exec(cql.ps["take_over"], (mine, now, *key, job_id))
+            if r.applied:
+                del taken[key]
+            else:
+                taken[key] = (r.column("job_id"), now)
+        if not taken:
+            break
+        if time.monotonic() > deadline:
+            raise Unavailable("a create with the same idempotency key is in progress; retry")
+        await asyncio.sleep(0.05)
+    return existing

@@ -1,0 +1,216 @@
+"""Reads of the Cassandra store: lookups by id, listings, the due index and cursors.
+
+Listings walk an index partition (``jobs_by_owner``, ``dead_letters``) or a job's
+runs in id order and filter what they read with the rules of ``store_rules``, so
+a page may need several index reads; indexes are checked against the rows they
+point to (an entry left by an interrupted write is skipped).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from shardcron.client.errors import NotFound
+from shardcron.client.types import Job, JobState, Page, Run, RunState
+from shardcron.coordinator.cassandra.session import Cql
+from shardcron.coordinator.cassandra.statements import ROWS
+from shardcron.coordinator.ids import bucket_for
+from shardcron.coordinator.rows import _dt, _us
+from shardcron.coordinator.store import DueEntry
+from shardcron.coordinator.store_rules import (
+    ACTIVE_RUN_STATES,
+    JobFilter,
+    PageKind,
+    clamp_page_size,
+    make_page,
+    page_token_after,
+    run_state_wanted,
+)
+
+
+def _id(item: Job | Run) -> str:
+    return item.id
+
+
+# --------------------------------------------------------------------------- jobs
+
+
+async def get_job(cql: Cql, owner: str, job_id: str) -> Job:
+    rows = (await cql.exec(cql.ps["select_job"], (job_id,))).rows
+    if not rows or rows[0][1] != owner:
+        raise NotFound(f"job {job_id} not found")
+    return ROWS.row_job(rows[0])
+
+
+async def get_jobs(cql: Cql, job_ids: Sequence[str]) -> dict[str, Job]:
+    rows = await cql.in_("select_jobs", job_ids)
+    return {r[0]: ROWS.row_job(r) for r in rows if r[1] is not None}
+
+
+async def list_jobs(
+    cql: Cql,
+    owner: str,
+    *,
+    states: frozenset[JobState],
+    name_prefix: str,
+    labels: dict[str, str] | None,
+    page_size: int,
+    page_token: str,
+) -> Page[Job]:
+    size = clamp_page_size(page_size)
+    after = page_token_after(PageKind.JOBS, page_token) or ""
+    wanted = JobFilter.of(states, name_prefix, labels)
+    found: list[Job] = []
+    chunk = min(1000, 2 * (size + 1))
+    while len(found) <= size:
+        rows = (await cql.exec(cql.ps["owner_ids"], (owner, after, chunk))).rows
+        ids = [r[0] for r in rows]
+        if not ids:
+            break
+        jobs = await get_jobs(cql, ids)
+        found += [j for i in ids if (j := jobs.get(i)) and j.owner == owner and wanted.matches(j)]
+        after = ids[-1]
+        if len(ids) < chunk:
+            break
+    return make_page(PageKind.JOBS, found, size, _id)
+
+
+# --------------------------------------------------------------------------- runs
+
+
+async def get_run(cql: Cql, owner: str, run_id: str) -> Run:
+    run = (await get_runs(cql, [run_id])).get(run_id)
+    if run is None or run.owner != owner:
+        raise NotFound(f"run {run_id} not found")
+    return run
+
+
+async def get_runs(cql: Cql, run_ids: Sequence[str]) -> dict[str, Run]:
+    by_job: dict[str, list[str]] = {}
+    for rid, job_id, _owner in await cql.in_("run_ids", run_ids):
+        by_job.setdefault(job_id, []).append(rid)
+    parts = await cql.gather(
+        cql.all(cql.ps["select_runs"], (job_id, ids)) for job_id, ids in by_job.items()
+    )
+    return {r[0]: ROWS.row_run(r) for part in parts for r in part}
+
+
+async def list_runs(
+    cql: Cql,
+    owner: str,
+    job_id: str,
+    *,
+    states: frozenset[RunState],
+    page_size: int,
+    page_token: str,
+) -> Page[Run]:
+    size = clamp_page_size(page_size)
+    after = page_token_after(PageKind.RUNS, page_token)
+    job = (await cql.exec(cql.ps["select_job"], (job_id,))).rows
+    if not job or job[0][1] != owner:
+        raise NotFound(f"job {job_id} not found")
+    if after is None:
+        pages = cql.pages(cql.ps["job_runs"], (job_id,))
+    else:
+        pages = cql.pages(cql.ps["job_runs_before"], (job_id, after))
+    found: list[Run] = []
+    async for rows in pages:
+        found += [ROWS.row_run(r) for r in rows if run_state_wanted(states, r[4])]
+        if len(found) > size:
+            break
+    return make_page(PageKind.RUNS, found, size, _id)
+
+
+async def list_active_runs(cql: Cql, job_id: str) -> list[Run]:
+    # Walks the job's partition reading (id, state) only, then reads the active runs
+    # whole: an index of active runs would be rewritten on every state change.
+    rows = await cql.all(cql.ps["job_run_states"], (job_id,))
+    ids = [rid for rid, state in rows if state in ACTIVE_RUN_STATES]
+    rows = await cql.in_("select_runs", ids, job_id) if ids else []
+    return [ROWS.row_run(r) for r in rows]
+
+
+async def list_dead_letters(
+    cql: Cql, owner: str, *, job_id: str, page_size: int, page_token: str
+) -> Page[Run]:
+    size = clamp_page_size(page_size)
+    cursor = page_token_after(PageKind.DEAD_LETTERS, page_token)
+    found: list[Run] = []
+    chunk = min(1000, 2 * (size + 1))
+    while len(found) <= size:
+        if cursor is None:
+            rows = (await cql.exec(cql.ps["dead_first"], (owner, chunk))).rows
+        else:
+            rows = (await cql.exec(cql.ps["dead"], (owner, cursor, chunk))).rows
+        if not rows:
+            break
+        ids = [rid for rid, jid in rows if not job_id or jid == job_id]
+        runs = await get_runs(cql, ids) if ids else {}
+        # The index is checked against the runs: an entry left by an interrupted
+        # write whose run is no longer a dead letter is skipped.
+        found += [r for rid in ids if (r := runs.get(rid)) and r.dead_letter and r.owner == owner]
+        cursor = rows[-1][0]
+        if len(rows) < chunk:
+            break
+    return make_page(PageKind.DEAD_LETTERS, found, size, _id)
+
+
+# --------------------------------------------------------------------------- due index
+
+
+async def scan_due(
+    cql: Cql,
+    shard: int,
+    *,
+    bucket_seconds: int,
+    due_from: datetime,
+    due_until: datetime,
+    after: tuple[datetime, str] | None,
+    limit: int,
+) -> list[DueEntry]:
+    lo, hi = _us(due_from), _us(due_until)
+    if limit <= 0 or hi <= lo:
+        return []
+    b = bucket_seconds
+    first = bucket_for(due_from, b)
+    if after is not None and after[0] >= due_from:
+        first = max(first, bucket_for(after[0], b))
+    # Only the buckets this shard ever had rows in (shard_buckets), oldest first.
+    buckets = [
+        row[0] for row in await cql.all(cql.ps["buckets"], (shard, first, bucket_for(due_until, b)))
+    ]
+    out: list[DueEntry] = []
+    for bucket in buckets:
+        room = limit - len(out)
+        if room <= 0:
+            break
+        if after is not None and after[0] >= due_from:
+            params: tuple[Any, ...] = (shard, bucket, _us(after[0]), after[1], hi, room)
+            rows = await cql.all(cql.ps["scan_after"], params)
+        else:
+            rows = await cql.all(cql.ps["scan"], (shard, bucket, lo, hi, room))
+        out += [
+            DueEntry(shard=shard, due_at=_dt(t), run_id=r, job_id=j, priority=p)
+            for t, r, j, p in rows
+        ]
+    return out[:limit]
+
+
+async def load_cursors(cql: Cql, shards: Sequence[int]) -> dict[int, datetime]:
+    rows = await cql.in_("cursors", list(shards))
+    return {shard: _dt(us) for shard, us in rows if us is not None}
+
+
+async def oldest_due(cql: Cql, shard: int, *, bucket_seconds: int) -> datetime | None:
+    # From the shard's cursor (rows before it are drained, and may as well be gone),
+    # through the buckets the shard has rows in, to the first row still there.
+    cursor = (await cql.exec(cql.ps["cursor"], (shard,))).rows
+    start = bucket_for(_dt(cursor[0][0]), bucket_seconds) if cursor else -(1 << 62)
+    async for rows in cql.pages(cql.ps["first_buckets"], (shard, start)):
+        for (bucket,) in rows:
+            found = (await cql.exec(cql.ps["first_due"], (shard, bucket))).rows
+            if found:
+                return _dt(found[0][0])
+    return None

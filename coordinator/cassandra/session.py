@@ -1,0 +1,174 @@
+"""Cassandra requests from asyncio: one statement, its pages, concurrent chunks, batches.
+
+A request runs with at most ``max_concurrency`` in flight per store. Every statement
+but a lightweight transaction (LWT) is idempotent here (upserts of whole values,
+reads), so a timeout or a missing replica is retried after a short backoff (a read
+a few times, a plain write for a few seconds of trouble); an LWT is never retried:
+its caller reads the outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections.abc import Iterable, Sequence
+from typing import Any, TypeVar
+
+from cassandra import OperationTimedOut, ReadTimeout, WriteTimeout
+from cassandra import Unavailable as CassandraUnavailable
+from cassandra.cluster import Session
+from cassandra.query import BatchStatement, BatchType, BoundStatement, PreparedStatement
+
+from shardcron.coordinator.store_rules import resolve_future
+
+T = TypeVar("T")
+
+_IN_CHUNK = 100  # keys per multi-partition IN
+_RETRY_BACKOFF = (0.05, 0.2, 0.8)  # seconds before each retry of an idempotent read
+_WRITE_BACKOFF = (0.05, 0.2, 0.5, 1.0, 2.0)  # of a plain write: a few seconds of trouble
+_RETRYABLE = (WriteTimeout, ReadTimeout, CassandraUnavailable, OperationTimedOut)
+
+
+def chunks(values: Sequence[T], n: int) -> Iterable[Sequence[T]]:
+    for i in range(0, len(values), n):
+        yield values[i : i + n]
+
+
+@dataclasses.dataclass(slots=True)
+class Result:
+    rows: list[tuple[Any, ...]]
+    columns: list[str]
+    paging_state: bytes | None
+
+    @property
+    def applied(self) -> bool:
+        """An LWT's ``[applied]``."""
+        return bool(self.rows and self.rows[0][0])
+
+    def column(self, name: str) -> Any:
+        return self.rows[0][self.columns.index(name)] if name in self.columns else None
+
+
+class Cql:
+    """The requests of one store: its session, its prepared statements (by name) and
+    its limit of requests in flight. Unusable until ``attach``."""
+
+    def __init__(self, *, consistency: int, max_concurrency: int) -> None:
+        self.consistency = consistency
+        self.max_concurrency = max_concurrency
+        self.ps: dict[str, PreparedStatement] = {}
+        self._session: Session | None = None
+        self._sem: asyncio.Semaphore | None = None
+        self._lwt: list[PreparedStatement] = []
+
+    def attach(
+        self, session: Session, prepared: dict[str, PreparedStatement], lwt: Sequence[str]
+    ) -> None:
+        self.ps = prepared
+        self._lwt = [prepared[name] for name in lwt]
+        self._sem = asyncio.Semaphore(self.max_concurrency)  # bound to a loop on first use
+        self._session = session
+
+    def detach(self) -> None:
+        self._session = None
+
+    def bind(self, name: str, values: Sequence[Any]) -> BoundStatement:
+        return self.ps[name].bind(values)
+
+    async def exec(
+        self,
+        stmt: Any,
+        params: Any = None,
+        paging_state: bytes | None = None,
+        *,
+        backoff: Sequence[float] = _RETRY_BACKOFF,
+    ) -> Result:
+        """Runs one statement (one page of it); retries all but an LWT (module docstring)."""
+        prepared = stmt.prepared_statement if isinstance(stmt, BoundStatement) else stmt
+        lwt = any(prepared is p for p in self._lwt)
+        for attempt in range(1 if lwt else len(backoff) + 1):
+            try:
+                return await self._exec_once(stmt, params, paging_state)
+            except _RETRYABLE:
+                if lwt or attempt == len(backoff):
+                    raise
+                await asyncio.sleep(backoff[attempt])
+        raise AssertionError("unreachable")
+
+    async def _exec_once(self, stmt: Any, params: Any, paging_state: bytes | None) -> Result:
+        session, sem = self._session, self._sem
+        if session is None or sem is None:
+            raise RuntimeError("CassandraStore is not open")
+        loop = asyncio.get_running_loop()
+        async with sem:
+            future: asyncio.Future[Result] = loop.create_future()
+            rf = session.execute_async(stmt, params, paging_state=paging_state)
+
+            def ok(rows: list[tuple[Any, ...]]) -> None:
+                result = Result(list(rows or ()), list(rf._col_names or ()), rf._paging_state)
+                with contextlib.suppress(RuntimeError):  # the loop is closed
+                    loop.call_soon_threadsafe(resolve_future, future, True, result)
+
+            def err(exc: BaseException) -> None:
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(resolve_future, future, False, exc)
+
+            rf.add_callbacks(ok, err)
+            return await future
+
+    async def all(self, stmt: Any, params: Any = None) -> list[tuple[Any, ...]]:
+        """Every row, following pages."""
+        result = await self.exec(stmt, params)
+        rows = result.rows
+        while result.paging_state:
+            result = await self.exec(stmt, params, result.paging_state)
+            rows += result.rows
+        return rows
+
+    async def pages(self, stmt: Any, params: Any) -> Any:
+        """Async iterator over the pages of a statement."""
+        result = await self.exec(stmt, params)
+        yield result.rows
+        while result.paging_state:
+            result = await self.exec(stmt, params, result.paging_state)
+            yield result.rows
+
+    @staticmethod
+    async def gather(calls: Iterable[Any]) -> list[Any]:
+        return list(await asyncio.gather(*calls))
+
+    async def in_(self, name: str, keys: Sequence[Any], *prefix: Any) -> list[tuple[Any, ...]]:
+        """Rows of a ``... IN ?`` statement over ``keys``, in chunks run concurrently."""
+        keys = list(dict.fromkeys(keys))
+        if not keys:
+            return []
+        stmt = self.ps[name]
+        parts = await self.gather(
+            self.all(stmt, (*prefix, list(chunk))) for chunk in chunks(keys, _IN_CHUNK)
+        )
+        return [row for part in parts for row in part]
+
+    @staticmethod
+    async def all_written(calls: Iterable[Any]) -> None:
+        """Awaits every write; on the first failure cancels the others (no retry of them
+        lands after the call failed: its caller may reload and write again) and raises."""
+        tasks = [asyncio.ensure_future(call) for call in calls]
+        try:
+            await asyncio.gather(*tasks)
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+
+    async def send(self, statements: list[BoundStatement]) -> None:
+        """Statements of one partition: alone, or as an unlogged batch (a single-partition
+        batch is atomic and isolated, and needs no batch log)."""
+        if len(statements) == 1:
+            await self.exec(statements[0], backoff=_WRITE_BACKOFF)
+            return
+        batch = BatchStatement(batch_type=BatchType.UNLOGGED, consistency_level=self.consistency)
+        for stmt in statements:
+            batch.add(stmt)
+        await self.exec(batch, backoff=_WRITE_BACKOFF)

@@ -1,0 +1,123 @@
+"""The prepared statements of the Cassandra store, and how rows are bound to them.
+
+Every statement is prepared once at ``open`` (``prepare``) and runs at the store's
+consistency; the lightweight transactions (``LWT``: an idempotency claim, its take
+over and release, and ``update_job``'s version compare-and-set) at the serial one.
+Times are bigint microseconds; "no value" is a sentinel (``NONE``), never a null,
+because a null written to Cassandra is a tombstone: rewriting a whole run record
+writes none.
+"""
+
+from __future__ import annotations
+
+from cassandra.cluster import Session
+from cassandra.query import PreparedStatement
+
+from shardcron.coordinator.rows import _JOB_COLS, _RUN_COLS, RowCodec
+
+NONE = -(1 << 63)  # bigint sentinel for "no value" (datetime or int)
+ROWS = RowCodec(null=NONE)
+_PAGE = 1000  # rows per page of a partition scan
+
+STATEMENTS: dict[str, str] = {
+    # jobs
+    "insert_job": f"INSERT INTO jobs ({_JOB_COLS}) VALUES ({', '.join('?' * 14)})",
+    "insert_owner": "INSERT INTO jobs_by_owner (owner, id) VALUES (?, ?)",
+    "select_job": f"SELECT {_JOB_COLS} FROM jobs WHERE id = ?",
+    "select_jobs": f"SELECT {_JOB_COLS} FROM jobs WHERE id IN ?",
+    "job_states": (
+        "SELECT id, state, WRITETIME(state), WRITETIME(pause_reason) FROM jobs WHERE id IN ?"
+    ),
+    "owner_ids": "SELECT id FROM jobs_by_owner WHERE owner = ? AND id > ? LIMIT ?",
+    "update_job": (
+        "UPDATE jobs SET name = ?, state = ?, version = ?, schedule_version = ?,"
+        " spec = ?, pause_reason = ?, updated_at = ?, next_fire_at = ?,"
+        " next_fire_key = ?, consecutive_failures = ? WHERE id = ?"
+        " IF owner = ? AND version = ?"
+    ),
+    "progress": (
+        "UPDATE jobs USING TIMESTAMP ? SET next_fire_at = ?, next_fire_key = ?,"
+        " consecutive_failures = ?, pause_reason = ? WHERE id = ?"
+    ),
+    "progress_state": (
+        "UPDATE jobs USING TIMESTAMP ? SET state = ?, pause_reason = ? WHERE id = ?"
+    ),
+    "claim": (
+        "INSERT INTO idempotency (owner, key, job_id, claimed_at) VALUES (?, ?, ?, ?) IF NOT EXISTS"
+    ),
+    "take_over": (
+        "UPDATE idempotency SET job_id = ?, claimed_at = ? WHERE owner = ? AND key = ?"
+        " IF job_id = ?"
+    ),
+    "release": "DELETE FROM idempotency WHERE owner = ? AND key = ? IF job_id = ?",
+    "drop_job": "DELETE FROM jobs WHERE id = ?",
+    "drop_owner": "DELETE FROM jobs_by_owner WHERE owner = ? AND id = ?",
+    # runs
+    "insert_run": (
+        f"INSERT INTO runs ({_RUN_COLS}) VALUES ({', '.join('?' * 23)}) USING TIMESTAMP ?"
+    ),
+    "insert_run_id": "INSERT INTO runs_by_id (id, job_id, owner) VALUES (?, ?, ?)",
+    "run_ids": "SELECT id, job_id, owner FROM runs_by_id WHERE id IN ?",
+    "run_states": "SELECT id, state, dead_letter FROM runs WHERE job_id IN ? AND id IN ?",
+    "select_runs": f"SELECT {_RUN_COLS} FROM runs WHERE job_id = ? AND id IN ?",
+    "job_runs": f"SELECT {_RUN_COLS} FROM runs WHERE job_id = ?",
+    "job_runs_before": f"SELECT {_RUN_COLS} FROM runs WHERE job_id = ? AND id < ?",
+    "job_run_states": "SELECT id, state FROM runs WHERE job_id = ?",
+    "insert_dead": "INSERT INTO dead_letters (owner, run_id, job_id) VALUES (?, ?, ?)",
+    "delete_dead": "DELETE FROM dead_letters WHERE owner = ? AND run_id = ?",
+    "dead": "SELECT run_id, job_id FROM dead_letters WHERE owner = ? AND run_id < ? LIMIT ?",
+    "dead_first": "SELECT run_id, job_id FROM dead_letters WHERE owner = ? LIMIT ?",
+    # due index
+    "insert_due": (
+        "INSERT INTO due_runs (shard, bucket, due_at, run_id, job_id, priority)"
+        " VALUES (?, ?, ?, ?, ?, ?) USING TTL ?"
+    ),
+    "insert_bucket": "INSERT INTO shard_buckets (shard, bucket) VALUES (?, ?) USING TTL ?",
+    "buckets": ("SELECT bucket FROM shard_buckets WHERE shard = ? AND bucket >= ? AND bucket <= ?"),
+    "first_buckets": "SELECT bucket FROM shard_buckets WHERE shard = ? AND bucket >= ?",
+    "scan": (
+        "SELECT due_at, run_id, job_id, priority FROM due_runs WHERE shard = ?"
+        " AND bucket = ? AND due_at >= ? AND due_at < ? LIMIT ?"
+    ),
+    "scan_after": (
+        "SELECT due_at, run_id, job_id, priority FROM due_runs WHERE shard = ?"
+        " AND bucket = ? AND (due_at, run_id) > (?, ?) AND due_at < ? LIMIT ?"
+    ),
+    "first_due": "SELECT due_at FROM due_runs WHERE shard = ? AND bucket = ? LIMIT 1",
+    "cursors": "SELECT shard, bucket_start FROM shard_cursors WHERE shard IN ?",
+    "cursor": "SELECT bucket_start FROM shard_cursors WHERE shard = ?",
+    # The cursor is its own write timestamp: the highest one wins, with no read.
+    "save_cursor": (
+        "INSERT INTO shard_cursors (shard, bucket_start) VALUES (?, ?) USING TIMESTAMP ?"
+    ),
+    # output
+    "output_ends": "SELECT head_offset, end_offset FROM run_output WHERE run_id = ? LIMIT 1",
+    "output_first_from": (
+        "SELECT byte_offset FROM run_output WHERE run_id = ? AND byte_offset >= ? LIMIT 1"
+    ),
+    "output_insert": (
+        "INSERT INTO run_output (run_id, byte_offset, stream, data) VALUES (?, ?, ?, ?)"
+    ),
+    "output_trim": "DELETE FROM run_output WHERE run_id = ? AND byte_offset < ?",
+    "output_set_ends": ("UPDATE run_output SET head_offset = ?, end_offset = ? WHERE run_id = ?"),
+    "output_at": (
+        "SELECT byte_offset, stream, data FROM run_output WHERE run_id = ?"
+        " AND byte_offset <= ? ORDER BY byte_offset DESC LIMIT 1"
+    ),
+    "output_from": (
+        "SELECT byte_offset, stream, data FROM run_output WHERE run_id = ? AND byte_offset > ?"
+    ),
+}
+
+# Not idempotent: never retried (their caller reads the outcome).
+LWT = ("update_job", "claim", "take_over", "release")
+# Partition scans, read page by page.
+_PAGED = ("job_runs", "job_runs_before", "job_run_states", "output_from")
+
+
+def prepare(session: Session) -> dict[str, PreparedStatement]:
+    """Every statement of ``STATEMENTS``, prepared on ``session`` (its keyspace set)."""
+    prepared = {name: session.prepare(cql) for name, cql in STATEMENTS.items()}
+    for name in _PAGED:
+        prepared[name].fetch_size = _PAGE
+    return prepared

@@ -1,0 +1,317 @@
+"""The writes of one Cassandra store call: planned by partition, sent in ordered phases.
+
+No write spans partitions: the statements of one partition go together as one
+unlogged batch (atomic and isolated in Cassandra, no batch log), so each request
+needs only a quorum of its own replicas.
+
+Writes of one call go in ordered phases; a phase starts once every write of the
+previous one was acknowledged. The process may die, or the call fail, between any
+two phases; the caller then reloads from the store and recomputes (new runs have
+deterministic ids, so a recompute rewrites the same rows). Every prefix of the
+phases is a consistent store:
+
+1. rows of new runs (and of runs this call puts in the due index) with their
+   ``runs_by_id`` rows: a run without a due row is never scanned;
+2. due rows and ``shard_buckets`` rows: now the poller finds those runs;
+3. job rows and their owner index (``create_jobs``), job progress (next fire,
+   failure streak, state), dead-letter index entries (harmless before the run
+   says ``dead_letter``: readers check the run);
+4. rows of existing runs (state changes);
+5. removal of dead-letter index entries (a stale entry is skipped by readers).
+
+1 and 2 before 3: a job's next fire is written only once its run is findable, and
+a created job becomes visible only once its first runs are findable (a run whose
+job row never landed is cancelled as JOB_DELETED by the poller; its create was
+never acknowledged). 3 before 4: when progress (the next fire) lands without the
+state change of the run that fired, that run is still PENDING and runs as a plain
+run on reload; the other way round (the run moved on, the next fire not written)
+would stop a cron schedule. A dead-letter entry is added before, and removed after,
+the run row that says so, so no dead letter goes unlisted. Unlike SQLite, a call
+that fails on the infrastructure can leave some of its phases written: a caller
+retries (creates with an idempotency key dedupe, see
+``creates.settle_failed_create``; run writes are idempotent upserts). A call that
+fails on its input (a value no store can encode) writes nothing: every row is
+encoded first.
+
+Timestamps: the poller's run rows and progress carry its ``write_time`` (store.py
+docstring); the api writes a new run as of one second ago, so the poller's first
+write of the run beats its creation even when the two hosts' clocks are a little
+apart; a state moved by progress carries the write time of the state it read + 1 µs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+from cassandra.query import UNSET_VALUE, BoundStatement
+
+from shardcron.client.types import Job, JobState, Run
+from shardcron.coordinator.cassandra.session import Cql
+from shardcron.coordinator.cassandra.statements import NONE, ROWS
+from shardcron.coordinator.ids import bucket_for
+from shardcron.coordinator.rows import _us
+from shardcron.coordinator.store import JobProgress
+from shardcron.coordinator.store_rules import progress_write, run_state_order
+
+_MAX_TTL = 630_720_000  # Cassandra's maximum TTL (20 years); longer rows get no TTL
+# A batch stays under Cassandra's default batch_size_fail_threshold (50 KiB), by the
+# estimate of _size, which is within a few % of what Cassandra counts.
+BATCH_BYTES = 20_000
+_BATCH_STATEMENTS = 250
+_CROSS = 256  # (job, run) pairs per cross-product read of stored run states
+_CREATE_BACKDATE_US = 1_000_000  # an api's new run row: written as of 1 s ago
+
+# Write phases (module docstring): each phase starts once the previous one is written.
+P_RUNS = 0  # new runs and runs indexed by the call, runs_by_id; shard cursors
+P_DUE = 1  # due rows, shard_buckets rows
+P_JOBS = 2  # job rows, owner index, job progress; dead-letter index entries added
+P_STATES = 3  # rows of existing runs
+P_UNINDEX = 4  # dead-letter index entries removed
+
+
+def now_us() -> int:
+    """Now as a Cassandra write timestamp (µs since the epoch, as the driver's own)."""
+    return time.time_ns() // 1000
+
+
+def _size(values: Iterable[Any]) -> int:
+    """About how many bytes a statement's values add to a batch (as Cassandra counts
+    them for ``batch_size_fail_threshold``: the data, plus a little per cell)."""
+    n = 40
+    for v in values:
+        if isinstance(v, str):
+            n += (len(v) if v.isascii() else len(v.encode())) + 17
+        elif isinstance(v, bytes):
+            n += len(v) + 17
+        else:
+            n += 21
+    return n
+
+
+@dataclasses.dataclass(slots=True)
+class Writes:
+    """Statements of one call by (phase, partition): ``flush`` sends them phase by
+    phase, those of one partition together (module docstring)."""
+
+    # (phase, partition) -> [(statement, size)]
+    parts: dict[tuple[int, Any], list[tuple[BoundStatement, int]]] = dataclasses.field(
+        default_factory=dict
+    )
+    after: list[Callable[[], None]] = dataclasses.field(default_factory=list)  # once written
+
+    def add(self, phase: int, partition: tuple[Any, ...], stmt: BoundStatement, size: int) -> None:
+        """``partition``: the table and the partition key the statement writes."""
+        self.parts.setdefault((phase, partition), []).append((stmt, size))
+
+    def __bool__(self) -> bool:
+        return bool(self.parts)
+
+
+async def flush(cql: Cql, writes: Writes) -> None:
+    """Sends the statements phase by phase (module docstring): in a phase, those of
+    one partition as one unlogged batch (split when bigger than a batch), the
+    batches concurrently; the next phase once all of them were acknowledged."""
+    phases: dict[int, list[list[BoundStatement]]] = {}
+    for (phase, _), statements in writes.parts.items():
+        batches = phases.setdefault(phase, [])
+        current: list[BoundStatement] = []
+        size = 0
+        for stmt, s in statements:
+            if current and (size + s > BATCH_BYTES or len(current) >= _BATCH_STATEMENTS):
+                batches.append(current)
+                current, size = [], 0
+            current.append(stmt)
+            size += s
+        batches.append(current)
+    for phase in sorted(phases):
+        await cql.all_written(cql.send(batch) for batch in phases[phase])
+    for done in writes.after:
+        done()
+
+
+class WritePlanner:
+    """Plans the writes of jobs, runs, due rows and progress into a ``Writes``. Keeps
+    which ``shard_buckets`` rows this process already wrote, so that a bucket's row
+    is not rewritten with every due row."""
+
+    def __init__(self, cql: Cql, *, bucket_seconds: int, due_ttl: timedelta) -> None:
+        self._cql = cql
+        self._bucket_seconds = bucket_seconds
+        self._due_ttl = due_ttl
+        # (shard, bucket) -> until when (epoch seconds) its shard_buckets row is known to live
+        self._buckets_written: dict[tuple[int, int], float] = {}
+
+    def plan_job(self, writes: Writes, job: Job) -> None:
+        row = ROWS.job_row(job)
+        writes.add(P_JOBS, ("jobs", job.id), self._cql.bind("insert_job", row), _size(row))
+        stmt = self._cql.bind("insert_owner", (job.owner, job.id))
+        writes.add(P_JOBS, ("jobs_by_owner", job.owner), stmt, 64)
+
+    def _plan_run(
+        self,
+        writes: Writes,
+        run: Run,
+        *,
+        new: bool,
+        was_dead: bool,
+        indexed: bool,
+        write_us: int | None,
+    ) -> None:
+        """``indexed``: the call also writes a due row for the run (its row goes first).
+        ``write_us``: the poller's write time (module docstring), None for the api."""
+        row = ROWS.run_row(run)
+        # the api (no write_us): now, and a new run a second earlier (module docstring)
+        backdate = _CREATE_BACKDATE_US if new else 0
+        ts = write_us if write_us is not None else now_us() - backdate
+        phase = P_RUNS if new or indexed else P_STATES
+        stmt = self._cql.bind("insert_run", (*row, ts))
+        writes.add(phase, ("runs", run.job_id), stmt, _size(row))
+        if new:
+            stmt = self._cql.bind("insert_run_id", (run.id, run.job_id, run.owner))
+            writes.add(P_RUNS, ("runs_by_id", run.id), stmt, 120)
+        if run.dead_letter:
+            stmt = self._cql.bind("insert_dead", (run.owner, run.id, run.job_id))
+            writes.add(P_JOBS, ("dead_letters", run.owner), stmt, 120)
+        elif was_dead:
+            stmt = self._cql.bind("delete_dead", (run.owner, run.id))
+            writes.add(P_UNINDEX, ("dead_letters", run.owner), stmt, 80)
+
+    def _ttl(self, until: float, now: float) -> int:
+        """A TTL (seconds) keeping a row until ``until`` (epoch seconds) + due_ttl; 0 = none."""
+        ttl = int(max(until, now) - now + self._due_ttl.total_seconds()) + 1
+        return 0 if ttl > _MAX_TTL else ttl
+
+    def _plan_due(self, writes: Writes, run: Run, now: float) -> None:
+        b = bucket_for(run.due_at, self._bucket_seconds)
+        due_at = _us(run.due_at)
+        values = (
+            run.shard,
+            b,
+            due_at,
+            run.id,
+            run.job_id,
+            run.priority,
+            self._ttl(due_at / 1e6, now),
+        )
+        writes.add(P_DUE, ("due_runs", run.shard, b), self._cql.bind("insert_due", values), 120)
+        # The bucket's row in shard_buckets must outlive every due row of the bucket: it
+        # lives until the bucket's end (or now, if later) + due_ttl, plus an hour for skew.
+        # Rewritten only when this process has not already written one living that long.
+        need = max(b + self._bucket_seconds, now) + self._due_ttl.total_seconds()
+        if self._buckets_written.get((run.shard, b), 0.0) < need:
+            ttl = self._ttl(b + self._bucket_seconds + 3600, now)
+            stmt = self._cql.bind("insert_bucket", (run.shard, b, ttl))
+            writes.add(P_DUE, ("shard_buckets", run.shard), stmt, 40)
+            lives = float("inf") if ttl == 0 else now + ttl
+            writes.after.append(lambda k=(run.shard, b), v=lives: self._remember_bucket(k, v))
+
+    def _remember_bucket(self, key: tuple[int, int], lives: float) -> None:
+        if len(self._buckets_written) > 100_000:  # old buckets are not written again
+            self._buckets_written.clear()
+        self._buckets_written[key] = max(lives, self._buckets_written.get(key, 0.0))
+
+    async def put_runs(
+        self,
+        writes: Writes,
+        runs: Sequence[Run],
+        due: Sequence[Run],
+        *,
+        known_new: bool,
+        write_us: int | None = None,
+    ) -> None:
+        """Plans the upsert of ``runs`` (never moving a stored run to an earlier state) and
+        the due rows of ``due``. ``known_new``: the runs belong to jobs created in this call."""
+        indexed = {run.id for run in due}
+        stored: dict[str, tuple[int, bool]] = {}
+        if runs and not known_new:
+            stored = await self._stored_runs(runs)
+        for run in runs:
+            current = stored.get(run.id)
+            order = run_state_order(run.state)
+            if current is not None and order < current[0]:
+                continue  # a replayed or late write of an earlier state: dropped
+            self._plan_run(
+                writes,
+                run,
+                new=current is None,
+                was_dead=current is not None and current[1],
+                indexed=run.id in indexed,
+                write_us=write_us,
+            )
+            stored[run.id] = (order, run.dead_letter)
+        now = time.time()
+        for run in due:
+            self._plan_due(writes, run, now)
+
+    async def _stored_runs(self, runs: Sequence[Run]) -> dict[str, tuple[int, bool]]:
+        """(state order, dead_letter) of those of ``runs`` that exist.
+
+        One read per group of job partitions (``job_id IN ? AND id IN ?``: a run id
+        exists under one job only, so the cross product finds exactly the stored runs),
+        groups kept to about ``_CROSS`` lookups. Read-then-write is safe for ``commit``:
+        the poller owning a shard is the only writer of its runs, so nothing changes
+        them between this read and the write."""
+        by_job: dict[str, dict[str, None]] = {}
+        for run in runs:
+            by_job.setdefault(run.job_id, {})[run.id] = None
+        groups: list[tuple[list[str], list[str]]] = []
+        jobs: list[str] = []
+        ids: list[str] = []
+        for job_id, run_ids in by_job.items():
+            if jobs and (len(jobs) + 1) * (len(ids) + len(run_ids)) > _CROSS:
+                groups.append((jobs, ids))
+                jobs, ids = [], []
+            jobs.append(job_id)
+            ids += run_ids
+        if jobs:
+            groups.append((jobs, ids))
+        parts = await self._cql.gather(
+            self._cql.all(self._cql.ps["run_states"], (list(group_jobs), list(group_ids)))
+            for group_jobs, group_ids in groups
+        )
+        return {
+            rid: (run_state_order(state), bool(dead)) for part in parts for rid, state, dead in part
+        }
+
+    def plan_progress(
+        self, writes: Writes, p: JobProgress, states: dict[str, tuple[str, int]], write_us: int
+    ) -> None:
+        """The poller's fields of one job that exists, as plain column updates
+        (``store_rules.progress_write``).
+
+        The state moves only ACTIVE -> COMPLETED | PAUSED, as read just before
+        (``states``: job id -> (state, its write time)). That state write carries the
+        write time of the state it read + 1 µs: a user's update (the version
+        compare-and-set) that lands between the read and this write has a later
+        timestamp and wins, as if it came after, so the poller never undoes it."""
+        stored = states.get(p.job_id)
+        if stored is None:
+            return  # an unknown job: an UPDATE would create a stray row
+        write = progress_write(p)
+        if write.columns:
+            reason = write.columns.get("pause_reason", UNSET_VALUE)
+            values = (write_us, *progress_values(write.columns), reason, p.job_id)
+            stmt = self._cql.bind("progress", values)
+            writes.add(P_JOBS, ("jobs", p.job_id), stmt, 100)
+        state, written_at = stored
+        if write.state is not None and state == JobState.ACTIVE:
+            reason = UNSET_VALUE if write.state_reason is None else write.state_reason
+            values = (written_at + 1, str(write.state), reason, p.job_id)
+            writes.add(P_JOBS, ("jobs", p.job_id), self._cql.bind("progress_state", values), 100)
+
+
+def progress_values(columns: Mapping[str, Any]) -> tuple[Any, ...]:
+    """(next_fire_at, next_fire_key, consecutive_failures) of a progress write as bound
+    values: a cleared time is the sentinel, a column not written is unset."""
+    fire_at = columns.get("next_fire_at", UNSET_VALUE)
+    if "next_fire_at" in columns:
+        fire_at = NONE if fire_at is None else _us(fire_at)
+    return (
+        fire_at,
+        columns.get("next_fire_key", UNSET_VALUE),
+        columns.get("consecutive_failures", UNSET_VALUE),
+    )

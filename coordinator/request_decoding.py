@@ -1,0 +1,173 @@
+"""Requests that do not decode get INVALID_ARGUMENT naming the field, not UNKNOWN.
+
+gRPC deserializes a request before any servicer runs, and a ``DecodeError`` there (a
+string field holding invalid UTF-8, a truncated message) reached the caller as
+UNKNOWN "Unexpected <class 'DecodeError'>". ``DecodingInterceptor`` takes the
+deserializer out of every method handler, so gRPC hands the raw bytes on, and decodes
+them itself in front of the servicer: a request (or a message of a request stream)
+that does not decode ends the call with INVALID_ARGUMENT, naming the string field
+with the bad UTF-8 when there is one (``spec.task.command.argv[1]: not valid UTF-8``).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+import grpc.aio
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.message import DecodeError
+
+Deserializer = Callable[[bytes], Any]
+
+# wire types of the protobuf encoding
+_VARINT, _FIXED64, _LENGTH_DELIMITED, _FIXED32 = 0, 1, 2, 5
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise ValueError("truncated varint")
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value, pos
+
+
+def bad_utf8_field(descriptor: Descriptor, data: bytes, path: str = "") -> str | None:
+    """The path of the first string field of ``data`` (a ``descriptor`` message) whose
+    bytes are not UTF-8 (``spec.task.command.argv[1]``, ``spec.labels`` for a map), or
+    None when there is none or the bytes are not a message at all."""
+    seen: dict[int, int] = {}
+    pos = 0
+    try:
+        while pos < len(data):
+            tag, pos = _varint(data, pos)
+            number, wire = tag >> 3, tag & 7
+            if wire == _VARINT:
+                _, pos = _varint(data, pos)
+            elif wire == _FIXED64:
+                pos += 8
+            elif wire == _FIXED32:
+                pos += 4
+            elif wire == _LENGTH_DELIMITED:
+                size, pos = _varint(data, pos)
+                chunk, pos = data[pos : pos + size], pos + size
+                found = _bad_in_field(descriptor.fields_by_number.get(number), chunk, path, seen)
+                if found:
+                    return found
+            else:
+                return None
+    except ValueError:
+        return None
+    return None
+
+
+def _bad_in_field(
+    field: FieldDescriptor | None, chunk: bytes, path: str, seen: dict[int, int]
+) -> str | None:
+    if field is None:
+        return None
+    name = f"{path}.{field.name}" if path else field.name
+    index = seen.get(field.number, 0)
+    seen[field.number] = index + 1
+    if field.message_type is not None and field.message_type.GetOptions().map_entry:
+        return name if bad_utf8_field(field.message_type, chunk, "") else None
+    if field.is_repeated:
+        name = f"{name}[{index}]"
+    if field.type == FieldDescriptor.TYPE_STRING:
+        try:
+            chunk.decode("utf-8")
+        except UnicodeDecodeError:
+            return name
+        return None
+    if field.type == FieldDescriptor.TYPE_MESSAGE:
+        return bad_utf8_field(field.message_type, chunk, name)
+    return None
+
+
+def _decoding_failure(deserializer: Deserializer, raw: bytes) -> str:
+    """The INVALID_ARGUMENT message for ``raw``, which ``deserializer`` refused."""
+    message_class = getattr(deserializer, "__self__", None)
+    descriptor = getattr(message_class, "DESCRIPTOR", None)
+    if isinstance(descriptor, Descriptor):
+        field = bad_utf8_field(descriptor, raw)
+        if field:
+            return f"{field}: not valid UTF-8"
+        return f"request: not a valid {descriptor.full_name} message"
+    return "request: not a valid message"
+
+
+async def _decode(deserializer: Deserializer, raw: bytes, context: grpc.aio.ServicerContext) -> Any:
+    try:
+        return deserializer(raw)
+    except (DecodeError, ValueError, UnicodeDecodeError):
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, _decoding_failure(deserializer, raw))
+
+
+def _decoded_stream(
+    deserializer: Deserializer, raw: AsyncIterator[bytes], context: grpc.aio.ServicerContext
+) -> AsyncIterator[Any]:
+    async def messages() -> AsyncIterator[Any]:
+        async for item in raw:
+            yield await _decode(deserializer, item, context)
+
+    return messages()
+
+
+def _unary_request(behavior: Callable[..., Any], deserializer: Deserializer) -> Callable[..., Any]:
+    if inspect.isasyncgenfunction(behavior):
+
+        async def streaming(raw: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            request = await _decode(deserializer, raw, context)
+            async for item in behavior(request, context):
+                yield item
+
+        return streaming
+
+    async def unary(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
+        return await behavior(await _decode(deserializer, raw, context), context)
+
+    return unary
+
+
+def _stream_request(behavior: Callable[..., Any], deserializer: Deserializer) -> Callable[..., Any]:
+    if inspect.isasyncgenfunction(behavior):
+
+        async def streaming(raw: AsyncIterator[bytes], context: Any) -> AsyncIterator[Any]:
+            async for item in behavior(_decoded_stream(deserializer, raw, context), context):
+                yield item
+
+        return streaming
+
+    async def unary(raw: AsyncIterator[bytes], context: Any) -> Any:
+        return await behavior(_decoded_stream(deserializer, raw, context), context)
+
+    return unary
+
+
+class DecodingInterceptor(grpc.aio.ServerInterceptor):
+    """Decodes every request in front of its servicer; see the module docstring."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        deserializer = getattr(handler, "request_deserializer", None)
+        if handler is None or deserializer is None or not hasattr(handler, "_replace"):
+            return handler
+        kind = (
+            ("stream" if handler.request_streaming else "unary")
+            + "_"
+            + ("stream" if handler.response_streaming else "unary")
+        )
+        wrap = _stream_request if handler.request_streaming else _unary_request
+        behavior = wrap(getattr(handler, kind), deserializer)
+        return handler._replace(request_deserializer=None, **{kind: behavior})

@@ -1,0 +1,455 @@
+"""The embedded ``JobStore``: one SQLite file in WAL mode, written through a group commit.
+
+Writes go through ``group_commit`` (one writer thread: many callers, one fsync with
+``synchronous=FULL``; a caller's error undoes only its own writes); reads run on a
+small pool, each in one consistent view. The tables and statements are in
+``schema``; the rules shared with the Cassandra store (run-state order, page tokens,
+list filters, job progress, layout) in ``coordinator/store_rules.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from shardcron.client.errors import NotFound, VersionConflict
+from shardcron.client.types import Job, JobState, OutputChunk, Page, Run, RunState
+from shardcron.coordinator.ids import bucket_for
+from shardcron.coordinator.rows import RowCodec, _dt, _spec_to_json, _us
+from shardcron.coordinator.sqlite.group_commit import Conn, GroupCommitDb
+from shardcron.coordinator.sqlite.schema import (
+    INSERT_DUE,
+    INSERT_JOB,
+    PRUNE_DUE,
+    SAVE_CURSOR,
+    SELECT_ACTIVE_RUNS,
+    SELECT_JOB,
+    SELECT_RUN,
+    UPDATE_JOB,
+    UPSERT_RUN,
+    marks,
+    prepare,
+    select_in,
+)
+from shardcron.coordinator.store import (
+    DEFAULT_BUCKET_SECONDS,
+    DEFAULT_OUTPUT_CAP_BYTES,
+    DEFAULT_SHARD_COUNT,
+    DueEntry,
+    JobProgress,
+    NewJob,
+)
+from shardcron.coordinator.store_rules import (
+    JobFilter,
+    PageKind,
+    StoreLayout,
+    bytes_in,
+    clamp_page_size,
+    cut_pieces,
+    make_page,
+    output_head,
+    output_window,
+    page_token_after,
+    place_output,
+    progress_write,
+)
+
+_ROWS = RowCodec(null=None)
+_job_row, _row_job = _ROWS.job_row, _ROWS.row_job
+_run_row, _row_run = _ROWS.run_row, _ROWS.row_run
+
+
+def _keyset(
+    kind: PageKind, where: list[str], args: list[Any], size: int, token: str, *, desc: bool
+) -> tuple[str, list[Any], int]:
+    """WHERE/ORDER BY/LIMIT of one page (one extra row tells whether another follows),
+    and the page size served."""
+    size = clamp_page_size(size)
+    after = page_token_after(kind, token)
+    if after is not None:
+        where, args = [*where, "id < ?" if desc else "id > ?"], [*args, after]
+    order = "DESC" if desc else "ASC"
+    return f"WHERE {' AND '.join(where)} ORDER BY id {order} LIMIT ?", [*args, size + 1], size
+
+
+def _id(item: Job | Run) -> str:
+    return item.id
+
+
+def _state_filter(states: frozenset[Any], where: list[str], args: list[Any]) -> None:
+    """Adds ``state IN (states)``; no states: any state."""
+    if states:
+        where.append(f"state IN ({marks(len(states))})")
+        args += sorted(str(s) for s in states)
+
+
+class SqliteStore:
+    """``JobStore`` on one SQLite file; see the module docstring for how writes flow."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        shard_count: int = DEFAULT_SHARD_COUNT,
+        bucket_seconds: int = DEFAULT_BUCKET_SECONDS,
+        output_cap_bytes: int = DEFAULT_OUTPUT_CAP_BYTES,
+    ) -> None:
+        layout = StoreLayout(
+            shard_count=shard_count,
+            bucket_seconds=bucket_seconds,
+            output_cap_bytes=output_cap_bytes,
+        )
+        self.path = os.fspath(path)
+        self.layout = layout
+        self.shard_count = layout.shard_count
+        self.bucket_seconds = layout.bucket_seconds
+        self.output_cap_bytes = layout.output_cap_bytes
+        self._db = GroupCommitDb(self.path)
+
+    @property
+    def _transactions(self) -> int:
+        """Group commits so far."""
+        return self._db.transactions
+
+    # --- lifecycle ----------------------------------------------------------
+
+    async def open(self) -> None:
+        await self._db.open(
+            functools.partial(prepare, layout=self.layout, where=f"store file {self.path}")
+        )
+
+    async def close(self) -> None:
+        await self._db.close()
+
+    async def _all(self, sql: str, args: Sequence[Any]) -> list[Any]:
+        return await self._db.read(lambda c: c.execute(sql, args).fetchall())
+
+    async def _one(self, sql: str, args: Sequence[Any]) -> Any:
+        return await self._db.read(lambda c: c.execute(sql, args).fetchone())
+
+    # --- jobs -------------------------------------------------------------
+
+    async def create_jobs(self, items: Sequence[NewJob]) -> list[tuple[Job, bool]]:
+        items = list(items)
+        rows = sum(1 + len(item.runs) for item in items)
+        return await self._db.write(lambda conn: self._create_jobs(conn, items), rows)
+
+    def _create_jobs(self, conn: Conn, items: list[NewJob]) -> list[tuple[Job, bool]]:
+        results: list[tuple[Job, bool]] = []
+        jobs, runs = [], []
+        created: dict[tuple[str, str], Job] = {}  # this call's new jobs by idempotency key
+        for item in items:
+            job, key = item.job, (item.job.owner, item.job.idempotency_key)
+            if job.idempotency_key:
+                existing = created.get(key)
+                if existing is None:
+                    sql = f"{SELECT_JOB} WHERE owner = ? AND idempotency_key = ?"
+                    row = conn.execute(sql, key).fetchone()
+                    existing = row and _row_job(row)
+                if existing:
+                    results.append((existing, False))
+                    continue
+                created[key] = job
+            results.append((job, True))
+            jobs.append(_job_row(job))
+            runs += item.runs
+        conn.executemany(INSERT_JOB, jobs)
+        self._put_runs(conn, runs, [r for r in runs if r.state == RunState.PENDING])
+        return results
+
+    def _put_runs(self, conn: Conn, runs: Sequence[Run], due: Sequence[Run]) -> None:
+        conn.executemany(UPSERT_RUN, [_run_row(r) for r in runs])
+        b = self.bucket_seconds
+        conn.executemany(
+            INSERT_DUE,
+            [
+                (r.shard, bucket_for(r.due_at, b), _us(r.due_at), r.id, r.job_id, r.priority)
+                for r in due
+            ],
+        )
+
+    async def get_job(self, owner: str, job_id: str) -> Job:
+        row = await self._one(SELECT_JOB + " WHERE id = ? AND owner = ?", (job_id, owner))
+        if row is None:
+            raise NotFound(f"job {job_id} not found")
+        return _row_job(row)
+
+    async def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Job]:
+        sql = SELECT_JOB + " WHERE id IN ({})"
+        rows = await self._db.read(lambda c: select_in(c, sql, job_ids))
+        return {r[0]: _row_job(r) for r in rows}
+
+    async def list_jobs(
+        self,
+        owner: str,
+        *,
+        states: frozenset[JobState] = frozenset(),
+        name_prefix: str = "",
+        labels: dict[str, str] | None = None,
+        page_size: int = 100,
+        page_token: str = "",
+    ) -> Page[Job]:
+        wanted = JobFilter.of(states, name_prefix, labels)
+        where, args = ["owner = ?"], [owner]
+        _state_filter(wanted.states, where, args)
+        if wanted.name_prefix:
+            where.append("substr(name, 1, length(?)) = ?")
+            args += [wanted.name_prefix, wanted.name_prefix]
+        for key, value in wanted.labels.items():
+            where.append(
+                "EXISTS (SELECT 1 FROM json_each(spec, '$.labels') WHERE key = ? AND value = ?)"
+            )
+            args += [key, value]
+        tail, args, size = _keyset(PageKind.JOBS, where, args, page_size, page_token, desc=False)
+        rows = await self._all(f"{SELECT_JOB} {tail}", args)
+        return make_page(PageKind.JOBS, [_row_job(r) for r in rows], size, _id)
+
+    async def update_job(
+        self,
+        job: Job,
+        *,
+        expected_version: int,
+        progress: JobProgress | None = None,
+        runs: Sequence[Run] = (),
+        due: Sequence[Run] = (),
+    ) -> Job:
+        spec = _spec_to_json(job.spec)
+        values = (job.spec.name, str(job.state), expected_version + 1, job.schedule_version, spec)
+        values += (job.pause_reason, _us(job.updated_at), job.id, job.owner, expected_version)
+        runs, due = list(runs), list(due)
+
+        def op(conn: Conn) -> Job:
+            if conn.execute(UPDATE_JOB, values).rowcount:
+                if progress is not None:
+                    moved = dataclasses.replace(progress, job_id=job.id)
+                    _apply_progress(conn, moved, in_update=True)
+                self._put_runs(conn, runs, due)
+                return _row_job(conn.execute(f"{SELECT_JOB} WHERE id = ?", (job.id,)).fetchone())
+            sql = "SELECT version FROM jobs WHERE id = ? AND owner = ?"
+            found = conn.execute(sql, (job.id, job.owner)).fetchone()
+            if found is None:
+                raise NotFound(f"job {job.id} not found")
+            raise VersionConflict(f"job {job.id} is at version {found[0]}, not {expected_version}")
+
+        return await self._db.write(op, 1 + len(runs) + len(due))
+
+    # --- runs -------------------------------------------------------------
+
+    async def commit(
+        self,
+        *,
+        runs: Sequence[Run] = (),
+        due: Sequence[Run] = (),
+        progress: Sequence[JobProgress] = (),
+        write_time: datetime | None = None,  # one process writes this file: not needed
+    ) -> None:
+        runs, due, progress = list(runs), list(due), list(progress)
+        if not (runs or due or progress):
+            return
+
+        def op(conn: Conn) -> None:
+            self._put_runs(conn, runs, due)
+            for p in progress:
+                _apply_progress(conn, p)
+
+        await self._db.write(op, len(runs) + len(due) + len(progress))
+
+    async def get_run(self, owner: str, run_id: str) -> Run:
+        row = await self._one(SELECT_RUN + " WHERE id = ? AND owner = ?", (run_id, owner))
+        if row is None:
+            raise NotFound(f"run {run_id} not found")
+        return _row_run(row)
+
+    async def get_runs(self, run_ids: Sequence[str]) -> dict[str, Run]:
+        sql = SELECT_RUN + " WHERE id IN ({})"
+        rows = await self._db.read(lambda c: select_in(c, sql, run_ids))
+        return {r[0]: _row_run(r) for r in rows}
+
+    async def list_runs(
+        self,
+        owner: str,
+        job_id: str,
+        *,
+        states: frozenset[RunState] = frozenset(),
+        page_size: int = 100,
+        page_token: str = "",
+    ) -> Page[Run]:
+        where, args = ["job_id = ?"], [job_id]
+        _state_filter(states, where, args)
+        tail, args, size = _keyset(PageKind.RUNS, where, args, page_size, page_token, desc=True)
+
+        def read(conn: Conn) -> list[Any] | None:
+            known = "SELECT 1 FROM jobs WHERE id = ? AND owner = ?"
+            if conn.execute(known, (job_id, owner)).fetchone() is None:
+                return None
+            return conn.execute(f"{SELECT_RUN} {tail}", args).fetchall()
+
+        rows = await self._db.read(read)
+        if rows is None:
+            raise NotFound(f"job {job_id} not found")
+        return make_page(PageKind.RUNS, [_row_run(r) for r in rows], size, _id)
+
+    async def list_active_runs(self, job_id: str) -> list[Run]:
+        return [_row_run(r) for r in await self._all(SELECT_ACTIVE_RUNS, (job_id,))]
+
+    async def list_dead_letters(
+        self, owner: str, *, job_id: str = "", page_size: int = 100, page_token: str = ""
+    ) -> Page[Run]:
+        where, args = ["owner = ?", "dead_letter = 1"], [owner]
+        if job_id:
+            where, args = [*where, "job_id = ?"], [*args, job_id]
+        kind = PageKind.DEAD_LETTERS
+        tail, args, size = _keyset(kind, where, args, page_size, page_token, desc=True)
+        rows = await self._all(f"{SELECT_RUN} {tail}", args)
+        return make_page(kind, [_row_run(r) for r in rows], size, _id)
+
+    # --- due index ----------------------------------------------------------
+
+    async def scan_due(
+        self,
+        shard: int,
+        *,
+        due_from: datetime,
+        due_until: datetime,
+        after: tuple[datetime, str] | None = None,
+        limit: int = 1000,
+    ) -> list[DueEntry]:
+        # Buckets grow with due_at, so (bucket, due_at, run_id) order, read straight off
+        # the primary key, is (due_at, run_id) order.
+        b = self.bucket_seconds
+        where = "shard = ? AND bucket BETWEEN ? AND ? AND due_at >= ? AND due_at < ?"
+        args = [shard, bucket_for(due_from, b), bucket_for(due_until, b)]
+        args += [_us(due_from), _us(due_until)]
+        if after is not None:
+            where += " AND (due_at, run_id) > (?, ?)"
+            args += [_us(after[0]), after[1]]
+        sql = f"SELECT due_at, run_id, job_id, priority FROM due_runs WHERE {where}"
+        sql += " ORDER BY bucket, due_at, run_id LIMIT ?"
+        rows = await self._all(sql, (*args, max(0, limit)))
+        return [DueEntry(shard=shard, due_at=_dt(t), run_id=r, job_id=j, priority=p)
+                for t, r, j, p in rows]  # fmt: skip
+
+    async def load_cursors(self, shards: Sequence[int]) -> dict[int, datetime]:
+        sql = "SELECT shard, bucket_start FROM shard_cursors WHERE shard IN ({})"
+        rows = await self._db.read(lambda c: select_in(c, sql, shards))
+        return {shard: _dt(us) for shard, us in rows}
+
+    async def save_cursors(self, cursors: dict[int, datetime]) -> None:
+        rows = [(shard, _us(at)) for shard, at in cursors.items()]
+        if not rows:
+            return
+
+        def op(conn: Conn) -> None:
+            conn.executemany(SAVE_CURSOR, rows).close()
+            conn.executemany(PRUNE_DUE, [(shard, shard) for shard, _ in rows]).close()
+
+        await self._db.write(op, len(rows))
+
+    async def oldest_due(self, shard: int) -> datetime | None:
+        sql = "SELECT due_at FROM due_runs WHERE shard = ? ORDER BY bucket, due_at LIMIT 1"
+        row = await self._one(sql, (shard,))
+        return None if row is None else _dt(row[0])
+
+    # --- output -------------------------------------------------------------
+    # Rows (run_id, seq) hold a run's chunks in order; a chunk's offset counts every byte
+    # appended to the run before it, so offsets stay absolute when the head is trimmed.
+
+    async def append_output(self, chunks: Sequence[OutputChunk]) -> None:
+        by_run: dict[str, list[OutputChunk]] = {}
+        for chunk in chunks:
+            if chunk.data:
+                by_run.setdefault(chunk.run_id, []).append(chunk)
+        if by_run:
+            await self._db.write(lambda conn: self._append(conn, by_run), len(chunks))
+
+    def _append(self, conn: Conn, by_run: dict[str, list[OutputChunk]]) -> None:
+        insert = (
+            'INSERT INTO run_output (run_id, seq, "offset", stream, data) VALUES (?, ?, ?, ?, ?)'
+        )
+        ends = (
+            'SELECT min("offset"), max(seq) + 1, max("offset" + length(data)) FROM run_output'
+            " WHERE run_id = ?"
+        )
+        for run_id, chunks in by_run.items():
+            head, seq, end = conn.execute(ends, (run_id,)).fetchone()
+            head, seq, end = (head, seq, end) if seq is not None else (0, 0, 0)
+            new = place_output(end, [(c.stream, bytes(c.data)) for c in chunks])
+            new_end = new[-1][0] + len(new[-1][2])
+            window = output_window(head, new_end, self.output_cap_bytes)
+            if window is not None:  # cut before writing: nothing past the cap is stored
+                stored = self._stored_in(conn, run_id, window) if window[0] < end else []
+                near_cut = bytes_in([*stored, *((at, d) for at, _, d in new)], window)
+                head = output_head(new_end, self.output_cap_bytes, near_cut, window[0])
+                new = cut_pieces(new, head)
+                self._trim(conn, run_id, head)
+            for at, stream, data in new:
+                conn.execute(insert, (run_id, seq, at, stream, data))
+                seq += 1
+
+    @staticmethod
+    def _stored_in(conn: Conn, run_id: str, window: tuple[int, int]) -> list[tuple[int, bytes]]:
+        sql = (
+            'SELECT "offset", data FROM run_output WHERE run_id = ? AND "offset" < ?'
+            ' AND "offset" + length(data) > ? ORDER BY seq'
+        )
+        return [(at, bytes(d)) for at, d in conn.execute(sql, (run_id, window[1], window[0]))]
+
+    @staticmethod
+    def _trim(conn: Conn, run_id: str, head: int) -> None:
+        """Drops the stored output before ``head``, cutting the chunk that holds it."""
+        conn.execute(
+            'DELETE FROM run_output WHERE run_id = ? AND "offset" + length(data) <= ?',
+            (run_id, head),
+        )
+        conn.execute(
+            'UPDATE run_output SET data = substr(data, ?2 - "offset" + 1), "offset" = ?2'
+            ' WHERE run_id = ?1 AND "offset" < ?2',
+            (run_id, head),
+        )
+
+    async def read_output(
+        self, run_id: str, *, offset: int = 0, limit: int = 1 << 16
+    ) -> list[OutputChunk]:
+        def read(conn: Conn) -> list[OutputChunk]:
+            kept = 'SELECT min("offset"), max("offset" + length(data)) FROM run_output'
+            head, end = conn.execute(kept + " WHERE run_id = ?", (run_id,)).fetchone()
+            if head is None:
+                return []
+            start, out, room = max(head, end + offset if offset < 0 else offset), [], limit
+            cur = conn.execute(
+                'SELECT "offset", stream, data FROM run_output'
+                ' WHERE run_id = ? AND "offset" + length(data) > ? ORDER BY seq',
+                (run_id, start),
+            )
+            for at, stream, data in cur:
+                if room <= 0:
+                    break
+                skip = max(0, start - at)
+                piece = bytes(data[skip : skip + room])
+                out.append(OutputChunk(run_id=run_id, offset=at + skip, data=piece, stream=stream))
+                room -= len(piece)
+            cur.close()
+            return out
+
+        return await self._db.read(read)
+
+
+def _apply_progress(conn: Conn, p: JobProgress, *, in_update: bool = False) -> None:
+    """Writes ``p`` to its job (``store_rules.progress_write``); the state move only
+    where the job is still ACTIVE."""
+    write = progress_write(p, in_update=in_update)
+    if write.columns:
+        sets = {c: _us(v) if c == "next_fire_at" else v for c, v in write.columns.items()}
+        assignments = ", ".join(f"{column} = ?" for column in sets)
+        conn.execute(f"UPDATE jobs SET {assignments} WHERE id = ?", (*sets.values(), p.job_id))
+    if write.state is not None:
+        moved = {"state": str(write.state)}
+        if write.state_reason is not None:
+            moved["pause_reason"] = write.state_reason
+        assignments = ", ".join(f"{column} = ?" for column in moved)
+        sql = f"UPDATE jobs SET {assignments} WHERE id = ? AND state = 'ACTIVE'"
+        conn.execute(sql, (*moved.values(), p.job_id))

@@ -1,0 +1,1 @@
+"""End-to-end tests: ``shardcron dev`` and workers as real processes (``harness.py``)."""

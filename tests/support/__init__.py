@@ -1,0 +1,1 @@
+"""What the tests share that is not itself a test: waiting, real servers, store builders."""
