@@ -30,9 +30,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -56,12 +58,38 @@ SCAN_INTERVAL = timedelta(milliseconds=100)
 RECHECK_INTERVAL = timedelta(milliseconds=200)
 
 
+class CountingStore:
+    """The poller's view of the store, counting its calls in flight. Every wait inside
+    a turn is a store call, so with none in flight the poller is between turns."""
+
+    def __init__(self, store: SqliteStore) -> None:
+        self._store = store
+        self.in_flight = 0
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._store, name)  # looked up per call: monkeypatches apply
+        if not inspect.iscoroutinefunction(attr):
+            return attr
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            self.in_flight += 1
+            try:
+                return await attr(*args, **kwargs)
+            finally:
+                self.in_flight -= 1
+
+        return call
+
+
 class FakeClock:
-    """The poller's clock, moved by the test only."""
+    """The poller's clock, moved by the test only, and only between turns (``move``):
+    a turn sees one time from its start, as it would with a real clock that moved on
+    in the meantime by less than a turn's work."""
 
     def __init__(self, start: datetime) -> None:
         self._now = start
         self._monotonic = 1000.0
+        self.store: CountingStore | None = None  # the poller's, once it runs
 
     def now(self) -> datetime:
         return self._now
@@ -70,11 +98,19 @@ class FakeClock:
         return self._monotonic
 
     def advance(self, by: timedelta) -> None:
+        """Moves the clock now, even in the middle of a turn."""
         self._now += by
         self._monotonic += by.total_seconds()
 
-    def set(self, at: datetime) -> None:
-        self.advance(at - self._now)
+    async def move(self, by: timedelta) -> None:
+        end = asyncio.get_running_loop().time() + WAIT
+        while self.store is not None and self.store.in_flight:
+            assert asyncio.get_running_loop().time() < end, "timed out"
+            await asyncio.sleep(0.001)
+        self.advance(by)
+
+    async def move_to(self, at: datetime) -> None:
+        await self.move(at - self._now)
 
 
 @pytest.fixture
@@ -106,8 +142,9 @@ def clock() -> FakeClock:
 async def poller(
     store: SqliteStore, lease_ttl: timedelta, recheck_window: timedelta, clock: FakeClock
 ) -> AsyncIterator[Poller]:
+    clock.store = CountingStore(store)
     p = Poller(
-        store,
+        clock.store,  # type: ignore[arg-type]
         poller_id="p1",
         # as in a cluster: the recent past is re-read (no hint comes from another node)
         config=PollerConfig(
@@ -156,8 +193,7 @@ async def rescan(poller: Poller, clock: FakeClock) -> None:
     """Moves the clock past the re-read interval and waits for the scan: what a test
     wrote to the store is read (the first scan may have run before it was written,
     and loaded the shard's window past it: only a re-read finds it then)."""
-    await turns(poller, 1)  # a scan in flight ends first: it would count from the new time
-    clock.advance(RECHECK_INTERVAL)
+    await clock.move(RECHECK_INTERVAL)
     await turns(poller)
 
 
@@ -188,12 +224,12 @@ async def test_a_run_met_before_its_job_row_waits_for_it(
     await rescan(poller, clock)
     await until(lambda: poller.phase_of(run.id) == Phase.WAITING, poller)
     for _ in range(4):  # due, scanned and triggered a few times meanwhile
-        clock.advance(JOB_ROW_RETRY)
+        await clock.move(JOB_ROW_RETRY)
         await turns(poller)
     assert (await stored(store, run)()).state == RunState.PENDING
     assert poller.phase_of(run.id) == Phase.WAITING
     await store.create_jobs([NewJob(job=job)])  # now it lands
-    clock.advance(JOB_ROW_RETRY)
+    await clock.move(JOB_ROW_RETRY)
     # admitted, waiting for a worker (there is none)
     await until(lambda: poller.phase_of(run.id) == Phase.READY, poller)
     assert (await stored(store, run)()).state == RunState.PENDING
@@ -221,10 +257,10 @@ async def test_a_run_without_its_job_row_is_cancelled_when_the_grace_ends(
     await store.commit(runs=[run], due=[run])
     await rescan(poller, clock)
     await until(lambda: poller.phase_of(run.id) == Phase.WAITING, poller)
-    clock.set(created + JOB_ROW_GRACE - TICK)  # looked at again: not old enough yet
+    await clock.move_to(created + JOB_ROW_GRACE - TICK)  # looked at again: not old enough yet
     await turns(poller)
     assert (await stored(store, run)()).state == RunState.PENDING
-    clock.advance(JOB_ROW_RETRY)  # the next look is past the grace
+    await clock.move(JOB_ROW_RETRY)  # the next look is past the grace
     ended = await _ended(store, run, poller)
     assert (ended.state, ended.reason) == (RunState.CANCELLED, RunReason.JOB_DELETED)
 
@@ -300,7 +336,7 @@ async def test_a_retry_stored_and_run_already_is_not_run_again(
     await store.commit(runs=[run, done], due=[run])
     await rescan(poller, clock)
     await until(lambda: poller.phase_of(run.id) == Phase.LEASED, poller)
-    clock.advance(timedelta(seconds=1))  # past its lease, one TTL after the take-over
+    await clock.move(timedelta(seconds=1))  # past its lease, one TTL after the take-over
     ended = await _ended(store, run, poller)  # its lease waited out: WORKER_LOST
     assert (ended.state, ended.reason) == (RunState.FAILED, RunReason.WORKER_LOST)
     await turns(poller)  # a turn or two after
@@ -318,7 +354,7 @@ async def test_a_retry_stored_without_its_due_row_is_indexed_and_held_once(
     await store.commit(runs=[run, retry], due=[run])  # the retry's due row did not land
     await rescan(poller, clock)
     await until(lambda: poller.phase_of(run.id) == Phase.LEASED, poller)
-    clock.advance(timedelta(seconds=1))
+    await clock.move(timedelta(seconds=1))
     await _ended(store, run, poller)
     # the retry is held once, waiting for a worker (there is none), and indexed
     await until(lambda: poller.phase_of(retry.id) == Phase.READY, poller)
@@ -348,10 +384,10 @@ async def test_a_lease_taken_over_is_taken_back_at_its_expiry_and_retried_after_
     # its stored lease is over, but a worker may still run it: held one TTL from the
     # take-over, and taken back only the expiry grace after that
     expired_at = taken + lease_ttl + PollerConfig().expiry_grace
-    clock.set(expired_at - TICK)
+    await clock.move_to(expired_at - TICK)
     await turns(poller)
     assert poller.phase_of(run.id) == Phase.LEASED
-    clock.set(expired_at)  # now == expires_at + grace
+    await clock.move_to(expired_at)  # now == expires_at + grace
     ended = await _ended(store, run, poller)
     assert (ended.state, ended.reason, ended.ended_at) == (
         RunState.FAILED,
@@ -361,10 +397,10 @@ async def test_a_lease_taken_over_is_taken_back_at_its_expiry_and_retried_after_
     retry = fires.retry_run(job, ended, now=expired_at)
     assert retry is not None and retry.due_at == expired_at + backoff
     await until(lambda: poller.phase_of(retry.id) == Phase.WAITING, poller)
-    clock.set(retry.due_at - TICK)
+    await clock.move_to(retry.due_at - TICK)
     await turns(poller)
     assert poller.phase_of(retry.id) == Phase.WAITING, "a retry came due before its backoff"
-    clock.set(retry.due_at)
+    await clock.move_to(retry.due_at)
     await until(lambda: poller.phase_of(retry.id) == Phase.READY, poller)
 
 
@@ -391,7 +427,7 @@ async def test_a_hint_that_comes_after_its_run_ended_is_ignored(
     ended = await _ended(store, run, poller)
     assert ended.state == RunState.MISSED
     poller.runs_created([run], [job])  # the api's hint, late
-    clock.advance(timedelta(milliseconds=500))
+    await clock.move(timedelta(milliseconds=500))
     await turns(poller)
     again = await stored(store, run)()
     assert again.ended_at == ended.ended_at, "the run ended a second time"
@@ -405,10 +441,10 @@ async def test_a_run_waiting_for_a_slot_is_missed_at_its_starting_deadline(
     poller.runs_created([run], list((await store.get_jobs([run.job_id])).values()))
     # admitted and waiting: there is no worker, so no slot ever frees
     await until(lambda: poller.phase_of(run.id) == Phase.READY, poller)
-    clock.set(run.due_at + deadline)  # exactly at the deadline: still on time
+    await clock.move_to(run.due_at + deadline)  # exactly at the deadline: still on time
     await turns(poller)
     assert poller.phase_of(run.id) == Phase.READY
-    clock.advance(TICK)
+    await clock.move(TICK)
     ended = await _ended(store, run, poller)
     assert (ended.state, ended.reason) == (RunState.MISSED, RunReason.DEADLINE)
     assert ended.ended_at == run.due_at + deadline + TICK
@@ -435,7 +471,7 @@ async def test_a_run_written_while_the_poller_was_held_up_is_found_without_its_h
 
     monkeypatch.setattr(store, "scan_due", scan_due)
     await asyncio.wait_for(held.wait(), WAIT)
-    clock.advance(timedelta(seconds=2.5))  # held up longer than the recheck window
+    clock.advance(timedelta(seconds=2.5))  # held up longer than the recheck window (mid-scan)
     run = dataclasses.replace(make_run(job, due_at=clock.now()), created_at=clock.now())
     await store.create_jobs([NewJob(job=job, runs=[run])])  # its hint is lost: none is sent
     written.set()
