@@ -58,6 +58,14 @@ class Metrics:
         self.ready_runs = Gauge(
             "shardcron_ready_runs", "Due runs waiting for a worker slot", registry=r
         )
+        self.waiting_runs = Gauge(
+            "shardcron_waiting_runs",
+            "Due runs not on a worker yet, by why they wait (no_worker_for_handler, "
+            "no_worker_for_commands, no_worker_with_labels, no_capacity, no_free_slot, "
+            "concurrency_limit)",
+            ["reason"],
+            registry=r,
+        )
         self.owned_shards = Gauge("shardcron_owned_shards", "Shards this poller serves", registry=r)
         self.epoch = Gauge(
             "shardcron_epoch", "Epoch (leader term) this poller serves under", registry=r

@@ -9,10 +9,16 @@
 - **Starting deadline**: a run not started within ``starting_deadline`` of its due
   time is missed, whether it waits for a slot or for its job's limit (``missed``),
   or is about to be placed (``place``); exactly at the deadline it is still on time.
-- **Placement**: ready runs go out highest priority first, then earliest due, each
-  to the worker with the most free slots among those that fit it (slots, cpu,
-  memory, labels, handler or command); a run no worker fits waits, and does not
-  hold up the runs behind it.
+- **Placement**: ready runs go out highest priority first; within a priority,
+  owners take turns and each owner's runs go by due time (``placement``). Each
+  goes to the worker with the most free slots among those that fit it (slots,
+  cpu, memory, labels, handler or command). Runs are grouped by what they need
+  (placement class): a class no worker has room for is skipped whole, so runs
+  nobody can take never hold up the runs that can, and a turn does not look at
+  every waiting run.
+- **Why a run waits**: for a READY run, the first thing no connected worker offers
+  (``placement.why_waiting``); for a BLOCKED one, its job's limit. Counted by
+  reason for the ``shardcron_waiting_runs`` gauge.
 - **Demand**: for a worker that shares its slots among pollers, how many slots of
   ready runs it could take from this one.
 
@@ -31,11 +37,11 @@ from datetime import datetime
 from enum import Enum
 
 from shardcron.client.types import Job, OverlapPolicy, Run
+from shardcron.coordinator.poller.placement import ReadyRuns, WaitReason, why_waiting
 from shardcron.coordinator.poller.state import Phase, Slot
 from shardcron.coordinator.poller.workers import WorkerBook
 
 _WAITING = (Phase.READY, Phase.BLOCKED)
-_DEMAND_SAMPLE = 512  # ready runs looked at to size a worker's demand
 
 
 class Verdict(Enum):
@@ -68,24 +74,26 @@ def pick_worker(job: Job, workers: Iterable[WorkerBook]) -> WorkerBook | None:
 
 
 class Admission:
-    """Runs due and admitted (READY, a heap by priority), queued behind their job's
+    """Runs due and admitted (READY, by placement class), queued behind their job's
     limit (BLOCKED), and their starting deadlines."""
 
-    __slots__ = ("_admitted", "_blocked", "_deadlines", "_ready", "_slots")
+    __slots__ = ("_admitted", "_blocked", "_blocked_runs", "_deadlines", "_ready", "_slots")
 
     def __init__(self, slots: dict[str, Slot]) -> None:
         self._slots = slots  # the loop's runs held, by run id (read only here)
-        self._ready: list[tuple[int, datetime, str]] = []  # (-priority, due, run id)
+        self._ready = ReadyRuns(slots)
+        self._blocked_runs: set[str] = set()  # run ids BLOCKED
         self._deadlines: list[tuple[datetime, str]] = []  # (starting deadline, run id)
         self._admitted: dict[str, set[str]] = {}  # job id -> run ids READY or LEASED
         self._blocked: dict[str, deque[Slot]] = {}  # job id -> runs BLOCKED, in order
 
     def __len__(self) -> int:
-        """Entries of the ready heap (some may be stale)."""
+        """Runs READY."""
         return len(self._ready)
 
     def clear(self) -> None:
         self._ready.clear()
+        self._blocked_runs.clear()
         self._deadlines.clear()
         self._admitted.clear()
         self._blocked.clear()
@@ -107,6 +115,7 @@ class Admission:
         if fresh_fire and policy == OverlapPolicy.FORBID:
             return Verdict.SKIP
         slot.phase = Phase.BLOCKED
+        self._blocked_runs.add(slot.run.id)
         queue = self._blocked.setdefault(job.id, deque())
         if fresh_fire and policy == OverlapPolicy.REPLACE:
             queue.appendleft(slot)
@@ -132,6 +141,8 @@ class Admission:
 
     def forget(self, slot: Slot) -> None:
         """The run is no longer held (ended, paused, its shard lost)."""
+        self._ready.discard(slot.run.id)
+        self._blocked_runs.discard(slot.run.id)
         admitted = self._admitted.get(slot.run.job_id)
         if admitted is not None:
             admitted.discard(slot.run.id)
@@ -150,13 +161,14 @@ class Admission:
             if len(self._admitted.get(job_id, ())) >= concurrency_limit(slot.job):
                 return
             queue.popleft()
+            self._blocked_runs.discard(slot.run.id)
             self._admitted.setdefault(job_id, set()).add(slot.run.id)
             self._make_ready(slot)
         self._blocked.pop(job_id, None)
 
     def _make_ready(self, slot: Slot) -> None:
         slot.phase = Phase.READY
-        heapq.heappush(self._ready, (-slot.run.priority, slot.run.due_at, slot.run.id))
+        self._ready.push(slot)
 
     # --- starting deadlines ----------------------------------------------------------
 
@@ -191,57 +203,60 @@ class Admission:
     def place(
         self, workers: Collection[WorkerBook], now: datetime, max_batch: int
     ) -> Iterator[tuple[Slot, WorkerBook | None]]:
-        """Ready runs in priority order, each with the worker it goes to, or with None:
+        """Ready runs in placement order, each with the worker it goes to, or with None:
         it missed its starting deadline. The loop leases each to its worker (holding
         the worker's capacity) before asking for the next. At most ``max_batch``."""
-        free = free_slots(workers)
-        if free <= 0 or not self._ready:
+        if free_slots(workers) <= 0:
             return
         ready = self._ready
-        skipped: list[tuple[int, datetime, str]] = []  # no worker fits them now
-        placed = 0
-        try:
-            while ready and free > 0 and placed < max_batch and len(skipped) < 4 * free + 64:
-                entry = heapq.heappop(ready)
-                slot = self._slots.get(entry[2])
-                if slot is None or slot.phase != Phase.READY:
-                    continue
-                job = slot.job
-                assert job is not None
-                if past_deadline(job, slot.run, now):
-                    yield slot, None
-                    continue
-                worker = pick_worker(job, workers)
-                if worker is None:
-                    skipped.append(entry)
-                    continue
-                yield slot, worker
-                placed += 1
-                free -= job.spec.resources.slots or 1
-        finally:
-            for entry in skipped:
-                heapq.heappush(ready, entry)
+        for slot, cls, key, priority, owner in ready.heads(workers, max_batch):
+            job = slot.job
+            assert job is not None
+            if past_deadline(job, slot.run, now):
+                ready.take(cls, priority, owner, placed=False)
+                yield slot, None
+                continue
+            worker = pick_worker(job, workers)
+            if worker is None:
+                ready.close(key)  # no room for this class left: its other runs wait too
+                continue
+            ready.take(cls, priority, owner, placed=True)
+            yield slot, worker
 
     def has_ready(self) -> bool:
-        return bool(self._ready)
+        """Ready runs a pass may place that the last one did not."""
+        return self._ready.worth_a_pass()
 
     def demand(self, workers: Collection[WorkerBook]) -> dict[WorkerBook, int]:
         """For each worker given, the slots of ready runs it could take (at most its
-        slots), from a sample of the most urgent ready runs."""
+        slots)."""
         want = dict.fromkeys(workers, 0)
-        seen = 0
-        for _, _, rid in self._ready:  # heap order: a sample of the most urgent, enough here
-            slot = self._slots.get(rid)
-            if slot is None or slot.phase != Phase.READY or slot.job is None:
-                continue
-            spec = slot.job.spec
+        for cls in self._ready.classes():
+            need = cls.count * (cls.spec.resources.slots or 1)
             for w in workers:
-                if want[w] < w.slots and w.could_run(spec):
-                    want[w] += spec.resources.slots or 1
-            seen += 1
-            if seen >= _DEMAND_SAMPLE or all(want[w] >= w.slots for w in workers):
-                break
+                if want[w] < w.slots and w.could_run(cls.spec):
+                    want[w] += need
         return {w: min(n, w.slots) for w, n in want.items()}
+
+    # --- why runs wait ------------------------------------------------------------------
+
+    def waiting_reason(self, slot: Slot, workers: Collection[WorkerBook]) -> str:
+        """Why this held run is not on a worker yet ("" unless READY or BLOCKED)."""
+        if slot.phase == Phase.BLOCKED:
+            running = len(self._admitted.get(slot.run.job_id, ()))
+            return f"waiting for the job's concurrency limit ({running} running)"
+        cls = self._ready.class_of(slot.run.id)
+        if slot.phase != Phase.READY or cls is None:
+            return ""
+        return why_waiting(cls.spec, workers)[1]
+
+    def waiting_counts(self, workers: Collection[WorkerBook]) -> dict[WaitReason, int]:
+        """Runs waiting, by reason: O(classes × workers)."""
+        counts = dict.fromkeys(WaitReason, 0)
+        for cls in self._ready.classes():
+            counts[why_waiting(cls.spec, workers)[0]] += cls.count
+        counts[WaitReason.CONCURRENCY_LIMIT] = len(self._blocked_runs)
+        return counts
 
 
 def free_slots(workers: Iterable[WorkerBook]) -> int:

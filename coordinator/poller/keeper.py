@@ -32,6 +32,7 @@ from shardcron.coordinator.poller.turn import Turn
 from shardcron.coordinator.poller.workers import WorkerBook
 
 _SKIPS = (RunState.SKIPPED, RunState.MISSED)
+WAITING_GAUGE_EVERY = 1.0  # seconds between counts of the runs waiting, by reason
 
 
 class RunKeeper:
@@ -51,6 +52,7 @@ class RunKeeper:
         self.jobs: dict[str, Job] = {}
         self._job_read_at: dict[str, float] = {}
         self.recent_final: dict[str, float] = {}  # run id -> when it ended here (monotonic)
+        self._waiting_counted_at = -math.inf  # monotonic: the waiting gauge was last set
 
     def clear(self) -> None:
         """Forgets every run held (the poller reloads its shards); a cancel waiting for
@@ -295,6 +297,28 @@ class RunKeeper:
             leased += 1
         if leased:
             self.metrics.runs_leased.inc(leased)
+
+    def waiting_reasons(
+        self, run_ids: Collection[str], workers: Collection[WorkerBook]
+    ) -> dict[str, str]:
+        """Why each of these runs, held here and due, is not on a worker yet (runs not
+        held or not waiting are left out)."""
+        reasons = {}
+        for rid in run_ids:
+            slot = self.slots.get(rid)
+            reason = "" if slot is None else self.admission.waiting_reason(slot, workers)
+            if reason:
+                reasons[rid] = reason
+        return reasons
+
+    def count_waiting(self, workers: Collection[WorkerBook]) -> None:
+        """Sets the waiting-runs gauge, at most once a second (it looks at every class)."""
+        at = self._clock.monotonic()
+        if at - self._waiting_counted_at < WAITING_GAUGE_EVERY:
+            return
+        self._waiting_counted_at = at
+        for reason, n in self.admission.waiting_counts(workers).items():
+            self.metrics.waiting_runs.labels(reason=reason.value).set(n)
 
     def send_lease(self, slot: Slot, now: datetime) -> None:
         """Sends a lease once it is durable; its TTL counts from now, as the worker's will."""

@@ -451,10 +451,16 @@ class Poller:
         workers = self._streams.workers.values()
         self.metrics.active_leases.set(sum(len(w.leases) for w in workers))
         self.metrics.ready_runs.set(len(self._runs.admission))
+        self._runs.count_waiting(workers)
         used = sum(w.used for w in workers)
         total = sum(w.slots for w in workers)
         self.metrics.worker_slots.labels(use="used").set(used)
         self.metrics.worker_slots.labels(use="free").set(total - used)
+
+    async def waiting_reasons(self, run_ids: Sequence[str]) -> dict[str, str]:
+        """Why each of these runs, held here and due, is not on a worker yet (read
+        between turns, on the loop that owns the state: nothing is awaited)."""
+        return self._runs.waiting_reasons(run_ids, self._streams.workers.values())
 
     def phase_of(self, run_id: str) -> Phase | None:
         """Where a run held here stands (None: not held)."""

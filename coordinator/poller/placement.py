@@ -1,0 +1,292 @@
+"""Ready runs grouped by what they need, and why a run waits.
+
+A **placement class** is what decides whether a worker could take a run: its task
+kind (commands, or the handler's name), the labels it requires, and the slots, cpu
+and memory it takes. Runs of one class fit exactly the same workers, so placement
+asks once per class and turn whether any connected worker has room for it, and
+skips the whole class when none has. Runs nobody can take therefore never delay
+runs that can, and a turn costs O(classes × workers) plus the runs it places,
+however many runs wait (``ReadyRuns``).
+
+Inside a class, runs wait by priority; inside one priority, each owner has its
+own queue by due time and owners take turns (round robin), so one owner's 10,000
+ready runs do not starve another owner's one. Classes whose best runs share a
+priority take turns the same way.
+
+**Why a run waits** (``why_waiting``) is a pure function of its class and the
+connected workers: no worker serves its handler or runs commands, none has its
+labels, none is big enough, none has a free slot, or none has the cpu/memory free.
+It is worked out when asked (``run get``/``run list`` through the owning poller)
+and for the ``shardcron_waiting_runs`` gauge, never stored: the reason changes
+with every worker that comes and goes, and writing it would cost a store write on
+the hot path. ``WaitReason`` names the gauge's label values, a fixed set (never a
+handler name or a label value).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Collection, Iterator
+from datetime import datetime
+from enum import StrEnum
+
+from shardcron.client.types import CommandTask, JobSpec, Resources
+from shardcron.coordinator.poller.state import Phase, Slot
+from shardcron.coordinator.poller.workers import WorkerBook
+
+ClassKey = tuple[str, tuple[tuple[str, str], ...], int, int, int]
+_Entry = tuple[datetime, str]  # (due, run id)
+_Place = tuple[ClassKey, int, str]  # (class, priority, owner): where a run is queued
+
+
+class WaitReason(StrEnum):
+    """Why a due run is not on a worker yet (the gauge's bounded label values)."""
+
+    NO_WORKER_FOR_HANDLER = "no_worker_for_handler"
+    NO_WORKER_FOR_COMMANDS = "no_worker_for_commands"
+    NO_WORKER_WITH_LABELS = "no_worker_with_labels"
+    NO_CAPACITY = "no_capacity"  # no worker big enough, or none with the cpu/memory free
+    NO_FREE_SLOT = "no_free_slot"
+    CONCURRENCY_LIMIT = "concurrency_limit"
+
+
+def class_key(spec: JobSpec) -> ClassKey:
+    need = spec.resources
+    task = spec.task
+    kind = "command" if isinstance(task, CommandTask) else f"handler:{task.name}"
+    labels = tuple(sorted(need.labels.items()))
+    return (kind, labels, need.slots or 1, need.cpu_millis, need.memory_mb)
+
+
+def _amounts(need: Resources, *, slots: bool) -> str:
+    parts = [f"{need.slots or 1} slots"] if slots and (need.slots or 1) > 1 else []
+    if need.cpu_millis:
+        parts.append(f"{need.cpu_millis} mCPU")
+    if need.memory_mb:
+        parts.append(f"{need.memory_mb} MB memory")
+    return " and ".join(parts)
+
+
+def why_waiting(spec: JobSpec, workers: Collection[WorkerBook]) -> tuple[WaitReason, str]:
+    """Why a run of ``spec`` is not placed, given the connected workers: the first
+    thing, from the task down to free capacity, that no worker offers."""
+    task, need = spec.task, spec.resources
+    if isinstance(task, CommandTask):
+        serving = [w for w in workers if w.runs_commands]
+        if not serving:
+            return WaitReason.NO_WORKER_FOR_COMMANDS, "no connected worker runs commands"
+    else:
+        serving = [w for w in workers if task.name in w.handlers]
+        if not serving:
+            return (
+                WaitReason.NO_WORKER_FOR_HANDLER,
+                f"no connected worker serves handler {task.name}",
+            )
+    labelled = [w for w in serving if all(w.labels.get(k) == v for k, v in need.labels.items())]
+    labels = ", ".join(f"{k}={v}" for k, v in sorted(need.labels.items()))
+    if not labelled:
+        return WaitReason.NO_WORKER_WITH_LABELS, f"no worker has label {labels}"
+    big = [
+        w
+        for w in labelled
+        if (need.slots or 1) <= w.slots
+        and need.cpu_millis <= w.cpu_millis
+        and need.memory_mb <= w.memory_mb
+    ]
+    with_labels = f" with label {labels}" if labels else ""
+    if not big:
+        return WaitReason.NO_CAPACITY, f"no worker{with_labels} has {_amounts(need, slots=True)}"
+    roomy = [w for w in big if w.free >= (need.slots or 1)]
+    if roomy and not any(w.fits(spec) for w in roomy):
+        free = _amounts(need, slots=False)
+        return WaitReason.NO_CAPACITY, f"no worker{with_labels} has {free} free"
+    return WaitReason.NO_FREE_SLOT, "waiting for a free slot"
+
+
+class _Class:
+    """The ready runs of one placement class: per priority, per owner, by due time."""
+
+    __slots__ = ("count", "lanes", "rotations", "spec")
+
+    def __init__(self, spec: JobSpec) -> None:
+        self.spec = spec  # any run's spec of the class: placement reads only task and resources
+        self.count = 0  # runs queued (live entries)
+        self.lanes: dict[int, dict[str, list[_Entry]]] = {}  # priority -> owner -> heap
+        self.rotations: dict[int, deque[str]] = {}  # priority -> owners, next first
+
+    def top(self) -> int:
+        return max(self.lanes)
+
+
+class ReadyRuns:
+    """READY runs by placement class. A run is queued once (``push``) and leaves when
+    it is placed or missed (``place``) or no longer held (``discard``); entries of runs
+    that left are dropped when met, or all at once when they outnumber the live."""
+
+    __slots__ = (
+        "_classes",
+        "_entries",
+        "_idle_at",
+        "_more",
+        "_open",
+        "_slots",
+        "_taken",
+        "_version",
+        "_where",
+    )
+
+    def __init__(self, slots: dict[str, Slot]) -> None:
+        self._slots = slots
+        self._classes: dict[ClassKey, _Class] = {}
+        self._where: dict[str, _Place] = {}  # run id -> where it is queued
+        self._entries = 0  # heap entries, live or not
+        self._version = 0  # bumped by every push
+        self._idle_at: tuple[object, ...] | None = None  # a pass placed nothing in this state
+        self._more = False  # the last pass stopped at its batch limit
+        self._open: dict[ClassKey, _Class] = {}  # classes some worker has room for, this pass
+        self._taken = 0  # runs placed in this pass
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def __contains__(self, run_id: str) -> bool:
+        return run_id in self._where
+
+    def clear(self) -> None:
+        self._classes.clear()
+        self._where.clear()
+        self._entries = 0
+        self._idle_at = None
+        self._more = False
+
+    def worth_a_pass(self) -> bool:
+        """Something may be placeable that the last pass did not place."""
+        return bool(self._where) and (self._more or self._idle_at is None)
+
+    def push(self, slot: Slot) -> None:
+        assert slot.job is not None
+        run = slot.run
+        key = class_key(slot.job.spec)
+        cls = self._classes.get(key)
+        if cls is None:
+            cls = self._classes[key] = _Class(slot.job.spec)
+        if run.id in self._where:
+            self.discard(run.id)
+        owners = cls.lanes.setdefault(run.priority, {})
+        queue = owners.get(run.owner)
+        if queue is None:
+            queue = owners[run.owner] = []
+            cls.rotations.setdefault(run.priority, deque()).append(run.owner)
+        heapq.heappush(queue, (run.due_at, run.id))
+        self._where[run.id] = (key, run.priority, run.owner)
+        cls.count += 1
+        self._entries += 1
+        self._version += 1
+        self._idle_at = None
+        if self._entries > 2 * len(self._where) + 1024:
+            self._compact()
+
+    def discard(self, run_id: str) -> None:
+        """The run is no longer READY here (its heap entry goes when met)."""
+        place = self._where.pop(run_id, None)
+        if place is not None:
+            self._classes[place[0]].count -= 1
+
+    def class_of(self, run_id: str) -> _Class | None:
+        place = self._where.get(run_id)
+        return None if place is None else self._classes[place[0]]
+
+    def classes(self) -> Iterator[_Class]:
+        return (c for c in self._classes.values() if c.count > 0)
+
+    # --- placement --------------------------------------------------------------------
+
+    def _head(self, cls: _Class, key: ClassKey, priority: int) -> tuple[str, Slot] | None:
+        """The next owner's earliest live run at ``priority`` (stale entries dropped,
+        owners and priorities with nothing left removed); None: none left there."""
+        owners = cls.lanes.get(priority)
+        rotation = cls.rotations.get(priority)
+        while owners and rotation:
+            owner = rotation[0]
+            queue = owners.get(owner)
+            while queue:
+                _, rid = queue[0]
+                slot = self._slots.get(rid)
+                if self._where.get(rid) == (key, priority, owner) and slot is not None:
+                    if slot.phase == Phase.READY:
+                        return owner, slot
+                    self.discard(rid)
+                heapq.heappop(queue)
+                self._entries -= 1
+            owners.pop(owner, None)
+            rotation.popleft()
+        cls.lanes.pop(priority, None)
+        cls.rotations.pop(priority, None)
+        return None
+
+    def _take(self, cls: _Class, priority: int, owner: str) -> None:
+        """Dequeues the head ``_head`` returned; its owner goes to the back."""
+        _, rid = heapq.heappop(cls.lanes[priority][owner])
+        self._entries -= 1
+        self.discard(rid)
+        cls.rotations[priority].rotate(-1)
+
+    def heads(
+        self, workers: Collection[WorkerBook], max_batch: int
+    ) -> Iterator[tuple[Slot, _Class, ClassKey, int, str]]:
+        """Candidates in placement order, each with where it is queued: the highest
+        priority first over every class some worker has room for now; within one
+        priority, classes and owners in turn. The caller dequeues a candidate it
+        places or ends (``take``), or closes its class for the pass (``close``) —
+        either way the next candidate differs. Stops after ``max_batch`` taken."""
+        self._more = False
+        state = _capacity(workers, self._version)
+        if state == self._idle_at:
+            return
+        self._taken = 0
+        self._open = {
+            key: cls
+            for key, cls in self._classes.items()
+            if cls.count > 0 and any(w.fits(cls.spec) for w in workers)
+        }
+        while self._open:
+            top = max(cls.top() for cls in self._open.values() if cls.lanes)
+            for key, cls in [(k, c) for k, c in self._open.items() if c.lanes and c.top() == top]:
+                if key not in self._open:
+                    continue
+                head = self._head(cls, key, top)
+                if head is not None:
+                    owner, slot = head
+                    yield slot, cls, key, top, owner
+                    if self._taken >= max_batch:
+                        self._more = True
+                        return
+                if cls.count <= 0 or not cls.lanes:
+                    self._open.pop(key, None)
+        if self._taken == 0:
+            self._idle_at = _capacity(workers, self._version)
+
+    def take(self, cls: _Class, priority: int, owner: str, *, placed: bool) -> None:
+        self._take(cls, priority, owner)
+        if placed:
+            self._taken += 1
+
+    def close(self, key: ClassKey) -> None:
+        """No worker has room for this class any more in this pass."""
+        self._open.pop(key, None)
+
+    def _compact(self) -> None:
+        for key, cls in self._classes.items():
+            for priority, owners in cls.lanes.items():
+                for owner, queue in owners.items():
+                    live = [e for e in queue if self._where.get(e[1]) == (key, priority, owner)]
+                    heapq.heapify(live)
+                    owners[owner] = live
+        self._entries = len(self._where)
+        self._classes = {k: c for k, c in self._classes.items() if c.count > 0}
+
+
+def _capacity(workers: Collection[WorkerBook], version: int) -> tuple[object, ...]:
+    """What placement depends on besides the runs: each worker's free capacity."""
+    return (version, *((id(w), w.free, w.used_cpu, w.used_mem) for w in workers))
