@@ -315,6 +315,9 @@ class Run:
     schedule_version: int = (
         0  # scheduled fires: the job's schedule_version that made it; 0 otherwise
     )
+    # Why a due run is not on a worker yet, as its poller says when the run is read;
+    # never stored (stores neither write nor read it).
+    waiting_reason: str = ""
 
     @property
     def is_final(self) -> bool:

@@ -5,11 +5,15 @@ the poller that owns a run (new runs due soon, cancels) goes through a
 ``PollerLink``; in ``shardcron dev`` that is the poller in the same process.
 Validation happens before any write, so a rejected call changes nothing; every id,
 version, count and time a call names is bounded (``validation``) before it reaches
-the store.
+the store. A run read while due and PENDING carries why it waits
+(``Run.waiting_reason``): only the poller holding it knows, so reads ask it through
+the ``PollerLink`` with a short timeout, and go without a reason if it does not
+answer; the reason is never stored.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 from collections.abc import Sequence
@@ -17,7 +21,7 @@ from datetime import datetime
 from typing import Protocol
 
 from shardcron.client import limits
-from shardcron.client.errors import FailedPrecondition, InvalidArgument
+from shardcron.client.errors import FailedPrecondition, InvalidArgument, ShardcronError
 from shardcron.client.schedule import preview
 from shardcron.client.types import (
     Fire,
@@ -47,6 +51,7 @@ from shardcron.coordinator.validation import (
 )
 
 MAX_BATCH = limits.MAX_BATCH
+WAITING_REASON_WAIT = 1.0  # seconds a read waits for pollers to say why its runs wait
 
 
 class PollerLink(Protocol):
@@ -63,6 +68,10 @@ class PollerLink(Protocol):
 
     def job_changed(self, job: Job) -> None:
         """Best-effort hint: the job's spec or state changed (``job`` as stored)."""
+
+    async def waiting_reasons(self, runs: Sequence[Run]) -> dict[str, str]:
+        """Best effort: why each of these due, PENDING runs is not on a worker yet, by
+        run id, from the pollers that hold them (runs not held or not waiting left out)."""
 
 
 class JobsApi:
@@ -307,10 +316,30 @@ class JobsApi:
 
     async def list_runs(self, owner: str, job_id: str, **filters: object) -> Page[Run]:
         identifier(job_id, "job_id")
-        return await self.store.list_runs(owner, job_id, **filters)  # type: ignore[arg-type]
+        page = await self.store.list_runs(owner, job_id, **filters)  # type: ignore[arg-type]
+        return dataclasses.replace(page, items=await self._with_waiting_reasons(page.items))
 
     async def get_run(self, owner: str, run_id_: str) -> Run:
-        return await self.store.get_run(owner, identifier(run_id_, "run_id"))
+        run = await self.store.get_run(owner, identifier(run_id_, "run_id"))
+        return (await self._with_waiting_reasons([run]))[0]
+
+    async def _with_waiting_reasons(self, runs: list[Run]) -> list[Run]:
+        """Runs due and not yet leased, with why they wait as their pollers say: asked
+        with a short timeout, and left without a reason if no answer comes."""
+        now = utcnow()
+        waiting = [r for r in runs if r.state == RunState.PENDING and r.due_at <= now]
+        if not waiting:
+            return runs
+        try:
+            reasons = await asyncio.wait_for(
+                self.link.waiting_reasons(waiting), WAITING_REASON_WAIT
+            )
+        except (TimeoutError, ShardcronError):
+            return runs
+        return [
+            dataclasses.replace(r, waiting_reason=reasons[r.id]) if r.id in reasons else r
+            for r in runs
+        ]
 
     async def cancel_run(self, owner: str, run_id_: str) -> Run:
         run = await self.get_run(owner, run_id_)

@@ -5,7 +5,8 @@ it looks the owner of a run's shard up in the coordination view (cached for a
 moment: assignments change rarely) and calls the local poller directly or the
 remote one over ``PollerService``. Hints (new runs, changed jobs) are best
 effort — pollers also re-read the recent due index and re-read jobs that are
-old — while cancels wait for the owner's answer. ``PollerServiceServicer`` is
+old — and so are waiting reasons (a read goes without them after a short
+timeout), while cancels wait for the owner's answer. ``PollerServiceServicer`` is
 the receiving side.
 """
 
@@ -31,6 +32,7 @@ from shardcron.v1 import cluster_pb2, cluster_pb2_grpc, types_pb2
 log = logging.getLogger("shardcron.router")
 VIEW_TTL = 0.5  # seconds a cached view of shard owners is trusted
 CALL_TIMEOUT = 10.0
+WAITING_REASONS_TIMEOUT = 1.0  # reads go without reasons rather than wait longer
 
 
 class ShardRouter:
@@ -148,6 +150,28 @@ class ShardRouter:
         except (ShardcronError, grpc.aio.AioRpcError) as e:
             log.debug("job hint for %s not delivered (pollers re-read jobs): %s", job.id, e)
 
+    async def waiting_reasons(self, runs: Sequence[Run]) -> dict[str, str]:
+        by_shard: dict[int, list[Run]] = defaultdict(list)
+        for run in runs:
+            by_shard[run.shard].append(run)
+        answers = await asyncio.gather(
+            *(self._waiting_reasons(shard, shard_runs) for shard, shard_runs in by_shard.items())
+        )
+        return {rid: reason for answer in answers for rid, reason in answer.items()}
+
+    async def _waiting_reasons(self, shard: int, runs: list[Run]) -> dict[str, str]:
+        try:
+            local, stub = await self._stub(shard)
+            if local is not None:
+                return await local.waiting_reasons(runs)
+            assert stub is not None
+            request = cluster_pb2.WaitingReasonsRequest(run_ids=[r.id for r in runs])
+            answer = await stub.WaitingReasons(request, timeout=WAITING_REASONS_TIMEOUT)
+            return dict(answer.reasons)
+        except (ShardcronError, grpc.aio.AioRpcError) as e:
+            log.debug("no waiting reasons from the poller of shard %d: %s", shard, e)
+            return {}
+
     async def poller_statuses(self) -> list[cluster_pb2.PollerStatus]:
         """Every poller's own view of its shards and workers (unreachable ones left out)."""
         _, addresses = await self._owners()
@@ -227,3 +251,9 @@ class PollerServiceServicer(cluster_pb2_grpc.PollerServiceServicer):
         self, request: cluster_pb2.GetStatusRequest, context: Any
     ) -> cluster_pb2.PollerStatus:
         return local_status(self._poller)
+
+    async def WaitingReasons(
+        self, request: cluster_pb2.WaitingReasonsRequest, context: Any
+    ) -> cluster_pb2.WaitingReasonsResponse:
+        reasons = self._poller.reasons_for(list(request.run_ids))
+        return cluster_pb2.WaitingReasonsResponse(reasons=reasons)

@@ -131,6 +131,7 @@ def full_run() -> Run:
         replayed_from="run-0",
         dead_letter=True,
         schedule_version=7,
+        waiting_reason="no connected worker serves handler resize",
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
@@ -13,15 +14,18 @@ from pathlib import Path
 import grpc
 import pytest
 
+from shardcron.client.types import HandlerTask, JobSpec
 from shardcron.coordinator.coordination import Assignment
 from shardcron.coordinator.ids import utcnow
 from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.poller import Poller, PollerConfig
+from shardcron.coordinator.router import PollerServiceServicer
 from shardcron.coordinator.sqlite.store import SqliteStore
 from shardcron.coordinator.store import NewJob
 from shardcron.coordinator.worker_stream import WorkerStreamServicer
-from shardcron.v1 import types_pb2, worker_pb2, worker_pb2_grpc
+from shardcron.v1 import cluster_pb2, types_pb2, worker_pb2, worker_pb2_grpc
 from tests.support.store_builders import SHARDS, make_job, make_run
+from tests.support.waiting import until
 
 WAIT = 30.0
 
@@ -130,6 +134,48 @@ async def test_a_malformed_worker_message_ends_only_its_stream(
     stored = (await poller.store.get_runs([run.id]))[run.id]
     assert stored.state.value == "SUCCEEDED"
     good.cancel()
+
+
+async def test_runs_nobody_can_take_never_delay_runs_that_can(
+    poller: Poller, stub: worker_pb2_grpc.WorkerServiceStub
+) -> None:
+    """100 runs naming a handler no worker serves used to keep another owner's run
+    PENDING for good (placement gave up after 4×free+64 runs it could not place).
+    Now the victim is leased at once, and each waiting run says why."""
+    call = stub.Connect()
+    await call.write(hello("w-1"))
+    await next_of(call, "welcome")
+    now = utcnow()
+    nobody = JobSpec(name="poison", task=HandlerTask(name="nobody-serves-this"), priority=9)
+    poison = []
+    for _ in range(100):
+        job = dataclasses.replace(make_job("mallory", spec=nobody), created_at=now)
+        run = dataclasses.replace(make_run(job, due_at=now), created_at=now)
+        await poller.store.create_jobs([NewJob(job=job, runs=[run])])
+        poller.runs_created([run], [job])
+        poison.append(run)
+    ids = [r.id for r in poison]
+    reason = "no connected worker serves handler nobody-serves-this"
+    await until(lambda: poller.reasons_for(ids) == dict.fromkeys(ids, reason), WAIT)
+
+    victim_job = dataclasses.replace(make_job("victim"), created_at=now)
+    victim = dataclasses.replace(make_run(victim_job, due_at=utcnow()), created_at=utcnow())
+    started = time.monotonic()
+    await poller.store.create_jobs([NewJob(job=victim_job, runs=[victim])])
+    poller.runs_created([victim], [victim_job])
+    [lease] = (await next_of(call, "leases")).leases.leases
+    assert lease.run_id == victim.id
+    assert time.monotonic() - started < 5.0
+
+    # the api's route: the poller's node answers for the runs it holds
+    servicer = PollerServiceServicer(poller)
+    answer = await servicer.WaitingReasons(
+        cluster_pb2.WaitingReasonsRequest(run_ids=[ids[0], victim.id, "unknown"]), None
+    )
+    assert dict(answer.reasons) == {ids[0]: reason}
+    gauge = poller.metrics.waiting_runs.labels(reason="no_worker_for_handler")
+    await until(lambda: gauge._value.get() == 100, WAIT)
+    call.cancel()
 
 
 async def test_the_first_message_must_be_a_hello_with_a_worker_id(

@@ -30,6 +30,9 @@ class NoPoller:
     def job_changed(self, job: Job) -> None:
         pass
 
+    async def waiting_reasons(self, runs: list[Run]) -> dict[str, str]:
+        return {}
+
 
 async def test_a_dead_letter_replayed_twice_is_one_run(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "db", shard_count=8, bucket_seconds=60)

@@ -181,6 +181,17 @@ async def test_run_round_trips_every_field(store: JobStore) -> None:
     assert await store.get_run(ALICE, run.id) == run
 
 
+async def test_a_runs_waiting_reason_is_never_stored(store: JobStore) -> None:
+    """Why a run waits is the poller's answer when the run is read, not a stored field."""
+    job = await create(store, make_job())
+    run = make_run(job, waiting_reason="no connected worker serves handler resize")
+    await store.commit(runs=[run], due=[run])
+    stored = dataclasses.replace(run, waiting_reason="")
+    assert await store.get_run(ALICE, run.id) == stored
+    assert (await store.list_runs(ALICE, job.id)).items == [stored]
+    assert (await store.get_runs([run.id]))[run.id] == stored
+
+
 async def test_idempotency_key_returns_existing_job_and_writes_nothing(store: JobStore) -> None:
     first = make_job(idempotency_key="same")
     first_run = make_run(first, due_at=T0 + S)

@@ -208,6 +208,7 @@ def print_run(run: Run) -> None:
             ("job", run.job_id),
             ("state", run.state.value),
             ("reason", run.reason.value or "-"),
+            ("waiting", run.waiting_reason or "-"),
             ("error", run.error or "-"),
             ("attempt", run.attempt),
             ("fire", f"{_time(run.fire_at)} {run.fire_key}".rstrip()),
@@ -228,7 +229,8 @@ def print_run(run: Run) -> None:
 
 
 def print_runs(runs: Sequence[Run]) -> None:
-    """One row per run: ids, state, attempt, times, exit code and reason."""
+    """One row per run: ids, state, attempt, times, exit code and reason (for a run
+    due and not yet leased, why it waits)."""
     print_table(
         (
             (
@@ -240,7 +242,7 @@ def print_runs(runs: Sequence[Run]) -> None:
                 _time(r.started_at),
                 _time(r.ended_at),
                 "-" if r.exit_code is None else r.exit_code,
-                r.reason.value or "-",
+                r.reason.value or r.waiting_reason or "-",
             )
             for r in runs
         ),

@@ -391,6 +391,7 @@ def run_to_proto(run: Run) -> types_pb2.Run:
         replayed_from=run.replayed_from,
         dead_letter=run.dead_letter,
         schedule_version=run.schedule_version,
+        waiting_reason=run.waiting_reason,
     )
     set_time(msg, "fire_at", run.fire_at)
     set_time(msg, "due_at", run.due_at)
@@ -426,6 +427,7 @@ def run_from_proto(msg: types_pb2.Run, field: str = "run") -> Run:
         replayed_from=msg.replayed_from,
         dead_letter=msg.dead_letter,
         schedule_version=msg.schedule_version,
+        waiting_reason=msg.waiting_reason,
     )
 
 

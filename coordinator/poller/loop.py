@@ -457,9 +457,12 @@ class Poller:
         self.metrics.worker_slots.labels(use="used").set(used)
         self.metrics.worker_slots.labels(use="free").set(total - used)
 
-    async def waiting_reasons(self, run_ids: Sequence[str]) -> dict[str, str]:
-        """Why each of these runs, held here and due, is not on a worker yet (read
-        between turns, on the loop that owns the state: nothing is awaited)."""
+    async def waiting_reasons(self, runs: Sequence[Run]) -> dict[str, str]:
+        return self.reasons_for([r.id for r in runs])
+
+    def reasons_for(self, run_ids: Sequence[str]) -> dict[str, str]:
+        """Why each of these runs, held here and due, is not on a worker yet, by run id
+        (read between turns, on the loop that owns the state: nothing is awaited)."""
         return self._runs.waiting_reasons(run_ids, self._streams.workers.values())
 
     def phase_of(self, run_id: str) -> Phase | None:

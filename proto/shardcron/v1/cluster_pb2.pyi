@@ -120,3 +120,22 @@ class PollerStatus(_message.Message):
     shards: _containers.RepeatedCompositeFieldContainer[ShardInfo]
     workers: _containers.RepeatedCompositeFieldContainer[WorkerInfo]
     def __init__(self, poller_id: _Optional[str] = ..., fencing_epoch: _Optional[int] = ..., shards: _Optional[_Iterable[_Union[ShardInfo, _Mapping]]] = ..., workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ...) -> None: ...
+
+class WaitingReasonsRequest(_message.Message):
+    __slots__ = ("run_ids",)
+    RUN_IDS_FIELD_NUMBER: _ClassVar[int]
+    run_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, run_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class WaitingReasonsResponse(_message.Message):
+    __slots__ = ("reasons",)
+    class ReasonsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    REASONS_FIELD_NUMBER: _ClassVar[int]
+    reasons: _containers.ScalarMap[str, str]
+    def __init__(self, reasons: _Optional[_Mapping[str, str]] = ...) -> None: ...

@@ -134,6 +134,11 @@ class PollerServiceStub:
                 request_serializer=shardcron_dot_v1_dot_cluster__pb2.GetStatusRequest.SerializeToString,
                 response_deserializer=shardcron_dot_v1_dot_cluster__pb2.PollerStatus.FromString,
                 _registered_method=True)
+        self.WaitingReasons = channel.unary_unary(
+                '/shardcron.v1.PollerService/WaitingReasons',
+                request_serializer=shardcron_dot_v1_dot_cluster__pb2.WaitingReasonsRequest.SerializeToString,
+                response_deserializer=shardcron_dot_v1_dot_cluster__pb2.WaitingReasonsResponse.FromString,
+                _registered_method=True)
 
 
 class PollerServiceServicer:
@@ -176,6 +181,13 @@ class PollerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WaitingReasons(self, request, context):
+        """Why each of these runs, held by this poller and due, is not on a worker yet.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PollerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -203,6 +215,11 @@ def add_PollerServiceServicer_to_server(servicer, server):
                     servicer.GetPollerStatus,
                     request_deserializer=shardcron_dot_v1_dot_cluster__pb2.GetStatusRequest.FromString,
                     response_serializer=shardcron_dot_v1_dot_cluster__pb2.PollerStatus.SerializeToString,
+            ),
+            'WaitingReasons': grpc.unary_unary_rpc_method_handler(
+                    servicer.WaitingReasons,
+                    request_deserializer=shardcron_dot_v1_dot_cluster__pb2.WaitingReasonsRequest.FromString,
+                    response_serializer=shardcron_dot_v1_dot_cluster__pb2.WaitingReasonsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -342,6 +359,33 @@ class PollerService:
             '/shardcron.v1.PollerService/GetPollerStatus',
             shardcron_dot_v1_dot_cluster__pb2.GetStatusRequest.SerializeToString,
             shardcron_dot_v1_dot_cluster__pb2.PollerStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WaitingReasons(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardcron.v1.PollerService/WaitingReasons',
+            shardcron_dot_v1_dot_cluster__pb2.WaitingReasonsRequest.SerializeToString,
+            shardcron_dot_v1_dot_cluster__pb2.WaitingReasonsResponse.FromString,
             options,
             channel_credentials,
             insecure,
