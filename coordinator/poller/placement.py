@@ -212,11 +212,11 @@ class ReadyRuns:
             queue = owners.get(owner)
             while queue:
                 _, rid = queue[0]
-                slot = self._slots.get(rid)
-                if self._where.get(rid) == (key, priority, owner) and slot is not None:
-                    if slot.phase == Phase.READY:
+                if self._where.get(rid) == (key, priority, owner):
+                    slot = self._slots.get(rid)
+                    if slot is not None and slot.phase == Phase.READY:
                         return owner, slot
-                    self.discard(rid)
+                    self.discard(rid)  # no longer READY here: its entry goes now
                 heapq.heappop(queue)
                 self._entries -= 1
             owners.pop(owner, None)
@@ -250,11 +250,14 @@ class ReadyRuns:
             for key, cls in self._classes.items()
             if cls.count > 0 and any(w.fits(cls.spec) for w in workers)
         }
-        while self._open:
-            top = max(cls.top() for cls in self._open.values() if cls.lanes)
-            for key, cls in [(k, c) for k, c in self._open.items() if c.lanes and c.top() == top]:
+        while True:
+            self._open = {k: c for k, c in self._open.items() if c.count > 0 and c.lanes}
+            if not self._open:
+                break
+            top = max(cls.top() for cls in self._open.values())
+            for key, cls in [(k, c) for k, c in self._open.items() if c.top() == top]:
                 if key not in self._open:
-                    continue
+                    continue  # closed meanwhile
                 head = self._head(cls, key, top)
                 if head is not None:
                     owner, slot = head
@@ -262,8 +265,6 @@ class ReadyRuns:
                     if self._taken >= max_batch:
                         self._more = True
                         return
-                if cls.count <= 0 or not cls.lanes:
-                    self._open.pop(key, None)
         if self._taken == 0:
             self._idle_at = _capacity(workers, self._version)
 
