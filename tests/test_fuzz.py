@@ -114,11 +114,12 @@ class Seeds:
             ).runs
         ]
 
-    def create(self, spec: types_pb2.JobSpec) -> str:
+    def create(self, spec: types_pb2.JobSpec, owner: str = OWNER) -> str:
         request = jobs_pb2.CreateJobRequest(spec=spec)
-        return str(self.stub.CreateJob(request, metadata=METADATA, timeout=10).job.id)
+        metadata = [("x-shardcron-owner", owner)]
+        return str(self.stub.CreateJob(request, metadata=metadata, timeout=10).job.id)
 
-    def wait_final(self, job_id: str, timeout: float = 30.0) -> types_pb2.Run:
+    def wait_final(self, job_id: str, owner: str = OWNER, timeout: float = 30.0) -> types_pb2.Run:
         final = {
             types_pb2.RUN_STATE_SUCCEEDED,
             types_pb2.RUN_STATE_FAILED,
@@ -128,7 +129,8 @@ class Seeds:
         deadline = time.monotonic() + timeout
         while True:
             request = jobs_pb2.ListRunsRequest(job_id=job_id)
-            runs = self.stub.ListRuns(request, metadata=METADATA, timeout=10).runs
+            metadata = [("x-shardcron-owner", owner)]
+            runs = self.stub.ListRuns(request, metadata=metadata, timeout=10).runs
             if runs and runs[0].state in final:
                 return runs[0]
             assert time.monotonic() < deadline, f"job {job_id} has no final run: {runs}"
@@ -467,6 +469,9 @@ def test_a_malformed_worker_message_ends_its_stream_with_invalid_argument(
 
 
 def test_afterwards_the_node_serves_and_a_new_job_runs(fuzzed: Fuzzed) -> None:
+    """Of another owner. The fuzzing leaves due runs no worker can take (commands, which
+    the worker does not run; resources it does not have): fewer than the 80 that keep
+    every other run waiting until issue 10.3 is fixed (printed below)."""
     channel = fuzzed.node.channel
     assert channel is not None
     health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=10)
@@ -475,10 +480,11 @@ def test_afterwards_the_node_serves_and_a_new_job_runs(fuzzed: Fuzzed) -> None:
     job = fuzzed.seeds.create(
         types_pb2.JobSpec(
             name="afterwards", task=types_pb2.Task(handler=types_pb2.HandlerTask(name="noop"))
-        )
+        ),
+        owner="bystander",
     )
     started = time.monotonic()
-    run = fuzzed.seeds.wait_final(job, timeout=30)
+    run = fuzzed.seeds.wait_final(job, owner="bystander", timeout=30)
     took = time.monotonic() - started
     node = fuzzed.node
     internal_errors = node.metric(
@@ -489,7 +495,8 @@ def test_afterwards_the_node_serves_and_a_new_job_runs(fuzzed: Fuzzed) -> None:
         f"{took:.2f}s after its creation; poller resets {node.resets} "
         f"(shardcron_poller_resets_total {node.metric('shardcron_poller_resets_total')}, "
         f"shardcron_poller_faults_total {node.metric('shardcron_poller_faults_total')}), "
-        f"runs FAILED with INTERNAL_ERROR {internal_errors}"
+        f"runs FAILED with INTERNAL_ERROR {internal_errors}, "
+        f"due runs no worker could take {node.metric('shardcron_ready_runs')}"
     )
     print(f"poller resets by test: { {k: v for k, v in fuzzed.resets_by_test.items() if v} }")
     distinct = {record.splitlines()[-1]: record for record in node.errors.records}
