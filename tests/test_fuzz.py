@@ -483,16 +483,28 @@ def test_afterwards_the_node_serves_and_a_new_job_runs(fuzzed: Fuzzed) -> None:
         ),
         owner="bystander",
     )
+    ended = "did not end"
     started = time.monotonic()
-    run = fuzzed.seeds.wait_final(job, owner="bystander", timeout=30)
-    took = time.monotonic() - started
+    try:
+        run = fuzzed.seeds.wait_final(job, owner="bystander", timeout=30)
+        ended = f"ended {types_pb2.RunState.Name(run.state)}"
+    finally:
+        took = time.monotonic() - started
+        print(
+            f"\nafter {fuzzed.node.calls} fuzz calls a new job {ended} {took:.2f}s after creation"
+        )
+        print_counters(fuzzed)
+    assert run.state == types_pb2.RUN_STATE_SUCCEEDED, run
+
+
+def print_counters(fuzzed: Fuzzed) -> None:
+    """What the node counted, and every error it logged (once each, with a count)."""
     node = fuzzed.node
     internal_errors = node.metric(
         "shardcron_runs_final_total", state="FAILED", reason="INTERNAL_ERROR"
     )
     print(
-        f"\nafter {node.calls} fuzz calls: a new job ended {types_pb2.RunState.Name(run.state)} "
-        f"{took:.2f}s after its creation; poller resets {node.resets} "
+        f"poller resets {node.resets} "
         f"(shardcron_poller_resets_total {node.metric('shardcron_poller_resets_total')}, "
         f"shardcron_poller_faults_total {node.metric('shardcron_poller_faults_total')}), "
         f"runs FAILED with INTERNAL_ERROR {internal_errors}, "
@@ -501,7 +513,5 @@ def test_afterwards_the_node_serves_and_a_new_job_runs(fuzzed: Fuzzed) -> None:
     print(f"poller resets by test: { {k: v for k, v in fuzzed.resets_by_test.items() if v} }")
     distinct = {record.splitlines()[-1]: record for record in node.errors.records}
     for last_line, record in distinct.items():
-        print(
-            f"logged {sum(r.splitlines()[-1] == last_line for r in node.errors.records)}x: {record}"
-        )
-    assert run.state == types_pb2.RUN_STATE_SUCCEEDED, run
+        count = sum(r.splitlines()[-1] == last_line for r in node.errors.records)
+        print(f"logged {count}x: {record}")
