@@ -74,6 +74,13 @@ class Metrics:
         self.workers = Gauge(
             "shardcron_workers_connected", "Workers with an open lease stream", registry=r
         )
+        # Incremented by the poller each time it drops what it holds in memory and reloads
+        # its shards from the store: a turn that failed, a lost or replaced session.
+        self.poller_resets = Counter(
+            "shardcron_poller_resets_total",
+            "Times the poller reloaded its shards from the store, forgetting what it held",
+            registry=r,
+        )
         self.jobs_created = Counter("shardcron_jobs_created_total", "Jobs created", registry=r)
         self.store_latency = Histogram(
             "shardcron_store_seconds",
