@@ -437,11 +437,6 @@ def test_the_worker_stream_answers_any_message(fuzzed: Fuzzed, data: st.DataObje
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 10.2: worker messages are validated at the edge only once the lease "
-    "stream's edge (coordinator/worker_stream.py) decodes them with the stream codec",
-)
 def test_a_malformed_worker_message_ends_its_stream_with_invalid_argument(
     fuzzed: Fuzzed,
 ) -> None:
