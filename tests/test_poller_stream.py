@@ -395,7 +395,7 @@ async def test_a_cancel_whose_handling_raises_is_answered_and_the_poller_goes_on
     monkeypatch.setattr(poller, "_on_cancel", broken)
     with pytest.raises(Unavailable, match="RuntimeError: boom"):
         await asyncio.wait_for(poller.cancel(run, RunReason.CANCELLED_BY_USER), WAIT)
-    assert faults(poller) == {"CancelRun": 1.0, "resets": 0.0}
+    assert faults(poller) == {"cancel_run": 1.0, "resets": 0.0}
 
 
 # the repros of item 2: each ends its stream with INVALID_ARGUMENT, alone
@@ -465,7 +465,7 @@ async def test_a_worker_message_whose_handling_raises_closes_that_stream_alone(
     while await read(bad) is not grpc.aio.EOF:
         pass
     await still_served(poller, good, kept_lease)
-    assert faults(poller) == {"WorkerMessage": 1.0, "resets": 0.0}
+    assert faults(poller) == {"worker_message": 1.0, "resets": 0.0}
     good.cancel()
 
 

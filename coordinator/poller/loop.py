@@ -303,7 +303,7 @@ class Poller:
         """Handling one inbox event raised: that event alone fails. A worker stream that
         faults is closed (the worker reconnects), a cancel is answered with the error,
         an assignment half applied is applied again from the store (a reset)."""
-        where = type(event).__name__
+        where = "".join(f"_{c.lower()}" if c.isupper() else c for c in type(event).__name__)[1:]
         log.error("poller failed handling %s", where, exc_info=error)
         self.metrics.poller_faults.labels(where=where).inc()
         match event:
