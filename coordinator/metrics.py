@@ -49,6 +49,14 @@ class Metrics:
             "Leases a worker refused because its slots were taken by another poller's runs",
             registry=r,
         )
+        # One event, run, job or worker stream the poller failed to handle: that one
+        # alone failed (run FAILED/INTERNAL_ERROR, job paused, stream closed), by where.
+        self.poller_faults = Counter(
+            "shardcron_poller_faults_total",
+            "Failures handling one event, run, job or worker stream, each isolated to it",
+            ["where"],
+            registry=r,
+        )
         self.leases_expired = Counter(
             "shardcron_leases_expired_total", "Leases that ran out without renewal", registry=r
         )
