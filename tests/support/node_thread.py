@@ -17,7 +17,7 @@ import contextlib
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Coroutine, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -64,7 +64,6 @@ class NodeThread:
         self.channel: grpc.Channel | None = None
         self.calls = 0
         self.codes: Counter[str] = Counter()
-        self._spied_resets = 0
         self.errors = _ErrorLog()
 
     @property
@@ -86,7 +85,6 @@ class NodeThread:
     async def _start(self) -> None:
         self.node = sqlite_node(self._data, "fuzzed")
         await self.node.start()
-        self._count_resets()
         registry = HandlerRegistry()
         registry.register("noop", lambda ctx: None)
         registry.register("fail", _fail)
@@ -94,19 +92,6 @@ class NodeThread:
             self.target, worker_id="in-process", slots=4, registry=registry, runs_commands=False
         )
         self._worker_task = asyncio.create_task(self.worker.run())
-
-    def _count_resets(self) -> None:
-        """Counts the poller's resets: it does not count them itself yet."""
-        poller = self.node.poller if self.node else None
-        reset: Callable[[], None] | None = getattr(poller, "_reset", None)
-        if reset is None:
-            return
-
-        def counted() -> None:
-            self._spied_resets += 1
-            reset()
-
-        poller._reset = counted  # type: ignore[union-attr]
 
     def stop(self) -> None:
         if self.channel is not None:
@@ -128,10 +113,8 @@ class NodeThread:
 
     @property
     def resets(self) -> int:
-        """How often the poller dropped what it held and reloaded its shards: its own
-        count once it keeps one, else the spy's (both count the same resets)."""
-        counted = self.metric("shardcron_poller_resets_total") or 0
-        return max(self._spied_resets, int(counted))
+        """How often the poller dropped what it held and reloaded its shards."""
+        return int(self.metric("shardcron_poller_resets_total") or 0)
 
     def metric(self, name: str, **labels: str) -> float | None:
         """The value of the node's metric sample ``name``; None when there is none."""
