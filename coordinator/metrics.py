@@ -49,6 +49,14 @@ class Metrics:
             "Leases a worker refused because its slots were taken by another poller's runs",
             registry=r,
         )
+        # One event, run, job or worker stream the poller failed to handle: that one
+        # alone failed (run FAILED/INTERNAL_ERROR, job paused, stream closed), by where.
+        self.poller_faults = Counter(
+            "shardcron_poller_faults_total",
+            "Failures handling one event, run, job or worker stream, each isolated to it",
+            ["where"],
+            registry=r,
+        )
         self.leases_expired = Counter(
             "shardcron_leases_expired_total", "Leases that ran out without renewal", registry=r
         )
@@ -81,6 +89,13 @@ class Metrics:
         )
         self.workers = Gauge(
             "shardcron_workers_connected", "Workers with an open lease stream", registry=r
+        )
+        # Incremented by the poller each time it drops what it holds in memory and reloads
+        # its shards from the store: a turn that failed, a lost or replaced session.
+        self.poller_resets = Counter(
+            "shardcron_poller_resets_total",
+            "Times the poller reloaded its shards from the store, forgetting what it held",
+            registry=r,
         )
         self.jobs_created = Counter("shardcron_jobs_created_total", "Jobs created", registry=r)
         self.store_latency = Histogram(

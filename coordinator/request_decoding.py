@@ -7,6 +7,12 @@ deserializer out of every method handler, so gRPC hands the raw bytes on, and de
 them itself in front of the servicer: a request (or a message of a request stream)
 that does not decode ends the call with INVALID_ARGUMENT, naming the string field
 with the bad UTF-8 when there is one (``spec.task.command.argv[1]: not valid UTF-8``).
+
+A message of a request stream that does not decode is raised as ``RequestNotDecoded``
+to whoever reads the stream, and the call is ended from the servicer's own task: a
+servicer may read its requests in a task of its own (the lease stream does) while it
+writes answers, and ending the call from that task races the write and can lose the
+status, leaving the caller waiting until its deadline.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ import grpc
 import grpc.aio
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError
+
+from shardcron.client.errors import InvalidArgument
 
 Deserializer = Callable[[bytes], Any]
 
@@ -91,31 +99,51 @@ def _bad_in_field(
     return None
 
 
-def _decoding_failure(deserializer: Deserializer, raw: bytes) -> str:
-    """The INVALID_ARGUMENT message for ``raw``, which ``deserializer`` refused."""
+class RequestNotDecoded(InvalidArgument):
+    """A request, or a message of a request stream, that does not decode."""
+
+
+def _decoding_failure(deserializer: Deserializer, raw: bytes) -> RequestNotDecoded:
+    """What is wrong with ``raw``, which ``deserializer`` refused."""
     message_class = getattr(deserializer, "__self__", None)
     descriptor = getattr(message_class, "DESCRIPTOR", None)
     if isinstance(descriptor, Descriptor):
         field = bad_utf8_field(descriptor, raw)
         if field:
-            return f"{field}: not valid UTF-8"
-        return f"request: not a valid {descriptor.full_name} message"
-    return "request: not a valid message"
+            return RequestNotDecoded(field, "not valid UTF-8")
+        return RequestNotDecoded("request", f"not a valid {descriptor.full_name} message")
+    return RequestNotDecoded("request", "not a valid message")
+
+
+def _decoded(deserializer: Deserializer, raw: bytes) -> Any:
+    try:
+        return deserializer(raw)
+    except (DecodeError, ValueError, UnicodeDecodeError):
+        raise _decoding_failure(deserializer, raw) from None
 
 
 async def _decode(deserializer: Deserializer, raw: bytes, context: grpc.aio.ServicerContext) -> Any:
     try:
-        return deserializer(raw)
-    except (DecodeError, ValueError, UnicodeDecodeError):
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, _decoding_failure(deserializer, raw))
+        return _decoded(deserializer, raw)
+    except RequestNotDecoded as e:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, e.message)
 
 
 def _decoded_stream(
     deserializer: Deserializer, raw: AsyncIterator[bytes], context: grpc.aio.ServicerContext
 ) -> AsyncIterator[Any]:
+    """The messages of ``raw`` decoded. One that does not decode is raised to the reader
+    and sets the call's status, which the call ends with even if the servicer then
+    returns normally (a reader task of its own may swallow the error)."""
+
     async def messages() -> AsyncIterator[Any]:
         async for item in raw:
-            yield await _decode(deserializer, item, context)
+            try:
+                yield _decoded(deserializer, item)
+            except RequestNotDecoded as e:
+                context.set_code(grpc.StatusCode.INVALID_ARGUMENT)
+                context.set_details(e.message)
+                raise
 
     return messages()
 
@@ -140,13 +168,19 @@ def _stream_request(behavior: Callable[..., Any], deserializer: Deserializer) ->
     if inspect.isasyncgenfunction(behavior):
 
         async def streaming(raw: AsyncIterator[bytes], context: Any) -> AsyncIterator[Any]:
-            async for item in behavior(_decoded_stream(deserializer, raw, context), context):
-                yield item
+            try:
+                async for item in behavior(_decoded_stream(deserializer, raw, context), context):
+                    yield item
+            except RequestNotDecoded as e:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, e.message)
 
         return streaming
 
     async def unary(raw: AsyncIterator[bytes], context: Any) -> Any:
-        return await behavior(_decoded_stream(deserializer, raw, context), context)
+        try:
+            return await behavior(_decoded_stream(deserializer, raw, context), context)
+        except RequestNotDecoded as e:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, e.message)
 
     return unary
 

@@ -5,6 +5,12 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
+from shardcron.client.saturating import (
+    FAR_FUTURE,
+    FAR_PAST,
+    saturating_add,
+    saturating_seconds,
+)
 from shardcron.client.types import (
     CommandTask,
     DstGap,
@@ -144,6 +150,40 @@ def test_retry_backs_off_and_stops_at_max_attempts() -> None:
     assert third is not None and third.due_at == T0 + timedelta(seconds=6)
     failed3 = replace(third, state=RunState.TIMED_OUT)
     assert retry_run(j, failed3, now=T0) is None
+
+
+def test_a_retry_of_a_job_stored_before_the_bounds_saturates_instead_of_raising() -> None:
+    """Issue 10, item 1 (b): a backoff of ten thousand years, a multiplier of 1e300 or a
+    jitter of 1e300 (stored before validation bounded them) gave OverflowError."""
+    forever = timedelta(seconds=315576000000)
+    for policy in (
+        RetryPolicy(max_attempts=3, initial_backoff=forever, max_backoff=forever),
+        RetryPolicy(max_attempts=3, multiplier=1e300, max_backoff=forever),
+        RetryPolicy(max_attempts=3, initial_backoff=forever, max_backoff=forever, jitter=1e300),
+    ):
+        j = job(Schedule.immediate(), retry=policy)
+        first = make_run(j, first_fire(j, now=T0, shard_count=8)[0], shard_count=8, now=T0)  # type: ignore[arg-type]
+        failed = replace(first, state=RunState.FAILED, attempt=2)
+        retry = retry_run(j, failed, now=T0)
+        assert retry is not None and retry.due_at == FAR_FUTURE
+
+
+def test_a_jitter_stored_before_the_bounds_saturates_the_due_time() -> None:
+    at = datetime(8999, 12, 31, tzinfo=UTC)
+    j = job(replace(Schedule.once_at(at), jitter=timedelta(days=10**8)))
+    fire = first_fire(j, now=T0, shard_count=8)[0]
+    assert fire is not None
+    assert make_run(j, fire, shard_count=8, now=T0).due_at <= FAR_FUTURE
+
+
+def test_saturating_add_holds_within_the_far_bounds() -> None:
+    assert saturating_add(T0, timedelta.max) == FAR_FUTURE
+    assert saturating_add(T0, timedelta.min) == FAR_PAST
+    assert saturating_add(T0, timedelta(seconds=1)) == T0 + timedelta(seconds=1)
+    beyond = datetime.max.replace(tzinfo=UTC)  # stored beyond the far future: never earlier
+    assert saturating_add(beyond, timedelta(days=1)) == beyond
+    assert saturating_seconds(float("nan")) == timedelta(0)
+    assert saturating_seconds(1e300) == timedelta.max
 
 
 def test_a_lost_worker_is_retried_even_without_a_retry_policy() -> None:

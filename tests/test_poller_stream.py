@@ -1,5 +1,11 @@
 """The lease stream's edge (coordinator/worker_stream.py) in front of a real poller on
-SQLite, spoken to by raw gRPC stubs: what one stream sends touches no other stream."""
+SQLite, spoken to by raw gRPC stubs: what one stream sends touches no other stream.
+
+And what issue 10 found stopping the scheduler for everybody, on the same real poller:
+a job stored before the input bounds, a rule that raises for one run or one job, a
+malformed or poisonous worker message, a cancel waiting on a turn that fails, a
+flood of output. Faults are injected by writing rows straight into the store or by
+wrapping one rule to raise for one run; the store is never mocked."""
 
 from __future__ import annotations
 
@@ -10,15 +16,32 @@ import time
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
 
-from shardcron.client.types import HandlerTask, JobSpec
+from shardcron.client.errors import Unavailable
+from shardcron.client.schedule import next_fire
+from shardcron.client.types import (
+    HandlerTask,
+    Job,
+    JobSpec,
+    JobState,
+    RetryPolicy,
+    Run,
+    RunReason,
+    RunState,
+    Schedule,
+)
 from shardcron.coordinator.coordination import Assignment
 from shardcron.coordinator.ids import utcnow
 from shardcron.coordinator.metrics import Metrics
-from shardcron.coordinator.poller import Poller, PollerConfig
+from shardcron.coordinator.poller import Poller, PollerConfig, fires, keeper
+from shardcron.coordinator.poller.admission import Admission
+from shardcron.coordinator.poller.events import CancelRun
+from shardcron.coordinator.poller.workers import WorkerBook
 from shardcron.coordinator.router import PollerServiceServicer
 from shardcron.coordinator.sqlite.store import SqliteStore
 from shardcron.coordinator.store import NewJob
@@ -187,3 +210,334 @@ async def test_the_first_message_must_be_a_hello_with_a_worker_id(
         await read(call)
     assert ended.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert ended.value.details() == "hello: the first message must be a Hello with a worker_id"
+
+
+# --- issue 10: no input, message or flood stops the scheduler ------------------------------
+
+POISON = timedelta(seconds=315576000000)  # ten thousand years: accepted before the bounds
+
+
+def faults(poller: Poller) -> dict[str, float]:
+    """shardcron_poller_faults_total by where, and shardcron_poller_resets_total."""
+    out: dict[str, float] = {}
+    for family in poller.metrics.registry.collect():
+        for sample in family.samples:
+            if sample.name == "shardcron_poller_faults_total":
+                out[sample.labels["where"]] = sample.value
+            elif sample.name == "shardcron_poller_resets_total":
+                out["resets"] = sample.value
+    return out
+
+
+async def submit(poller: Poller, owner: str, spec: JobSpec | None = None) -> tuple[Job, Run]:
+    """A one-off job written straight into the store (no validation on the way), hinted."""
+    now = utcnow()
+    job = dataclasses.replace(make_job(owner, spec=spec), created_at=now, updated_at=now)
+    run = dataclasses.replace(make_run(job, due_at=now), created_at=now)
+    await poller.store.create_jobs([NewJob(job=job, runs=[run])])
+    poller.runs_created([run], [job])
+    return job, run
+
+
+async def lease_of(call, run: Run) -> worker_pb2.LeaseGrant:  # type: ignore[no-untyped-def]
+    while True:
+        for lease in (await next_of(call, "leases")).leases.leases:
+            if lease.run_id == run.id:
+                return lease
+
+
+def result(lease: worker_pb2.LeaseGrant, state: int) -> worker_pb2.WorkerMessage:
+    done = worker_pb2.RunResult(run_id=lease.run_id, fencing_token=lease.fencing_token, state=state)
+    return worker_pb2.WorkerMessage(results=worker_pb2.Results(results=[done]))
+
+
+async def connect(stub: worker_pb2_grpc.WorkerServiceStub, worker_id: str):  # type: ignore[no-untyped-def]
+    call = stub.Connect()
+    await call.write(hello(worker_id))
+    await next_of(call, "welcome")
+    return call
+
+
+async def good_and_bad(poller: Poller, stub: worker_pb2_grpc.WorkerServiceStub):  # type: ignore[no-untyped-def]
+    """Two workers: one holding a lease of another owner's run, one about to misbehave."""
+    good = await connect(stub, "w-good")
+    _, kept = await submit(poller, "alice")
+    kept_lease = await lease_of(good, kept)
+    return good, kept_lease, await connect(stub, "w-bad")
+
+
+async def still_served(poller: Poller, good, lease: worker_pb2.LeaseGrant) -> None:  # type: ignore[no-untyped-def]
+    """The good worker's run goes on: its result is accepted and recorded."""
+    await good.write(result(lease, types_pb2.RUN_STATE_SUCCEEDED))
+    [ack] = (await next_of(good, "acks")).acks.acks
+    assert ack.accepted
+    assert (await stored_run(poller, lease.run_id)).state == RunState.SUCCEEDED
+
+
+async def stored_run(poller: Poller, run_id: str) -> Run:
+    return (await poller.store.get_runs([run_id]))[run_id]
+
+
+async def eventually(read, check) -> None:  # type: ignore[no-untyped-def]
+    end = asyncio.get_running_loop().time() + WAIT
+    while not check(await read()):
+        assert asyncio.get_running_loop().time() < end, "timed out"
+        await asyncio.sleep(0.02)
+
+
+@pytest.mark.parametrize(
+    ("poison", "failures"),
+    [
+        pytest.param(JobSpec(name="p", task=HandlerTask(name="noop"), starting_deadline=POISON),
+                     1, id="starting_deadline"),
+        pytest.param(JobSpec(name="p", task=HandlerTask(name="noop"), retry=RetryPolicy(
+            max_attempts=3, initial_backoff=POISON, max_backoff=POISON)), 1, id="backoff"),
+        pytest.param(JobSpec(name="p", task=HandlerTask(name="noop"), retry=RetryPolicy(
+            max_attempts=3, initial_backoff=timedelta(milliseconds=1), multiplier=1e300,
+            max_backoff=POISON)), 2, id="multiplier"),
+    ],
+)  # fmt: skip
+async def test_one_accepted_job_does_not_crash_loop_the_poller_for_every_owner(
+    poller: Poller, stub: worker_pb2_grpc.WorkerServiceStub, poison: JobSpec, failures: int
+) -> None:
+    """Issue 10, item 1: a job stored before the input bounds made the poller reset
+    every few seconds (OverflowError adding its durations to times), and every other
+    owner's jobs stayed PENDING. Its arithmetic now saturates; the victim runs at once."""
+    worker = await connect(stub, "w1")
+    _, bad = await submit(poller, "mallory", poison)
+    for _ in range(failures):  # the last one is retried ten thousand years on
+        [lease] = (await next_of(worker, "leases")).leases.leases
+        await worker.write(result(lease, types_pb2.RUN_STATE_FAILED))
+        await _final(poller, lease.run_id)
+
+    submitted = asyncio.get_running_loop().time()
+    _, victim = await submit(poller, "alice")
+    await lease_of(worker, victim)
+    waited = asyncio.get_running_loop().time() - submitted
+    print(f"victim leased {waited:.3f} s after submission")
+    assert waited < 5.0
+    assert faults(poller) == {"resets": 0.0}
+    worker.cancel()
+
+
+async def test_a_fault_in_a_jobs_fire_rules_pauses_that_job_alone(
+    poller: Poller, stub: worker_pb2_grpc.WorkerServiceStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 10, item 1 (c): the fire rules raising for one job's fire pause that job
+    with the error as its reason; the fire's run is FAILED (INTERNAL_ERROR), other
+    owners' runs go on, and the poller does not reset."""
+    now = utcnow()
+    spec = JobSpec(name="every", task=HandlerTask(name="noop"),
+                   schedule=Schedule.every(timedelta(seconds=1)))  # fmt: skip
+    job = dataclasses.replace(make_job("mallory", spec=spec), created_at=now, updated_at=now)
+    fire = next_fire(spec.schedule, now)
+    assert fire is not None
+    first = fires.make_run(job, fire, shard_count=SHARDS, now=now)
+    job = dataclasses.replace(job, next_fire_at=fire.at, next_fire_key=fire.key)
+    rules = keeper.on_fire_due
+
+    def poisoned(job_: Job, run: Run, **kw: Any) -> fires.FireOutcome:
+        if run.id == first.id:
+            raise ValueError("the schedule broke")
+        return rules(job_, run, **kw)
+
+    monkeypatch.setattr(keeper, "on_fire_due", poisoned)
+    worker = await connect(stub, "w1")
+    await poller.store.create_jobs([NewJob(job=job, runs=[first])])
+    poller.runs_created([first], [job])
+
+    failed = await _final(poller, first.id)
+    assert (failed.state, failed.reason) == (RunState.FAILED, RunReason.INTERNAL_ERROR)
+    assert failed.error == "ValueError: the schedule broke"
+    paused = await poller.store.get_job("mallory", job.id)
+    assert paused.state == JobState.PAUSED
+    assert "ValueError: the schedule broke" in paused.pause_reason
+    _, victim = await submit(poller, "alice")
+    await lease_of(worker, victim)
+    assert faults(poller) == {"fire": 1.0, "resets": 0.0}
+    worker.cancel()
+
+
+async def _final(poller: Poller, run_id: str) -> Run:
+    await eventually(lambda: stored_run(poller, run_id), lambda r: r.state.is_final)
+    return await stored_run(poller, run_id)
+
+
+async def test_a_fault_handling_one_run_fails_that_run_alone(
+    poller: Poller, stub: worker_pb2_grpc.WorkerServiceStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 10, item 1 (c): a rule raising for one run ends it FAILED with
+    INTERNAL_ERROR and the error's type and message; the runs of the same turn go on."""
+    worker = await connect(stub, "w1")
+    now = utcnow()
+    job = dataclasses.replace(make_job("mallory"), created_at=now, updated_at=now)
+    other = dataclasses.replace(make_job("alice"), created_at=now, updated_at=now)
+    bad = dataclasses.replace(make_run(job, due_at=now), created_at=now)
+    good = dataclasses.replace(make_run(other, due_at=now), created_at=now)
+    admit = Admission.admit
+
+    def poisoned(self: Admission, slot: Any, *, fresh_fire: bool) -> Any:
+        if slot.run.id == bad.id:
+            raise KeyError("x" * 10_000)
+        return admit(self, slot, fresh_fire=fresh_fire)
+
+    monkeypatch.setattr(Admission, "admit", poisoned)
+    await poller.store.create_jobs([NewJob(job=job, runs=[bad]), NewJob(job=other, runs=[good])])
+    poller.runs_created([bad, good], [job, other])  # one event, one turn
+    await lease_of(worker, good)
+    failed = await _final(poller, bad.id)
+    assert (failed.state, failed.reason) == (RunState.FAILED, RunReason.INTERNAL_ERROR)
+    assert failed.error.startswith("KeyError: 'xxx") and len(failed.error) < 600
+    assert (await poller.store.get_job("mallory", job.id)).state == JobState.ACTIVE
+    assert faults(poller) == {"trigger": 1.0, "resets": 0.0}
+    worker.cancel()
+
+
+async def test_a_cancel_waiting_on_a_turn_is_answered_when_the_commit_fails(
+    poller: Poller, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store commit failing is the one reason left to reset; the cancel that turn
+    carried is answered (with an error to retry on), not left hanging."""
+    job, run = await submit(poller, "alice")
+    await eventually(lambda: asyncio.sleep(0, poller.phase_of(run.id)), lambda p: p is not None)
+    commit = poller.store.commit
+    failing = True
+
+    async def fails_once(**kw: Any) -> None:
+        nonlocal failing
+        if failing:
+            failing = False
+            raise OSError("disk gone")
+        await commit(**kw)
+
+    monkeypatch.setattr(poller.store, "commit", fails_once)
+    with pytest.raises(Unavailable):
+        await asyncio.wait_for(poller.cancel(run, RunReason.CANCELLED_BY_USER), WAIT)
+    assert faults(poller)["resets"] == 1.0
+    # reloaded from the store: cancelled this time
+    final = await asyncio.wait_for(poller.cancel(run, RunReason.CANCELLED_BY_USER), WAIT)
+    assert final.state == RunState.CANCELLED
+
+
+async def test_a_cancel_waiting_on_a_turn_is_answered_when_the_poller_stops(
+    poller: Poller,
+) -> None:
+    _, run = await submit(poller, "alice")
+    done: asyncio.Future[Run] = asyncio.get_running_loop().create_future()
+    poller.submit(CancelRun(run=run, reason=RunReason.CANCELLED_BY_USER, done=done))
+    await poller.stop()
+    assert done.done()
+
+
+async def test_a_cancel_whose_handling_raises_is_answered_and_the_poller_goes_on(
+    poller: Poller, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, run = await submit(poller, "alice")
+
+    async def broken(*args: Any) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(poller, "_on_cancel", broken)
+    with pytest.raises(Unavailable, match="RuntimeError: boom"):
+        await asyncio.wait_for(poller.cancel(run, RunReason.CANCELLED_BY_USER), WAIT)
+    assert faults(poller) == {"cancel_run": 1.0, "resets": 0.0}
+
+
+# the issue's repros of item 2: each ends its stream with INVALID_ARGUMENT, alone
+MALFORMED = {
+    "started_at_10_13_seconds": lambda ref: worker_pb2.WorkerMessage(
+        started=worker_pb2.Started(leases=[ref], at=Timestamp(seconds=10**13))
+    ),
+    "started_at_nanos_minus_1": lambda ref: worker_pb2.WorkerMessage(
+        started=worker_pb2.Started(leases=[ref], at=Timestamp(nanos=-1))
+    ),
+    "result_reason_999": lambda ref: worker_pb2.WorkerMessage(
+        results=worker_pb2.Results(
+            results=[
+                worker_pb2.RunResult(
+                    run_id=ref.run_id,
+                    fencing_token=ref.fencing_token,
+                    state=types_pb2.RUN_STATE_SUCCEEDED,
+                    reason=999,
+                )
+            ]
+        )
+    ),
+}
+
+
+@pytest.mark.parametrize("message", MALFORMED.values(), ids=MALFORMED.keys())
+async def test_a_malformed_message_ends_its_stream_a_concurrent_cancel_returns_and_another_workers_runs_keep_going(  # noqa: E501
+    poller: Poller, stub: worker_pb2_grpc.WorkerServiceStub, message: Any
+) -> None:
+    """Issue 10, item 2: sent every 250 ms, these stopped all runs and a concurrent
+    CancelRun never returned."""
+    good, kept_lease, bad = await good_and_bad(poller, stub)
+    unserved = JobSpec(name="v", task=HandlerTask(name="unserved"))
+    _, victim = await submit(poller, "mallory", unserved)  # no worker takes it: READY
+    await eventually(lambda: asyncio.sleep(0, poller.phase_of(victim.id)), lambda p: p)
+    ref = worker_pb2.LeaseRef(run_id=victim.id, fencing_token=1)
+
+    cancel = asyncio.create_task(poller.cancel(victim, RunReason.CANCELLED_BY_USER))
+    await bad.write(message(ref))
+    with pytest.raises(grpc.aio.AioRpcError) as ended:
+        while await read(bad) is not grpc.aio.EOF:
+            pass
+    assert ended.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    cancelled = await asyncio.wait_for(cancel, WAIT)
+    assert cancelled.id == victim.id
+
+    await still_served(poller, good, kept_lease)
+    assert faults(poller) == {"resets": 0.0}
+    good.cancel()
+
+
+async def test_a_worker_message_whose_handling_raises_closes_that_stream_alone(
+    poller: Poller, stub: worker_pb2_grpc.WorkerServiceStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A decoded message that makes applying it raise (streams.py) is a fault of its
+    stream: counted, the stream closed; the poller does not reset."""
+    good, kept_lease, bad = await good_and_bad(poller, stub)
+    set_credits = WorkerBook.set_credits
+
+    def broken(self: WorkerBook, limit: int) -> None:
+        if self.id == "w-bad":
+            raise ZeroDivisionError("credits")
+        set_credits(self, limit)
+
+    monkeypatch.setattr(WorkerBook, "set_credits", broken)
+    await bad.write(worker_pb2.WorkerMessage(credits=worker_pb2.Credits(limit=1)))
+    while await read(bad) is not grpc.aio.EOF:
+        pass
+    await still_served(poller, good, kept_lease)
+    assert faults(poller) == {"worker_message": 1.0, "resets": 0.0}
+    good.cancel()
+
+
+async def test_a_huge_output_piece_is_held_in_memory_only_cut_to_the_cap(
+    poller: Poller, stub: worker_pb2_grpc.WorkerServiceStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 10, item 4: output pieces are cut to the store's per-run cap (plus the one
+    byte that says whether the kept bytes start a line) before they enter the turn."""
+    cap = poller.store.output_cap_bytes
+    appended: list[int] = []
+    append = poller.store.append_output
+
+    async def recording(chunks: Any) -> None:
+        appended.extend(len(c.data) for c in chunks)
+        await append(chunks)
+
+    monkeypatch.setattr(poller.store, "append_output", recording)
+    worker = await connect(stub, "w1")
+    _, run = await submit(poller, "alice")
+    await lease_of(worker, run)
+    piece = b"".join(b"line %07d\n" % i for i in range(300_000))  # 3.6 MB
+    assert len(piece) > 3 * cap
+    chunk = types_pb2.OutputChunk(run_id=run.id, data=piece, stream="stdout")
+    await worker.write(worker_pb2.WorkerMessage(output=worker_pb2.Output(chunks=[chunk])))
+    end = asyncio.get_running_loop().time() + WAIT
+    while not appended:
+        assert asyncio.get_running_loop().time() < end, "timed out"
+        await asyncio.sleep(0.02)
+    assert appended == [cap + 1]
+    worker.cancel()

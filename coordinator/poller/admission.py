@@ -36,6 +36,7 @@ from collections.abc import Collection, Iterable, Iterator
 from datetime import datetime
 from enum import Enum
 
+from shardcron.client.saturating import saturating_add
 from shardcron.client.types import Job, OverlapPolicy, Run
 from shardcron.coordinator.poller.placement import ReadyRuns, WaitReason, why_waiting
 from shardcron.coordinator.poller.state import Phase, Slot
@@ -185,7 +186,7 @@ class Admission:
                 e for e in self._deadlines if (s := self._slots.get(e[1])) and s.phase in _WAITING
             ]
             heapq.heapify(self._deadlines)
-        heapq.heappush(self._deadlines, (slot.run.due_at + deadline, slot.run.id))
+        heapq.heappush(self._deadlines, (saturating_add(slot.run.due_at, deadline), slot.run.id))
 
     def missed(self, now: datetime) -> Iterator[Slot]:
         """Runs still waiting whose starting deadline is before ``now``."""

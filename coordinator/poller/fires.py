@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from shardcron.client.saturating import saturating_add, saturating_seconds
 from shardcron.client.schedule import iter_fires, jitter_delay, next_fire
 from shardcron.client.types import (
     Fire,
@@ -53,7 +54,7 @@ class FireOutcome:
 
 def make_run(job: Job, fire: Fire, *, shard_count: int, now: datetime, attempt: int = 1) -> Run:
     """The first attempt of a scheduled fire, due at the fire time plus the job's jitter."""
-    due = fire.at + jitter_delay(job.id, fire.key, job.spec.schedule.jitter)
+    due = saturating_add(fire.at, jitter_delay(job.id, fire.key, job.spec.schedule.jitter))
     return Run(
         id=run_id(job.id, fire.key, attempt, due),
         job_id=job.id,
@@ -140,10 +141,11 @@ def on_fire_due(
             last_seen = fire.at
             if len(overdue) > MAX_SKIP_RECORDS:
                 # far behind: jump to the present and count the rest
-                jumped = sum(1 for _ in _take_until(spec.schedule, fire.at, now - grace))
+                horizon = saturating_add(now, -grace)
+                jumped = sum(1 for _ in _take_until(spec.schedule, fire.at, horizon))
                 out.skipped[RunReason.MISFIRE] = out.skipped.get(RunReason.MISFIRE, 0) + jumped
-                nf = next_fire(spec.schedule, now - grace)
-                last_seen = now - grace if nf is None else nf.at - timedelta(microseconds=1)
+                nf = next_fire(spec.schedule, horizon)
+                last_seen = horizon if nf is None else nf.at - timedelta(microseconds=1)
                 break
 
     this_overdue = now - run.due_at > grace
@@ -222,14 +224,15 @@ def retry_run(job: Job, failed: Run, *, now: datetime) -> Run | None:
     if policy.jitter > 0:
         digest = hashlib.blake2b(f"{failed.id}".encode(), digest_size=4).digest()
         fraction = int.from_bytes(digest, "big") / 2**32
-        delay += timedelta(seconds=delay.total_seconds() * policy.jitter * fraction)
-    due = now + delay
+        extra = saturating_seconds(delay.total_seconds() * policy.jitter * fraction)
+        delay += min(extra, timedelta.max - delay)
+    due = saturating_add(now, delay)
     attempt = failed.attempt + 1
     return dataclasses.replace(
         failed,
         # from the failed run alone, not from now: a poller taking the shard over and
         # deciding the same retry again writes the same run, not a second one
-        id=run_id(job.id, failed.fire_key, attempt, failed.due_at + delay),
+        id=run_id(job.id, failed.fire_key, attempt, saturating_add(failed.due_at, delay)),
         due_at=due,
         state=RunState.PENDING,
         attempt=attempt,

@@ -7,17 +7,27 @@ deciders' answers — the fire rules when a run comes due, admission, placement,
 lease book's expiries, the run-end rules — and adds what they decide to the
 turn's write set. It reads no clock for its rules (each takes ``now``), calls no
 store and sends nothing: the loop writes the turn, then sends what it carries.
+
+A rule that raises fails its own run or job, never the turn (``isolated``): the run
+ends FAILED with ``INTERNAL_ERROR`` and the error's text (no retry: deciding it
+again would raise again), or, when the job's own rules raised (its schedule, its
+fires, its retries), the job is paused with the error as its pause reason. Each
+such fault is counted in ``shardcron_poller_faults_total{where}``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import heapq
+import logging
 import math
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from datetime import datetime
 
 from shardcron.client.errors import Unavailable
+from shardcron.client.limits import MAX_ERROR_MESSAGE, clip
+from shardcron.client.saturating import saturating_add
 from shardcron.client.stream import CancelOrder, LeaseGrant
 from shardcron.client.types import Job, JobState, Run, RunReason, RunState
 from shardcron.coordinator.metrics import Metrics
@@ -33,6 +43,13 @@ from shardcron.coordinator.poller.workers import WorkerBook
 
 _SKIPS = (RunState.SKIPPED, RunState.MISSED)
 WAITING_GAUGE_EVERY = 1.0  # seconds between counts of the runs waiting, by reason
+
+log = logging.getLogger("shardcron.poller")
+
+
+def fault_text(error: BaseException) -> str:
+    """What a run's error or a job's pause reason says of a fault: type and message, capped."""
+    return clip(f"{type(error).__name__}: {error}", MAX_ERROR_MESSAGE)
 
 
 class RunKeeper:
@@ -183,7 +200,7 @@ class RunKeeper:
             # A store that writes a create in steps (Cassandra: runs, due rows, then the
             # job row) can show the run before its job: look again shortly. A run whose
             # job never appears belonged to a create that failed.
-            heapq.heappush(self._timers, (now + JOB_ROW_RETRY, run.id))
+            heapq.heappush(self._timers, (saturating_add(now, JOB_ROW_RETRY), run.id))
             return
         if job is None or job.state == JobState.DELETED:
             self.finish(slot, RunState.CANCELLED, RunReason.JOB_DELETED, turn, now)
@@ -204,7 +221,13 @@ class RunKeeper:
             and job.state in (JobState.ACTIVE, JobState.PAUSED)
         )
         if fresh:
-            if not self._fire(slot, job, paused, turn, now):
+            try:
+                fired = self._fire(slot, job, paused, turn, now)
+            except Exception as error:
+                self.job_rules_failed(job, error, turn, where="fire")
+                self.fail(slot, error, turn, now, where="fire", counted=True)
+                return
+            if not fired:
                 return
             job = slot.job
             assert job is not None
@@ -268,7 +291,8 @@ class RunKeeper:
 
     def miss_deadlines(self, now: datetime, turn: Turn) -> None:
         for slot in self.admission.missed(now):
-            self.finish(slot, RunState.MISSED, RunReason.DEADLINE, turn, now)
+            with self.isolated(slot, turn, now, where="deadline"):
+                self.finish(slot, RunState.MISSED, RunReason.DEADLINE, turn, now)
 
     # --- leasing -------------------------------------------------------------------------
 
@@ -352,17 +376,18 @@ class RunKeeper:
         for rid in self.leases.expired(now):
             slot = self.slots[rid]
             self.metrics.leases_expired.inc()
-            if slot.cancel_reason is not None:
-                self.finish(slot, RunState.CANCELLED, slot.cancel_reason, turn, now)
-            else:
-                self.finish(
-                    slot,
-                    RunState.FAILED,
-                    RunReason.WORKER_LOST,
-                    turn,
-                    now,
-                    error="lease expired: worker lost",
-                )
+            with self.isolated(slot, turn, now, where="expire"):
+                if slot.cancel_reason is not None:
+                    self.finish(slot, RunState.CANCELLED, slot.cancel_reason, turn, now)
+                else:
+                    self.finish(
+                        slot,
+                        RunState.FAILED,
+                        RunReason.WORKER_LOST,
+                        turn,
+                        now,
+                        error="lease expired: worker lost",
+                    )
 
     def requeue(self, slot: Slot) -> None:
         """Its worker refused the lease: nothing of it ran, it is leased again."""
@@ -424,10 +449,14 @@ class RunKeeper:
         if state in _SKIPS:
             self.metrics.fires_skipped.labels(reason=reason.value).inc()
         if job is not None:
-            final = self._follow_up(job, final, turn, now)
+            try:
+                final = self._follow_up(job, final, turn, now)
+            except Exception as error:  # its retry rules: the run's own end stands
+                self.job_rules_failed(job, error, turn, where="ending")
             self.admission.unblock(job.id)
         turn.runs[final.id] = final
         for fut in slot.cancel_waiters:
+            turn.answers.append(fut)
             turn.after.append(lambda f=fut, r=final: f.done() or f.set_result(r))
 
     def _follow_up(self, job: Job, final: Run, turn: Turn, now: datetime) -> Run:
@@ -447,3 +476,59 @@ class RunKeeper:
         if ending.job is not None and job.id in self.jobs:
             self.jobs[job.id] = ending.job
         return ending.final
+
+    # --- faults ------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def isolated(self, slot: Slot, turn: Turn, now: datetime, *, where: str) -> Iterator[None]:
+        """Applies rules to one run; if they raise, that run alone fails (``fail``)."""
+        try:
+            yield
+        except Exception as error:
+            self.fail(slot, error, turn, now, where=where)
+
+    def fail(
+        self,
+        slot: Slot,
+        error: BaseException,
+        turn: Turn,
+        now: datetime,
+        *,
+        where: str,
+        counted: bool = False,
+    ) -> None:
+        """Handling the run raised: it ends FAILED (``INTERNAL_ERROR``) with the error's
+        text, and nothing follows from that end (no retry, no failure streak): deciding
+        them would apply the same rules again. A cancel waiting for it gets that end."""
+        if not counted:
+            log.error("run %s failed in the poller (%s)", slot.run.id, where, exc_info=error)
+            self.metrics.poller_faults.labels(where=where).inc()
+        final = final_run(
+            slot.run,
+            RunState.FAILED,
+            RunReason.INTERNAL_ERROR,
+            now,
+            error=fault_text(error),
+            output_bytes=slot.output_bytes,
+        )
+        self.forget(slot)
+        self.ended_here(final.id)
+        self.metrics.runs_final.labels(state=final.state.value, reason=final.reason.value).inc()
+        self.admission.unblock(final.job_id)
+        turn.runs[final.id] = final
+        for fut in slot.cancel_waiters:
+            turn.answers.append(fut)
+            turn.after.append(lambda f=fut, r=final: f.done() or f.set_result(r))
+        slot.cancel_waiters = []
+
+    def job_rules_failed(self, job: Job, error: BaseException, turn: Turn, *, where: str) -> None:
+        """The job's own rules raised: the job is paused, the error its pause reason
+        (ResumeJob, after an update that mends it, starts it again)."""
+        log.error("job %s paused: its rules failed (%s)", job.id, where, exc_info=error)
+        self.metrics.poller_faults.labels(where=where).inc()
+        reason = f"paused: the scheduler failed applying its rules: {fault_text(error)}"
+        if job.state == JobState.ACTIVE:
+            turn.set_progress(job.id, state=JobState.PAUSED, pause_reason=reason)
+        paused = dataclasses.replace(job, state=JobState.PAUSED, pause_reason=reason)
+        if job.id in self.jobs:
+            self.jobs[job.id] = paused

@@ -22,6 +22,7 @@ from __future__ import annotations
 import heapq
 from datetime import datetime, timedelta
 
+from shardcron.client.saturating import saturating_add
 from shardcron.coordinator.poller.config import EPOCH_SHIFT
 
 
@@ -58,7 +59,7 @@ class LeaseBook:
         """A new lease of the run to the worker: its token and when it expires."""
         self._seq += 1
         token = (self.fencing_epoch << EPOCH_SHIFT) | self._seq
-        expires = now + self.lease_ttl
+        expires = saturating_add(now, self.lease_ttl)
         self._hold(run_id, token, worker_id, expires)
         return token, expires
 
@@ -68,7 +69,7 @@ class LeaseBook:
         held = self._held.get(run_id)
         if held is None or held[0] != token:
             return None
-        expires = now + self.lease_ttl
+        expires = saturating_add(now, self.lease_ttl)
         self._hold(run_id, token, held[1], expires)
         return expires
 
@@ -84,7 +85,7 @@ class LeaseBook:
     ) -> datetime:
         """A run leased before this poller took its shard (at ``taken_at``): held until
         its stored expiry, and one full TTL after the take-over at least."""
-        expires = max(expires_at or now, taken_at + self.lease_ttl)
+        expires = max(expires_at or now, saturating_add(taken_at, self.lease_ttl))
         self._hold(run_id, token, worker_id, expires)
         return expires
 
@@ -107,7 +108,7 @@ class LeaseBook:
         held = self._held.get(run_id)
         if not active or held is None or held[0] != token or held[1] != worker_id:
             return None
-        expires = now + self.lease_ttl
+        expires = saturating_add(now, self.lease_ttl)
         self._hold(run_id, token, worker_id, expires)
         return expires
 
@@ -119,7 +120,7 @@ class LeaseBook:
 
     def expired(self, now: datetime) -> list[str]:
         """Runs whose lease ran out, grace included; released from the book."""
-        cutoff = now - self.expiry_grace
+        cutoff = saturating_add(now, -self.expiry_grace)
         out: list[str] = []
         expiries, held = self._expiries, self._held
         while expiries and expiries[0][0] <= cutoff:
@@ -133,4 +134,4 @@ class LeaseBook:
 
     def next_expiry(self) -> datetime | None:
         """When the earliest lease may be taken back (a renewed one may end later)."""
-        return self._expiries[0][0] + self.expiry_grace if self._expiries else None
+        return saturating_add(self._expiries[0][0], self.expiry_grace) if self._expiries else None

@@ -17,6 +17,15 @@ token is not the current lease's is refused; a run that was leased under an
 earlier epoch (a crashed or deposed poller) is re-leased only one full TTL after
 this poller took the shard over (``leases``). A poller that cannot confirm its
 hold on its shards writes and sends nothing (``ownership``).
+
+One failure stays one failure: a fault while handling an inbox event, a run or a
+job's rules fails that event, run or job alone (``RunKeeper.isolated``; a worker
+stream that faults is closed) and the turn goes on; each is counted in
+``shardcron_poller_faults_total{where}``. Only a failure of the store itself (a
+read the turn needs, or the commit) resets the poller: it forgets what it holds and
+reloads its shards (``shardcron_poller_resets_total``). A cancel waiting on a turn
+always gets its answer: the run as it stands, or an error if the turn was not
+written, the poller reset or stopped.
 """
 
 from __future__ import annotations
@@ -26,10 +35,11 @@ import contextlib
 import dataclasses
 import logging
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 
-from shardcron.client.errors import FailedPrecondition, NotFound, Unavailable
+from shardcron.client.errors import FailedPrecondition, NotFound, ShardcronError, Unavailable
+from shardcron.client.saturating import saturating_add
 from shardcron.client.types import Job, Run, RunReason, RunState, ShardInfo, WorkerInfo
 from shardcron.coordinator.coordination import Assignment
 from shardcron.coordinator.metrics import Metrics
@@ -47,7 +57,7 @@ from shardcron.coordinator.poller.events import (
     WorkerConnected,
     WorkerMessage,
 )
-from shardcron.coordinator.poller.keeper import RunKeeper
+from shardcron.coordinator.poller.keeper import RunKeeper, fault_text
 from shardcron.coordinator.poller.ownership import Ownership, Standing
 from shardcron.coordinator.poller.state import Phase, Slot
 from shardcron.coordinator.poller.streams import WorkerStreams
@@ -88,7 +98,11 @@ class Poller:
             config=config, metrics=metrics, clock=self._clock, shard_count=store.shard_count
         )
         self._streams = WorkerStreams(
-            self._runs, poller_id=poller_id, settled=self._settled, active=lambda: self.active
+            self._runs,
+            poller_id=poller_id,
+            settled=self._settled,
+            active=lambda: self.active,
+            output_cap=store.output_cap_bytes,
         )
         self._inbox: deque[InboxEvent] = deque()
         self._wake = asyncio.Event()
@@ -154,6 +168,9 @@ class Poller:
         for event in self._inbox:
             if isinstance(event, AssignmentChanged) and not event.applied.done():
                 event.applied.set_result(None)
+            elif isinstance(event, CancelRun) and not event.done.done():
+                event.done.set_exception(Unavailable("the poller stopped; try again"))
+        self._runs.clear()  # a cancel waiting for a run's worker is told to try again
         self._streams.close_all()
 
     async def _loop(self) -> None:
@@ -161,6 +178,7 @@ class Poller:
             try:
                 await self._turn()
             except Exception:
+                # a store call failed (its other faults are isolated where they happen)
                 log.exception("poller turn failed; reloading its shards from the store")
                 self._reset()
                 await asyncio.sleep(0.5)
@@ -184,6 +202,7 @@ class Poller:
     def _reset(self) -> None:
         """Forgets everything held in memory; the next scan reloads it from the store,
         as a poller taking the shards over would (leases are waited out or renewed)."""
+        self.metrics.poller_resets.inc()
         self._runs.clear()
         self._windows.reset(self._clock.now())
         self._streams.forget_all()
@@ -210,22 +229,37 @@ class Poller:
 
     async def _turn(self) -> None:
         turn = Turn()
+        try:
+            await self._run_turn(turn)
+        finally:
+            for fut in turn.answers:  # not written, or failed: the caller tries again
+                if not fut.done():
+                    fut.set_exception(Unavailable("the poller could not record it; try again"))
+
+    async def _run_turn(self, turn: Turn) -> None:
         runs = self._runs
         now = self._clock.now()
         while self._inbox:
-            await self._handle(self._inbox.popleft(), turn, now)
+            event = self._inbox.popleft()
+            try:
+                await self._handle(event, turn, now)
+            except Exception as error:
+                self._event_failed(event, error)
         if self._stand_still():
             return
         now = self._clock.now()
         if self._windows.scan_due(self._clock.monotonic()):
             await self._scan(now)
-        self._streams.replay_deferred(turn, now)
+        with self._isolated("replay"):
+            self._streams.replay_deferred(turn, now)
         runs.expire(now, turn)
         runs.miss_deadlines(now, turn)
         await self._trigger_due(now, turn)
         if self.active:
-            runs.dispatch(self._streams.workers.values(), now, turn)
-        self._streams.update_demand(active=self.active)
+            with self._isolated("dispatch"):
+                runs.dispatch(self._streams.workers.values(), now, turn)
+        with self._isolated("demand"):
+            self._streams.update_demand(active=self.active)
         if turn.retries:
             await self._place_retries(turn)
         if not turn.empty():
@@ -254,6 +288,36 @@ class Poller:
             await self._save_cursors(now)
         self._update_gauges()
         self.turns += 1
+
+    @contextlib.contextmanager
+    def _isolated(self, where: str) -> Iterator[None]:
+        """A step of the turn that holds no one run: if it raises, it is counted and
+        skipped this turn; the rest of the turn goes on."""
+        try:
+            yield
+        except Exception:
+            log.exception("poller step %s failed; skipped this turn", where)
+            self.metrics.poller_faults.labels(where=where).inc()
+
+    def _event_failed(self, event: InboxEvent, error: Exception) -> None:
+        """Handling one inbox event raised: that event alone fails. A worker stream that
+        faults is closed (the worker reconnects), a cancel is answered with the error,
+        an assignment half applied is applied again from the store (a reset)."""
+        where = "".join(f"_{c.lower()}" if c.isupper() else c for c in type(event).__name__)[1:]
+        log.error("poller failed handling %s", where, exc_info=error)
+        self.metrics.poller_faults.labels(where=where).inc()
+        match event:
+            case WorkerConnected(link=link) | WorkerMessage(link=link):
+                link.close()
+            case CancelRun(done=done) if not done.done():
+                if isinstance(error, ShardcronError):
+                    done.set_exception(error)
+                else:
+                    done.set_exception(Unavailable(f"cancel failed: {fault_text(error)}"))
+            case AssignmentChanged(applied=applied):
+                self._reset()
+                if not applied.done():
+                    applied.set_result(None)
 
     async def _handle(self, event: InboxEvent, turn: Turn, now: datetime) -> None:
         runs = self._runs
@@ -313,7 +377,7 @@ class Poller:
     async def _scan(self, now: datetime) -> None:
         """Loads runs that come due before now + lookahead from every owned shard."""
         windows = self._windows
-        until = now + self.config.lookahead
+        until = saturating_add(now, self.config.lookahead)
         recheck = windows.recheck_due(self._clock.monotonic())
         for shard in sorted(windows.shards):
             if len(self._runs.slots) >= self.config.max_loaded:
@@ -385,7 +449,8 @@ class Poller:
             for job in (await self.store.get_jobs(list(stale))).values():
                 self._runs.cache_job(job)
         for slot in due:
-            self._runs.trigger(slot, now, turn)
+            with self._runs.isolated(slot, turn, now, where="trigger"):
+                self._runs.trigger(slot, now, turn)
 
     async def _place_retries(self, turn: Turn) -> None:
         """Writes the retries decided this turn, each unless the store has it already.
@@ -426,6 +491,7 @@ class Poller:
                 slot.cancel_waiters.append(fut)
             else:
                 final = turn.runs.get(run.id, slot.run)
+                turn.answers.append(fut)
                 turn.after.append(lambda: fut.done() or fut.set_result(final))
             return
         if not self.owns(run.shard):
@@ -443,6 +509,7 @@ class Poller:
             turn.runs[final.id] = final
             self._runs.ended_here(final.id)
             self.metrics.runs_final.labels(state=final.state.value, reason=reason.value).inc()
+            turn.answers.append(fut)
             turn.after.append(lambda: fut.done() or fut.set_result(final))
 
     # --- status ------------------------------------------------------------------------

@@ -12,9 +12,16 @@ worker says to the runs held (``RunKeeper``):
 - Started: a LEASED run becomes RUNNING. Results: a result under the current token
   ends its run and is acknowledged once that is durable; any other is refused at
   once. Refused: nothing of the run ran, it is leased again. Output is kept for
-  runs leased here or ended here lately. Credits set the stream's slot limit.
+  runs leased here or ended here lately, each piece cut to its last
+  ``output_cap + 1`` bytes before it enters the turn (``store_rules.keep_tail``: the
+  store keeps exactly what it would have kept of the whole piece, and a flood of
+  output is never held whole). Credits set the stream's slot limit.
 - A held lease or result naming a run not held while some owned shard is not
   loaded yet is kept (up to ``MAX_DEFERRED``) and answered once every shard is.
+
+A result whose handling raises fails its run alone (``RunKeeper.isolated``) and is
+acknowledged; anything else that raises while applying a message is a fault of
+that stream: the loop counts it and closes the stream, and nothing else changes.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ from shardcron.coordinator.poller.keeper import RunKeeper
 from shardcron.coordinator.poller.state import Phase
 from shardcron.coordinator.poller.turn import Turn
 from shardcron.coordinator.poller.workers import WorkerBook, WorkerLink
+from shardcron.coordinator.store_rules import keep_tail
 
 
 class WorkerStreams:
@@ -55,6 +63,7 @@ class WorkerStreams:
         poller_id: str,
         settled: Callable[[], bool],
         active: Callable[[], bool],
+        output_cap: int,
     ) -> None:
         self._keeper = keeper
         self._poller_id = poller_id
@@ -62,6 +71,7 @@ class WorkerStreams:
         self._metrics = keeper.metrics
         self._settled = settled  # every owned shard loaded: a run not held is not ours
         self._active = active  # the poller holds its shards (renewals may be granted)
+        self._output_cap = output_cap  # bytes of output the store keeps per run
         self.workers: dict[str, WorkerBook] = {}  # by worker id: the latest stream of each
         self._books: dict[WorkerLink, WorkerBook] = {}  # every open stream
         # held leases and results named before this poller loaded its shards
@@ -139,10 +149,9 @@ class WorkerStreams:
                         slot.output_bytes += len(piece.data)
                     elif piece.run_id not in ended:
                         continue  # not a run of ours, or long over
+                    data = keep_tail(piece.data, self._output_cap)
                     turn.output.append(
-                        OutputChunk(
-                            run_id=piece.run_id, offset=0, data=piece.data, stream=piece.stream
-                        )
+                        OutputChunk(run_id=piece.run_id, offset=0, data=data, stream=piece.stream)
                     )
             case Credits(limit=limit):
                 book.set_credits(limit)
@@ -262,16 +271,17 @@ class WorkerStreams:
         reason = outcome.reason
         if slot.cancel_reason is not None and outcome.state == RunState.CANCELLED:
             reason = slot.cancel_reason
-        self._keeper.finish(
-            slot,
-            outcome.state,
-            reason,
-            turn,
-            now,
-            exit_code=outcome.exit_code,
-            error=outcome.error,
-            started_at=started or slot.run.started_at or now,
-            ended_at=outcome.ended_at or now,
-        )
+        with self._keeper.isolated(slot, turn, now, where="result"):
+            self._keeper.finish(
+                slot,
+                outcome.state,
+                reason,
+                turn,
+                now,
+                exit_code=outcome.exit_code,
+                error=outcome.error,
+                started_at=started or slot.run.started_at or now,
+                ended_at=outcome.ended_at or now,
+            )
         ack = ResultAck(run_id=outcome.run_id, fencing_token=outcome.fencing_token, accepted=True)
         turn.acks.append((book.link, ack))

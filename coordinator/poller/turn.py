@@ -3,11 +3,13 @@
 The deciders add to a ``Turn``; the loop writes it in ONE store commit (group
 commit), and only then sends the leases, cancels, acks and answers it carries:
 a lease is durable before its worker sees it, a result before its worker is told
-it was accepted.
+it was accepted. A caller waiting on the turn (``answers``) always hears back: if the
+turn is not written, the loop fails what it left unanswered.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,6 +32,7 @@ class Turn:
     acks: list[tuple[WorkerLink, ResultAck]] = field(default_factory=list)  # sent after it
     after: list[Callable[[], object]] = field(default_factory=list)  # run after it
     retries: list[Slot] = field(default_factory=list)  # decided, not yet placed
+    answers: list[asyncio.Future[Any]] = field(default_factory=list)  # answered after it
 
     def set_progress(self, job_id: str, **changes: Any) -> None:
         have = self.progress.get(job_id) or JobProgress(job_id=job_id)

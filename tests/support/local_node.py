@@ -1,0 +1,20 @@
+"""A node built in-process as ``shardcron dev`` builds one: every role, a SQLite store
+and local coordination under one data directory, gRPC on a free port (port 0).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from shardcron.coordinator.coordination import LocalCoordination
+from shardcron.coordinator.node import Node, NodeConfig
+from shardcron.coordinator.sqlite.store import SqliteStore
+
+SHARDS = 8
+
+
+def sqlite_node(data: Path, node_id: str) -> Node:
+    """A node on ``data``, not started yet (``await node.start()``; ``node.port`` then)."""
+    store = SqliteStore(data / "shardcron.db", shard_count=SHARDS)
+    coordination = LocalCoordination(data, shard_count=SHARDS, node_id=node_id)
+    return Node(store, coordination, NodeConfig(listen="127.0.0.1:0", node_id=node_id))
