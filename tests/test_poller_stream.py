@@ -35,18 +35,18 @@ from shardcron.client.types import (
     RunState,
     Schedule,
 )
-from shardcron.coordinator.coordination import Assignment
+from shardcron.coordinator.coordination import Assignment, ClusterView, Member
 from shardcron.coordinator.ids import utcnow
 from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.poller import Poller, PollerConfig, fires, keeper
 from shardcron.coordinator.poller.admission import Admission
 from shardcron.coordinator.poller.events import CancelRun
 from shardcron.coordinator.poller.workers import WorkerBook
-from shardcron.coordinator.router import PollerServiceServicer
+from shardcron.coordinator.router import PollerServiceServicer, ShardRouter
 from shardcron.coordinator.sqlite.store import SqliteStore
 from shardcron.coordinator.store import NewJob
 from shardcron.coordinator.worker_stream import WorkerStreamServicer
-from shardcron.v1 import cluster_pb2, types_pb2, worker_pb2, worker_pb2_grpc
+from shardcron.v1 import cluster_pb2_grpc, types_pb2, worker_pb2, worker_pb2_grpc
 from tests.support.store_builders import SHARDS, make_job, make_run
 from tests.support.waiting import until
 
@@ -159,6 +159,20 @@ async def test_a_malformed_worker_message_ends_only_its_stream(
     good.cancel()
 
 
+class RemoteOwner:
+    """Coordination as ShardRouter reads it: every shard held by poller p1 at ``address``."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+
+    async def view(self) -> ClusterView:
+        owners = dict.fromkeys(range(SHARDS), "p1")
+        return ClusterView(mode="cluster", leader="n1", epoch=1, shard_owners=owners)
+
+    async def pollers(self) -> list[Member]:
+        return [Member(id="p1", address=self.address)]
+
+
 async def test_runs_nobody_can_take_never_delay_runs_that_can(
     poller: Poller, stub: worker_pb2_grpc.WorkerServiceStub
 ) -> None:
@@ -190,12 +204,20 @@ async def test_runs_nobody_can_take_never_delay_runs_that_can(
     assert lease.run_id == victim.id
     assert time.monotonic() - started < 5.0
 
-    # the api's route: the poller's node answers for the runs it holds
-    servicer = PollerServiceServicer(poller)
-    answer = await servicer.WaitingReasons(
-        cluster_pb2.WaitingReasonsRequest(run_ids=[ids[0], victim.id, "unknown"]), None
-    )
-    assert dict(answer.reasons) == {ids[0]: reason}
+    # the api's route from another node: PollerService on the poller's node answers
+    # for the runs it holds and leaves the others out
+    server = grpc.aio.server()
+    cluster_pb2_grpc.add_PollerServiceServicer_to_server(PollerServiceServicer(poller), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    router = ShardRouter(RemoteOwner(f"127.0.0.1:{port}"), None, SHARDS)  # type: ignore[arg-type]
+    try:
+        unknown = dataclasses.replace(victim, id="unknown")
+        answer = await router.waiting_reasons([poison[0], victim, unknown])
+        assert answer == {poison[0].id: reason}
+    finally:
+        await router.close()
+        await server.stop(None)
     gauge = poller.metrics.waiting_runs.labels(reason="no_worker_for_handler")
     await until(lambda: gauge._value.get() == 100, WAIT)
     call.cancel()
