@@ -176,8 +176,10 @@ async def turns(poller: Poller, n: int = 2) -> None:
         await asyncio.sleep(0.005)
 
 
-async def until(pred, poller: Poller) -> None:  # type: ignore[no-untyped-def]
-    """Turn after turn, until ``pred()`` (a coroutine function or a plain one) holds."""
+async def turns_until(pred, poller: Poller) -> None:  # type: ignore[no-untyped-def]
+    """Drives the poller turn after turn (the fake clock stands still) until ``pred()``
+    holds: a coroutine function or a plain one. Waits that need no turns use
+    ``tests.support.waiting.until``."""
     end = asyncio.get_running_loop().time() + WAIT
     while True:
         got = pred()
@@ -210,7 +212,7 @@ async def _ended(store: SqliteStore, run: Run, poller: Poller) -> Run:
     async def final() -> bool:
         return (await read()).state.is_final
 
-    await until(final, poller)
+    await turns_until(final, poller)
     return await read()
 
 
@@ -222,7 +224,7 @@ async def test_a_run_met_before_its_job_row_waits_for_it(
     run = dataclasses.replace(make_run(job, due_at=now), created_at=now)
     await store.commit(runs=[run], due=[run])  # the job row has not landed yet
     await rescan(poller, clock)
-    await until(lambda: poller.phase_of(run.id) == Phase.WAITING, poller)
+    await turns_until(lambda: poller.phase_of(run.id) == Phase.WAITING, poller)
     for _ in range(4):  # due, scanned and triggered a few times meanwhile
         await clock.move(JOB_ROW_RETRY)
         await turns(poller)
@@ -231,7 +233,7 @@ async def test_a_run_met_before_its_job_row_waits_for_it(
     await store.create_jobs([NewJob(job=job)])  # now it lands
     await clock.move(JOB_ROW_RETRY)
     # admitted, waiting for a worker (there is none)
-    await until(lambda: poller.phase_of(run.id) == Phase.READY, poller)
+    await turns_until(lambda: poller.phase_of(run.id) == Phase.READY, poller)
     assert (await stored(store, run)()).state == RunState.PENDING
 
 
@@ -256,7 +258,7 @@ async def test_a_run_without_its_job_row_is_cancelled_when_the_grace_ends(
     run = dataclasses.replace(make_run(job, due_at=created), created_at=created)
     await store.commit(runs=[run], due=[run])
     await rescan(poller, clock)
-    await until(lambda: poller.phase_of(run.id) == Phase.WAITING, poller)
+    await turns_until(lambda: poller.phase_of(run.id) == Phase.WAITING, poller)
     await clock.move_to(created + JOB_ROW_GRACE - TICK)  # looked at again: not old enough yet
     await turns(poller)
     assert (await stored(store, run)()).state == RunState.PENDING
@@ -295,7 +297,7 @@ async def test_a_fire_later_than_the_jobs_recorded_next_fire_carries_the_schedul
     async def moved_on() -> bool:
         return (await store.get_job(job.owner, job.id)).next_fire_at not in (first.at, None)
 
-    await until(moved_on, poller)
+    await turns_until(moved_on, poller)
     got = await store.get_job(job.owner, job.id)
     assert got.next_fire_at is not None and got.next_fire_at > second.at
 
@@ -335,7 +337,7 @@ async def test_a_retry_stored_and_run_already_is_not_run_again(
     )
     await store.commit(runs=[run, done], due=[run])
     await rescan(poller, clock)
-    await until(lambda: poller.phase_of(run.id) == Phase.LEASED, poller)
+    await turns_until(lambda: poller.phase_of(run.id) == Phase.LEASED, poller)
     await clock.move(timedelta(seconds=1))  # past its lease, one TTL after the take-over
     ended = await _ended(store, run, poller)  # its lease waited out: WORKER_LOST
     assert (ended.state, ended.reason) == (RunState.FAILED, RunReason.WORKER_LOST)
@@ -353,11 +355,11 @@ async def test_a_retry_stored_without_its_due_row_is_indexed_and_held_once(
     run, retry = _taken_over(job, clock.now())
     await store.commit(runs=[run, retry], due=[run])  # the retry's due row did not land
     await rescan(poller, clock)
-    await until(lambda: poller.phase_of(run.id) == Phase.LEASED, poller)
+    await turns_until(lambda: poller.phase_of(run.id) == Phase.LEASED, poller)
     await clock.move(timedelta(seconds=1))
     await _ended(store, run, poller)
     # the retry is held once, waiting for a worker (there is none), and indexed
-    await until(lambda: poller.phase_of(retry.id) == Phase.READY, poller)
+    await turns_until(lambda: poller.phase_of(retry.id) == Phase.READY, poller)
     entries = await store.scan_due(
         retry.shard,
         due_from=retry.due_at - timedelta(seconds=1),
@@ -380,7 +382,7 @@ async def test_a_lease_taken_over_is_taken_back_at_its_expiry_and_retried_after_
     run, _ = _taken_over(job, taken)
     await store.commit(runs=[run], due=[run])
     await rescan(poller, clock)
-    await until(lambda: poller.phase_of(run.id) == Phase.LEASED, poller)
+    await turns_until(lambda: poller.phase_of(run.id) == Phase.LEASED, poller)
     # its stored lease is over, but a worker may still run it: held one TTL from the
     # take-over, and taken back only the expiry grace after that
     expired_at = taken + lease_ttl + PollerConfig().expiry_grace
@@ -396,12 +398,12 @@ async def test_a_lease_taken_over_is_taken_back_at_its_expiry_and_retried_after_
     )
     retry = fires.retry_run(job, ended, now=expired_at)
     assert retry is not None and retry.due_at == expired_at + backoff
-    await until(lambda: poller.phase_of(retry.id) == Phase.WAITING, poller)
+    await turns_until(lambda: poller.phase_of(retry.id) == Phase.WAITING, poller)
     await clock.move_to(retry.due_at - TICK)
     await turns(poller)
     assert poller.phase_of(retry.id) == Phase.WAITING, "a retry came due before its backoff"
     await clock.move_to(retry.due_at)
-    await until(lambda: poller.phase_of(retry.id) == Phase.READY, poller)
+    await turns_until(lambda: poller.phase_of(retry.id) == Phase.READY, poller)
 
 
 async def _with_deadline(
@@ -440,7 +442,7 @@ async def test_a_run_waiting_for_a_slot_is_missed_at_its_starting_deadline(
     run = await _with_deadline(store, deadline, timedelta(0), clock.now())
     poller.runs_created([run], list((await store.get_jobs([run.job_id])).values()))
     # admitted and waiting: there is no worker, so no slot ever frees
-    await until(lambda: poller.phase_of(run.id) == Phase.READY, poller)
+    await turns_until(lambda: poller.phase_of(run.id) == Phase.READY, poller)
     await clock.move_to(run.due_at + deadline)  # exactly at the deadline: still on time
     await turns(poller)
     assert poller.phase_of(run.id) == Phase.READY
@@ -477,4 +479,4 @@ async def test_a_run_written_while_the_poller_was_held_up_is_found_without_its_h
     written.set()
     await turns(poller, 1)  # the held-up scan ends: the shard counts as read up to now + 5 s
     await rescan(poller, clock)  # the next scan re-reads the recent past
-    await until(lambda: poller.phase_of(run.id) is not None, poller)
+    await turns_until(lambda: poller.phase_of(run.id) is not None, poller)
