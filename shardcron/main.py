@@ -109,22 +109,33 @@ def dev(
     log_level: str,
 ) -> None:
     """Run every role in one process on the embedded SQLite store."""
+    from shardcron.coordinator.data_dir_lock import DataDirInUse, lock_data_dir
+
     _setup_logging(log_level)
     poller = PollerConfig(
         lease_ttl=lease_ttl, heartbeat_interval=lease_ttl / 3, misfire_grace=misfire_grace
     )
-    asyncio.run(
-        _dev(
-            listen,
-            Path(data_dir),
-            metrics_listen,
-            worker_count,
-            slots,
-            list(handler_modules),
-            poller,
-            shards,
+    # Before the store is opened: a second process on this directory would own every
+    # shard too and run every run twice.
+    try:
+        data_dir_lock = lock_data_dir(Path(data_dir))
+    except DataDirInUse as e:
+        raise click.ClickException(f"cannot start: {e}") from e
+    try:
+        asyncio.run(
+            _dev(
+                listen,
+                Path(data_dir),
+                metrics_listen,
+                worker_count,
+                slots,
+                list(handler_modules),
+                poller,
+                shards,
+            )
         )
-    )
+    finally:
+        data_dir_lock.release()
 
 
 async def _dev(
