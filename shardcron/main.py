@@ -196,7 +196,8 @@ async def _dev(
     envvar="SHARDCRON_TARGET",
     default="127.0.0.1:7400",
     show_default=True,
-    help="A node's address (ignored with --zk).",
+    help="A node's address, or several comma-separated: one stream to each poller "
+    "(ignored with --zk).",
 )
 @click.option(
     "--zk", default=None, envvar="SHARDCRON_ZK", help="ZooKeeper hosts: find every poller there."
@@ -256,15 +257,20 @@ def worker_cmd(
     async def main() -> None:
         coordination = None
         if zk:
+            from shardcron.coordinator.coordination import Member
             from shardcron.coordinator.zk import ZkCoordination
 
             coordination = ZkCoordination(
                 zk, cluster=cluster_name, node_id=f"worker-{worker.worker_id}", roles=set()
             )
             await coordination.start(poller_id=None, poller_address="")
-            coordination.watch_pollers(
-                lambda ms: addresses.__setitem__(slice(None), [m.address for m in ms])
-            )
+
+            def follow_pollers(members: list[Member]) -> None:
+                # called on this loop: the worker opens and drops streams at once
+                addresses[:] = [m.address for m in members]
+                worker.targets_changed()
+
+            coordination.watch_pollers(follow_pollers)
             info = {
                 "slots": slots,
                 "labels": label_map,
