@@ -7,7 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from shardcron.client.types import CommandTask, JobSpec, RunState
 from tests.e2e.harness import REPO, DevServer, free_port
+from tests.support.waiting import wait_until
 
 
 def _second_dev(data_dir: Path) -> subprocess.CompletedProcess[str]:
@@ -48,7 +50,11 @@ def test_two_nodes_on_one_data_directory_cannot_both_run(tmp_path: Path) -> None
 
 
 def test_the_data_directory_is_free_again_after_its_holder_is_killed(tmp_path: Path) -> None:
-    first = DevServer(tmp_path / "data", extra=["--workers", "0"]).start()
+    first = DevServer(tmp_path / "data", extra=["--workers", "1"]).start()
+    with first.client() as c:
+        # a command still running when its node is killed must not keep the lock
+        job = c.create_job(JobSpec(name="held", task=CommandTask(argv=["sleep", "30"])))
+        wait_until(lambda: [r for r in c.list_runs(job.id).items if r.state == RunState.RUNNING])
     first.kill()
     assert (first.data_dir / "lock").read_text().strip() == str(first.proc.pid)
     again = DevServer(first.data_dir, extra=["--workers", "0"]).start()
@@ -56,3 +62,4 @@ def test_the_data_directory_is_free_again_after_its_holder_is_killed(tmp_path: P
         assert (again.data_dir / "lock").read_text().strip() == str(again.proc.pid)
     finally:
         again.stop()
+        first.stop()  # whatever of its process group is left
