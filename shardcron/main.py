@@ -109,22 +109,33 @@ def dev(
     log_level: str,
 ) -> None:
     """Run every role in one process on the embedded SQLite store."""
+    from shardcron.coordinator.data_dir_lock import DataDirInUse, lock_data_dir
+
     _setup_logging(log_level)
     poller = PollerConfig(
         lease_ttl=lease_ttl, heartbeat_interval=lease_ttl / 3, misfire_grace=misfire_grace
     )
-    asyncio.run(
-        _dev(
-            listen,
-            Path(data_dir),
-            metrics_listen,
-            worker_count,
-            slots,
-            list(handler_modules),
-            poller,
-            shards,
+    # Before the store is opened: a second process on this directory would own every
+    # shard too and run every run twice.
+    try:
+        data_dir_lock = lock_data_dir(Path(data_dir))
+    except DataDirInUse as e:
+        raise click.ClickException(f"cannot start: {e}") from e
+    try:
+        asyncio.run(
+            _dev(
+                listen,
+                Path(data_dir),
+                metrics_listen,
+                worker_count,
+                slots,
+                list(handler_modules),
+                poller,
+                shards,
+            )
         )
-    )
+    finally:
+        data_dir_lock.release()
 
 
 async def _dev(
@@ -185,7 +196,8 @@ async def _dev(
     envvar="SHARDCRON_TARGET",
     default="127.0.0.1:7400",
     show_default=True,
-    help="A node's address (ignored with --zk).",
+    help="A node's address, or several comma-separated: one stream to each poller "
+    "(ignored with --zk).",
 )
 @click.option(
     "--zk", default=None, envvar="SHARDCRON_ZK", help="ZooKeeper hosts: find every poller there."
@@ -245,15 +257,20 @@ def worker_cmd(
     async def main() -> None:
         coordination = None
         if zk:
+            from shardcron.coordinator.coordination import Member
             from shardcron.coordinator.zk import ZkCoordination
 
             coordination = ZkCoordination(
                 zk, cluster=cluster_name, node_id=f"worker-{worker.worker_id}", roles=set()
             )
             await coordination.start(poller_id=None, poller_address="")
-            coordination.watch_pollers(
-                lambda ms: addresses.__setitem__(slice(None), [m.address for m in ms])
-            )
+
+            def follow_pollers(members: list[Member]) -> None:
+                # called on this loop: the worker opens and drops streams at once
+                addresses[:] = [m.address for m in members]
+                worker.targets_changed()
+
+            coordination.watch_pollers(follow_pollers)
             info = {
                 "slots": slots,
                 "labels": label_map,

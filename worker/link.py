@@ -4,7 +4,8 @@ A ``PollerLink`` opens the stream, sends Hello (with ``held`` leases and
 ``pending_results`` of earlier streams), waits for Welcome, then sends heartbeats and
 whatever the ``Outbox`` holds, and hands every poller message to the ``StreamOwner``
 it serves (the ``Worker``). When the stream fails or ends it reconnects with
-exponential backoff (0.1 s to 5 s, with jitter). Runs do not belong to a stream:
+exponential backoff (0.1 s to 5 s, with jitter), unless it was ``retired`` (its
+poller left the worker's targets) or closed. Runs do not belong to a stream:
 they keep executing until their lease deadline, which the worker enforces whether
 or not a stream is up.
 
@@ -126,6 +127,8 @@ class PollerLink:
         self.sent_limit: int | None = None
         self.granted_at = 0.0
         self.demand_at = 0.0
+        # Its poller left the worker's targets: when the stream ends, it is not reopened.
+        self.retired = False
         self._welcomed = asyncio.Event()
         self._closing = False
         self._session_welcomed = False
@@ -135,6 +138,11 @@ class PollerLink:
     @property
     def connected(self) -> bool:
         return self._welcomed.is_set()
+
+    @property
+    def ended(self) -> bool:
+        """Its stream is closed for good (``close()``, or retired and ended)."""
+        return self._task is not None and self._task.done()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"shardcron-link-{self.address}")
@@ -168,7 +176,7 @@ class PollerLink:
                     log.warning("stream to poller %s: %s", self.address, e)
                 except Exception:
                     log.exception("stream to poller %s broke", self.address)
-                if self._closing:
+                if self._closing or self.retired:
                     break
                 failures = 0 if self._session_welcomed else failures + 1
                 self.worker.stats["reconnects"] += 1

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
 import os
 import socket
 import time
 import uuid
 from collections import Counter, deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -46,12 +45,11 @@ from .handlers import HandlerRegistry
 from .handlers import registry as default_registry
 from .link import PollerLink
 from .reaper_client import Reaper
+from .targets import Target, next_reading, read_targets
 
 log = logging.getLogger(__name__)
 
-Target = str | Sequence[str] | Callable[[], list[str] | Awaitable[list[str]]]
 WATCHDOG_PERIOD = 0.1
-TARGET_REFRESH = 5.0
 MAX_PENDING_HEARTBEATS = 256
 MAX_ERROR_CHARS = 4096  # of a result's error text; the rest is cut (bounded_error)
 GRANT_IDLE = 1.5  # seconds a share may stay unused before it goes to other pollers
@@ -98,9 +96,12 @@ def bounded_error(error: str) -> str:
 class Worker:
     """Connects to poller(s) and runs what they lease, until ``stop()``.
 
-    ``target`` is "host:port", a list of them, or a callable (sync or async) returning
-    the current list, re-read every 5 s. Each address gets its own stream; runs are
-    reported to the poller that leased them.
+    ``target`` is "host:port" (several comma-separated), a list of them, or a callable
+    (sync or async) returning the current list, re-read every 5 s and at once after
+    ``targets_changed()``. Each address gets its own stream; runs are reported to the
+    poller that leased them. The stream of an address that left the list is closed at
+    once, or, while it is up and its runs or results are not done, once it ends: it is
+    never opened again (``_follow_targets``).
 
     To its links it is a ``StreamOwner``: they call ``hello_for``, ``heartbeat_for``,
     the ``on_*`` handlers and ``rebalance``, which are not for other callers.
@@ -142,6 +143,7 @@ class Worker:
         self._accepting = True
         self._started = False
         self._stop_event = asyncio.Event()
+        self._targets_changed = asyncio.Event()
         self._done = asyncio.Event()
         # One reaper helper per worker, started with the first command: it kills the
         # commands' process groups if this process dies (they run in their own sessions).
@@ -226,40 +228,48 @@ class Worker:
         self._stop_event.set()
         await self._done.wait()
 
-    async def _resolve_targets(self) -> list[str]:
-        t = self.target
-        if isinstance(t, str):
-            return [t]
-        if callable(t):
-            found = t()
-            if inspect.isawaitable(found):
-                found = await found
-            return list(dict.fromkeys(found))
-        return list(dict.fromkeys(t))
+    def targets_changed(self) -> None:
+        """A callable target's list changed: follow it now rather than at the next
+        re-read. Called on the worker's event loop."""
+        self._targets_changed.set()
 
     async def _supervise(self) -> None:
         """Keep one link per target address; re-read a callable target periodically."""
         while not self._stop_event.is_set():
             try:
-                wanted = await self._resolve_targets()
+                wanted = await read_targets(self.target)
             except Exception:
                 log.exception("resolving poller addresses failed; keeping the current ones")
                 wanted = list(self._links)
-            for address in wanted:
-                if address not in self._links:
-                    link = PollerLink(self, address)
-                    self._links[address] = link
-                    link.start()
-            for address, link in list(self._links.items()):
-                # A poller that left keeps its link until its runs and results are done.
-                if address not in wanted and not link.unacked and not self._runs_of(link):
-                    del self._links[address]
-                    await link.close()
+            await self._follow_targets(wanted)
             if not callable(self.target):
                 await self._stop_event.wait()
                 return
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop_event.wait(), TARGET_REFRESH)
+            await next_reading(self._targets_changed, self._stop_event)
+
+    async def _follow_targets(self, wanted: list[str]) -> None:
+        """One link per wanted address. A poller that left the list (membership) is
+        dead or going: its link is closed now, unless its stream is still up with runs
+        or results of its own, which may still be renewed and acknowledged; such a link
+        is retired, so it is not reopened when its stream ends (redialling a poller
+        that left would go on for ever), and closed at the next pass after that. Its
+        runs go on until their lease deadline, as when any stream is lost."""
+        for address, link in list(self._links.items()):
+            if address in wanted and not link.ended:
+                link.retired = False
+            elif address in wanted or not (
+                link.connected and (link.unacked or self._runs_of(link))
+            ):
+                del self._links[address]
+                await link.close()
+            elif not link.retired:
+                log.info("poller %s left: its stream ends with its runs", address)
+                link.retired = True
+        for address in wanted:
+            if address not in self._links:
+                link = PollerLink(self, address)
+                self._links[address] = link
+                link.start()
 
     # -- sharing the slots among streams --------------------------------------------
     def _limits(self) -> dict[PollerLink, int]:

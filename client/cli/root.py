@@ -1,7 +1,8 @@
 """The ``shardcron`` group: its global options, its error exits and its command groups.
 
 ``--target``, ``--owner``, ``--json`` and ``--timeout`` come before the subcommand and
-become the ``CliState`` every command reads. A ``ShardcronError`` raised by any
+become the ``CliState`` every command reads; ``--target`` may name several api nodes
+(``host1:7400,host2:7400``), which the client fails over among. A ``ShardcronError`` raised by any
 subcommand (those added from outside too) prints ``error: CODE: message`` on stderr and
 exits with the code ``EXIT_CODES`` gives it, never with a traceback.
 """
@@ -50,7 +51,8 @@ class ShardcronGroup(click.Group):
     envvar="SHARDCRON_TARGET",
     default=DEFAULT_TARGET,
     show_default=True,
-    help="host:port of any api node [env SHARDCRON_TARGET].",
+    help="host:port of an api node, or several comma-separated to fail over among "
+    "[env SHARDCRON_TARGET].",
 )
 @click.option(
     "--owner",

@@ -23,7 +23,7 @@ from shardcron.client.codec import (
     run_from_proto,
 )
 from shardcron.client.sdk import messages
-from shardcron.client.sdk.connection import open_channel, owner_metadata, resolve_target
+from shardcron.client.sdk.connection import ClientChannels, owner_metadata, resolve_target
 from shardcron.client.sdk.messages import JobSpecArg
 from shardcron.client.sdk.waiting import DEFAULT_POLL_INTERVAL, Waiter, final_runs_wanted
 from shardcron.client.types import (
@@ -61,8 +61,9 @@ class AsyncClient:
         self.target = resolve_target(target)
         self.owner = owner
         self.timeout = timeout
-        self._options = list(channel_options)
-        self._credentials = credentials
+        self._channels = ClientChannels(
+            self.target, credentials=credentials, options=channel_options, asyncio=True
+        )
         self._metadata = owner_metadata(owner)
         self._channel: grpc.aio.Channel | None = None
         self._job_stub: jobs_pb2_grpc.JobServiceStub | None = None
@@ -75,16 +76,14 @@ class AsyncClient:
         await self.close()
 
     async def close(self) -> None:
-        if self._channel is not None:
-            channel, self._channel = self._channel, None
-            self._job_stub = self._cluster_stub = None
+        self._channel = None
+        self._job_stub = self._cluster_stub = None
+        for channel in self._channels.take_open():
             await channel.close()
 
     def _open(self) -> grpc.aio.Channel:
         if self._channel is None:
-            self._channel = open_channel(
-                self.target, credentials=self._credentials, options=self._options, asyncio=True
-            )
+            self._channel = self._channels.calls()
             self._job_stub = jobs_pb2_grpc.JobServiceStub(self._channel)
             self._cluster_stub = cluster_pb2_grpc.ClusterServiceStub(self._channel)
         return self._channel
@@ -116,12 +115,14 @@ class AsyncClient:
     async def create_job_ex(self, spec: JobSpec, *, idempotency_key: str = "") -> tuple[Job, bool]:
         """See ``Client.create_job_ex``."""
         req = messages.create_job_request(spec, idempotency_key)
-        return messages.created_job(await self._call(self._jobs.CreateJob, req))
+        stub = self._channels.jobs_for_create([(spec, idempotency_key)], self._jobs)
+        return messages.created_job(await self._call(stub.CreateJob, req))
 
     async def create_jobs(self, specs: Sequence[JobSpecArg]) -> list[Job]:
         """See ``Client.create_jobs``."""
+        req = messages.create_jobs_request(specs)
         return messages.created_jobs(
-            await self._call(self._jobs.CreateJobs, messages.create_jobs_request(specs))
+            await self._call(self._channels.jobs_for_create(specs, self._jobs).CreateJobs, req)
         )
 
     async def get_job(self, job_id: str) -> Job:

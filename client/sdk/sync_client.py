@@ -23,7 +23,7 @@ from shardcron.client.codec import (
     run_from_proto,
 )
 from shardcron.client.sdk import messages
-from shardcron.client.sdk.connection import open_channel, owner_metadata, resolve_target
+from shardcron.client.sdk.connection import ClientChannels, owner_metadata, resolve_target
 from shardcron.client.sdk.messages import JobSpecArg
 from shardcron.client.sdk.waiting import DEFAULT_POLL_INTERVAL, Waiter, final_runs_wanted
 from shardcron.client.types import (
@@ -46,7 +46,9 @@ from shardcron.v1 import cluster_pb2_grpc, jobs_pb2_grpc
 class Client:
     """Blocking client of a shardcron cluster (any api node).
 
-    ``target`` defaults to ``$SHARDCRON_TARGET`` or ``127.0.0.1:7400``; every call is
+    ``target`` is one api node's ``host:port`` or several, comma-separated, to fail over
+    among (``connection`` says which calls are retried on another); it defaults to
+    ``$SHARDCRON_TARGET`` or ``127.0.0.1:7400``; every call is
     scoped to ``owner`` and given ``timeout`` seconds (except followed output).
     ``credentials`` switches to a TLS channel. Use as a context manager or ``close()``.
     """
@@ -63,9 +65,10 @@ class Client:
         self.target = resolve_target(target)
         self.owner = owner
         self.timeout = timeout
-        self._channel: grpc.Channel = open_channel(
+        self._channels = ClientChannels(
             self.target, credentials=credentials, options=channel_options
         )
+        self._channel: grpc.Channel = self._channels.calls()
         self._metadata = owner_metadata(owner)
         self._jobs = jobs_pb2_grpc.JobServiceStub(self._channel)
         self._cluster = cluster_pb2_grpc.ClusterServiceStub(self._channel)
@@ -77,7 +80,8 @@ class Client:
         self.close()
 
     def close(self) -> None:
-        self._channel.close()
+        for channel in self._channels.take_open():
+            channel.close()
 
     def _call(self, method: Any, request: Any) -> Any:
         try:
@@ -97,15 +101,16 @@ class Client:
     def create_job_ex(self, spec: JobSpec, *, idempotency_key: str = "") -> tuple[Job, bool]:
         """``create_job``, also saying whether the job was created (False: the key named an
         existing job, which is returned)."""
-        return messages.created_job(
-            self._call(self._jobs.CreateJob, messages.create_job_request(spec, idempotency_key))
-        )
+        req = messages.create_job_request(spec, idempotency_key)
+        stub = self._channels.jobs_for_create([(spec, idempotency_key)], self._jobs)
+        return messages.created_job(self._call(stub.CreateJob, req))
 
     def create_jobs(self, specs: Sequence[JobSpecArg]) -> list[Job]:
         """Create several jobs, all or none; a spec may be paired with its idempotency key.
         A bad one fails the batch with InvalidArgument naming ``jobs[i]``."""
+        req = messages.create_jobs_request(specs)
         return messages.created_jobs(
-            self._call(self._jobs.CreateJobs, messages.create_jobs_request(specs))
+            self._call(self._channels.jobs_for_create(specs, self._jobs).CreateJobs, req)
         )
 
     def get_job(self, job_id: str) -> Job:
