@@ -99,8 +99,13 @@ ACTIVE_RUN_STATES: tuple[RunState, ...] = tuple(
 
 
 def run_state_order(state: str | RunState) -> int:
-    """The place of ``state`` in the order; a write of a lower one loses to the stored run."""
-    return RUN_STATE_ORDER[RunState(state)]
+    """The place of ``state`` in the order; a write of a lower one loses to the stored run.
+    A stored state this version does not know (a newer version's) counts as final, as
+    in ``state_order_sql``: such a run row is never moved back, and never raises."""
+    try:
+        return RUN_STATE_ORDER[RunState(state)]
+    except ValueError:
+        return _FINAL_ORDER
 
 
 def state_order_sql(column: str) -> str:

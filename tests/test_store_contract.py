@@ -320,6 +320,9 @@ async def test_an_unreadable_row_is_skipped_by_reads_of_many_and_named_by_a_read
         assert raised.value.message.startswith(f"{noun} {row_id} cannot be read: ")
     with pytest.raises(NotFound):
         await store.get_job(BOB, not_json.id)  # another owner's row stays not found
+    await store.commit(runs=[lost])  # an unknown stored state counts as final: kept
+    with pytest.raises(UnreadableRow):
+        await store.get_run(ALICE, lost.id)
     again = dataclasses.replace(make_job(), idempotency_key="k")
     await create(store, again)
     await spoil(store, "jobs", again.id, "spec", "[]")
