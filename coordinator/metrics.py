@@ -97,6 +97,13 @@ class Metrics:
             "Times the poller reloaded its shards from the store, forgetting what it held",
             registry=r,
         )
+        # Job and run rows the store could not decode and skipped, each counted once.
+        self.store_bad_rows = Counter(
+            "shardcron_store_bad_rows_total",
+            "Stored rows that could not be decoded and were skipped, by table",
+            ["table"],
+            registry=r,
+        )
         self.jobs_created = Counter("shardcron_jobs_created_total", "Jobs created", registry=r)
         self.store_latency = Histogram(
             "shardcron_store_seconds",
@@ -108,11 +115,13 @@ class Metrics:
 
 
 class TimedStore:
-    """Wraps a JobStore so every call lands in ``shardcron_store_seconds{op=...}``."""
+    """Wraps a JobStore so every call lands in ``shardcron_store_seconds{op=...}``,
+    and every row it skips as unreadable in ``shardcron_store_bad_rows_total``."""
 
     def __init__(self, store: Any, metrics: Metrics) -> None:
         self._store = store
         self._metrics = metrics
+        store.bad_rows.count_into(lambda table: metrics.store_bad_rows.labels(table=table).inc())
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._store, name)

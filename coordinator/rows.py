@@ -5,6 +5,11 @@ as its type annotation says), and jobs and runs are rows of ``JOB_COLS`` and
 ``RUN_COLS`` in that order. The stores differ only in how a missing time or number
 is stored: SQLite stores NULL; Cassandra stores a sentinel, because a null written
 to Cassandra is a tombstone. ``RowCodec(null=...)`` is the codec for either.
+
+A row this version cannot decode (written by a newer version, or corrupted) raises
+``UnreadableRow`` naming the table, the row id and the reason; ``BadRowLog`` is how
+reads of many rows skip such a row, logging and counting it once, so that one bad
+row fails alone.
 """
 
 from __future__ import annotations
@@ -12,17 +17,20 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import logging
 import types
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import Enum
 from typing import Any, TypeVar
 
+from shardcron.client.errors import FailedPrecondition
 from shardcron.client.types import Job, JobSpec, JobState, Run, RunReason, RunState
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 # --------------------------------------------------------------------------- time
 
@@ -153,6 +161,10 @@ class RowCodec:
         )  # fmt: skip
 
     def row_job(self, r: Sequence[Any]) -> Job:
+        """The job of a row; raises ``UnreadableRow`` when it cannot be decoded."""
+        return _decoding("jobs", r, self._job)
+
+    def _job(self, r: Sequence[Any]) -> Job:
         return Job(
             id=r[0], owner=r[1], state=JobState(r[3]), version=r[4], schedule_version=r[5],
             spec=_spec_from_json(r[6]), next_fire_at=self._opt_time(r[7]),
@@ -172,6 +184,10 @@ class RowCodec:
         )  # fmt: skip
 
     def row_run(self, r: Sequence[Any]) -> Run:
+        """The run of a row; raises ``UnreadableRow`` when it cannot be decoded."""
+        return _decoding("runs", r, self._run)
+
+    def _run(self, r: Sequence[Any]) -> Run:
         t = self._opt_time
         return Run(
             id=r[0], job_id=r[1], owner=r[2], shard=r[3], state=RunState(r[4]),
@@ -181,3 +197,71 @@ class RowCodec:
             ended_at=t(r[16]), exit_code=self._opt(r[17]), reason=RunReason(r[18]),
             error=r[19], output_bytes=r[20], replayed_from=r[21], schedule_version=r[22],
         )  # fmt: skip
+
+
+# --------------------------------------------------------------------------- unreadable rows
+
+# What decoding a row that this version cannot read raises inside the codec: a spec
+# that is not JSON or not a spec, an enum value it does not know (a row written by a
+# newer version), a field of the wrong type.
+_DECODE_ERRORS = (ValueError, TypeError, KeyError, AttributeError, OverflowError)
+
+
+class UnreadableRow(FailedPrecondition):
+    """A stored job or run row this version cannot decode.
+
+    ``table`` is ``jobs`` or ``runs``, ``row_id`` the row's id and ``reason`` what
+    the codec could not read. Reads of one row by id raise it (the api answers
+    FAILED_PRECONDITION "job X cannot be read: ..."); reads of many rows skip the
+    row instead (``BadRowLog``), so one bad row fails alone."""
+
+    def __init__(self, table: str, row_id: str, reason: str) -> None:
+        noun = {"jobs": "job", "runs": "run"}.get(table, table)
+        super().__init__(f"{noun} {row_id} cannot be read: {reason}")
+        self.table = table
+        self.row_id = row_id
+        self.reason = reason
+
+
+def _decoding(table: str, row: Sequence[Any], decode: Callable[[Sequence[Any]], T]) -> T:
+    try:
+        return decode(row)
+    except _DECODE_ERRORS as error:
+        raise UnreadableRow(table, str(row[0]), f"{type(error).__name__}: {error}") from error
+
+
+class BadRowLog:
+    """The rows one store met but could not decode, for reads that skip them.
+
+    Each bad row is logged once per (table, row id) and counted once, through the
+    counter given to ``count_into`` (the node's ``shardcron_store_bad_rows_total``),
+    so a row read again by every poll neither floods the log nor inflates the count.
+    """
+
+    def __init__(self) -> None:
+        self._seen: set[tuple[str, str]] = set()
+        self._count: Callable[[str], None] = lambda table: None
+
+    def count_into(self, count: Callable[[str], None]) -> None:
+        """Counts each newly met bad row with ``count(table)`` from now on."""
+        self._count = count
+
+    def skipped(self, bad: UnreadableRow) -> None:
+        key = (bad.table, bad.row_id)
+        if key in self._seen:
+            return
+        self._seen.add(key)
+        log.error("skipping unreadable row: %s", bad.message)
+        self._count(bad.table)
+
+    def decoded(
+        self, rows: Iterable[Sequence[Any]], decode: Callable[[Sequence[Any]], T]
+    ) -> list[T]:
+        """Every row ``decode`` can read, in order; the others are logged, counted, skipped."""
+        out: list[T] = []
+        for row in rows:
+            try:
+                out.append(decode(row))
+            except UnreadableRow as bad:
+                self.skipped(bad)
+        return out

@@ -15,6 +15,17 @@ Write ownership, which keeps the store free of cross-process locks on the hot pa
 Every write method returns only once its data is durable (SQLite committed with
 ``synchronous=FULL``; Cassandra acknowledged at the configured consistency).
 Implementations group-commit concurrent writes: many callers, one transaction.
+
+Unreadable rows: a job or run row this version cannot decode (an enum value or a
+spec written by a newer version, a corrupted spec) fails alone. Reading it by id
+(``get_job``, ``get_run``, and a create whose idempotency key names it) raises
+``UnreadableRow`` (a ``FailedPrecondition``: "job X cannot be read: reason"); every
+read of many rows (``get_jobs``, ``get_runs``, the listings) skips it, logs it
+once per row id and counts it once in ``shardcron_store_bad_rows_total{table}``
+through ``bad_rows``. A poller therefore never sees it: a run whose row is
+unreadable is absent, as if never written, and a run whose job row is unreadable
+is a run whose job is missing (cancelled as JOB_DELETED once the job row's grace
+has passed). The due index holds no spec, so ``scan_due`` never meets one.
 """
 
 from __future__ import annotations
@@ -25,6 +36,7 @@ from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from shardcron.client.types import Job, JobState, OutputChunk, Page, Run, RunState
+from shardcron.coordinator.rows import BadRowLog
 
 DEFAULT_SHARD_COUNT = 64
 DEFAULT_BUCKET_SECONDS = 60
@@ -74,13 +86,17 @@ class JobStore(Protocol):
 
     Errors: ``NotFound`` for an unknown (or other owner's) job or run;
     ``VersionConflict`` for a stale expected version; ``InvalidArgument`` with
-    field ``page_token`` for a page token this store did not issue. Anything else
-    is an infrastructure failure and propagates as is.
+    field ``page_token`` for a page token this store did not issue;
+    ``UnreadableRow`` for one row read by id that cannot be decoded (reads of
+    many rows skip such rows: see the module docstring). Anything else is an
+    infrastructure failure and propagates as is.
     """
 
     shard_count: int
     bucket_seconds: int
     output_cap_bytes: int
+    # The rows this store skipped as unreadable; ``bad_rows.count_into`` counts them.
+    bad_rows: BadRowLog
 
     async def open(self) -> None:
         """Connects and creates the schema if it is missing. Idempotent."""
@@ -96,14 +112,17 @@ class JobStore(Protocol):
         An item whose (owner, idempotency_key) already names a job writes nothing
         and yields ``(existing_job, False)``; the others yield ``(job, True)``.
         Results come in the order of ``items``. Runs are written as given; those
-        in state PENDING also get a due-index row.
+        in state PENDING also get a due-index row. Raises ``UnreadableRow`` when
+        the job an idempotency key names cannot be decoded; then nothing is written.
         """
 
     async def get_job(self, owner: str, job_id: str) -> Job:
-        """The job, if it belongs to ``owner``. Raises NotFound otherwise."""
+        """The job, if it belongs to ``owner``. Raises NotFound otherwise, and
+        ``UnreadableRow`` when its row cannot be decoded."""
 
     async def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Job]:
-        """Jobs by id whatever their owner or state (for pollers); missing ids are absent."""
+        """Jobs by id whatever their owner or state (for pollers); missing ids, and
+        rows that cannot be decoded (skipped, logged and counted), are absent."""
 
     async def list_jobs(
         self,
@@ -115,7 +134,9 @@ class JobStore(Protocol):
         page_size: int = 100,
         page_token: str = "",
     ) -> Page[Job]:
-        """The owner's jobs in creation order. Empty ``states`` = every state but DELETED."""
+        """The owner's jobs in creation order. Empty ``states`` = every state but DELETED.
+        Rows that cannot be decoded are skipped (a page may hold fewer than
+        ``page_size`` items and still carry a token)."""
 
     async def update_job(
         self,
@@ -163,10 +184,12 @@ class JobStore(Protocol):
         caller carry increasing times."""
 
     async def get_run(self, owner: str, run_id: str) -> Run:
-        """The run, if its job belongs to ``owner``. Raises NotFound otherwise."""
+        """The run, if its job belongs to ``owner``. Raises NotFound otherwise, and
+        ``UnreadableRow`` when its row cannot be decoded."""
 
     async def get_runs(self, run_ids: Sequence[str]) -> dict[str, Run]:
-        """Runs by id whatever their owner (for pollers); missing ids are absent."""
+        """Runs by id whatever their owner (for pollers); missing ids, and rows that
+        cannot be decoded (skipped, logged and counted), are absent."""
 
     async def list_runs(
         self,
@@ -177,15 +200,18 @@ class JobStore(Protocol):
         page_size: int = 100,
         page_token: str = "",
     ) -> Page[Run]:
-        """Runs of one job, newest due first. Raises NotFound for an unknown job."""
+        """Runs of one job, newest due first; rows that cannot be decoded are
+        skipped. Raises NotFound for an unknown job."""
 
     async def list_active_runs(self, job_id: str) -> list[Run]:
-        """Runs of the job that are not final (PENDING, LEASED, RUNNING)."""
+        """Runs of the job that are not final (PENDING, LEASED, RUNNING); rows that
+        cannot be decoded are skipped."""
 
     async def list_dead_letters(
         self, owner: str, *, job_id: str = "", page_size: int = 100, page_token: str = ""
     ) -> Page[Run]:
-        """Runs with ``dead_letter`` set, newest first; of one job or of every job of the owner."""
+        """Runs with ``dead_letter`` set, newest first; of one job or of every job of
+        the owner. Rows that cannot be decoded are skipped."""
 
     # --- due index ----------------------------------------------------------
 

@@ -8,7 +8,8 @@ token of one listing for another:
 - the layout (shard count, bucket size, output cap) and the check that a store
   opened on existing data was created with the same shard count and bucket size;
 - the run-state order: a stored run is never moved back to an earlier state;
-- page tokens, page sizes and pages, bounded in count and in bytes;
+- page tokens, page sizes and pages, bounded in count and in bytes; a page of
+  rows skips the rows that cannot be decoded (``make_row_page``);
 - where a run's kept output starts once it passes the cap (``output_head``,
   ``keep_tail``);
 - the filters of ``list_jobs`` and ``list_runs``;
@@ -33,6 +34,7 @@ from typing import Any, TypeVar
 
 from shardcron.client.errors import InvalidArgument
 from shardcron.client.types import FINAL_RUN_STATES, Job, JobState, Page, RunState
+from shardcron.coordinator.rows import BadRowLog
 from shardcron.coordinator.store import (
     DEFAULT_BUCKET_SECONDS,
     DEFAULT_OUTPUT_CAP_BYTES,
@@ -97,8 +99,13 @@ ACTIVE_RUN_STATES: tuple[RunState, ...] = tuple(
 
 
 def run_state_order(state: str | RunState) -> int:
-    """The place of ``state`` in the order; a write of a lower one loses to the stored run."""
-    return RUN_STATE_ORDER[RunState(state)]
+    """The place of ``state`` in the order; a write of a lower one loses to the stored run.
+    A stored state this version does not know (a newer version's) counts as final, as
+    in ``state_order_sql``: such a run row is never moved back, and never raises."""
+    try:
+        return RUN_STATE_ORDER[RunState(state)]
+    except ValueError:
+        return _FINAL_ORDER
 
 
 def state_order_sql(column: str) -> str:
@@ -151,6 +158,23 @@ def make_page(kind: PageKind, items: list[T], size: int, key: Callable[[T], str]
         return Page(items=items)
     items = items[:size]
     return Page(items=items, next_page_token=page_token(kind, key(items[-1])))
+
+
+def make_row_page(
+    kind: PageKind,
+    rows: Sequence[Sequence[Any]],
+    size: int,
+    decode: Callable[[Sequence[Any]], T],
+    bad_rows: BadRowLog,
+) -> Page[T]:
+    """``make_page`` over rows keyed by their first column, skipping the rows ``decode``
+    cannot read (``bad_rows``): whether another page follows, and where it starts, come
+    from the rows read, so a skipped row never ends a listing early."""
+    head = rows[:size]
+    items = bad_rows.decoded(head, decode)
+    if len(rows) <= size:
+        return Page(items=items)
+    return Page(items=items, next_page_token=page_token(kind, str(head[-1][0])))
 
 
 # A page of a listing is also bounded in bytes, so that it reaches a client that keeps

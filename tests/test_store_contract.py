@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from shardcron.client.errors import InvalidArgument, NotFound, VersionConflict
+from shardcron.client.errors import FailedPrecondition, InvalidArgument, NotFound, VersionConflict
 from shardcron.client.types import (
     HandlerTask,
     Job,
@@ -37,9 +37,11 @@ from shardcron.client.types import (
     RunState,
 )
 from shardcron.coordinator.ids import new_job_id, run_id
+from shardcron.coordinator.rows import UnreadableRow
 from shardcron.coordinator.sqlite.store import SqliteStore
 from shardcron.coordinator.store import DueEntry, JobProgress, JobStore, NewJob
 from shardcron.coordinator.store_rules import PAGE_BYTES, PageKind, fit_page
+from tests.support.bad_rows import spoil
 from tests.support.cassandra import cassandra_backend
 from tests.support.store_builders import (
     ALICE,
@@ -287,6 +289,56 @@ async def test_get_many_ids_at_once(store: JobStore) -> None:
     await store.create_jobs([NewJob(job=j, runs=[r]) for j, r in zip(jobs, runs, strict=True)])
     assert len(await store.get_jobs([j.id for j in jobs])) == 1200
     assert len(await store.get_runs([r.id for r in runs])) == 1200
+
+
+async def test_an_unreadable_row_is_skipped_by_reads_of_many_and_named_by_a_read_by_id(
+    store: JobStore,
+) -> None:
+    """A job or run row this version cannot decode (a spec that is not JSON, a state
+    name from a newer version) fails alone: listings and reads by many ids skip it,
+    logging and counting it once; a read by its id says which row and why."""
+    good, not_json, newer = (make_job(name=n, labels={"team": "t"}) for n in "abc")
+    kept, lost = make_run(good), make_run(good, fire_key="later", due_at=T0 + S)
+    await create(store, good, kept, lost)
+    for job in (not_json, newer):
+        await create(store, job, make_run(job))
+    await spoil(store, "jobs", not_json.id, "spec", "{not json")
+    await spoil(store, "jobs", newer.id, "state", "ARCHIVED")
+    await spoil(store, "runs", lost.id, "state", "PARKED")
+    counted: list[str] = []
+    store.bad_rows.count_into(counted.append)
+
+    for _ in range(2):  # read again: logged and counted once per row
+        assert await store.get_jobs([good.id, not_json.id, newer.id]) == {good.id: good}
+        assert await store.get_runs([kept.id, lost.id]) == {kept.id: kept}
+    assert sorted(counted) == ["jobs", "jobs", "runs"]
+    listed = await all_pages(lambda **kw: store.list_jobs(ALICE, **kw), 1)
+    assert listed == [good]
+    assert (await store.list_jobs(ALICE, labels={"team": "t"})).items == [good]
+    assert await all_pages(lambda **kw: store.list_runs(ALICE, good.id, **kw), 1) == [kept]
+    assert await store.list_active_runs(good.id) == [kept]
+    assert sorted(counted) == ["jobs", "jobs", "runs"]
+
+    for read, noun, row_id, table in (
+        (store.get_job(ALICE, not_json.id), "job", not_json.id, "jobs"),
+        (store.get_job(ALICE, newer.id), "job", newer.id, "jobs"),
+        (store.get_run(ALICE, lost.id), "run", lost.id, "runs"),
+    ):
+        with pytest.raises(UnreadableRow) as raised:
+            await read
+        assert isinstance(raised.value, FailedPrecondition)
+        assert (raised.value.table, raised.value.row_id) == (table, row_id)
+        assert raised.value.message.startswith(f"{noun} {row_id} cannot be read: ")
+    with pytest.raises(NotFound):
+        await store.get_job(BOB, not_json.id)  # another owner's row stays not found
+    await store.commit(runs=[lost])  # an unknown stored state counts as final: kept
+    with pytest.raises(UnreadableRow):
+        await store.get_run(ALICE, lost.id)
+    again = dataclasses.replace(make_job(), idempotency_key="k")
+    await create(store, again)
+    await spoil(store, "jobs", again.id, "spec", "[]")
+    with pytest.raises(UnreadableRow):  # the key names a job that cannot be read
+        await store.create_jobs([NewJob(job=dataclasses.replace(make_job(), idempotency_key="k"))])
 
 
 # --------------------------------------------------------------------------- list_jobs

@@ -13,6 +13,7 @@ import pytest
 
 from shardcron.client.errors import InvalidArgument
 from shardcron.client.types import FINAL_RUN_STATES, JobState, Page, RunState
+from shardcron.coordinator.rows import BadRowLog, UnreadableRow
 from shardcron.coordinator.sqlite.schema import UPSERT_RUN
 from shardcron.coordinator.sqlite.store import SqliteStore
 from shardcron.coordinator.store import JobProgress
@@ -31,6 +32,7 @@ from shardcron.coordinator.store_rules import (
     fit_page,
     keep_tail,
     make_page,
+    make_row_page,
     output_head,
     output_window,
     page_token,
@@ -87,6 +89,28 @@ def test_a_page_offers_a_token_only_when_more_items_were_found() -> None:
     assert (last.items, last.next_page_token) == (ids[:4], "")
 
 
+def test_a_page_of_rows_skips_unreadable_rows_and_still_offers_the_next_page() -> None:
+    """A row that cannot be decoded, last on a page, made the page look like the last
+    one: the token comes from the rows read, not from the items kept."""
+
+    def decode(row: tuple[str, ...]) -> str:
+        if row[1] == "bad":
+            raise UnreadableRow("jobs", row[0], "bad")
+        return row[0]
+
+    rows = [("id0", "ok"), ("id1", "bad"), ("id2", "bad")]
+    counted: list[str] = []
+    bad_rows = BadRowLog()
+    bad_rows.count_into(counted.append)
+    page = make_row_page(PageKind.JOBS, rows, 2, decode, bad_rows)
+    assert page.items == ["id0"]
+    assert page_token_after(PageKind.JOBS, page.next_page_token) == "id1"
+    last = make_row_page(PageKind.JOBS, rows[2:], 2, decode, bad_rows)
+    assert (last.items, last.next_page_token) == ([], "")
+    make_row_page(PageKind.JOBS, rows, 2, decode, bad_rows)
+    assert counted == ["jobs", "jobs"]  # once per row id
+
+
 @pytest.mark.parametrize(("asked", "served"), [(-5, 1), (0, 1), (1, 1), (250, 250), (10**6, 1000)])
 def test_page_sizes_are_clamped_never_refused(asked: int, served: int) -> None:
     assert clamp_page_size(asked) == served
@@ -104,9 +128,9 @@ def test_every_run_state_has_a_place_and_final_states_share_the_last() -> None:
     assert run_state_order("LEASED") == run_state_order(RunState.LEASED)  # as stored
 
 
-@pytest.mark.parametrize("stored", list(RunState))
+@pytest.mark.parametrize("stored", [*RunState, "PARKED"])  # PARKED: a newer version's
 @pytest.mark.parametrize("written", list(RunState))
-def test_the_sql_state_order_is_the_state_order(stored: RunState, written: RunState) -> None:
+def test_the_sql_state_order_is_the_state_order(stored: str, written: RunState) -> None:
     conn = sqlite3.connect(":memory:")
     sql = f"SELECT {state_order_sql(':new')} >= {state_order_sql(':old')}"
     (overwrites,) = conn.execute(sql, {"new": str(written), "old": str(stored)}).fetchone()

@@ -17,7 +17,7 @@ from datetime import timedelta
 
 from shardcron.client.errors import Unavailable
 from shardcron.client.types import Job, RunState
-from shardcron.coordinator.cassandra.reads import get_jobs
+from shardcron.coordinator.cassandra.reads import job_rows
 from shardcron.coordinator.cassandra.session import Cql
 from shardcron.coordinator.cassandra.statements import ROWS
 from shardcron.coordinator.cassandra.writes import WritePlanner, Writes
@@ -93,7 +93,8 @@ async def settle_failed_create(cql: Cql, jobs: list[Job]) -> None:
     if not jobs:
         return
     with contextlib.suppress(Exception):
-        stored = await get_jobs(cql, [j.id for j in jobs])
+        # A row stored counts whether or not it can be decoded: never erase a job.
+        stored = {r[0] for r in await job_rows(cql, [j.id for j in jobs])}
         gone = [j for j in jobs if j.id not in stored]
         await cql.gather(
             cql.exec(cql.ps[name], args)
@@ -132,7 +133,10 @@ async def _claim(cql: Cql, keys: dict[tuple[str, str], str]) -> dict[tuple[str, 
     existing: dict[tuple[str, str], Job] = {}
     deadline = time.monotonic() + _CLAIM_WAIT
     while taken:
-        jobs = await get_jobs(cql, [job_id for job_id, _ in taken.values()])
+        # Decoded strictly: a key held by an unreadable job raises UnreadableRow, as it
+        # would for one job read by id, instead of passing for a claim never written.
+        rows = await job_rows(cql, [job_id for job_id, _ in taken.values()])
+        jobs = {r[0]: ROWS.row_job(r) for r in rows}
         for key, (job_id, _) in list(taken.items()):
             if job_id in jobs:
                 existing[key] = jobs[job_id]

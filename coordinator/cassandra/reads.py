@@ -3,7 +3,9 @@
 Listings walk an index partition (``jobs_by_owner``, ``dead_letters``) or a job's
 runs in id order and filter what they read with the rules of ``store_rules``, so
 a page may need several index reads; indexes are checked against the rows they
-point to (an entry left by an interrupted write is skipped).
+point to (an entry left by an interrupted write is skipped). Reads of many rows
+skip the rows that cannot be decoded (``BadRowLog``); reads of one row by id
+raise ``UnreadableRow``.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from shardcron.client.types import Job, JobState, Page, Run, RunState
 from shardcron.coordinator.cassandra.session import Cql
 from shardcron.coordinator.cassandra.statements import ROWS
 from shardcron.coordinator.ids import bucket_for
-from shardcron.coordinator.rows import _dt, _us
+from shardcron.coordinator.rows import BadRowLog, _dt, _us
 from shardcron.coordinator.store import DueEntry
 from shardcron.coordinator.store_rules import (
     ACTIVE_RUN_STATES,
@@ -44,9 +46,13 @@ async def get_job(cql: Cql, owner: str, job_id: str) -> Job:
     return ROWS.row_job(rows[0])
 
 
-async def get_jobs(cql: Cql, job_ids: Sequence[str]) -> dict[str, Job]:
-    rows = await cql.in_("select_jobs", job_ids)
-    return {r[0]: ROWS.row_job(r) for r in rows if r[1] is not None}
+async def job_rows(cql: Cql, job_ids: Sequence[str]) -> list[Any]:
+    """The stored rows of these jobs, undecoded (a row without an owner is no job)."""
+    return [r for r in await cql.in_("select_jobs", job_ids) if r[1] is not None]
+
+
+async def get_jobs(cql: Cql, job_ids: Sequence[str], bad_rows: BadRowLog) -> dict[str, Job]:
+    return {j.id: j for j in bad_rows.decoded(await job_rows(cql, job_ids), ROWS.row_job)}
 
 
 async def list_jobs(
@@ -58,6 +64,7 @@ async def list_jobs(
     labels: dict[str, str] | None,
     page_size: int,
     page_token: str,
+    bad_rows: BadRowLog,
 ) -> Page[Job]:
     size = clamp_page_size(page_size)
     after = page_token_after(PageKind.JOBS, page_token) or ""
@@ -69,7 +76,7 @@ async def list_jobs(
         ids = [r[0] for r in rows]
         if not ids:
             break
-        jobs = await get_jobs(cql, ids)
+        jobs = await get_jobs(cql, ids, bad_rows)
         found += [j for i in ids if (j := jobs.get(i)) and j.owner == owner and wanted.matches(j)]
         after = ids[-1]
         if len(ids) < chunk:
@@ -81,20 +88,24 @@ async def list_jobs(
 
 
 async def get_run(cql: Cql, owner: str, run_id: str) -> Run:
-    run = (await get_runs(cql, [run_id])).get(run_id)
-    if run is None or run.owner != owner:
+    rows = await _run_rows(cql, [run_id])
+    if not rows or rows[0][2] != owner:
         raise NotFound(f"run {run_id} not found")
-    return run
+    return ROWS.row_run(rows[0])
 
 
-async def get_runs(cql: Cql, run_ids: Sequence[str]) -> dict[str, Run]:
+async def _run_rows(cql: Cql, run_ids: Sequence[str]) -> list[Any]:
     by_job: dict[str, list[str]] = {}
     for rid, job_id, _owner in await cql.in_("run_ids", run_ids):
         by_job.setdefault(job_id, []).append(rid)
     parts = await cql.gather(
         cql.all(cql.ps["select_runs"], (job_id, ids)) for job_id, ids in by_job.items()
     )
-    return {r[0]: ROWS.row_run(r) for part in parts for r in part}
+    return [r for part in parts for r in part]
+
+
+async def get_runs(cql: Cql, run_ids: Sequence[str], bad_rows: BadRowLog) -> dict[str, Run]:
+    return {r.id: r for r in bad_rows.decoded(await _run_rows(cql, run_ids), ROWS.row_run)}
 
 
 async def list_runs(
@@ -105,6 +116,7 @@ async def list_runs(
     states: frozenset[RunState],
     page_size: int,
     page_token: str,
+    bad_rows: BadRowLog,
 ) -> Page[Run]:
     size = clamp_page_size(page_size)
     after = page_token_after(PageKind.RUNS, page_token)
@@ -117,23 +129,29 @@ async def list_runs(
         pages = cql.pages(cql.ps["job_runs_before"], (job_id, after))
     found: list[Run] = []
     async for rows in pages:
-        found += [ROWS.row_run(r) for r in rows if run_state_wanted(states, r[4])]
+        found += bad_rows.decoded((r for r in rows if run_state_wanted(states, r[4])), ROWS.row_run)
         if len(found) > size:
             break
     return make_page(PageKind.RUNS, found, size, _id)
 
 
-async def list_active_runs(cql: Cql, job_id: str) -> list[Run]:
+async def list_active_runs(cql: Cql, job_id: str, bad_rows: BadRowLog) -> list[Run]:
     # Walks the job's partition reading (id, state) only, then reads the active runs
     # whole: an index of active runs would be rewritten on every state change.
     rows = await cql.all(cql.ps["job_run_states"], (job_id,))
     ids = [rid for rid, state in rows if state in ACTIVE_RUN_STATES]
     rows = await cql.in_("select_runs", ids, job_id) if ids else []
-    return [ROWS.row_run(r) for r in rows]
+    return bad_rows.decoded(rows, ROWS.row_run)
 
 
 async def list_dead_letters(
-    cql: Cql, owner: str, *, job_id: str, page_size: int, page_token: str
+    cql: Cql,
+    owner: str,
+    *,
+    job_id: str,
+    page_size: int,
+    page_token: str,
+    bad_rows: BadRowLog,
 ) -> Page[Run]:
     size = clamp_page_size(page_size)
     cursor = page_token_after(PageKind.DEAD_LETTERS, page_token)
@@ -147,7 +165,7 @@ async def list_dead_letters(
         if not rows:
             break
         ids = [rid for rid, jid in rows if not job_id or jid == job_id]
-        runs = await get_runs(cql, ids) if ids else {}
+        runs = await get_runs(cql, ids, bad_rows) if ids else {}
         # The index is checked against the runs: an entry left by an interrupted
         # write whose run is no longer a dead letter is skipped.
         found += [r for rid in ids if (r := runs.get(rid)) and r.dead_letter and r.owner == owner]

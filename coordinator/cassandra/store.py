@@ -89,7 +89,7 @@ from shardcron.coordinator.cassandra.writes import (
     now_us,
     progress_values,
 )
-from shardcron.coordinator.rows import _spec_to_json, _us
+from shardcron.coordinator.rows import BadRowLog, _spec_to_json, _us
 from shardcron.coordinator.store import (
     DEFAULT_BUCKET_SECONDS,
     DEFAULT_OUTPUT_CAP_BYTES,
@@ -148,6 +148,7 @@ class CassandraStore:
         self._cluster: Cluster | None = None
         self._session: Session | None = None
         self._cql = Cql(consistency=self.consistency, max_concurrency=max_concurrency)
+        self.bad_rows = BadRowLog()
         self._planner = WritePlanner(self._cql, bucket_seconds=bucket_seconds, due_ttl=due_ttl)
 
     # --- lifecycle ----------------------------------------------------------
@@ -210,7 +211,7 @@ class CassandraStore:
         return await reads.get_job(self._cql, owner, job_id)
 
     async def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Job]:
-        return await reads.get_jobs(self._cql, job_ids)
+        return await reads.get_jobs(self._cql, job_ids, self.bad_rows)
 
     async def list_jobs(
         self,
@@ -230,6 +231,7 @@ class CassandraStore:
             labels=labels,
             page_size=page_size,
             page_token=page_token,
+            bad_rows=self.bad_rows,
         )
 
     async def update_job(
@@ -304,7 +306,7 @@ class CassandraStore:
         return await reads.get_run(self._cql, owner, run_id)
 
     async def get_runs(self, run_ids: Sequence[str]) -> dict[str, Run]:
-        return await reads.get_runs(self._cql, run_ids)
+        return await reads.get_runs(self._cql, run_ids, self.bad_rows)
 
     async def list_runs(
         self,
@@ -316,17 +318,28 @@ class CassandraStore:
         page_token: str = "",
     ) -> Page[Run]:
         return await reads.list_runs(
-            self._cql, owner, job_id, states=states, page_size=page_size, page_token=page_token
+            self._cql,
+            owner,
+            job_id,
+            states=states,
+            page_size=page_size,
+            page_token=page_token,
+            bad_rows=self.bad_rows,
         )
 
     async def list_active_runs(self, job_id: str) -> list[Run]:
-        return await reads.list_active_runs(self._cql, job_id)
+        return await reads.list_active_runs(self._cql, job_id, self.bad_rows)
 
     async def list_dead_letters(
         self, owner: str, *, job_id: str = "", page_size: int = 100, page_token: str = ""
     ) -> Page[Run]:
         return await reads.list_dead_letters(
-            self._cql, owner, job_id=job_id, page_size=page_size, page_token=page_token
+            self._cql,
+            owner,
+            job_id=job_id,
+            page_size=page_size,
+            page_token=page_token,
+            bad_rows=self.bad_rows,
         )
 
     # --- due index ----------------------------------------------------------

@@ -19,7 +19,7 @@ from typing import Any
 from shardcron.client.errors import NotFound, VersionConflict
 from shardcron.client.types import Job, JobState, OutputChunk, Page, Run, RunState
 from shardcron.coordinator.ids import bucket_for
-from shardcron.coordinator.rows import RowCodec, _dt, _spec_to_json, _us
+from shardcron.coordinator.rows import BadRowLog, RowCodec, _dt, _spec_to_json, _us
 from shardcron.coordinator.sqlite.group_commit import Conn, GroupCommitDb
 from shardcron.coordinator.sqlite.schema import (
     INSERT_DUE,
@@ -50,7 +50,7 @@ from shardcron.coordinator.store_rules import (
     bytes_in,
     clamp_page_size,
     cut_pieces,
-    make_page,
+    make_row_page,
     output_head,
     output_window,
     page_token_after,
@@ -74,10 +74,6 @@ def _keyset(
         where, args = [*where, "id < ?" if desc else "id > ?"], [*args, after]
     order = "DESC" if desc else "ASC"
     return f"WHERE {' AND '.join(where)} ORDER BY id {order} LIMIT ?", [*args, size + 1], size
-
-
-def _id(item: Job | Run) -> str:
-    return item.id
 
 
 def _state_filter(states: frozenset[Any], where: list[str], args: list[Any]) -> None:
@@ -109,6 +105,7 @@ class SqliteStore:
         self.bucket_seconds = layout.bucket_seconds
         self.output_cap_bytes = layout.output_cap_bytes
         self._db = GroupCommitDb(self.path)
+        self.bad_rows = BadRowLog()
 
     @property
     def _transactions(self) -> int:
@@ -181,7 +178,7 @@ class SqliteStore:
     async def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Job]:
         sql = SELECT_JOB + " WHERE id IN ({})"
         rows = await self._db.read(lambda c: select_in(c, sql, job_ids))
-        return {r[0]: _row_job(r) for r in rows}
+        return {j.id: j for j in self.bad_rows.decoded(rows, _row_job)}
 
     async def list_jobs(
         self,
@@ -199,14 +196,16 @@ class SqliteStore:
         if wanted.name_prefix:
             where.append("substr(name, 1, length(?)) = ?")
             args += [wanted.name_prefix, wanted.name_prefix]
+        # A spec that is not JSON matches no label (its row is unreadable, not an error).
+        spec = "CASE WHEN json_valid(spec) THEN spec ELSE '{}' END"
         for key, value in wanted.labels.items():
             where.append(
-                "EXISTS (SELECT 1 FROM json_each(spec, '$.labels') WHERE key = ? AND value = ?)"
+                f"EXISTS (SELECT 1 FROM json_each({spec}, '$.labels') WHERE key = ? AND value = ?)"
             )
             args += [key, value]
         tail, args, size = _keyset(PageKind.JOBS, where, args, page_size, page_token, desc=False)
         rows = await self._all(f"{SELECT_JOB} {tail}", args)
-        return make_page(PageKind.JOBS, [_row_job(r) for r in rows], size, _id)
+        return make_row_page(PageKind.JOBS, rows, size, _row_job, self.bad_rows)
 
     async def update_job(
         self,
@@ -267,7 +266,7 @@ class SqliteStore:
     async def get_runs(self, run_ids: Sequence[str]) -> dict[str, Run]:
         sql = SELECT_RUN + " WHERE id IN ({})"
         rows = await self._db.read(lambda c: select_in(c, sql, run_ids))
-        return {r[0]: _row_run(r) for r in rows}
+        return {r.id: r for r in self.bad_rows.decoded(rows, _row_run)}
 
     async def list_runs(
         self,
@@ -291,10 +290,10 @@ class SqliteStore:
         rows = await self._db.read(read)
         if rows is None:
             raise NotFound(f"job {job_id} not found")
-        return make_page(PageKind.RUNS, [_row_run(r) for r in rows], size, _id)
+        return make_row_page(PageKind.RUNS, rows, size, _row_run, self.bad_rows)
 
     async def list_active_runs(self, job_id: str) -> list[Run]:
-        return [_row_run(r) for r in await self._all(SELECT_ACTIVE_RUNS, (job_id,))]
+        return self.bad_rows.decoded(await self._all(SELECT_ACTIVE_RUNS, (job_id,)), _row_run)
 
     async def list_dead_letters(
         self, owner: str, *, job_id: str = "", page_size: int = 100, page_token: str = ""
@@ -305,7 +304,7 @@ class SqliteStore:
         kind = PageKind.DEAD_LETTERS
         tail, args, size = _keyset(kind, where, args, page_size, page_token, desc=True)
         rows = await self._all(f"{SELECT_RUN} {tail}", args)
-        return make_page(kind, [_row_run(r) for r in rows], size, _id)
+        return make_row_page(kind, rows, size, _row_run, self.bad_rows)
 
     # --- due index ----------------------------------------------------------
 
