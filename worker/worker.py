@@ -384,13 +384,20 @@ class Worker:
                 log.warning("lease %s arrived while stopping: refused", lease.run_id)
                 link.outbox.refused(ref)
                 continue
+            prev = self._runs.get(lease.run_id)
+            if prev is not None and not prev.lost and prev.token == lease.fencing_token:
+                log.warning("duplicate lease %s/%d ignored", lease.run_id, lease.fencing_token)
+                continue
+            if prev is not None:
+                self._lose(prev, "re-leased with a new token")
             if lease.expires_at is None:  # an older poller: its TTL counts from now
                 deadline = now + (lease.lease_ttl.total_seconds() or link.lease_ttl)
             else:
                 deadline = lease_deadline(lease.expires_at)
             if deadline <= now:
                 # it reached us late (this process was frozen, or the clocks disagree):
-                # the poller may take it back any moment, so none of it may run
+                # the poller may take it back any moment, so none of it may run (checked
+                # after duplicates: refusing a lease that runs would make it run twice)
                 self.stats["refused_expired"] += 1
                 log.warning(
                     "lease %s/%d arrived past its deadline (%s): refused",
@@ -400,12 +407,6 @@ class Worker:
                 )
                 link.outbox.refused(ref)
                 continue
-            prev = self._runs.get(lease.run_id)
-            if prev is not None and not prev.lost and prev.token == lease.fencing_token:
-                log.warning("duplicate lease %s/%d ignored", lease.run_id, lease.fencing_token)
-                continue
-            if prev is not None:
-                self._lose(prev, "re-leased with a new token")
             slots = lease.resources.slots
             if self._slots_used + slots > self.slots:
                 # another poller was given the slot since this one's credits were sent
