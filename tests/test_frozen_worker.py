@@ -158,6 +158,26 @@ async def test_a_lease_already_past_its_deadline_is_refused(tmp_path: Path) -> N
             assert worker.running == [] and worker.stats["refused_expired"] == 1
 
 
+async def test_a_late_duplicate_of_a_running_lease_is_ignored_not_refused(
+    tmp_path: Path,
+) -> None:
+    """Refusing it would tell the poller that nothing of a running run ran."""
+    scripted = ScriptedPoller(lease_ttl=5.0, stamp_expiry=True)
+    pidfile = tmp_path / "pid"
+    async with serve(scripted) as port:
+        worker = make_worker(port)
+        async with running(worker):
+            await until(lambda: worker.connected)
+            expires = stamp(datetime.now(UTC) + timedelta(seconds=5))
+            scripted.lease(command_lease("dup", pid_command(pidfile), expires_at=expires))
+            pid = await read_pid(pidfile)
+            expired = stamp(datetime.now(UTC) - timedelta(seconds=1))
+            scripted.lease(command_lease("dup", pid_command(pidfile), expires_at=expired))
+            await asyncio.sleep(0.3)
+            assert not scripted.of_kind("refused") and alive(pid)
+            assert worker.running == ["dup"]
+
+
 async def test_renewals_move_the_deadline_the_reaper_holds(tmp_path: Path) -> None:
     """Each ok Renewal carries the lease's new expires_at: the worker and its reaper
     move the command's deadline to it; once renewals stop, the command dies by then."""
