@@ -132,7 +132,11 @@ class Welcome:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LeaseGrant:
-    """One run handed to a worker, held for ``lease_ttl`` unless renewed."""
+    """One run handed to a worker, held until ``expires_at`` unless renewed.
+
+    ``expires_at`` is on the poller's clock: the worker kills the run by then (minus
+    its safety margin for clock skew) and refuses a lease already past it. None (an
+    older poller): ``lease_ttl`` counted from when the lease reached the worker."""
 
     run_id: str
     job_id: str
@@ -148,6 +152,7 @@ class LeaseGrant:
     lease_ttl: timedelta  # zero: the Welcome's
     resources: Resources
     job_name: str = ""
+    expires_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -161,9 +166,14 @@ class CancelOrder:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Renewal:
+    """The answer to one heartbeat ref. ``ok``: the lease now holds until ``expires_at``
+    (on the poller's clock; None from an older poller: ``Renewals.lease_ttl`` from the
+    heartbeat). Not ok: the lease is gone, stop the run now."""
+
     run_id: str
     fencing_token: int
     ok: bool
+    expires_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -381,7 +381,12 @@ def build_server(
         names.append(jobs_pb2.DESCRIPTOR.services_by_name["JobService"].full_name)
     if poller is not None:
         worker_pb2_grpc.add_WorkerServiceServicer_to_server(
-            WorkerStreamServicer(poller.submit, poller.may_lease), server
+            WorkerStreamServicer(
+                poller.submit,
+                poller.may_lease,
+                silence_timeout=poller.config.worker_silence_timeout,
+            ),
+            server,
         )
         cluster_pb2_grpc.add_PollerServiceServicer_to_server(PollerServiceServicer(poller), server)
         names.append(cluster_pb2.DESCRIPTOR.services_by_name["PollerService"].full_name)

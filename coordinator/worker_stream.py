@@ -40,11 +40,13 @@ from shardcron.coordinator.poller.events import (
     WorkerConnected,
     WorkerMessage,
 )
+from shardcron.coordinator.worker_silence import SilenceWatch
 from shardcron.v1 import worker_pb2, worker_pb2_grpc
 
 log = logging.getLogger("shardcron.workers")
 
 DEMAND_REFRESH = 1.0  # seconds between repeats of an unchanged, standing Demand
+SILENCE_RECHECK = 0.05  # seconds: a second look before a silent worker's stream is closed
 
 
 # (lease generation, carries leases, message), the end of the stream, or a failure
@@ -138,11 +140,26 @@ class WorkerOutbox:
 
 class WorkerStreamServicer(worker_pb2_grpc.WorkerServiceServicer):
     """Serves the lease stream for one poller: ``submit`` is its inbox, ``may_lease``
-    says whether leases may be written to workers right now."""
+    says whether leases may be written to workers right now.
 
-    def __init__(self, submit: Callable[[InboxEvent], None], may_lease: Callable[[], bool]) -> None:
+    A worker that owes messages (``worker_silence``) and sends nothing for
+    ``silence_timeout`` is taken for frozen (SIGSTOP, a stalled machine) while its
+    connection stays open: its stream is closed, so the poller leases it nothing more
+    and the retry of a run it held goes to another worker. Its commands are killed by
+    its reaper at their lease deadline; if it wakes up it connects again and is told
+    its leases are gone."""
+
+    def __init__(
+        self,
+        submit: Callable[[InboxEvent], None],
+        may_lease: Callable[[], bool],
+        *,
+        silence_timeout: timedelta | None = None,
+    ) -> None:
         self._submit = submit
         self._may_lease = may_lease
+        # a worker silent this long is taken for frozen (None: never): see Connect
+        self._silence_timeout = None if silence_timeout is None else silence_timeout.total_seconds()
 
     async def Connect(
         self,
@@ -166,10 +183,13 @@ class WorkerStreamServicer(worker_pb2_grpc.WorkerServiceServicer):
         outbox = WorkerOutbox()
         self._submit(WorkerConnected(link=outbox, hello=hello, address=context.peer()))
 
+        silence = SilenceWatch(time.monotonic())
+
         async def read() -> None:
             try:
                 async for msg in request_iterator:
                     event = decode_worker_message(msg)
+                    silence.heard(event, time.monotonic())
                     if not isinstance(event, Hello):  # a second Hello changes nothing
                         self._submit(WorkerMessage(link=outbox, event=event))
             except InvalidArgument as e:
@@ -183,7 +203,32 @@ class WorkerStreamServicer(worker_pb2_grpc.WorkerServiceServicer):
                 self._submit(WorkerClosed(link=outbox))
                 outbox.close()
 
+        async def watch_silence(timeout: float) -> None:
+            while not outbox.closed:
+                silent = silence.silent_for(time.monotonic())
+                if silent is not None and silent >= timeout:
+                    # after a stall of this very loop, take in what arrived meanwhile first
+                    await asyncio.sleep(SILENCE_RECHECK)
+                    silent = silence.silent_for(time.monotonic())
+                    if silent is None or silent < timeout:
+                        continue
+                    log.warning(
+                        "worker %s: silent for %.1fs while holding leases or heartbeating: "
+                        "taken for frozen, stream closed",
+                        hello.worker_id,
+                        silent,
+                    )
+                    self._submit(WorkerClosed(link=outbox))
+                    outbox.close()
+                    return
+                await asyncio.sleep(timeout - (silent or 0.0))
+
         reader = asyncio.create_task(read())
+        watcher = (
+            None
+            if self._silence_timeout is None
+            else asyncio.create_task(watch_silence(self._silence_timeout))
+        )
         try:
             while True:
                 item = await outbox.queue.get()
@@ -201,8 +246,11 @@ class WorkerStreamServicer(worker_pb2_grpc.WorkerServiceServicer):
                         len(msg.leases.leases),
                     )
                     continue
+                silence.sent(msg, time.monotonic())
                 yield msg
         finally:
             reader.cancel()
+            if watcher is not None:
+                watcher.cancel()
             outbox.closed = True
             self._submit(WorkerClosed(link=outbox))

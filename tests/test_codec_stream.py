@@ -72,6 +72,7 @@ GRANT = LeaseGrant(
     lease_ttl=timedelta(seconds=30),
     resources=Resources(slots=2, cpu_millis=500, memory_mb=64, labels={"zone": "a"}),
     job_name="nightly",
+    expires_at=T0 + timedelta(seconds=31),
 )
 
 WORKER_EVENTS: list[Any] = [
@@ -155,7 +156,9 @@ POLLER_EVENTS: list[Any] = [
     ),
     Renewals(
         renewals=(
-            Renewal(run_id="r-1", fencing_token=TOKEN, ok=True),
+            Renewal(
+                run_id="r-1", fencing_token=TOKEN, ok=True, expires_at=T0 + timedelta(seconds=40)
+            ),
             Renewal(run_id="r-2", fencing_token=3, ok=False),
         ),
         lease_ttl=timedelta(seconds=30),

@@ -10,6 +10,7 @@ wrapping one rule to raise for one run; the store is never mocked."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import time
@@ -74,12 +75,13 @@ async def poller(tmp_path: Path) -> AsyncIterator[Poller]:
         await store.close()
 
 
-@pytest.fixture
-async def stub(poller: Poller) -> AsyncIterator[worker_pb2_grpc.WorkerServiceStub]:
+@contextlib.asynccontextmanager
+async def serving(
+    servicer: WorkerStreamServicer,
+) -> AsyncIterator[worker_pb2_grpc.WorkerServiceStub]:
+    """A stub of ``servicer`` served on a free port."""
     server = grpc.aio.server()
-    worker_pb2_grpc.add_WorkerServiceServicer_to_server(
-        WorkerStreamServicer(poller.submit, poller.may_lease), server
-    )
+    worker_pb2_grpc.add_WorkerServiceServicer_to_server(servicer, server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
@@ -88,6 +90,12 @@ async def stub(poller: Poller) -> AsyncIterator[worker_pb2_grpc.WorkerServiceStu
     finally:
         await channel.close()
         await server.stop(None)
+
+
+@pytest.fixture
+async def stub(poller: Poller) -> AsyncIterator[worker_pb2_grpc.WorkerServiceStub]:
+    async with serving(WorkerStreamServicer(poller.submit, poller.may_lease)) as served:
+        yield served
 
 
 def hello(worker_id: str) -> worker_pb2.WorkerMessage:

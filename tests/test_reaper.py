@@ -88,7 +88,7 @@ WORKER_SCRIPT = textwrap.dedent(
     async def main():
         reaper = Reaper()
         if mode == "never-registered":  # as if it died between spawn and registration
-            reaper.register = lambda key, pgid: None
+            reaper.register = lambda key, pgid, deadline=None: None
         executor = CommandExecutor(reaper=reaper)
         script = "sleep 300 & echo $! > %s; sleep 300" % pidfile
         task = asyncio.create_task(executor.execute(RunContext(

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import grpc
@@ -44,8 +45,10 @@ class ScriptedPoller(worker_pb2_grpc.WorkerServiceServicer):
         heartbeat: float = 0.1,
         renew: RenewPolicy = lambda run_id: True,
         ack: bool = True,
+        stamp_expiry: bool = False,
     ) -> None:
         self.lease_ttl = lease_ttl
+        self.stamp_expiry = stamp_expiry  # ok renewals carry expires_at = now + lease_ttl
         self.heartbeat = heartbeat
         self.renew = renew
         self.ack = ack
@@ -116,9 +119,14 @@ class ScriptedPoller(worker_pb2_grpc.WorkerServiceServicer):
         for ref in refs:
             ok = self.renew(ref.run_id)
             if ok is not None:
-                renewals.append(
-                    worker_pb2.Renewal(run_id=ref.run_id, fencing_token=ref.fencing_token, ok=ok)
+                renewal = worker_pb2.Renewal(
+                    run_id=ref.run_id, fencing_token=ref.fencing_token, ok=ok
                 )
+                if ok and self.stamp_expiry:
+                    renewal.expires_at.FromDatetime(
+                        datetime.now(UTC) + timedelta(seconds=self.lease_ttl)
+                    )
+                renewals.append(renewal)
         if renewals:
             self.send(
                 renewals=worker_pb2.Renewals(renewals=renewals, lease_ttl=dur(self.lease_ttl))

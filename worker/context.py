@@ -43,6 +43,10 @@ class RunContext:
     fencing_token: int = 0
     timeout: float | None = None
     on_output: OutputCallback | None = None
+    # time.monotonic() by which a command must be dead unless its lease is renewed: the
+    # reaper helper kills it then (None: never); the worker moves it at each renewal
+    lease_deadline: float | None = None
+    reaper_key: bytes = field(default=b"", init=False)  # the command's key with the reaper
     cancel_reason: RunReason = field(default=RunReason.NONE, init=False)
     stopping: bool = field(default=False, init=False)  # cancel() or kill() was called
     killed: bool = field(default=False, init=False)

@@ -124,7 +124,8 @@ class CommandExecutor:
             return failed_result(RunReason.SPAWN_FAILED, f"cannot start {argv[0]!r}: {e}", started)
         pgid = transport.get_pid()  # start_new_session: the child leads its own group
         if reaper is not None:
-            reaper.register(key, pgid)
+            reaper.register(key, pgid, run.lease_deadline)
+            run.reaper_key = key
         return await self._supervise(run, transport, protocol, started, pgid, key)
 
     async def _spawn(

@@ -6,9 +6,17 @@ worker starts one reaper (``reaper_client.Reaper``) with a pipe on its stdin and
 it, one ASCII line each::
 
     +PGID [KEY]   process group PGID is live, under KEY (default: PGID itself)
+    @KEY T        KEY's group must be dead by T (CLOCK_MONOTONIC seconds): its lease
+                  deadline, sent at start and again at each renewal (T only grows)
     -KEY          KEY's group has ended (the worker killed it): forget it
     ^N            keys k1 .. k(N-1) were all issued before (sent after a restart)
     .             a clean close follows: the worker's runs have ended
+
+A group whose deadline passes is SIGKILLed at once and forgotten, on the reaper's
+own clock: a worker that is frozen (SIGSTOP, a stalled machine) cannot renew the
+lease, and the scheduler will run the job again elsewhere, so the command must not
+outlive its lease ("never twice at once"). CLOCK_MONOTONIC is one clock for every
+process of a machine, so the worker and the reaper read the same time.
 
 When stdin reaches EOF - the worker closed the pipe, or died and the kernel closed it
 - the reaper SIGKILLs every group still registered and exits: 0 if there was nothing
@@ -39,6 +47,7 @@ import os
 import select
 import signal
 import sys
+import time
 
 ENV_NAME = "SHARDCRON_REAPER"
 EXIT_NOTHING_LEFT = 0
@@ -51,6 +60,7 @@ class State:
 
     def __init__(self) -> None:
         self.groups: dict[bytes, int] = {}  # key -> pgid
+        self.deadlines: dict[bytes, float] = {}  # key -> CLOCK_MONOTONIC kill time
         self.low = 1  # every key below was seen
         self.seen_above: set[int] = set()
         self.clean = False  # "." arrived
@@ -79,8 +89,18 @@ class State:
             if pgid > 1 and pgid != os.getpgrp():  # never init, "all" or our own group
                 self.groups[fields[-1]] = pgid
                 self._mark(fields[-1])
+        elif op == b"@":
+            fields = rest.split()
+            if len(fields) == 2:
+                try:
+                    at = float(fields[1])
+                except ValueError:
+                    return
+                key = fields[0]
+                self.deadlines[key] = max(at, self.deadlines.get(key, at))
         elif op == b"-" and rest:
             self.groups.pop(rest, None)
+            self.deadlines.pop(rest, None)
             self._mark(rest)
         elif op == b"^" and rest.isdigit():
             self.low = max(self.low, int(rest))
@@ -93,6 +113,22 @@ class State:
         *lines, self.buf = (self.buf + data).split(b"\n")
         for line in lines:
             self.line(line)
+
+    def next_deadline(self) -> float | None:
+        """The earliest deadline of a registered group, or None."""
+        return min((at for key, at in self.deadlines.items() if key in self.groups), default=None)
+
+    def due(self, now: float) -> list[tuple[bytes, int]]:
+        """(key, pgid) of the registered groups whose deadline is at or before ``now``,
+        forgotten: the caller kills them."""
+        out = [
+            (key, self.groups.pop(key))
+            for key, at in list(self.deadlines.items())
+            if at <= now and key in self.groups
+        ]
+        for key, _ in out:
+            del self.deadlines[key]
+        return out
 
     def drain(self, fd: int) -> None:
         """Apply whatever is already buffered in the pipe, without waiting for more."""
@@ -158,6 +194,22 @@ def kill_marked(marker: bytes, state: State, killed_groups: set[int]) -> list[in
     return killed
 
 
+def kill_expired(state: State) -> None:
+    """SIGKILL the groups whose lease deadline passed; say so on stderr."""
+    now = time.monotonic()
+    for key, pgid in state.due(now):
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            continue  # ended already
+        print(
+            f"shardcron reaper: lease deadline of {key.decode(errors='replace')} passed "
+            f"without renewal; SIGKILLed process group {pgid}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
 def _set_pdeathsig(sig: int) -> bool:
     if not sys.platform.startswith("linux"):
         return False
@@ -182,7 +234,10 @@ def serve(worker_pid: int, marker: bytes = b"", fd: int = 0) -> int:
     state = State()
     worker_gone = os.getppid() != worker_pid  # it died before the prctl above
     while not worker_gone:
-        ready, _, _ = select.select([fd, wake_r], [], [])
+        kill_expired(state)
+        deadline = state.next_deadline()
+        wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+        ready, _, _ = select.select([fd, wake_r], [], [], wait)
         if wake_r in ready:
             os.read(wake_r, 256)
             # SIGUSR1 also comes when just the worker's thread that started us ended.

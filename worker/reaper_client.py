@@ -6,8 +6,11 @@ keeps it told which process groups are live:
 * ``prepare()`` before a spawn: starts the helper if needed and issues a key; the
   command gets ``SHARDCRON_REAPER=MARKER:KEY`` in its environment (``env_entry``), so
   that until its registration reaches the helper the helper can still find it;
-* ``register(key, pgid)`` right after the spawn: "+PGID KEY" through a non-blocking
-  pipe transport (never blocks the event loop);
+* ``register(key, pgid, deadline)`` right after the spawn: "+PGID KEY" through a
+  non-blocking pipe transport (never blocks the event loop), and "@KEY DEADLINE",
+  the run's lease deadline (``time.monotonic()`` seconds);
+* ``extend(key, deadline)`` when a renewal moves the lease deadline: "@KEY DEADLINE".
+  The helper kills the group when its deadline passes, whatever this process does;
 * ``release(key)`` once the group was SIGKILLed (or the spawn failed): "-KEY".
 
 No ``preexec_fn``: it would make every spawn fork() the worker instead of vfork()
@@ -84,6 +87,7 @@ class Reaper:
         self._seq = 0
         self._pending: set[int] = set()  # keys issued, not yet registered or released
         self._live: dict[bytes, int] = {}  # key -> pgid, registered and not released
+        self._deadlines: dict[bytes, float] = {}  # key -> monotonic lease deadline, if any
         self._closed = False
         self.starts = 0
         self.returncode: int | None = None  # of the last helper that exited
@@ -103,6 +107,11 @@ class Reaper:
         """Registered groups not yet released, by key (a copy)."""
         return dict(self._live)
 
+    @property
+    def deadlines(self) -> dict[bytes, float]:
+        """The lease deadline given for each registered group, by key (a copy)."""
+        return dict(self._deadlines)
+
     # -- per command -------------------------------------------------------------------
     async def prepare(self) -> bytes:
         """Start the helper if needed (no wait once it runs); a new key for a spawn."""
@@ -116,15 +125,29 @@ class Reaper:
         """The environment variable that marks the command spawned under ``key``."""
         return ENV_NAME, f"{self.marker}:{key.decode()}"
 
-    def register(self, key: bytes, pgid: int) -> None:
+    def register(self, key: bytes, pgid: int, deadline: float | None = None) -> None:
+        """The group spawned under ``key`` is live; the helper kills it at ``deadline``
+        (``time.monotonic()`` seconds) unless ``extend`` moves it (None: never)."""
         self._pending.discard(int(key[1:]))
         self._live[key] = pgid
         self._send(b"+%d %s\n" % (pgid, key))
+        if deadline is not None:
+            self.extend(key, deadline)
+
+    def extend(self, key: bytes, deadline: float) -> None:
+        """The group under ``key`` may live until ``deadline`` (a renewal); never earlier
+        than a deadline given before."""
+        if key not in self._live:
+            return
+        deadline = max(deadline, self._deadlines.get(key, deadline))
+        self._deadlines[key] = deadline
+        self._send(b"@%s %.6f\n" % (key, deadline))
 
     def release(self, key: bytes) -> None:
         """The group is over (killed), or the spawn failed: forget the key."""
         self._pending.discard(int(key[1:]))
         self._live.pop(key, None)
+        self._deadlines.pop(key, None)
         self._send(b"-%s\n" % key)
 
     def _send(self, line: bytes) -> None:
@@ -182,6 +205,8 @@ class Reaper:
         self._send(b"^%d\n" % base)
         for key, pgid in self._live.items():  # after a restart: the new one knows nothing
             self._send(b"+%d %s\n" % (pgid, key))
+        for key, deadline in self._deadlines.items():
+            self._send(b"@%s %.6f\n" % (key, deadline))
         log.debug("reaper helper %d started", transport.get_pid())
 
     def _shut_pipe(self, clean: bool = False) -> None:

@@ -4,6 +4,13 @@
 address gets a ``PollerLink`` (one stream). A run is killed at once, and its result
 never reported, when its lease is revoked (Renewal ok=false) or its deadline passes
 without renewal: no run outlives its lease ("never twice at once").
+
+The deadline is the lease's ``expires_at``, an absolute time set by the poller and
+moved by each granted renewal, read on this machine's clock less
+``LEASE_SAFETY_MARGIN`` (clock skew: proto/README.md). A lease already past it is
+refused, never started. Each command's deadline is also given to the reaper helper
+process, which kills the command's group on its own clock: a worker that is frozen
+(SIGSTOP) cannot keep a command alive past its lease.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import uuid
 from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import partial
 
 import shardcron
@@ -53,6 +61,10 @@ WATCHDOG_PERIOD = 0.1
 MAX_PENDING_HEARTBEATS = 256
 MAX_ERROR_CHARS = 4096  # of a result's error text; the rest is cut (bounded_error)
 GRANT_IDLE = 1.5  # seconds a share may stay unused before it goes to other pollers
+# Seconds a run is killed before its lease's expires_at: this worker's clock may be
+# behind the poller's by this much (plus the poller's expiry grace) without two
+# attempts overlapping.
+LEASE_SAFETY_MARGIN = 0.25
 
 
 @dataclass(eq=False)
@@ -83,6 +95,12 @@ class _Run:
             started_at=res.started_at,
             ended_at=res.ended_at,
         )
+
+
+def lease_deadline(expires_at: datetime) -> float:
+    """The ``time.monotonic()`` by which a run leased until ``expires_at`` (on the
+    poller's clock, read as this machine's) must be dead."""
+    return time.monotonic() + (expires_at - utcnow()).total_seconds() - LEASE_SAFETY_MARGIN
 
 
 def bounded_error(error: str) -> str:
@@ -382,6 +400,23 @@ class Worker:
                 continue
             if prev is not None:
                 self._lose(prev, "re-leased with a new token")
+            if lease.expires_at is None:  # an older poller: its TTL counts from now
+                deadline = now + (lease.lease_ttl.total_seconds() or link.lease_ttl)
+            else:
+                deadline = lease_deadline(lease.expires_at)
+            if deadline <= now:
+                # it reached us late (this process was frozen, or the clocks disagree):
+                # the poller may take it back any moment, so none of it may run (checked
+                # after duplicates: refusing a lease that runs would make it run twice)
+                self.stats["refused_expired"] += 1
+                log.warning(
+                    "lease %s/%d arrived past its deadline (%s): refused",
+                    lease.run_id,
+                    lease.fencing_token,
+                    lease.expires_at,
+                )
+                link.outbox.refused(ref)
+                continue
             slots = lease.resources.slots
             if self._slots_used + slots > self.slots:
                 # another poller was given the slot since this one's credits were sent
@@ -402,10 +437,10 @@ class Worker:
                 fencing_token=lease.fencing_token,
                 timeout=lease.timeout.total_seconds() if lease.timeout else None,
                 on_output=partial(self._on_output, link, lease.run_id),
+                lease_deadline=deadline,
             )
-            ttl = lease.lease_ttl.total_seconds() or link.lease_ttl
             run = _Run(
-                ctx=ctx, link=link, token=lease.fencing_token, slots=slots, deadline=now + ttl
+                ctx=ctx, link=link, token=lease.fencing_token, slots=slots, deadline=deadline
             )
             self._runs[lease.run_id] = run
             self._slots_used += slots
@@ -428,9 +463,19 @@ class Worker:
             if not ren.ok:
                 self.stats["revoked"] += 1
                 self._lose(run, "lease revoked by the poller")
-            elif sent is not None:
-                run.deadline = max(run.deadline, sent + ttl)
-                self.stats["renewed"] += 1
+            elif ren.expires_at is not None:
+                self._extend(run, lease_deadline(ren.expires_at))
+            elif sent is not None:  # an older poller: the TTL counts from the heartbeat
+                self._extend(run, sent + ttl)
+
+    def _extend(self, run: _Run, deadline: float) -> None:
+        """A renewal moves the run's deadline (never back), here and in the reaper."""
+        self.stats["renewed"] += 1
+        if deadline <= run.deadline:
+            return
+        run.deadline = run.ctx.lease_deadline = deadline
+        if run.ctx.reaper_key:
+            self._reaper.extend(run.ctx.reaper_key, deadline)
 
     def on_cancels(self, link: PollerLink, orders: Sequence[CancelOrder]) -> None:
         for c in orders:
@@ -488,6 +533,9 @@ class Worker:
             log.exception("run %s: worker error", ctx.run_id)
             res = failed_result(RunReason.HANDLER_ERROR, f"worker error: {type(e).__name__}: {e}")
         finally:
+            if not run.lost and run.deadline <= time.monotonic():
+                # it ended (maybe killed by the reaper) while this process was frozen
+                self._lose(run, "lease expired without renewal")
             self._slots_used -= run.slots
             if not run.lost:
                 run.link.held_slots -= run.slots

@@ -305,6 +305,7 @@ def _grant_from_proto(msg: worker_pb2.Lease, path: str) -> LeaseGrant:
         lease_ttl=get_duration(msg, "lease_ttl", path, _NOT_SAID),  # type: ignore[arg-type]
         resources=resources_from_proto(msg.resources, f"{path}.resources"),
         job_name=msg.job_name,
+        expires_at=get_time(msg, "expires_at", path),
     )
 
 
@@ -323,6 +324,7 @@ def _grant_to_proto(grant: LeaseGrant, path: str) -> worker_pb2.Lease:
     set_time(msg, "due_at", grant.due_at)
     set_duration(msg, "timeout", grant.timeout)
     set_duration(msg, "lease_ttl", grant.lease_ttl)
+    set_time(msg, "expires_at", grant.expires_at)
     return msg
 
 
@@ -342,7 +344,16 @@ def _renewal_from_proto(msg: worker_pb2.Renewal, path: str) -> Renewal:
         run_id=required_text(msg.run_id, f"{path}.run_id"),
         fencing_token=msg.fencing_token,
         ok=msg.ok,
+        expires_at=get_time(msg, "expires_at", path),
     )
+
+
+def _renewal_to_proto(renewal: Renewal, path: str) -> worker_pb2.Renewal:
+    msg = worker_pb2.Renewal(
+        run_id=renewal.run_id, fencing_token=_token(renewal.fencing_token, path), ok=renewal.ok
+    )
+    set_time(msg, "expires_at", renewal.expires_at, path)
+    return msg
 
 
 def _ack_from_proto(msg: worker_pb2.ResultAck, path: str) -> ResultAck:
@@ -414,15 +425,12 @@ def encode_poller_message(event: PollerEvent) -> worker_pb2.PollerMessage:
         ]
         return worker_pb2.PollerMessage(cancels=worker_pb2.Cancels(cancels=cancels))
     if isinstance(event, Renewals):
-        renewals = [
-            worker_pb2.Renewal(
-                run_id=r.run_id,
-                fencing_token=_token(r.fencing_token, f"renewals.renewals[{i}]"),
-                ok=r.ok,
-            )
-            for i, r in enumerate(event.renewals)
-        ]
-        msg = worker_pb2.Renewals(renewals=renewals)
+        msg = worker_pb2.Renewals(
+            renewals=[
+                _renewal_to_proto(r, f"renewals.renewals[{i}]")
+                for i, r in enumerate(event.renewals)
+            ]
+        )
         set_duration(msg, "lease_ttl", event.lease_ttl)
         return worker_pb2.PollerMessage(renewals=msg)
     if isinstance(event, ResultAcks):

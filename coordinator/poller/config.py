@@ -23,8 +23,8 @@ class PollerConfig:
     # creation hint never arrived (api on another node). None: hints are reliable.
     recheck_interval: timedelta | None = None
     recheck_window: timedelta = timedelta(seconds=30)
-    # A lease is taken back only this long after it expired: the worker counts its
-    # TTL from when the lease reached it, later than the poller granted it.
+    # A lease is taken back only this long after it expired: what the clocks of the
+    # worker and the poller may disagree by, beyond the worker's own safety margin.
     expiry_grace: timedelta = timedelta(milliseconds=500)
     misfire_grace: timedelta = MISFIRE_GRACE  # a fire later than this is a misfire
     # Re-read a job from the store when it triggers if the copy held is older than
@@ -33,3 +33,11 @@ class PollerConfig:
     max_batch: int = 2000  # runs leased or triggered per turn
     max_loaded: int = 500_000  # runs held in memory before loading pauses
     cursor_save_interval: timedelta = timedelta(seconds=5)
+
+    @property
+    def worker_silence_timeout(self) -> timedelta:
+        """A worker that sent nothing for this long is taken for frozen: its stream is
+        closed (no new leases go to it). Two missed heartbeats plus half an interval of
+        grace: with the heartbeat at a third of the TTL, the stream is closed before any
+        of its leases can be taken back, so no retry goes to the frozen worker."""
+        return 2 * self.heartbeat_interval + self.heartbeat_interval / 2

@@ -368,6 +368,7 @@ class RunKeeper:
                 lease_ttl=self.config.lease_ttl,
                 resources=spec.resources,
                 job_name=spec.name,
+                expires_at=expires,
             )
         )
 

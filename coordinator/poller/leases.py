@@ -5,9 +5,11 @@ Never twice at once rests on it:
   fencing epoch changes, and a poller's fencing epoch is above every earlier owner's,
   so a newer lease always carries a larger token;
 - a lease is held for ``lease_ttl`` from when it was granted, from when it was sent,
-  and from each renewal; it is taken back only ``expiry_grace`` after that (the
-  worker counted its TTL from when the lease reached it, later), that is at
-  ``now >= expires_at + expiry_grace``;
+  and from each renewal; that absolute ``expires_at`` goes to the worker in the
+  lease and in each granted renewal, and the worker's reaper kills the command by
+  then (minus a safety margin, on the worker's clock); the lease is taken back only
+  ``expiry_grace`` after it, that is at ``now >= expires_at + expiry_grace``, so
+  clocks may disagree by the margin plus the grace (proto/README.md);
 - a renewal is granted only for the current token of a run, to the worker the lease
   was granted to, while the poller is active;
 - a run leased by an earlier owner (met in the store when a shard is taken over) is

@@ -244,7 +244,11 @@ class WorkerStreams:
                     book.link.cancel(
                         CancelOrder(run_id=run_id, fencing_token=token, reason=slot.cancel_reason)
                     )
-            answers.append(Renewal(run_id=run_id, fencing_token=token, ok=expires is not None))
+            answers.append(
+                Renewal(
+                    run_id=run_id, fencing_token=token, ok=expires is not None, expires_at=expires
+                )
+            )
         if answers:
             book.link.renewals(answers, self._config.lease_ttl)
 

@@ -61,7 +61,7 @@ from shardcron.client.types import (
     RunState,
 )
 from shardcron.v1 import worker_pb2, worker_pb2_grpc
-from tests.e2e.harness import Proc, free_port, wait_healthy
+from tests.e2e.harness import Proc, free_port, heartbeat_empty, wait_healthy
 from tests.support.zookeeper import ZkProxy
 
 REPO = Path(__file__).resolve().parents[2]
@@ -793,7 +793,8 @@ class JobFeeder(threading.Thread):
 
 class RawWorker:
     """A worker speaking the lease protocol by hand to one poller, to do what a real
-    worker would not (never heartbeat, send a result after its lease was lost)."""
+    worker would not (never renew a lease, send a result after its lease was lost). It
+    sends empty heartbeats: a worker silent while it holds a lease is taken for frozen."""
 
     def __init__(self, target: str, worker_id: str, handler: str) -> None:
         self.channel = grpc.insecure_channel(target)
@@ -805,6 +806,7 @@ class RawWorker:
         )
         stub = worker_pb2_grpc.WorkerServiceStub(self.channel)
         self._responses = stub.Connect(iter(self._out.get, None))
+        self._beating = heartbeat_empty(self._out)
         self.inbox: queue.Queue[worker_pb2.PollerMessage] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -829,6 +831,7 @@ class RawWorker:
         self._out.put(worker_pb2.WorkerMessage(results=worker_pb2.Results(results=[result])))
 
     def close(self) -> None:
+        self._beating.set()
         self._out.put(None)
         with contextlib.suppress(Exception):
             self._responses.cancel()

@@ -111,7 +111,7 @@ def test_worker_sigkill_mid_run_is_released_after_its_ttl(cluster) -> None:  # t
         lease1 = raw.next("leases", timeout=15)
         assert lease1 is not None, f"no lease from {owner}"
         first_lease = lease1.leases.leases[0]
-        # no heartbeat: the lease runs out, the run is leased again with a new token
+        # no heartbeat names it: the lease runs out, the run is leased again with a new token
         lease2 = raw.next("leases", timeout=c.lease_ttl + 10)
         assert lease2 is not None, "never leased again"
         second_lease = lease2.leases.leases[0]

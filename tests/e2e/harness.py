@@ -7,10 +7,12 @@ the gRPC health service, and killed for real (SIGKILL) where a test asks.
 from __future__ import annotations
 
 import os
+import queue
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -19,6 +21,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from shardcron.client.sdk import Client
+from shardcron.v1 import worker_pb2
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -178,3 +181,19 @@ class DevServer:
 
 def start_worker(target: str, log: Path, *args: str) -> Proc:
     return Proc(["worker", "--target", target, *args], log).start()
+
+
+def heartbeat_empty(
+    out: queue.Queue[worker_pb2.WorkerMessage | None], every: float = 0.2
+) -> threading.Event:
+    """Puts an empty ``Heartbeat`` on a hand-written worker's ``out`` every ``every``
+    seconds until the returned event is set: the worker renews nothing, yet is heard
+    from (one silent while it holds a lease is taken for frozen, its stream closed)."""
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(every):
+            out.put(worker_pb2.WorkerMessage(heartbeat=worker_pb2.Heartbeat()))
+
+    threading.Thread(target=beat, daemon=True).start()
+    return stop

@@ -27,7 +27,7 @@ from shardcron.client.types import (
     Schedule,
 )
 from shardcron.v1 import types_pb2, worker_pb2, worker_pb2_grpc
-from tests.e2e.harness import DevServer, start_worker
+from tests.e2e.harness import DevServer, heartbeat_empty, start_worker
 from tests.support.waiting import wait_until
 
 
@@ -184,6 +184,8 @@ class RawWorker:
         )
         stub = worker_pb2_grpc.WorkerServiceStub(self.channel)
         self.responses = stub.Connect(iter(self.out.get, None))
+        # heard from, renewing nothing: its leases lapse, its stream stays open
+        self._beating = heartbeat_empty(self.out)
 
     def next(self, kind: str, timeout: float = 20.0) -> worker_pb2.PollerMessage:
         deadline = time.monotonic() + timeout
@@ -203,6 +205,7 @@ class RawWorker:
         self.out.put(worker_pb2.WorkerMessage(results=worker_pb2.Results(results=[result])))
 
     def close(self) -> None:
+        self._beating.set()
         self.out.put(None)
         self.channel.close()
 
@@ -215,7 +218,8 @@ def test_a_late_result_with_a_stale_token_is_rejected(tmp_path: Path) -> None:
         with server.client("raw") as c:
             job = c.create_job(JobSpec(name="raw", task=HandlerTask(name="raw-only")))
             first = raw.next("leases").leases.leases[0]
-            # no heartbeat: the lease runs out and the run is leased again, with a new token
+            # no heartbeat names it: the lease runs out and the run is leased again, with a
+            # new token
             second = raw.next("leases", timeout=10).leases.leases[0]
             assert second.run_id != first.run_id
             assert second.fencing_token > first.fencing_token

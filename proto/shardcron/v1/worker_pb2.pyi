@@ -159,7 +159,7 @@ class Welcome(_message.Message):
     def __init__(self, poller_id: _Optional[str] = ..., epoch: _Optional[int] = ..., lease_ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., heartbeat_interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class Lease(_message.Message):
-    __slots__ = ("run_id", "job_id", "owner", "fencing_token", "attempt", "fire_at", "due_at", "task", "timeout", "lease_ttl", "resources", "job_name")
+    __slots__ = ("run_id", "job_id", "owner", "fencing_token", "attempt", "fire_at", "due_at", "task", "timeout", "lease_ttl", "resources", "job_name", "expires_at")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
@@ -172,6 +172,7 @@ class Lease(_message.Message):
     LEASE_TTL_FIELD_NUMBER: _ClassVar[int]
     RESOURCES_FIELD_NUMBER: _ClassVar[int]
     JOB_NAME_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     job_id: str
     owner: str
@@ -184,7 +185,8 @@ class Lease(_message.Message):
     lease_ttl: _duration_pb2.Duration
     resources: _types_pb2.Resources
     job_name: str
-    def __init__(self, run_id: _Optional[str] = ..., job_id: _Optional[str] = ..., owner: _Optional[str] = ..., fencing_token: _Optional[int] = ..., attempt: _Optional[int] = ..., fire_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., due_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., task: _Optional[_Union[_types_pb2.Task, _Mapping]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., lease_ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., resources: _Optional[_Union[_types_pb2.Resources, _Mapping]] = ..., job_name: _Optional[str] = ...) -> None: ...
+    expires_at: _timestamp_pb2.Timestamp
+    def __init__(self, run_id: _Optional[str] = ..., job_id: _Optional[str] = ..., owner: _Optional[str] = ..., fencing_token: _Optional[int] = ..., attempt: _Optional[int] = ..., fire_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., due_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., task: _Optional[_Union[_types_pb2.Task, _Mapping]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., lease_ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., resources: _Optional[_Union[_types_pb2.Resources, _Mapping]] = ..., job_name: _Optional[str] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Leases(_message.Message):
     __slots__ = ("leases",)
@@ -209,14 +211,16 @@ class Cancels(_message.Message):
     def __init__(self, cancels: _Optional[_Iterable[_Union[Cancel, _Mapping]]] = ...) -> None: ...
 
 class Renewal(_message.Message):
-    __slots__ = ("run_id", "fencing_token", "ok")
+    __slots__ = ("run_id", "fencing_token", "ok", "expires_at")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
     OK_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     fencing_token: int
     ok: bool
-    def __init__(self, run_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., ok: _Optional[bool] = ...) -> None: ...
+    expires_at: _timestamp_pb2.Timestamp
+    def __init__(self, run_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., ok: _Optional[bool] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Renewals(_message.Message):
     __slots__ = ("renewals", "lease_ttl")
