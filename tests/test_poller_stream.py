@@ -699,3 +699,37 @@ async def test_a_worker_reconnecting_replaces_its_own_stream(
     await new.write(output(lease, b"after the reconnect\n"))
     await still_served(poller, new, lease)
     new.cancel()
+
+
+async def test_a_result_pending_from_a_closed_stream_counts_only_from_the_same_process(
+    poller: Poller, stub: worker_pb2_grpc.WorkerServiceStub
+) -> None:
+    """Issue 11, item 2: after a worker's stream ended, another process taking its id
+    cannot report the run (its result is refused and changes nothing); the worker
+    process itself, reconnecting, reports it in ``Hello.pending_results``."""
+    old = await connect_as(stub, hello_of("w1", "instance-a"))
+    _, run = await submit(poller, "alice")
+    lease = await lease_of(old, run)
+    old.cancel()
+    await until(lambda: not poller.workers(), what="the stream closed")
+    done = worker_pb2.RunResult(
+        run_id=lease.run_id, fencing_token=lease.fencing_token, state=types_pb2.RUN_STATE_FAILED
+    )
+    other = stub.Connect()
+    other_hello = hello_of("w1", "instance-b")
+    other_hello.hello.pending_results.append(done)
+    await other.write(other_hello)
+    [ack] = (await next_of(other, "acks")).acks.acks
+    assert (ack.accepted, ack.reason) == (False, "not the lease holder")
+    assert (await stored_run(poller, run.id)).state == RunState.LEASED
+    other.cancel()
+    await until(lambda: not poller.workers(), what="the other stream closed")
+    done.state = types_pb2.RUN_STATE_SUCCEEDED
+    back = stub.Connect()
+    back_hello = hello_of("w1", "instance-a")
+    back_hello.hello.pending_results.append(done)
+    await back.write(back_hello)
+    [ack] = (await next_of(back, "acks")).acks.acks
+    assert ack.accepted
+    assert (await stored_run(poller, run.id)).state == RunState.SUCCEEDED
+    back.cancel()
