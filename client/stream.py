@@ -45,9 +45,11 @@ class RunOutcome:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OutputPiece:
-    """Bytes a run wrote, in order; the poller appends them to the run's output."""
+    """Bytes a run wrote, in order, under the lease ``fencing_token``; the poller
+    appends them to the run's output only from the stream that holds that lease."""
 
     run_id: str
+    fencing_token: int
     data: bytes
     stream: str = "stdout"  # "stdout" | "stderr"
 
@@ -71,6 +73,9 @@ class Hello:
     pending_results: tuple[RunOutcome, ...] = ()
     held: tuple[LeaseRef, ...] = ()
     credit_limit: int | None = None  # None: every slot is this stream's
+    # random per worker process, the same on each of its streams: a Hello naming a
+    # connected worker replaces its stream only when this matches (a reconnect)
+    instance_id: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

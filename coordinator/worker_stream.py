@@ -19,8 +19,9 @@ from datetime import timedelta
 
 import grpc
 
+from shardcron.client.codec.errors import status_for
 from shardcron.client.codec.stream import decode_worker_message, encode_poller_message
-from shardcron.client.errors import InvalidArgument
+from shardcron.client.errors import InvalidArgument, ShardcronError
 from shardcron.client.stream import (
     CancelOrder,
     Cancels,
@@ -50,7 +51,7 @@ SILENCE_RECHECK = 0.05  # seconds: a second look before a silent worker's stream
 
 
 # (lease generation, carries leases, message), the end of the stream, or a failure
-_Item = tuple[int, bool, worker_pb2.PollerMessage] | InvalidArgument | None
+_Item = tuple[int, bool, worker_pb2.PollerMessage] | ShardcronError | None
 
 
 class WorkerOutbox:
@@ -124,8 +125,10 @@ class WorkerOutbox:
             self.closed = True
             self.queue.put_nowait(None)
 
-    def fail(self, error: InvalidArgument) -> None:
-        """Ends the stream with INVALID_ARGUMENT (the worker sent a malformed message)."""
+    def fail(self, error: ShardcronError) -> None:
+        """Ends the stream with the error's status: INVALID_ARGUMENT for a malformed
+        message, ALREADY_EXISTS for a Hello naming a worker connected from another
+        process."""
         if not self.closed:
             self.closed = True
             self.queue.put_nowait(error)
@@ -234,8 +237,8 @@ class WorkerStreamServicer(worker_pb2_grpc.WorkerServiceServicer):
                 item = await outbox.queue.get()
                 if item is None:
                     break
-                if isinstance(item, InvalidArgument):
-                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, item.message)
+                if isinstance(item, ShardcronError):
+                    await context.abort(*status_for(item))
                 gen, leases, msg = item
                 if leases and (gen != outbox.lease_gen or not self._may_lease()):
                     # decided before a freeze or a loss of shards: its runs are reloaded

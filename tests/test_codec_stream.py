@@ -91,6 +91,7 @@ WORKER_EVENTS: list[Any] = [
         ),
         held=(REF, LeaseRef(run_id="r-3", fencing_token=5)),
         credit_limit=3,
+        instance_id="5f0c",
     ),
     Hello(worker_id="w-2", slots=1),
     Hello(worker_id="w-3", slots=4, credit_limit=0),
@@ -116,8 +117,8 @@ WORKER_EVENTS: list[Any] = [
     ),
     Output(
         pieces=(
-            OutputPiece(run_id="r-1", data=b"hello\n"),
-            OutputPiece(run_id="r-1", data=b"\x00\xff", stream="stderr"),
+            OutputPiece(run_id="r-1", fencing_token=7, data=b"hello\n"),
+            OutputPiece(run_id="r-1", fencing_token=7, data=b"\x00\xff", stream="stderr"),
         )
     ),
     Refused(leases=(REF,)),
@@ -247,7 +248,8 @@ def test_output_without_stream_reads_as_stdout() -> None:
     msg = worker_pb2.WorkerMessage(
         output=worker_pb2.Output(chunks=[types_pb2.OutputChunk(run_id="r", data=b"x", offset=9)])
     )
-    assert decode_worker_message(msg) == Output(pieces=(OutputPiece(run_id="r", data=b"x"),))
+    piece = OutputPiece(run_id="r", fencing_token=0, data=b"x")
+    assert decode_worker_message(msg) == Output(pieces=(piece,))
 
 
 def test_unset_durations_read_as_zero_and_a_zero_timeout_as_none() -> None:

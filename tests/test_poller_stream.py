@@ -560,10 +560,12 @@ async def test_a_huge_output_piece_is_held_in_memory_only_cut_to_the_cap(
     monkeypatch.setattr(poller.store, "append_output", recording)
     worker = await connect(stub, "w1")
     _, run = await submit(poller, "alice")
-    await lease_of(worker, run)
+    lease = await lease_of(worker, run)
     piece = b"".join(b"line %07d\n" % i for i in range(300_000))  # 3.6 MB
     assert len(piece) > 3 * cap
-    chunk = types_pb2.OutputChunk(run_id=run.id, data=piece, stream="stdout")
+    chunk = types_pb2.OutputChunk(
+        run_id=run.id, fencing_token=lease.fencing_token, data=piece, stream="stdout"
+    )
     await worker.write(worker_pb2.WorkerMessage(output=worker_pb2.Output(chunks=[chunk])))
     end = asyncio.get_running_loop().time() + WAIT
     while not appended:
@@ -571,3 +573,171 @@ async def test_a_huge_output_piece_is_held_in_memory_only_cut_to_the_cap(
         await asyncio.sleep(0.02)
     assert appended == [cap + 1]
     worker.cancel()
+
+
+# --- issue 11, item 2: results can be forged -------------------------------------------
+
+
+def hello_of(
+    worker_id: str, instance_id: str, *held: worker_pb2.LeaseRef
+) -> worker_pb2.WorkerMessage:
+    msg = hello(worker_id)
+    msg.hello.instance_id = instance_id
+    msg.hello.held.extend(held)
+    return msg
+
+
+async def connect_as(stub: worker_pb2_grpc.WorkerServiceStub, msg: worker_pb2.WorkerMessage):  # type: ignore[no-untyped-def]
+    call = stub.Connect()
+    await call.write(msg)
+    await next_of(call, "welcome")
+    return call
+
+
+def ref_of(lease: worker_pb2.LeaseGrant) -> worker_pb2.LeaseRef:
+    return worker_pb2.LeaseRef(run_id=lease.run_id, fencing_token=lease.fencing_token)
+
+
+def output(lease: worker_pb2.LeaseGrant, data: bytes, *, token: int | None = None):  # type: ignore[no-untyped-def]
+    chunk = types_pb2.OutputChunk(
+        run_id=lease.run_id,
+        fencing_token=lease.fencing_token if token is None else token,
+        data=data,
+        stream="stdout",
+    )
+    return worker_pb2.WorkerMessage(output=worker_pb2.Output(chunks=[chunk]))
+
+
+async def test_a_result_from_a_stream_that_does_not_hold_the_lease_is_refused(
+    poller: Poller, stub: worker_pb2_grpc.WorkerServiceStub
+) -> None:
+    """Issue 11, item 2: a result sent on another stream with a copied token (GetRun
+    shows it, tokens are sequential) was accepted, and the run became FAILED while its
+    process still ran. A Started or a result from a stream that does not hold the
+    lease is refused and changes nothing; the holder's result still counts."""
+    holder = await connect(stub, "w-holder")
+    _, run = await submit(poller, "alice")
+    lease = await lease_of(holder, run)
+    forger = await connect(stub, "w-forger")
+    started = worker_pb2.Started(leases=[ref_of(lease)])
+    await forger.write(worker_pb2.WorkerMessage(started=started))
+    await forger.write(result(lease, types_pb2.RUN_STATE_FAILED))
+    [ack] = (await next_of(forger, "acks")).acks.acks
+    assert (ack.accepted, ack.reason) == (False, "not the lease holder")
+    stored = await stored_run(poller, run.id)
+    assert (stored.state, stored.started_at) == (RunState.LEASED, None)
+    assert poller.metrics.results_rejected._value.get() == 1  # type: ignore[attr-defined]
+    await still_served(poller, holder, lease)
+    holder.cancel()
+    forger.cancel()
+
+
+async def test_output_without_the_lease_holders_stream_is_refused(
+    poller: Poller, stub: worker_pb2_grpc.WorkerServiceStub
+) -> None:
+    """Issue 11, item 2: output was kept for any leased run, from any stream, without
+    a token. It is kept only from the stream holding the lease, under its token
+    (output without one is dropped), and after the run's end only from the worker
+    process whose result ended it."""
+    holder = await connect(stub, "w-holder")
+    _, run = await submit(poller, "alice")
+    lease = await lease_of(holder, run)
+    forger = await connect(stub, "w-forger")
+    await forger.write(output(lease, b"forged while leased\n"))
+    await holder.write(output(lease, b"tokenless\n", token=0))
+    await holder.write(output(lease, b"wrong token\n", token=lease.fencing_token + 1))
+    await holder.write(output(lease, b"mine\n"))
+    await still_served(poller, holder, lease)
+    await forger.write(output(lease, b"forged after the end\n"))
+    await holder.write(output(lease, b"late\n"))
+    # the holder's late output is in once it is appended; the forger's, sent before it
+    # on a stream read in order, was dropped by then
+    kept = b""
+    end = asyncio.get_running_loop().time() + WAIT
+    while not kept.endswith(b"late\n"):
+        assert asyncio.get_running_loop().time() < end, f"timed out with {kept!r}"
+        await asyncio.sleep(0.02)
+        kept = b"".join(c.data for c in await poller.store.read_output(run.id))
+    assert kept == b"mine\nlate\n"
+    holder.cancel()
+    forger.cancel()
+
+
+async def test_a_hello_reusing_a_connected_worker_id_does_not_disconnect_it(
+    poller: Poller, stub: worker_pb2_grpc.WorkerServiceStub
+) -> None:
+    """Issue 11, item 2: a Hello reusing a connected worker's id closed that worker's
+    stream (and took its place). Another process (another instance id) naming a
+    connected worker is refused with ALREADY_EXISTS naming the id; the connected
+    worker keeps its stream and its lease."""
+    worker = await connect_as(stub, hello_of("w1", "instance-a"))
+    _, run = await submit(poller, "alice")
+    lease = await lease_of(worker, run)
+    impostor = stub.Connect()
+    await impostor.write(hello_of("w1", "instance-b", ref_of(lease)))
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        while await read(impostor) is not grpc.aio.EOF:
+            pass
+    assert refused.value.code() == grpc.StatusCode.ALREADY_EXISTS
+    assert "worker w1 " in (refused.value.details() or "")
+    heartbeat = worker_pb2.Heartbeat(leases=[ref_of(lease)])
+    await worker.write(worker_pb2.WorkerMessage(heartbeat=heartbeat))
+    [renewal] = (await next_of(worker, "renewals")).renewals.renewals
+    assert renewal.ok
+    await still_served(poller, worker, lease)
+    worker.cancel()
+
+
+async def test_a_worker_reconnecting_replaces_its_own_stream(
+    poller: Poller, stub: worker_pb2_grpc.WorkerServiceStub
+) -> None:
+    """Issue 11, item 2: the same process (same worker id and instance id) opening a
+    new stream replaces its old one, which ends; the new stream re-attaches the
+    lease with ``held`` and its result is accepted."""
+    old = await connect_as(stub, hello_of("w1", "instance-a"))
+    _, run = await submit(poller, "alice")
+    lease = await lease_of(old, run)
+    new = stub.Connect()
+    await new.write(hello_of("w1", "instance-a", ref_of(lease)))
+    await next_of(new, "welcome")
+    [renewal] = (await next_of(new, "renewals")).renewals.renewals
+    assert (renewal.run_id, renewal.ok) == (run.id, True)
+    while await read(old) is not grpc.aio.EOF:
+        pass
+    await new.write(output(lease, b"after the reconnect\n"))
+    await still_served(poller, new, lease)
+    new.cancel()
+
+
+async def test_a_result_pending_from_a_closed_stream_counts_only_from_the_same_process(
+    poller: Poller, stub: worker_pb2_grpc.WorkerServiceStub
+) -> None:
+    """Issue 11, item 2: after a worker's stream ended, another process taking its id
+    cannot report the run (its result is refused and changes nothing); the worker
+    process itself, reconnecting, reports it in ``Hello.pending_results``."""
+    old = await connect_as(stub, hello_of("w1", "instance-a"))
+    _, run = await submit(poller, "alice")
+    lease = await lease_of(old, run)
+    old.cancel()
+    await until(lambda: not poller.workers(), what="the stream closed")
+    done = worker_pb2.RunResult(
+        run_id=lease.run_id, fencing_token=lease.fencing_token, state=types_pb2.RUN_STATE_FAILED
+    )
+    other = stub.Connect()
+    other_hello = hello_of("w1", "instance-b")
+    other_hello.hello.pending_results.append(done)
+    await other.write(other_hello)
+    [ack] = (await next_of(other, "acks")).acks.acks
+    assert (ack.accepted, ack.reason) == (False, "not the lease holder")
+    assert (await stored_run(poller, run.id)).state == RunState.LEASED
+    other.cancel()
+    await until(lambda: not poller.workers(), what="the other stream closed")
+    done.state = types_pb2.RUN_STATE_SUCCEEDED
+    back = stub.Connect()
+    back_hello = hello_of("w1", "instance-a")
+    back_hello.hello.pending_results.append(done)
+    await back.write(back_hello)
+    [ack] = (await next_of(back, "acks")).acks.acks
+    assert ack.accepted
+    assert (await stored_run(poller, run.id)).state == RunState.SUCCEEDED
+    back.cancel()

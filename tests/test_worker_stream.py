@@ -249,7 +249,8 @@ async def test_output_is_streamed_before_the_result() -> None:
         worker = make_worker(port)
         async with running(worker):
             await until(lambda: worker.connected)
-            poller.lease(command_lease("out", ["sh", "-c", "echo hello; echo oops >&2; exit 4"]))
+            argv = ["sh", "-c", "echo hello; echo oops >&2; exit 4"]
+            poller.lease(command_lease("out", argv, token=7 << 32 | 3))
             await until(lambda: "out" in poller.results)
             res = poller.results["out"]
             assert res.state == types_pb2.RUN_STATE_FAILED
@@ -257,6 +258,9 @@ async def test_output_is_streamed_before_the_result() -> None:
             assert res.has_exit_code and res.exit_code == 4
             assert poller.output("out", "stdout") == b"hello\n"
             assert poller.output("out", "stderr") == b"oops\n"
+            # the poller keeps output only under the lease's token
+            chunks = [c for m in poller.of_kind("output") for c in m.chunks]
+            assert {c.fencing_token for c in chunks} == {7 << 32 | 3}
             kinds = [m.WhichOneof("body") for m in poller.received]
             assert max(i for i, k in enumerate(kinds) if k == "output") < kinds.index("results")
 
@@ -377,6 +381,9 @@ async def test_a_poller_message_that_does_not_decode_reopens_the_stream(
             poller.send(cancels=worker_pb2.Cancels(cancels=[bad]))
             await until(lambda: len(poller.hellos) == 2, what="a new stream")
             assert [(r.run_id, r.fencing_token) for r in poller.hellos[1].held] == [("r1", 5)]
+            # one process, one instance id: the poller lets the new stream replace the old
+            first, second = poller.hellos
+            assert first.instance_id == second.instance_id == worker.instance_id != ""
             # the cancel was not taken: the run goes on and its result is reported
             await until(lambda: "r1" in poller.results, 3, "the run's result")
             assert poller.results["r1"].state == types_pb2.RUN_STATE_SUCCEEDED
@@ -500,7 +507,7 @@ async def test_results_and_output_leave_in_messages_a_node_accepts() -> None:
     assert len(error) < MAX_ERROR_CHARS + 50 and error.startswith("E" * 100)
     for i in range(2000):
         box.result(RunOutcome(run_id=f"r{i}", fencing_token=i, state=RunState.FAILED, error=error))
-    box.output("r0", "stdout", b"o" * (20 << 20))
+    box.output("r0", 0, "stdout", b"o" * (20 << 20))
     done = asyncio.Event()
     events = await box.take(done, lambda: Heartbeat(leases=()))
     sizes = [encode_worker_message(e).ByteSize() for e in events]

@@ -171,7 +171,12 @@ class PollerLink:
                     await self._session(stub)
                     log.info("stream to poller %s ended", self.address)
                 except grpc.aio.AioRpcError as e:
-                    log.info("stream to poller %s failed: %s", self.address, e.code().name)
+                    if e.code() == grpc.StatusCode.ALREADY_EXISTS:
+                        # another process uses this worker id: it is kept off until that
+                        # one leaves, which only the operator can mend
+                        log.warning("stream to poller %s refused: %s", self.address, e.details())
+                    else:
+                        log.info("stream to poller %s failed: %s", self.address, e.code().name)
                 except (ProtocolError, TimeoutError) as e:
                     log.warning("stream to poller %s: %s", self.address, e)
                 except Exception:

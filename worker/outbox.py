@@ -40,10 +40,11 @@ RESULT_FIELDS_BYTES = 160  # a result's encoded size beyond its error text, at m
 
 
 class _Chunk:
-    __slots__ = ("run_id", "stream", "data")
+    __slots__ = ("run_id", "token", "stream", "data")
 
-    def __init__(self, run_id: str, stream: str, data: bytes) -> None:
+    def __init__(self, run_id: str, token: int, stream: str, data: bytes) -> None:
         self.run_id = run_id
+        self.token = token
         self.stream = stream
         self.data = bytearray(data)
 
@@ -94,23 +95,26 @@ class Outbox:
         self._heartbeat = True
         self._wake.set()
 
-    def output(self, run_id: str, stream: str, data: bytes) -> None:
+    def output(self, run_id: str, token: int, stream: str, data: bytes) -> None:
+        """Bytes the run wrote under the lease ``token`` (the poller keeps output only
+        with the token of the lease it holds)."""
         for i in range(0, len(data), MAX_OUTPUT_MESSAGE):
-            self._add_output(run_id, stream, data[i : i + MAX_OUTPUT_MESSAGE])
+            self._add_output(run_id, token, stream, data[i : i + MAX_OUTPUT_MESSAGE])
 
-    def _add_output(self, run_id: str, stream: str, data: bytes) -> None:
+    def _add_output(self, run_id: str, token: int, stream: str, data: bytes) -> None:
         if not data:
             return
         last = self._chunks[-1] if self._chunks else None
         if (
             last is not None
             and last.run_id == run_id
+            and last.token == token
             and last.stream == stream
             and len(last.data) + len(data) <= MAX_OUTPUT_MESSAGE
         ):
             last.data += data
         else:
-            self._chunks.append(_Chunk(run_id, stream, data))
+            self._chunks.append(_Chunk(run_id, token, stream, data))
         was_empty = self._chunks_since is None
         if was_empty:
             self._chunks_since = time.monotonic()
@@ -238,7 +242,10 @@ class Outbox:
             if batch and size + len(c.data) > MAX_OUTPUT_MESSAGE:
                 out.append(Output(pieces=tuple(batch)))
                 batch, size = [], 0
-            batch.append(OutputPiece(run_id=c.run_id, stream=c.stream, data=bytes(c.data)))
+            piece = OutputPiece(
+                run_id=c.run_id, fencing_token=c.token, stream=c.stream, data=bytes(c.data)
+            )
+            batch.append(piece)
             size += len(c.data)
         if batch:
             out.append(Output(pieces=tuple(batch)))

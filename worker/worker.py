@@ -143,6 +143,9 @@ class Worker:
             raise ValueError("slots must be at least 1")
         self.target = target
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        # tells this process from another one given the same worker id: the poller lets
+        # a new stream replace a connected worker's only when it comes from the same one
+        self.instance_id = uuid.uuid4().hex
         self.slots = slots
         self.labels = dict(labels or {})
         self.registry = registry if registry is not None else default_registry
@@ -371,6 +374,7 @@ class Worker:
             version=shardcron.__version__,
             pending_results=tuple(link.unacked.values()),
             held=tuple(held),
+            instance_id=self.instance_id,
         )
 
     def heartbeat_for(self, link: PollerLink) -> Heartbeat:
@@ -436,7 +440,7 @@ class Worker:
                 attempt=lease.attempt,
                 fencing_token=lease.fencing_token,
                 timeout=lease.timeout.total_seconds() if lease.timeout else None,
-                on_output=partial(self._on_output, link, lease.run_id),
+                on_output=partial(self._on_output, link, lease.run_id, lease.fencing_token),
                 lease_deadline=deadline,
             )
             run = _Run(
@@ -449,9 +453,11 @@ class Worker:
             link.outbox.started(run.ref, at)
         self.rebalance()
 
-    def _on_output(self, link: PollerLink, run_id: str, stream: str, data: bytes) -> None:
+    def _on_output(
+        self, link: PollerLink, run_id: str, token: int, stream: str, data: bytes
+    ) -> None:
         self.stats["output_bytes"] += len(data)
-        link.outbox.output(run_id, stream, data)
+        link.outbox.output(run_id, token, stream, data)
 
     def on_renewals(self, link: PollerLink, renewals: Renewals, now: float) -> None:
         ttl = renewals.lease_ttl.total_seconds() or link.lease_ttl

@@ -148,8 +148,18 @@ def _piece_from_proto(msg: types_pb2.OutputChunk, path: str) -> OutputPiece:
     # the job API's OutputChunk.
     return OutputPiece(
         run_id=required_text(msg.run_id, f"{path}.run_id"),
+        fencing_token=msg.fencing_token,
         data=bytes(msg.data),
         stream=msg.stream or "stdout",
+    )
+
+
+def _piece_to_proto(piece: OutputPiece, path: str) -> types_pb2.OutputChunk:
+    return types_pb2.OutputChunk(
+        run_id=piece.run_id,
+        fencing_token=_token(piece.fencing_token, path),
+        data=piece.data,
+        stream=piece.stream,
     )
 
 
@@ -176,6 +186,7 @@ def _hello_from_proto(msg: worker_pb2.Hello, path: str) -> Hello:
             if msg.HasField("credit_limit")
             else None
         ),
+        instance_id=msg.instance_id,
     )
 
 
@@ -191,6 +202,7 @@ def _hello_to_proto(hello: Hello, path: str) -> worker_pb2.Hello:
         version=hello.version,
         pending_results=_outcomes_to_proto(hello.pending_results, f"{path}.pending_results"),
         held=_refs_to_proto(hello.held, f"{path}.held"),
+        instance_id=hello.instance_id,
     )
     if hello.credit_limit is not None:
         msg.credit_limit = hello.credit_limit
@@ -260,10 +272,7 @@ def encode_worker_message(event: Hello | WorkerEvent) -> worker_pb2.WorkerMessag
         results = _outcomes_to_proto(event.outcomes, "results.results")
         return worker_pb2.WorkerMessage(results=worker_pb2.Results(results=results))
     if isinstance(event, Output):
-        chunks = [
-            types_pb2.OutputChunk(run_id=p.run_id, data=p.data, stream=p.stream)
-            for p in event.pieces
-        ]
+        chunks = _each(event.pieces, "output.chunks", _piece_to_proto)
         return worker_pb2.WorkerMessage(output=worker_pb2.Output(chunks=chunks))
     if isinstance(event, Refused):
         leases = _refs_to_proto(event.leases, "refused.leases")

@@ -3,16 +3,22 @@
 ``WorkerStreams`` keeps a ``WorkerBook`` per open stream and applies what a
 worker says to the runs held (``RunKeeper``):
 
-- Hello: the worker is booked (a newer stream of the same worker id closes the
-  older), welcomed, its held leases answered as a heartbeat and its pending results
-  handled as results.
+- Hello: the worker is booked, welcomed, its held leases answered as a heartbeat
+  and its pending results handled as results. A Hello naming a connected worker
+  replaces that worker's stream only when it comes from the same process (same
+  ``instance_id``: a reconnect); from another it is refused with ALREADY_EXISTS and
+  the connected worker is left alone.
 - Heartbeat (and Hello.held): one ``Renewal`` per ref, in order, granted by the
   lease book; a granted lease counts on this worker's slots, and a pending cancel
   is sent again.
-- Started: a LEASED run becomes RUNNING. Results: a result under the current token
-  ends its run and is acknowledged once that is durable; any other is refused at
-  once. Refused: nothing of the run ran, it is leased again. Output is kept for
-  runs leased here or ended here lately, each piece cut to its last
+- Started, results and output count only from the stream that holds the run's
+  lease (``_holds``), under its current token. Started: a LEASED run becomes
+  RUNNING. Results: a result under the current token ends its run and is
+  acknowledged once that is durable; any other is refused at once ("stale fencing
+  token", or "not the lease holder" from another stream, which changes nothing).
+  Refused: nothing of the run ran, it is leased again. Output is kept for runs
+  leased here, or ended here lately by a result of the same lease and worker
+  process, each piece cut to its last
   ``output_cap + 1`` bytes before it enters the turn (``store_rules.keep_tail``: the
   store keeps exactly what it would have kept of the whole piece, and a flood of
   output is never held whole). Credits set the stream's slot limit.
@@ -30,6 +36,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
+from shardcron.client.errors import AlreadyExists
 from shardcron.client.stream import (
     CancelOrder,
     Credits,
@@ -49,7 +56,7 @@ from shardcron.client.stream import (
 from shardcron.client.types import OutputChunk, RunState
 from shardcron.coordinator.poller.config import MAX_DEFERRED
 from shardcron.coordinator.poller.keeper import RunKeeper
-from shardcron.coordinator.poller.state import Phase
+from shardcron.coordinator.poller.state import Phase, Slot
 from shardcron.coordinator.poller.turn import Turn
 from shardcron.coordinator.poller.workers import WorkerBook, WorkerLink
 from shardcron.coordinator.store_rules import keep_tail
@@ -76,6 +83,9 @@ class WorkerStreams:
         self._books: dict[WorkerLink, WorkerBook] = {}  # every open stream
         # held leases and results named before this poller loaded its shards
         self._deferred: list[tuple[WorkerBook, LeaseRef | RunOutcome]] = []
+        # run id -> (token, worker id, instance id) of the result that ended it here:
+        # its late output is kept from that process alone (kept while ``recent_final``)
+        self._ended: dict[str, tuple[int, str, str]] = {}
 
     # --- what the loop does to every stream ---------------------------------------
 
@@ -97,6 +107,7 @@ class WorkerStreams:
         for book in self._books.values():
             book.clear()
             book.link.forget()
+        self._ended.clear()
 
     # --- what a worker says ------------------------------------------------------------
 
@@ -105,8 +116,18 @@ class WorkerStreams:
     ) -> None:
         book = WorkerBook(hello, address=address, link=link, connected_at=now)
         old = self.workers.get(book.id)
-        if old is not None:
-            old.link.close()
+        if old is not None and not old.link.closed:
+            if not old.same_process(book):
+                # another process naming a connected worker: replacing it would let
+                # anyone cut a worker off (and speak for its leases)
+                link.fail(
+                    AlreadyExists(
+                        f"worker {book.id} is connected from another process (instance_id "
+                        "differs): use a unique worker id"
+                    )
+                )
+                return
+            old.link.close()  # the same process reconnecting: its new stream wins
         self.workers[book.id] = book
         self._books[link] = book
         link.welcome(
@@ -137,21 +158,28 @@ class WorkerStreams:
             case Heartbeat(leases=refs):
                 self._renew(book, refs, turn, now)
             case Started(leases=refs, at=at):
-                self._started(refs, at or now, turn)
+                self._started(book, refs, at or now, turn)
             case Results(outcomes=outcomes):
                 for outcome in outcomes:
                     self._on_result(book, outcome, turn, now)
             case Output(pieces=pieces):
-                slots, ended = self._keeper.slots, self._keeper.recent_final
+                ended = self._keeper.recent_final
                 for piece in pieces:
-                    slot = slots.get(piece.run_id)
+                    run_id, token = piece.run_id, piece.fencing_token
+                    slot = self._keeper.held_slot(run_id, token)
                     if slot is not None and slot.phase == Phase.LEASED:
+                        if not self._holds(book, slot):
+                            continue  # another stream's lease
                         slot.output_bytes += len(piece.data)
-                    elif piece.run_id not in ended:
-                        continue  # not a run of ours, or long over
+                    elif run_id not in ended or self._ended.get(run_id) != (
+                        token,
+                        book.id,
+                        book.instance_id,
+                    ):
+                        continue  # not a lease of this worker's, or long over
                     data = keep_tail(piece.data, self._output_cap)
                     turn.output.append(
-                        OutputChunk(run_id=piece.run_id, offset=0, data=data, stream=piece.stream)
+                        OutputChunk(run_id=run_id, offset=0, data=data, stream=piece.stream)
                     )
             case Credits(limit=limit):
                 book.set_credits(limit)
@@ -192,10 +220,22 @@ class WorkerStreams:
 
     # --- the rules ------------------------------------------------------------------------
 
-    def _started(self, refs: Sequence[LeaseRef], at: datetime, turn: Turn) -> None:
+    def _holds(self, book: WorkerBook, slot: Slot) -> bool:
+        """The stream holds the run's lease: it was granted or renewed on it; or the
+        stream it was on closed and this one is the same worker process's (a
+        reconnect); or no stream holds it here yet (taken over from an earlier owner)
+        and it was granted to this worker id."""
+        holder = slot.worker
+        if holder is None:
+            return slot.run.worker_id == book.id
+        return holder is book or (holder.link.closed and holder.same_process(book))
+
+    def _started(
+        self, book: WorkerBook, refs: Sequence[LeaseRef], at: datetime, turn: Turn
+    ) -> None:
         for ref in refs:
             slot = self._keeper.held_slot(ref.run_id, ref.fencing_token)
-            if slot is None or slot.run.state != RunState.LEASED:
+            if slot is None or slot.run.state != RunState.LEASED or not self._holds(book, slot):
                 continue
             slot.run = dataclasses.replace(slot.run, state=RunState.RUNNING, started_at=at)
             turn.runs[slot.run.id] = slot.run
@@ -229,7 +269,7 @@ class WorkerStreams:
                 continue
             expires = (
                 None
-                if slot is None
+                if slot is None or not self._holds(book, slot)
                 else keeper.leases.renew(run_id, token, book.id, now, active=active)
             )
             if slot is not None and expires is not None:
@@ -257,14 +297,14 @@ class WorkerStreams:
         if slot is None and not self._settled() and len(self._deferred) < MAX_DEFERRED:
             self._deferred.append((book, outcome))
             return
-        if slot is None:
+        if slot is None or not self._holds(book, slot):
             self._metrics.results_rejected.inc()
             book.link.ack(
                 ResultAck(
                     run_id=outcome.run_id,
                     fencing_token=outcome.fencing_token,
                     accepted=False,
-                    reason="stale fencing token",
+                    reason="stale fencing token" if slot is None else "not the lease holder",
                 )
             )
             return
@@ -287,5 +327,14 @@ class WorkerStreams:
                 started_at=started or slot.run.started_at or now,
                 ended_at=outcome.ended_at or now,
             )
+        self._ended_by(book, outcome)
         ack = ResultAck(run_id=outcome.run_id, fencing_token=outcome.fencing_token, accepted=True)
         turn.acks.append((book.link, ack))
+
+    def _ended_by(self, book: WorkerBook, outcome: RunOutcome) -> None:
+        """Remembers whose result ended the run, for its late output; entries whose run
+        left ``recent_final`` are dropped whenever they outnumber it twice over."""
+        self._ended[outcome.run_id] = (outcome.fencing_token, book.id, book.instance_id)
+        recent = self._keeper.recent_final
+        if len(self._ended) > 2 * len(recent) + 1024:
+            self._ended = {k: v for k, v in self._ended.items() if k in recent}

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Protocol
 
+from shardcron.client.errors import ShardcronError
 from shardcron.client.stream import (
     CancelOrder,
     Hello,
@@ -60,6 +61,10 @@ class WorkerLink(Protocol):
 
     def close(self) -> None: ...
 
+    def fail(self, error: ShardcronError) -> None:
+        """Ends the stream with the error's status (the worker may not be served)."""
+        ...
+
     def drop_unsent_leases(self) -> None:
         """Leases batched or queued but not yet written to the stream are never sent
         (their shards may have moved: their runs are reloaded and waited out)."""
@@ -79,6 +84,7 @@ class WorkerBook:
         "cpu_millis",
         "handlers",
         "id",
+        "instance_id",
         "labels",
         "leases",
         "limit",
@@ -95,6 +101,7 @@ class WorkerBook:
         self, hello: Hello, *, address: str, link: WorkerLink, connected_at: datetime
     ) -> None:
         self.id = hello.worker_id
+        self.instance_id = hello.instance_id
         self.address = address
         self.link = link
         self.connected_at = connected_at
@@ -111,6 +118,11 @@ class WorkerBook:
         self.used = 0
         self.used_cpu = 0
         self.used_mem = 0
+
+    def same_process(self, other: WorkerBook) -> bool:
+        """Both streams come from one worker process: same worker id and instance id
+        (a worker that says no instance id is taken as one process, as it always was)."""
+        return self.id == other.id and self.instance_id == other.instance_id
 
     def set_credits(self, limit: int) -> None:
         """How many slots this stream may fill (Credits), clamped to 0..slots."""

@@ -72,8 +72,10 @@ class RawWorker:
         except grpc.RpcError as e:
             self.error = e
 
-    def output(self, run_id: str, data: bytes) -> None:
-        chunk = types_pb2.OutputChunk(run_id=run_id, stream="stdout", data=data)
+    def output(self, lease: worker_pb2.Lease, data: bytes) -> None:
+        chunk = types_pb2.OutputChunk(
+            run_id=lease.run_id, fencing_token=lease.fencing_token, stream="stdout", data=data
+        )
         self._out.put(worker_pb2.WorkerMessage(output=worker_pb2.Output(chunks=[chunk])))
 
     def close(self) -> None:
@@ -101,7 +103,7 @@ def test_a_huge_output_message_ends_only_its_stream(node: DevServer, channel: gr
         jobs_pb2.CreateJobRequest(spec=handler_spec("f", "limits.flood")), metadata=OWNER
     )
     lease = flood.leases.get(timeout=15)
-    flood.output(lease.run_id, b"y" * (60 * MiB))
+    flood.output(lease, b"y" * (60 * MiB))
     flood.call.code()  # waits for the stream's end
     assert flood.call.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     # Another stream is served: it takes a lease and its output is kept.
@@ -112,8 +114,8 @@ def test_a_huge_output_message_ends_only_its_stream(node: DevServer, channel: gr
     # Output well over the cap (1 MiB) in messages under the limit: kept to the cap.
     line = b"z" * 99 + b"\n"
     for _ in range(6):
-        other.output(other_lease.run_id, line * ((MAX_MESSAGE_BYTES - 64 * 1024) // 100))
-    other.output(other_lease.run_id, b"last line\n")
+        other.output(other_lease, line * ((MAX_MESSAGE_BYTES - 64 * 1024) // 100))
+    other.output(other_lease, b"last line\n")
     for _ in range(100):
         offset, kept = read_output(channel, other_lease.run_id)
         if kept.endswith(b"last line\n"):

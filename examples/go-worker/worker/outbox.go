@@ -78,8 +78,10 @@ func (o *outbox) requestHeartbeat() {
 	o.signal()
 }
 
-// addOutput queues output of a run; consecutive writes of one run and stream merge.
-func (o *outbox) addOutput(runID, stream string, data []byte) {
+// addOutput queues output of a run under its lease's fencing token (the poller keeps
+// output only with the token of the lease it holds); consecutive writes of one
+// lease and stream merge.
+func (o *outbox) addOutput(runID string, token uint64, stream string, data []byte) {
 	if len(data) == 0 {
 		return
 	}
@@ -91,13 +93,13 @@ func (o *outbox) addOutput(runID, stream string, data []byte) {
 		data = data[n:]
 		if k := len(o.chunks); k > 0 {
 			last := o.chunks[k-1]
-			if last.RunId == runID && last.Stream == stream && len(last.Data)+len(piece) <= maxOutputMessage {
+			if last.RunId == runID && last.FencingToken == token && last.Stream == stream && len(last.Data)+len(piece) <= maxOutputMessage {
 				last.Data = append(last.Data, piece...)
 				o.chunkBytes += len(piece)
 				continue
 			}
 		}
-		o.chunks = append(o.chunks, &pb.OutputChunk{RunId: runID, Stream: stream, Data: append([]byte(nil), piece...)})
+		o.chunks = append(o.chunks, &pb.OutputChunk{RunId: runID, FencingToken: token, Stream: stream, Data: append([]byte(nil), piece...)})
 		o.chunkBytes += len(piece)
 	}
 	if wasEmpty {

@@ -9,6 +9,8 @@ package worker
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -125,6 +127,7 @@ type resultKey struct {
 // Worker runs leases from one or more pollers.
 type Worker struct {
 	cfg      Config
+	instance string // random per process, sent in every Hello: tells a reconnect from another process with our id
 	log      *slog.Logger
 	handlers map[string]Handler
 	pool     *slotPool
@@ -163,11 +166,20 @@ func New(cfg Config) *Worker {
 	}
 	return &Worker{
 		cfg:      cfg,
+		instance: newInstanceID(),
 		log:      cfg.Logger.With("worker", cfg.ID),
 		handlers: map[string]Handler{},
 		pool:     newSlotPool(cfg.Slots),
 		runs:     map[string]*run{},
 	}
+}
+
+// newInstanceID is random per process: a poller lets a new stream replace a connected
+// worker's only when the Hello carries the same one (the process reconnecting).
+func newInstanceID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b) // crypto/rand.Read never returns an error
+	return hex.EncodeToString(b)
 }
 
 // ID is the worker id sent in Hello.
@@ -311,6 +323,7 @@ func (w *Worker) helloLocked(l *link) *pb.Hello {
 		Handlers:     w.handlerNames(),
 		RunsCommands: w.cfg.RunCommands,
 		Version:      Version,
+		InstanceId:   w.instance,
 	}
 	for _, r := range w.sortedRuns() {
 		if r.link != l || r.lost() {
@@ -590,7 +603,7 @@ func (w *Worker) emitter(r *run) func(stream string, data []byte) {
 		lost := r.lost()
 		w.mu.Unlock()
 		if !lost { // the poller drops output of a run it no longer leases to us
-			r.link.out.addOutput(r.lease.RunId, stream, data)
+			r.link.out.addOutput(r.lease.RunId, r.lease.FencingToken, stream, data)
 		}
 	}
 }

@@ -203,7 +203,7 @@ func TestHelloThenHandlerRunOutputBeforeResult(t *testing.T) {
 	h := newHarness(t, 3)
 	s := h.accept(t)
 	hello := s.next(t, "hello", time.Second).GetHello()
-	if hello.WorkerId != "test-worker" || hello.Slots != 3 || !hello.RunsCommands {
+	if hello.WorkerId != "test-worker" || hello.Slots != 3 || !hello.RunsCommands || len(hello.InstanceId) != 32 {
 		t.Fatalf("bad hello: %v", hello)
 	}
 	if strings.Join(hello.Handlers, ",") != "block,upper" {
@@ -216,7 +216,7 @@ func TestHelloThenHandlerRunOutputBeforeResult(t *testing.T) {
 		t.Fatalf("started: %v", started)
 	}
 	out := s.next(t, "output", 2*time.Second).GetOutput()
-	if got := string(out.Chunks[0].Data); got != "SHARDCRON" || out.Chunks[0].Stream != "stdout" {
+	if got := string(out.Chunks[0].Data); got != "SHARDCRON" || out.Chunks[0].Stream != "stdout" || out.Chunks[0].FencingToken != 7<<32|1 {
 		t.Fatalf("output: %v", out)
 	}
 	res := s.next(t, "results", 2*time.Second).GetResults().Results[0]
@@ -444,8 +444,8 @@ func TestDrainSendsZeroCredits(t *testing.T) {
 
 func TestOutboxOrderAndMerge(t *testing.T) {
 	o := newOutbox()
-	o.addOutput("a", "stdout", []byte("he"))
-	o.addOutput("a", "stdout", []byte("llo"))
+	o.addOutput("a", 1, "stdout", []byte("he"))
+	o.addOutput("a", 1, "stdout", []byte("llo"))
 	o.addResult(&pb.RunResult{RunId: "a"})
 	o.addStarted(&pb.LeaseRef{RunId: "b"}, time.Now())
 	o.requestHeartbeat()
@@ -488,7 +488,7 @@ func waitFor(t *testing.T, cond func() bool) {
 func TestHelloHoldsBackResultsWhoseOutputIsQueued(t *testing.T) {
 	w := New(Config{Targets: []string{"unused:1"}, ID: "w", Slots: 1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	l := newLink(w, "unused:1")
-	l.out.addOutput("x", "stdout", []byte("tail of x"))
+	l.out.addOutput("x", 1, "stdout", []byte("tail of x"))
 	l.unacked[resultKey{"x", 1}] = &pb.RunResult{RunId: "x", FencingToken: 1}
 	l.unacked[resultKey{"y", 2}] = &pb.RunResult{RunId: "y", FencingToken: 2}
 	w.mu.Lock()

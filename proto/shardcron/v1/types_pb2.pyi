@@ -371,15 +371,17 @@ class Fire(_message.Message):
     def __init__(self, key: _Optional[str] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., local_time: _Optional[str] = ..., skip_reason: _Optional[_Union[RunReason, str]] = ...) -> None: ...
 
 class OutputChunk(_message.Message):
-    __slots__ = ("run_id", "offset", "data", "stream", "eof")
+    __slots__ = ("run_id", "offset", "data", "stream", "eof", "fencing_token")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     STREAM_FIELD_NUMBER: _ClassVar[int]
     EOF_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     offset: int
     data: bytes
     stream: str
     eof: bool
-    def __init__(self, run_id: _Optional[str] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., stream: _Optional[str] = ..., eof: _Optional[bool] = ...) -> None: ...
+    fencing_token: int
+    def __init__(self, run_id: _Optional[str] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., stream: _Optional[str] = ..., eof: _Optional[bool] = ..., fencing_token: _Optional[int] = ...) -> None: ...

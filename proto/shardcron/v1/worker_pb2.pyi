@@ -46,7 +46,7 @@ class PollerMessage(_message.Message):
     def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., leases: _Optional[_Union[Leases, _Mapping]] = ..., cancels: _Optional[_Union[Cancels, _Mapping]] = ..., renewals: _Optional[_Union[Renewals, _Mapping]] = ..., acks: _Optional[_Union[ResultAcks, _Mapping]] = ..., demand: _Optional[_Union[Demand, _Mapping]] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("worker_id", "slots", "cpu_millis", "memory_mb", "labels", "handlers", "runs_commands", "version", "pending_results", "held", "credit_limit")
+    __slots__ = ("worker_id", "slots", "cpu_millis", "memory_mb", "labels", "handlers", "runs_commands", "version", "pending_results", "held", "credit_limit", "instance_id")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -65,6 +65,7 @@ class Hello(_message.Message):
     PENDING_RESULTS_FIELD_NUMBER: _ClassVar[int]
     HELD_FIELD_NUMBER: _ClassVar[int]
     CREDIT_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     slots: int
     cpu_millis: int
@@ -76,7 +77,8 @@ class Hello(_message.Message):
     pending_results: _containers.RepeatedCompositeFieldContainer[RunResult]
     held: _containers.RepeatedCompositeFieldContainer[LeaseRef]
     credit_limit: int
-    def __init__(self, worker_id: _Optional[str] = ..., slots: _Optional[int] = ..., cpu_millis: _Optional[int] = ..., memory_mb: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., handlers: _Optional[_Iterable[str]] = ..., runs_commands: _Optional[bool] = ..., version: _Optional[str] = ..., pending_results: _Optional[_Iterable[_Union[RunResult, _Mapping]]] = ..., held: _Optional[_Iterable[_Union[LeaseRef, _Mapping]]] = ..., credit_limit: _Optional[int] = ...) -> None: ...
+    instance_id: str
+    def __init__(self, worker_id: _Optional[str] = ..., slots: _Optional[int] = ..., cpu_millis: _Optional[int] = ..., memory_mb: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., handlers: _Optional[_Iterable[str]] = ..., runs_commands: _Optional[bool] = ..., version: _Optional[str] = ..., pending_results: _Optional[_Iterable[_Union[RunResult, _Mapping]]] = ..., held: _Optional[_Iterable[_Union[LeaseRef, _Mapping]]] = ..., credit_limit: _Optional[int] = ..., instance_id: _Optional[str] = ...) -> None: ...
 
 class Credits(_message.Message):
     __slots__ = ("limit",)
