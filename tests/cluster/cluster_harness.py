@@ -400,9 +400,29 @@ class ShardcronCluster:
         owners = {s.shard: s.owner for s in status.shards}
         return len(owners) == SHARDS and all(o in live for o in owners.values())
 
+    def handed_over(self, live: Iterable[str]) -> bool:
+        """The leader's published assignment spreads the shards over every live node (each
+        runs a poller), and each shard is held (``owners/<shard>``) by the poller it is
+        assigned to."""
+        zk = self.zk()
+        try:
+            data, _ = zk.get(f"/shardcron/{self.name}/assignment")
+        except NoNodeError:
+            return False
+        assigned = {int(s): str(p) for s, p in json.loads(data or b"{}").get("owners", {}).items()}
+        held = self.zk_owners()
+        return (
+            len(assigned) == SHARDS
+            and set(assigned.values()) == set(live)
+            and all(held.get(s, ("", 0))[0] == p for s, p in assigned.items())
+        )
+
     def wait_stable(self, workers: int = 0, timeout: float = 60) -> ClusterStatus:
         """Until a leader serves every shard through live pollers, each of which has
-        ``workers`` workers connected."""
+        ``workers`` workers connected, and every shard is held in ZooKeeper by the
+        poller it is assigned to: a published assignment is not stable while shards it
+        moves are still being handed over (a poller takes a shard only once the
+        previous owner released it)."""
         deadline = time.monotonic() + timeout
         live = [n.id for n in self.live_nodes()]
         last: ClusterStatus | None = None
@@ -413,6 +433,7 @@ class ShardcronCluster:
                 and last.leader in live
                 and self.served_by_live(last, live)
                 and sum(len(w.pollers) for w in last.workers) >= workers * len(live)
+                and self.handed_over(live)
             ):
                 return last
             time.sleep(0.2)
