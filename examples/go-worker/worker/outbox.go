@@ -25,11 +25,12 @@ type startedRef struct {
 
 // outbox is the send queue of one poller link. Everything the worker sends after
 // Welcome goes through it, so the order on the wire is fixed in one place:
-// Credits, Started, Output, Results, Heartbeat. A run's output is always queued
+// Credits, Refused, Started, Output, Results, Heartbeat. A run's output is always queued
 // before its result, and next() sends all queued output before any queued
 // result, so the poller sees a run's output before the result that ends it.
 type outbox struct {
 	mu          sync.Mutex
+	refused     []*pb.LeaseRef
 	started     []startedRef
 	results     []*pb.RunResult
 	chunks      []*pb.OutputChunk
@@ -53,6 +54,13 @@ func (o *outbox) signal() {
 func (o *outbox) addStarted(ref *pb.LeaseRef, at time.Time) {
 	o.mu.Lock()
 	o.started = append(o.started, startedRef{ref: ref, at: at})
+	o.mu.Unlock()
+	o.signal()
+}
+
+func (o *outbox) addRefused(ref *pb.LeaseRef) {
+	o.mu.Lock()
+	o.refused = append(o.refused, ref)
 	o.mu.Unlock()
 	o.signal()
 }
@@ -129,11 +137,12 @@ func (o *outbox) hasOutputFor(runID string) bool {
 	return false
 }
 
-// reset starts a new stream: Started, Results, Credits and heartbeats of the old
+// reset starts a new stream: Refused, Started, Results, Credits and heartbeats of the old
 // stream are dropped (Hello.held and Hello.pending_results carry what matters);
 // buffered output is kept.
 func (o *outbox) reset() {
 	o.mu.Lock()
+	o.refused = nil // the old stream's leases are no longer granted on the new one
 	o.started = nil
 	o.results = nil
 	o.credits = nil
@@ -144,7 +153,7 @@ func (o *outbox) reset() {
 // dueLocked: 0 when something must be sent now, a positive wait until buffered
 // output is due, or -1 when the queue is empty.
 func (o *outbox) dueLocked(now time.Time) time.Duration {
-	if o.credits != nil || len(o.started) > 0 || len(o.results) > 0 || o.heartbeat {
+	if o.credits != nil || len(o.refused) > 0 || len(o.started) > 0 || len(o.results) > 0 || o.heartbeat {
 		return 0
 	}
 	if len(o.chunks) > 0 {
@@ -203,6 +212,10 @@ func (o *outbox) drain(buildHeartbeat func() *pb.Heartbeat) []*pb.WorkerMessage 
 		out = append(out, &pb.WorkerMessage{Body: &pb.WorkerMessage_Credits{Credits: &pb.Credits{Limit: *o.credits}}})
 		o.credits = nil
 	}
+	if len(o.refused) > 0 {
+		out = append(out, &pb.WorkerMessage{Body: &pb.WorkerMessage_Refused{Refused: &pb.Refused{Leases: o.refused}}})
+		o.refused = nil
+	}
 	if len(o.started) > 0 {
 		msg := &pb.Started{At: timestamppb.New(o.started[0].at)}
 		for _, s := range o.started {
@@ -236,7 +249,7 @@ func (o *outbox) drain(buildHeartbeat func() *pb.Heartbeat) []*pb.WorkerMessage 
 	o.heartbeat = false
 	o.mu.Unlock()
 	if heartbeat {
-		// nil: no lease held, nothing to renew (an empty Heartbeat is harmless but useless)
+		// sent even empty: it tells the poller this worker is alive while it holds nothing
 		if hb := buildHeartbeat(); hb != nil {
 			out = append(out, &pb.WorkerMessage{Body: &pb.WorkerMessage_Heartbeat{Heartbeat: hb}})
 		}

@@ -24,6 +24,7 @@ import (
 
 	pb "github.com/shardcron/shardcron/gen/go/shardcron/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // Version is sent in Hello.version.
@@ -32,7 +33,23 @@ const Version = "shardcron-go-worker/0.1.0"
 const (
 	defaultLeaseTTL      = 30 * time.Second // until a Welcome says otherwise
 	maxPendingHeartbeats = 256
+	// leaseSafetyMargin is taken off every expires_at the poller sends: the worker
+	// ends a run that much before the poller's instant, which covers a worker clock
+	// behind the poller's by less than it plus the poller's expiry grace (the Python
+	// worker uses the same 250 ms; proto/README.md, "Clocks and the safety margin").
+	leaseSafetyMargin = 250 * time.Millisecond
 )
+
+// leaseDeadline is when a run must be dead unless renewed, on this process's
+// monotonic clock: expiresAt (the poller's absolute time) minus the safety margin,
+// read against the wall clock once, at now; or now + ttl from a poller that sends
+// no expires_at. A wall clock step later does not move it.
+func leaseDeadline(expiresAt *timestamppb.Timestamp, now time.Time, ttl time.Duration) time.Time {
+	if expiresAt == nil {
+		return now.Add(ttl)
+	}
+	return now.Add(expiresAt.AsTime().Sub(now) - leaseSafetyMargin)
+}
 
 // Handler serves one handler name. It must return soon after ctx is done (the run
 // was cancelled, timed out or lost its lease). The returned bytes are appended to
@@ -145,8 +162,8 @@ type Worker struct {
 
 // Stats counts what happened, for logs and tests.
 type Stats struct {
-	Leased, Started, Renewed, Revoked, Expired, Cancels atomic.Int64
-	Reported, Accepted, Rejected, Dropped, Reconnects   atomic.Int64
+	Leased, Refused, Started, Renewed, Revoked, Expired, Cancels atomic.Int64
+	Reported, Accepted, Rejected, Dropped, Reconnects            atomic.Int64
 }
 
 // New returns a worker; register handlers with Handle before Run.
@@ -368,7 +385,9 @@ func (w *Worker) sortedRuns() []*run {
 }
 
 // heartbeat names every lease of l still held, and remembers when it was sent:
-// the Renewal that answers it extends the lease from that instant.
+// the Renewal that answers it extends the lease from that instant. It is sent
+// even empty: a poller closes the stream of a worker silent past 2.5 heartbeat
+// intervals, and one that heartbeats while idle is never leased to when frozen.
 func (w *Worker) heartbeat(l *link) *pb.Heartbeat {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -382,9 +401,6 @@ func (w *Worker) heartbeat(l *link) *pb.Heartbeat {
 			r.pending = append(r.pending, now) // when full, keep the oldest: the safe side
 		}
 		hb.Leases = append(hb.Leases, r.ref())
-	}
-	if len(hb.Leases) == 0 {
-		return nil
 	}
 	return hb
 }
@@ -437,7 +453,16 @@ func (w *Worker) onLeaseLocked(l *link, lease *pb.Lease, now time.Time) {
 	if prev != nil { // an older attempt of the same run: its lease is gone
 		w.stopRun(prev, stopLost, 0, "re-leased with a new fencing token")
 	}
-	ttl := durationOr(lease.LeaseTtl, l.leaseTTL)
+	deadline := leaseDeadline(lease.ExpiresAt, now, durationOr(lease.LeaseTtl, l.leaseTTL))
+	if !deadline.After(now) {
+		// It reached us late (we were frozen, or the clocks disagree): the poller
+		// may already be giving the run to another worker. Nothing of it runs.
+		w.Stats.Refused.Add(1)
+		w.log.Warn("lease refused: already past its deadline", "run", lease.RunId, "token", lease.FencingToken,
+			"late_by", now.Sub(deadline))
+		l.out.addRefused(&pb.LeaseRef{RunId: lease.RunId, FencingToken: lease.FencingToken})
+		return
+	}
 	slots := int(lease.GetResources().GetSlots())
 	slots = max(1, min(slots, w.cfg.Slots))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -446,13 +471,13 @@ func (w *Worker) onLeaseLocked(l *link, lease *pb.Lease, now time.Time) {
 		link:     l,
 		token:    lease.FencingToken,
 		slots:    slots,
-		deadline: now.Add(ttl),
+		deadline: deadline,
 		ctx:      ctx,
 		cancel:   cancel,
 		killNow:  make(chan struct{}),
 		done:     make(chan struct{}),
 	}
-	r.watchdog = time.AfterFunc(ttl, func() { w.checkDeadline(r) })
+	r.watchdog = time.AfterFunc(deadline.Sub(now), func() { w.checkDeadline(r) })
 	w.runs[lease.RunId] = r
 	w.active.Add(1)
 	go w.execute(r, prev)
@@ -474,10 +499,17 @@ func (w *Worker) onRenewalsLocked(l *link, rs *pb.Renewals, now time.Time) {
 			w.stopRun(r, stopLost, 0, "lease revoked by the poller")
 			continue
 		}
-		if sent.IsZero() {
+		var d time.Time
+		switch {
+		case ren.ExpiresAt != nil: // the renewal names the lease's new end itself
+			d = leaseDeadline(ren.ExpiresAt, now, 0)
+		case sent.IsZero():
 			continue // an answer to nothing we sent: do not extend anything
+		default: // an older poller: count from when the answered heartbeat left
+			d = sent.Add(ttl)
 		}
-		if d := sent.Add(ttl); d.After(r.deadline) {
+		// The later deadline wins: a late renewal (we were frozen) moves nothing.
+		if d.After(r.deadline) {
 			r.deadline = d
 			r.watchdog.Reset(time.Until(d))
 		}

@@ -13,6 +13,7 @@ import (
 	pb "github.com/shardcron/shardcron/gen/go/shardcron/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // fakePoller plays the poller's side of WorkerService.Connect, scripted by a test.
@@ -69,6 +70,9 @@ func (s *fakeStream) next(t *testing.T, kind string, timeout time.Duration, skip
 			if k == kind {
 				return m
 			}
+			if k == "heartbeat" && len(m.GetHeartbeat().Leases) == 0 {
+				continue // the worker heartbeats while idle too
+			}
 			if !contains(skip, k) {
 				t.Fatalf("got %s while waiting for %s: %v", k, kind, m)
 			}
@@ -107,6 +111,8 @@ func kindOf(m *pb.WorkerMessage) string {
 		return "heartbeat"
 	case *pb.WorkerMessage_Started:
 		return "started"
+	case *pb.WorkerMessage_Refused:
+		return "refused"
 	case *pb.WorkerMessage_Results:
 		return "results"
 	case *pb.WorkerMessage_Output:
@@ -503,5 +509,86 @@ func TestHelloHoldsBackResultsWhoseOutputIsQueued(t *testing.T) {
 	}
 	if got := strings.Join(kinds, ","); got != "output,results" {
 		t.Fatalf("after Welcome: %s, want output,results", got)
+	}
+}
+
+func TestLeaseDeadlineFromExpiresAtMinusMargin(t *testing.T) {
+	now := time.Now()
+	exp := timestamppb.New(now.Add(10 * time.Second))
+	if got, want := leaseDeadline(exp, now, time.Hour), now.Add(10*time.Second-leaseSafetyMargin); !got.Equal(want) {
+		t.Fatalf("deadline %s, want %s (expires_at - margin, whatever the ttl)", got, want)
+	}
+	if got := leaseDeadline(nil, now, 3*time.Second); !got.Equal(now.Add(3 * time.Second)) {
+		t.Fatalf("without expires_at: %s, want now + ttl", got)
+	}
+	// expires_at 100 ms ahead is past once the margin is taken off
+	if d := leaseDeadline(timestamppb.New(now.Add(100*time.Millisecond)), now, time.Hour); d.After(now) {
+		t.Fatalf("deadline %s is not past", d)
+	}
+}
+
+func TestLeasePastItsDeadlineIsRefusedAndNotRun(t *testing.T) {
+	h := newHarness(t, 2)
+	s := h.accept(t)
+	s.next(t, "hello", time.Second)
+	s.send(t, welcome(5*time.Second, time.Second))
+	late := handlerLease("late", 41, "block", "", 5*time.Second)
+	late.ExpiresAt = timestamppb.New(time.Now().Add(-time.Second)) // granted while we were frozen
+	s.send(t, leases(late))
+	ref := s.next(t, "refused", 2*time.Second).GetRefused().Leases
+	if len(ref) != 1 || ref[0].RunId != "late" || ref[0].FencingToken != 41 {
+		t.Fatalf("refused: %v", ref)
+	}
+	hb := s.next(t, "heartbeat", 2*time.Second).GetHeartbeat()
+	if len(hb.Leases) != 0 {
+		t.Fatalf("a refused lease is heartbeated: %v", hb)
+	}
+	s.none(t, "started", 300*time.Millisecond)
+	if h.worker.Stats.Refused.Load() != 1 || h.worker.Stats.Started.Load() != 0 {
+		t.Fatalf("refused %d started %d", h.worker.Stats.Refused.Load(), h.worker.Stats.Started.Load())
+	}
+}
+
+func TestExpiresAtSetsDeadlineAndRenewalsMoveIt(t *testing.T) {
+	h := newHarness(t, 1)
+	s := h.accept(t)
+	s.next(t, "hello", time.Second)
+	// a long TTL everywhere: only expires_at can end the run this early
+	s.send(t, welcome(time.Minute, 100*time.Millisecond))
+	lease := handlerLease("exp", 51, "block", "", time.Minute)
+	lease.ExpiresAt = timestamppb.New(time.Now().Add(700 * time.Millisecond))
+	s.send(t, leases(lease))
+	s.next(t, "started", 2*time.Second)
+	renewed := 0
+	for renewed < 3 { // each ok renewal moves the deadline to its own expires_at
+		hb := s.next(t, "heartbeat", time.Second, "output").GetHeartbeat()
+		if len(hb.Leases) == 0 {
+			continue
+		}
+		s.send(t, &pb.PollerMessage{Body: &pb.PollerMessage_Renewals{Renewals: &pb.Renewals{
+			Renewals: []*pb.Renewal{{RunId: "exp", FencingToken: 51, Ok: true,
+				ExpiresAt: timestamppb.New(time.Now().Add(700 * time.Millisecond))}},
+			LeaseTtl: durationpb.New(time.Minute),
+		}}})
+		renewed++
+	}
+	select {
+	case <-h.ctxDone:
+		t.Fatal("run stopped although renewed")
+	default:
+	}
+	stopped := time.Now()
+	// no more renewals: the run dies by the last expires_at minus the margin
+	select {
+	case <-h.ctxDone:
+	case <-time.After(2 * time.Second):
+		t.Fatal("run outlived the expires_at of its last renewal")
+	}
+	if el := time.Since(stopped); el > 700*time.Millisecond {
+		t.Fatalf("stopped %s after the last renewal, want under 700ms", el)
+	}
+	s.none(t, "results", 300*time.Millisecond)
+	if h.worker.Stats.Expired.Load() != 1 {
+		t.Fatalf("expired = %d", h.worker.Stats.Expired.Load())
 	}
 }
