@@ -240,6 +240,7 @@ check go-handler-cancel gocheck cancel                     # (d)
 check go-lease-renewal gocheck renew
 check go-handler-error gocheck fail
 check go-command-timeout gocheck command-timeout
+check go-worker-freeze gocheck --worker-pid "$WORKER_PID" --scratch "$WORK" freeze # SIGSTOP, then SIGCONT
 check go-worker-crash gocheck --worker-pid "$WORKER_PID" --scratch "$WORK" crash # SIGKILLs the worker
 start_worker
 check go-worker-drain gocheck --worker-pid "$WORKER_PID" drain # stops the worker: last

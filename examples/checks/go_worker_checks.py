@@ -170,14 +170,12 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def check_crash(c: Client, a: argparse.Namespace) -> None:
-    """SIGKILL of the Go worker: its reaper kills the running command's process group
-    at once, and the poller ends the run FAILED (WORKER_LOST) when the lease expires.
-    (Kills the worker: the caller starts it again.)"""
+def _start_sleeping_command(c: Client, a: argparse.Namespace, name: str) -> tuple[str, Run, int]:
+    """A command job whose `sleep 60` runs on the Go worker: (job id, run, its pid)."""
     expect(a.worker_pid > 0 and a.scratch, "--worker-pid and --scratch are required")
-    pidfile = os.path.join(a.scratch, "crash.pid")
+    pidfile = os.path.join(a.scratch, f"{name}.pid")
     script = f"echo $$ > {pidfile}.tmp && mv {pidfile}.tmp {pidfile} && exec sleep 60"
-    job = c.create_job(JobSpec(name="go-crash", task=CommandTask(argv=("sh", "-c", script))))
+    job = c.create_job(JobSpec(name=name, task=CommandTask(argv=("sh", "-c", script))))
     run = wait_state(c, first_run(c, job.id).id, RunState.RUNNING, 30)
     deadline = time.monotonic() + 10
     while not os.path.exists(pidfile):
@@ -186,30 +184,65 @@ def check_crash(c: Client, a: argparse.Namespace) -> None:
     with open(pidfile) as f:
         pid = int(f.read())
     expect(_alive(pid), f"command {pid} is not running")
-    os.kill(a.worker_pid, signal.SIGKILL)
-    deadline = time.monotonic() + 3
+    return job.id, run, pid
+
+
+def _wait_dead(pid: int, within: float, what: str) -> None:
+    deadline = time.monotonic() + within
     while _alive(pid):
-        expect(time.monotonic() < deadline, f"command {pid} outlived the killed worker by 3s")
+        expect(time.monotonic() < deadline, f"command {pid} outlived {what} by {within}s")
         time.sleep(0.05)
+
+
+def check_freeze(c: Client, a: argparse.Namespace) -> None:
+    """SIGSTOP of the Go worker: its reaper kills the running command at the lease's
+    deadline (the frozen worker cannot), before the poller takes the lease back; the
+    run ends FAILED (WORKER_LOST) and no result of it comes after SIGCONT."""
+    job_id, run, pid = _start_sleeping_command(c, a, "go-freeze")
+    os.kill(a.worker_pid, signal.SIGSTOP)
+    try:
+        frozen = time.monotonic()
+        _wait_dead(pid, a.lease_ttl + 1, "its lease with the worker frozen")
+        print(f"  command {pid} killed {time.monotonic() - frozen:.2f}s after the freeze")
+        final = c.wait_run(run.id, timeout=4 * a.lease_ttl + 10)
+    finally:
+        os.kill(a.worker_pid, signal.SIGCONT)
+    show(final, output_of(c, run.id))
+    expect(final.state == RunState.FAILED, f"state {final.state}, want FAILED")
+    expect(final.reason == RunReason.WORKER_LOST, f"reason {final.reason}, want WORKER_LOST")
+    _delete_and_settle(c, job_id, run.id)
+
+
+def check_crash(c: Client, a: argparse.Namespace) -> None:
+    """SIGKILL of the Go worker: its reaper kills the running command's process group
+    at once, and the poller ends the run FAILED (WORKER_LOST) when the lease expires.
+    (Kills the worker: the caller starts it again.)"""
+    job_id, run, pid = _start_sleeping_command(c, a, "go-crash")
+    os.kill(a.worker_pid, signal.SIGKILL)
+    _wait_dead(pid, 3, "the killed worker")
     print(f"  command {pid} was killed with the worker")
     final = c.wait_run(run.id, timeout=4 * a.lease_ttl + 10)
     show(final, output_of(c, run.id))
     expect(final.state == RunState.FAILED, f"state {final.state}, want FAILED")
     expect(final.reason == RunReason.WORKER_LOST, f"reason {final.reason}, want WORKER_LOST")
+    _delete_and_settle(c, job_id, run.id)
+
+
+def _delete_and_settle(c: Client, job_id: str, lost_run_id: str) -> None:
     # A run lost with its worker is tried again whatever the job's retry policy
     # (coordinator/poller/fires.py WORKER_LOST_ATTEMPTS): left alone, attempt 2 (another
     # `sleep 60`) would be leased to the restarted worker and hold up the checks
     # after this one (a drain waits for it). Delete the job, cancelling what is left.
-    c.delete_job(job.id, cancel_running=True)
+    c.delete_job(job_id, cancel_running=True)
     deadline = time.monotonic() + 10
     while True:
-        runs = c.list_runs(job.id).items
+        runs = c.list_runs(job_id).items
         if all(r.is_final for r in runs):
             break
         expect(time.monotonic() < deadline, f"runs of the deleted job not final: {runs}")
         time.sleep(0.05)
     for r in runs:
-        if r.id != run.id:
+        if r.id != lost_run_id:
             print(f"  attempt {r.attempt} ({r.id}) after the delete: {r.state} {r.reason or '-'}")
 
 
@@ -260,6 +293,7 @@ CHECKS: dict[str, Callable[[Client, argparse.Namespace], None]] = {
     "renew": check_renew,
     "fail": check_fail,
     "command-timeout": check_command_timeout,
+    "freeze": check_freeze,
     "crash": check_crash,
     "drain": check_drain,
 }
@@ -270,8 +304,12 @@ def main() -> int:
     p.add_argument("--target", required=True)
     p.add_argument("--worker-id", required=True)
     p.add_argument("--lease-ttl", type=float, default=10.0)
-    p.add_argument("--worker-pid", type=int, default=0, help="for the crash and drain checks")
-    p.add_argument("--scratch", default="", help="a writable directory, for the crash check")
+    p.add_argument(
+        "--worker-pid", type=int, default=0, help="for the freeze, crash and drain checks"
+    )
+    p.add_argument(
+        "--scratch", default="", help="a writable directory, for the freeze and crash checks"
+    )
     p.add_argument("check", choices=sorted(CHECKS))
     a = p.parse_args()
     with Client(a.target, timeout=30) as c:

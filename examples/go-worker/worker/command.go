@@ -74,6 +74,10 @@ func (w *Worker) runCommand(r *run, task *pb.CommandTask) outcome {
 	}
 	pgid := cmd.Process.Pid
 	w.reaper.register(pgid) // killed by the reaper if this process dies
+	w.mu.Lock()
+	r.pgid = pgid // renewals move the reaper's deadline from now on
+	w.reaper.setDeadline(pgid, r.deadline)
+	w.mu.Unlock()
 	pumped := make(chan struct{}, 2)
 	pump := func(f *os.File, stream string) {
 		defer func() { pumped <- struct{}{} }()
@@ -117,6 +121,9 @@ func (w *Worker) runCommand(r *run, task *pb.CommandTask) outcome {
 	// The run is over: nothing of its group may outlive it (a leftover background
 	// child would also hold the pipes open).
 	killGroup(pgid, syscall.SIGKILL)
+	w.mu.Lock()
+	r.pgid = 0
+	w.mu.Unlock()
 	w.reaper.unregister(pgid)
 	deadline := time.After(time.Second)
 	for i := 0; i < 2; i++ {

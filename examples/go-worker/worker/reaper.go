@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
+	"unsafe"
 )
 
 // Commands run in their own process groups, so a worker killed with SIGKILL would
@@ -20,7 +22,12 @@ import (
 //
 //	+PGID   the process group PGID is live
 //	-PGID   it has ended (the worker killed or reaped it)
+//	@PGID N its lease deadline is N nanoseconds on CLOCK_MONOTONIC (one clock for
+//	        every process of the machine); sent at start and at each renewal
 //
+// When a registered group's deadline passes the reaper SIGKILLs it: a worker that
+// is frozen (SIGSTOP, a stalled VM) runs no watchdog, while the poller takes the
+// lease back and the run's next attempt starts elsewhere.
 // When the pipe reaches EOF - the worker closed it, or died and the kernel closed
 // it - the reaper SIGKILLs every group still registered and exits. It ignores
 // SIGINT, SIGTERM and SIGHUP: only EOF ends it. A command spawned in the last
@@ -43,28 +50,67 @@ func MaybeRunReaper() {
 }
 
 func runReaper(in io.Reader) int {
-	groups := map[int]bool{}
+	var mu sync.Mutex
+	groups := map[int]*time.Timer{} // registered groups, with their deadline's timer (nil = none yet)
 	sc := bufio.NewScanner(in)
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
 		if len(line) < 2 {
 			continue
 		}
-		pgid, err := strconv.Atoi(line[1:])
+		arg, deadline, _ := strings.Cut(line[1:], " ")
+		pgid, err := strconv.Atoi(arg)
 		if err != nil || pgid <= 1 {
 			continue
 		}
+		mu.Lock()
+		timer, registered := groups[pgid]
 		switch line[0] {
 		case '+':
-			groups[pgid] = true
+			if !registered {
+				groups[pgid] = nil
+			}
 		case '-':
+			if timer != nil {
+				timer.Stop()
+			}
 			delete(groups, pgid)
+		case '@':
+			ns, err := strconv.ParseInt(deadline, 10, 64)
+			if !registered || err != nil {
+				break
+			}
+			if timer != nil {
+				timer.Stop()
+			}
+			groups[pgid] = time.AfterFunc(time.Duration(ns-monotonicNanos()), func() {
+				mu.Lock()
+				defer mu.Unlock()
+				if t, ok := groups[pgid]; ok && t != nil && monotonicNanos() >= ns {
+					_ = syscall.Kill(-pgid, syscall.SIGKILL)
+					delete(groups, pgid)
+				}
+			})
 		}
+		mu.Unlock()
 	}
-	for pgid := range groups {
+	mu.Lock()
+	defer mu.Unlock()
+	for pgid, timer := range groups {
+		if timer != nil {
+			timer.Stop()
+		}
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	}
 	return len(groups)
+}
+
+// monotonicNanos reads CLOCK_MONOTONIC, which the worker and its reaper share (Go's
+// own monotonic readings are per process).
+func monotonicNanos() int64 {
+	var ts syscall.Timespec
+	_, _, _ = syscall.Syscall(syscall.SYS_CLOCK_GETTIME, 1 /* CLOCK_MONOTONIC */, uintptr(unsafe.Pointer(&ts)), 0)
+	return ts.Nano()
 }
 
 // reaperClient is the worker's end: started with the first command.
@@ -116,6 +162,13 @@ func (r *reaperClient) start() error {
 
 func (r *reaperClient) register(pgid int)   { r.send("+" + strconv.Itoa(pgid)) }
 func (r *reaperClient) unregister(pgid int) { r.send("-" + strconv.Itoa(pgid)) }
+
+// setDeadline has the reaper kill the group at deadline (a time of this process,
+// carried over to the machine's CLOCK_MONOTONIC) unless moved again before then.
+func (r *reaperClient) setDeadline(pgid int, deadline time.Time) {
+	at := monotonicNanos() + int64(time.Until(deadline))
+	r.send("@" + strconv.Itoa(pgid) + " " + strconv.FormatInt(at, 10))
+}
 
 // close ends the reaper cleanly (every group registered was unregistered).
 func (r *reaperClient) close() {

@@ -121,6 +121,7 @@ type run struct {
 	deadline time.Time   // the run must be dead by then unless renewed
 	pending  []time.Time // send times of heartbeats (or Hello) naming it, unanswered
 	watchdog *time.Timer
+	pgid     int // a command's process group while it runs (its reaper holds the deadline too); 0 = none
 
 	ctx     context.Context // the handler's / command's context
 	cancel  context.CancelFunc
@@ -511,6 +512,9 @@ func (w *Worker) onRenewalsLocked(l *link, rs *pb.Renewals, now time.Time) {
 		// The later deadline wins: a late renewal (we were frozen) moves nothing.
 		if d.After(r.deadline) {
 			r.deadline = d
+			if r.pgid != 0 {
+				w.reaper.setDeadline(r.pgid, d)
+			}
 			r.watchdog.Reset(time.Until(d))
 		}
 		w.Stats.Renewed.Add(1)
@@ -725,6 +729,11 @@ func (w *Worker) finish(r *run, out outcome) {
 	r.cancel()
 	if w.runs[r.lease.RunId] == r {
 		delete(w.runs, r.lease.RunId)
+	}
+	if !r.lost() && !ended.Before(r.deadline) {
+		// Past its deadline (the reaper may have killed it first): the lease is gone.
+		w.Stats.Expired.Add(1)
+		w.stopRun(r, stopLost, 0, "lease expired without renewal")
 	}
 	if r.lost() {
 		w.Stats.Dropped.Add(1)
