@@ -53,22 +53,50 @@ class ShardRouter:
             self._view_at = time.monotonic()
         return self._view.shard_owners, self._addresses
 
-    async def _stub(
-        self, shard: int
-    ) -> tuple[Poller | None, cluster_pb2_grpc.PollerServiceStub | None]:
-        """The local poller if it owns ``shard``, else a stub for the owner; Unavailable if none."""
+    async def _destination(self, shard: int) -> Poller | str:
+        """The local poller if it owns ``shard``, else the owner's address; Unavailable
+        if none."""
         if self._local is not None and self._local.owns(shard):
-            return self._local, None
+            return self._local
         owners, addresses = await self._owners()
         owner = owners.get(shard)
         address = addresses.get(owner or "")
         if owner is None or address is None:
             self._view = None
             raise Unavailable(f"shard {shard} has no poller right now; try again")
+        return address
+
+    def _stub_at(self, address: str) -> cluster_pb2_grpc.PollerServiceStub:
         channel = self._channels.get(address)
         if channel is None:
             channel = self._channels[address] = grpc.aio.insecure_channel(address)
-        return None, cluster_pb2_grpc.PollerServiceStub(channel)
+        return cluster_pb2_grpc.PollerServiceStub(channel)
+
+    async def _stub(
+        self, shard: int
+    ) -> tuple[Poller | None, cluster_pb2_grpc.PollerServiceStub | None]:
+        """The local poller if it owns ``shard``, else a stub for the owner; Unavailable if none."""
+        destination = await self._destination(shard)
+        if isinstance(destination, str):
+            return None, self._stub_at(destination)
+        return destination, None
+
+    async def _by_destination(
+        self, runs: Sequence[Run], what: str
+    ) -> dict[Poller | str, list[Run]]:
+        """``runs`` grouped by the poller that holds their shards: one call per poller,
+        not one per shard (a batch of creates spans most of the 64 shards). Runs of a
+        shard with no poller right now are left out (best effort: ``what`` is logged)."""
+        by_shard: dict[int, list[Run]] = defaultdict(list)
+        for run in runs:
+            by_shard[run.shard].append(run)
+        groups: dict[Poller | str, list[Run]] = defaultdict(list)
+        for shard, shard_runs in by_shard.items():
+            try:
+                groups[await self._destination(shard)].extend(shard_runs)
+            except ShardcronError as e:
+                log.debug("%s for shard %d not delivered: %s", what, shard, e)
+        return groups
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -78,31 +106,33 @@ class ShardRouter:
     # --- PollerLink ---------------------------------------------------------------
 
     def runs_created(self, runs: Sequence[Run], jobs: Sequence[Job] = ()) -> None:
-        by_shard: dict[int, list[Run]] = defaultdict(list)
-        for run in runs:
-            by_shard[run.shard].append(run)
-        jobs_by_id = {j.id: j for j in jobs}
-        for shard, shard_runs in by_shard.items():
-            shard_jobs = [jobs_by_id[r.job_id] for r in shard_runs if r.job_id in jobs_by_id]
-            self._spawn(self._notify(shard, shard_runs, shard_jobs))
+        self._spawn(self._notify(runs, jobs))
 
-    async def _notify(self, shard: int, runs: list[Run], jobs: list[Job]) -> None:
+    async def _notify(self, runs: Sequence[Run], jobs: Sequence[Job]) -> None:
+        jobs_by_id = {j.id: j for j in jobs}
+        hint = "hint (the poller's scan will find the runs)"
+        groups = await self._by_destination(runs, hint)
+        await asyncio.gather(
+            *(self._notify_one(to, group, jobs_by_id) for to, group in groups.items())
+        )
+
+    async def _notify_one(
+        self, to: Poller | str, runs: list[Run], jobs_by_id: dict[str, Job]
+    ) -> None:
+        jobs = list(
+            {r.job_id: jobs_by_id[r.job_id] for r in runs if r.job_id in jobs_by_id}.values()
+        )
+        if not isinstance(to, str):
+            to.runs_created(runs, jobs)
+            return
+        request = cluster_pb2.NotifyRunsRequest(
+            runs=[codec.run_to_proto(r) for r in runs],
+            jobs=[codec.job_to_proto(j) for j in jobs],
+        )
         try:
-            local, stub = await self._stub(shard)
-            if local is not None:
-                local.runs_created(runs, jobs)
-            elif stub is not None:
-                request = cluster_pb2.NotifyRunsRequest(
-                    runs=[codec.run_to_proto(r) for r in runs],
-                    jobs=[codec.job_to_proto(j) for j in jobs],
-                )
-                await stub.NotifyRuns(request, timeout=CALL_TIMEOUT)
-        except (ShardcronError, grpc.aio.AioRpcError) as e:
-            log.debug(
-                "hint for shard %d not delivered (the poller's scan will find the runs): %s",
-                shard,
-                e,
-            )
+            await self._stub_at(to).NotifyRuns(request, timeout=CALL_TIMEOUT)
+        except grpc.aio.AioRpcError as e:
+            log.debug("hint to %s not delivered (the poller's scan will find the runs): %s", to, e)
 
     async def cancel(self, run: Run, reason: RunReason) -> Run:
         local, stub = await self._stub(run.shard)
@@ -151,26 +181,24 @@ class ShardRouter:
             log.debug("job hint for %s not delivered (pollers re-read jobs): %s", job.id, e)
 
     async def waiting_reasons(self, runs: Sequence[Run]) -> dict[str, str]:
-        by_shard: dict[int, list[Run]] = defaultdict(list)
-        for run in runs:
-            by_shard[run.shard].append(run)
+        groups = await self._by_destination(runs, "waiting reasons")
         answers = await asyncio.gather(
-            *(self._waiting_reasons(shard, shard_runs) for shard, shard_runs in by_shard.items())
+            *(self._waiting_reasons(to, group) for to, group in groups.items())
         )
         return {rid: reason for answer in answers for rid, reason in answer.items()}
 
-    async def _waiting_reasons(self, shard: int, runs: list[Run]) -> dict[str, str]:
+    async def _waiting_reasons(self, to: Poller | str, runs: list[Run]) -> dict[str, str]:
+        if not isinstance(to, str):
+            return await to.waiting_reasons(runs)
+        request = cluster_pb2.WaitingReasonsRequest(run_ids=[r.id for r in runs])
         try:
-            local, stub = await self._stub(shard)
-            if local is not None:
-                return await local.waiting_reasons(runs)
-            assert stub is not None
-            request = cluster_pb2.WaitingReasonsRequest(run_ids=[r.id for r in runs])
-            answer = await stub.WaitingReasons(request, timeout=WAITING_REASONS_TIMEOUT)
-            return dict(answer.reasons)
-        except (ShardcronError, grpc.aio.AioRpcError) as e:
-            log.debug("no waiting reasons from the poller of shard %d: %s", shard, e)
+            answer = await self._stub_at(to).WaitingReasons(
+                request, timeout=WAITING_REASONS_TIMEOUT
+            )
+        except grpc.aio.AioRpcError as e:
+            log.debug("no waiting reasons from the poller at %s: %s", to, e)
             return {}
+        return dict(answer.reasons)
 
     async def poller_statuses(self) -> list[cluster_pb2.PollerStatus]:
         """Every poller's own view of its shards and workers (unreachable ones left out)."""
@@ -180,10 +208,8 @@ class ShardRouter:
             if self._local is not None and poller_id == self._local.poller_id:
                 out.append(local_status(self._local))
                 continue
-            channel = self._channels.get(address) or grpc.aio.insecure_channel(address)
-            self._channels[address] = channel
             try:
-                stub = cluster_pb2_grpc.PollerServiceStub(channel)
+                stub = self._stub_at(address)
                 out.append(await stub.GetPollerStatus(cluster_pb2.GetStatusRequest(), timeout=5))
             except grpc.aio.AioRpcError as e:
                 log.warning("poller %s at %s did not answer: %s", poller_id, address, e.code())
