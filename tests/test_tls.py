@@ -143,7 +143,7 @@ async def test_several_targets_fail_over_over_tls(tmp_path: Path, pki: Pki) -> N
 
 
 async def test_a_worker_takes_leases_over_mtls(mtls: Node, pki: Pki) -> None:
-    ca, files = pki.ca, pki.client("worker")
+    tls = pki.client_tls("worker")
     registry = HandlerRegistry()
     registry.register("noop", lambda ctx: None)
     worker = Worker(
@@ -152,12 +152,12 @@ async def test_a_worker_takes_leases_over_mtls(mtls: Node, pki: Pki) -> None:
         slots=2,
         registry=registry,
         runs_commands=False,
-        credentials=ClientTls(ca=ca, cert=files.cert, key=files.key).credentials(),
+        credentials=tls.credentials(),
     )
     task = asyncio.create_task(worker.run())
     try:
         async with AsyncClient(
-            f"127.0.0.1:{mtls.port}", owner="w", tls_ca=ca, tls_cert=files.cert, tls_key=files.key
+            f"127.0.0.1:{mtls.port}", owner="w", tls_ca=tls.ca, tls_cert=tls.cert, tls_key=tls.key
         ) as client:
             job = await client.create_job(spec())
             [run] = await client.wait_job_runs(job.id, count=1, timeout=30)

@@ -20,6 +20,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from shardcron.client.tls import ClientTls
+
 # what clients of a test node or cluster dial: names and loopback addresses
 NODE_DNS_NAMES = ("localhost",)
 NODE_IPS = ("127.0.0.1", "::1", *(f"127.0.0.{i}" for i in range(2, 41)))
@@ -169,6 +171,11 @@ class Pki:
         return issue(
             self._other, self.directory, f"untrusted-{common_name}", common_name, server=False
         )
+
+    def client_tls(self, common_name: str) -> ClientTls:
+        """What a client trusting the CA and presenting ``CN=<common_name>`` connects with."""
+        files = self.client(common_name)
+        return ClientTls(ca=self.ca, cert=files.cert, key=files.key)
 
     def node_args(self, *, mtls: bool = True) -> list[str]:
         """The ``dev``/``node`` flags that serve with this node certificate (and require
