@@ -3,7 +3,9 @@
 ``Node`` takes its parts ready-made (store, coordination, config) so the same
 code serves ``shardcron dev`` (SQLite, local coordination) and a cluster node.
 Start order matters: the store opens, the gRPC server listens, the poller
-starts, and only then does coordination hand out shards.
+starts, and only then does coordination hand out shards. With ``tls`` every service
+is served with TLS and calls to other nodes use it; without, a node refuses to listen
+anywhere but loopback unless ``insecure`` (``shardcron.client.tls.check_listen``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass, field
 import grpc
 from grpc_health.v1 import health_pb2
 
+from shardcron.client.tls import ServerTls, check_listen
 from shardcron.coordinator.api import JobsApi
 from shardcron.coordinator.coordination import Coordination
 from shardcron.coordinator.metrics import Metrics, TimedStore, serve_metrics
@@ -39,6 +42,8 @@ class NodeConfig:
     roles: frozenset[str] = ROLES
     node_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}")
     poller: PollerConfig = field(default_factory=PollerConfig)
+    tls: ServerTls | None = None  # None = plaintext
+    insecure: bool = False  # plaintext on an address that is not loopback, on purpose
 
 
 class Node:
@@ -46,6 +51,7 @@ class Node:
         unknown = config.roles - ROLES
         if unknown:
             raise ValueError(f"unknown roles: {', '.join(sorted(unknown))}")
+        check_listen(config.listen, tls=config.tls is not None, insecure=config.insecure)
         self.config = config
         self.metrics = Metrics()
         self.raw_store = store
@@ -69,6 +75,10 @@ class Node:
         return f"{host}:{self.port}"
 
     async def start(self) -> None:
+        tls = self.config.tls
+        # read before anything opens: a certificate that cannot be read stops the start
+        server_credentials = tls.server_credentials() if tls is not None else None
+        peer_credentials = tls.peer_tls().credentials() if tls is not None else None
         await self.raw_store.open()
         if "poller" in self.config.roles:
             self.poller = Poller(
@@ -80,7 +90,9 @@ class Node:
                 session_generation=self.coordination.session_generation,
             )
             self.coordination.subscribe(self.poller.on_assignment)
-        self.router = ShardRouter(self.coordination, self.poller, self.raw_store.shard_count)
+        self.router = ShardRouter(
+            self.coordination, self.poller, self.raw_store.shard_count, peer_credentials
+        )
         if "api" in self.config.roles:
             self.api = JobsApi(self.store, self.router, self.metrics)
         self.server, self.port = build_server(
@@ -89,6 +101,7 @@ class Node:
             poller=self.poller,
             coordination=self.coordination,
             router=self.router,
+            credentials=server_credentials,
         )
         await self.server.start()
         if self.config.metrics_listen:

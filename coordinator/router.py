@@ -7,7 +7,8 @@ remote one over ``PollerService``. Hints (new runs, changed jobs) are best
 effort — pollers also re-read the recent due index and re-read jobs that are
 old — and so are waiting reasons (a read goes without them after a short
 timeout), while cancels wait for the owner's answer. ``PollerServiceServicer`` is
-the receiving side.
+the receiving side. Calls to other nodes use TLS when the router is given
+``credentials`` (the node's own ``ServerTls.peer_tls()``).
 """
 
 from __future__ import annotations
@@ -36,8 +37,15 @@ WAITING_REASONS_TIMEOUT = 1.0  # reads go without reasons rather than wait longe
 
 
 class ShardRouter:
-    def __init__(self, coordination: Coordination, local: Poller | None, shard_count: int) -> None:
+    def __init__(
+        self,
+        coordination: Coordination,
+        local: Poller | None,
+        shard_count: int,
+        credentials: grpc.ChannelCredentials | None = None,
+    ) -> None:
         self._coordination = coordination
+        self._credentials = credentials
         self._local = local
         self._shard_count = shard_count
         self._view: ClusterView | None = None
@@ -69,7 +77,11 @@ class ShardRouter:
     def _stub_at(self, address: str) -> cluster_pb2_grpc.PollerServiceStub:
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = grpc.aio.insecure_channel(address)
+            channel = self._channels[address] = (
+                grpc.aio.secure_channel(address, self._credentials)
+                if self._credentials is not None
+                else grpc.aio.insecure_channel(address)
+            )
         return cluster_pb2_grpc.PollerServiceStub(channel)
 
     async def _stub(

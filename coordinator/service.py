@@ -362,8 +362,10 @@ def build_server(
     poller: Poller | None,
     coordination: Coordination,
     router: ShardRouter | None,
+    credentials: grpc.ServerCredentials | None = None,
 ) -> tuple[grpc.aio.Server, int]:
-    """A gRPC server with the services of the roles given; returns it (not started) and its port."""
+    """A gRPC server with the services of the roles given, TLS when ``credentials`` are
+    given (every service on the one port); returns it (not started) and its port."""
     server = grpc.aio.server(
         interceptors=[DecodingInterceptor()],
         options=[
@@ -398,7 +400,10 @@ def build_server(
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(names, server)
-    port = server.add_insecure_port(listen)
+    if credentials is not None:
+        port = server.add_secure_port(listen, credentials)
+    else:
+        port = server.add_insecure_port(listen)
     if port == 0:
         raise OSError(f"cannot listen on {listen}")
     server.health = health_servicer  # type: ignore[attr-defined]

@@ -5,6 +5,12 @@ coordinator and poller roles each) and two workers that find the pollers
 through ZooKeeper. Every process's pid and log go under ``.cluster/`` so
 ``down`` (and a newcomer) can find them; endpoints are printed at the end.
 
+Every gRPC connection is mTLS: ``.cluster/tls/`` holds a CA and the certificates it
+signs (``deploy.certs``, made with ``openssl``): the nodes serve with ``node.crt``,
+require client certificates of the CA and call each other with ``node.crt``; the
+workers present ``worker.crt``, the user ``client.crt`` (``client_env`` gives the
+``SHARDCRON_TLS_*`` variables the CLI and SDK read).
+
     python -m deploy.cluster up [--dir .cluster] [--nodes 3] [--workers 2] [--slots 8]
     python -m deploy.cluster status
     python -m deploy.cluster down
@@ -25,6 +31,7 @@ import time
 from pathlib import Path
 
 from deploy.cassandra import Cassandra
+from deploy.certs import make_certs
 from deploy.process import pid_alive, spawn_detached
 from deploy.zookeeper import ZooKeeper
 
@@ -57,12 +64,32 @@ def spawn(name: str, cmd: list[str], state: Path) -> int:
     return pid
 
 
-def wait_serving(target: str, timeout: float = 60) -> None:
+def client_env(state: Path) -> dict[str, str]:
+    """The variables that make the CLI and SDK connect to the cluster as its user."""
+    tls = state / "tls"
+    return {
+        "SHARDCRON_TLS_CA": str(tls / "ca.crt"),
+        "SHARDCRON_TLS_CERT": str(tls / "client.crt"),
+        "SHARDCRON_TLS_KEY": str(tls / "client.key"),
+    }
+
+
+def node_tls_args(tls: Path) -> list[str]:
+    """A node's flags: serve with the node certificate, require clients of the CA."""
+    node = ["--tls-cert", str(tls / "node.crt"), "--tls-key", str(tls / "node.key")]
+    return [*node, "--tls-client-ca", str(tls / "ca.crt"), "--tls-ca", str(tls / "ca.crt")]
+
+
+def wait_serving(target: str, state: Path, timeout: float = 60) -> None:
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+    env = client_env(state)
+    credentials = grpc.ssl_channel_credentials(
+        *(Path(env[f"SHARDCRON_TLS_{k}"]).read_bytes() for k in ("CA", "KEY", "CERT"))
+    )
     deadline = time.monotonic() + timeout
-    with grpc.insecure_channel(target) as channel:
+    with grpc.secure_channel(target, credentials) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while time.monotonic() < deadline:
             try:
@@ -78,7 +105,9 @@ def wait_serving(target: str, timeout: float = 60) -> None:
 
 
 def up(state: Path, nodes: int, workers: int, slots: int = 8) -> None:
+    state = state.resolve()
     state.mkdir(parents=True, exist_ok=True)
+    tls = make_certs(state / "tls", clients=("worker", "client"))
     zk = ZooKeeper(state / "zookeeper", nodes=1, port=ZK_PORT)
     cassandra = LocalCassandra(state / "cassandra", nodes=1, heap="512M")
     print("starting ZooKeeper and Cassandra ...", file=sys.stderr)
@@ -111,11 +140,12 @@ def up(state: Path, nodes: int, workers: int, slots: int = 8) -> None:
                 f"node{i}",
                 "--metrics-listen",
                 f"127.0.0.1:{9464 + i}",
+                *node_tls_args(tls),
             ),
             state,
         )
     for target in targets:
-        wait_serving(target)
+        wait_serving(target, state)
     for i in range(1, workers + 1):
         spawn(
             f"worker{i}",
@@ -129,24 +159,34 @@ def up(state: Path, nodes: int, workers: int, slots: int = 8) -> None:
                 f"worker{i}",
                 "--slots",
                 str(slots),
+                "--tls-ca",
+                str(tls / "ca.crt"),
+                "--tls-cert",
+                str(tls / "worker.crt"),
+                "--tls-key",
+                str(tls / "worker.key"),
             ),
             state,
         )
+    env = client_env(state)
     endpoints = {
         "api": targets,
         "zookeeper": zk.connect_string,
         "cassandra": contact,
         "metrics": [f"http://127.0.0.1:{9464 + i}/metrics" for i in range(1, nodes + 1)],
         "logs": str(state),
+        "tls": env,
     }
     (state / "endpoints.json").write_text(json.dumps(endpoints, indent=2))
     print(f"""shardcron cluster up
-  api        {", ".join(targets)}   (export SHARDCRON_TARGET={targets[0]})
+  api        {", ".join(targets)}   (mTLS; certificates in {tls}/)
   zookeeper  {zk.connect_string}
   cassandra  {contact}  keyspace {KEYSPACE}
   metrics    {", ".join(endpoints["metrics"])}
   logs, pids {state}/
-try: shardcron --target {targets[0]} cluster status""")
+try:
+  export SHARDCRON_TARGET={targets[0]} {" ".join(f"{k}={v}" for k, v in env.items())}
+  shardcron cluster status""")
 
 
 def _pids(state: Path) -> dict[str, int]:

@@ -19,7 +19,11 @@ from pathlib import Path
 import click
 
 from shardcron.client.cli import cli
+from shardcron.client.cli.state import CliState
+from shardcron.client.cli.tls_options import client_tls_options, server_tls_options
+from shardcron.client.errors import ShardcronError
 from shardcron.client.schedule import parse_duration
+from shardcron.client.tls import ClientTls, ServerTls
 from shardcron.coordinator.poller import PollerConfig
 
 
@@ -95,6 +99,7 @@ async def _until_signalled() -> None:
     help="How late a fire may start before it counts as a misfire.",
 )
 @click.option("--shards", default=64, show_default=True, help="Shard count (fixed for a data dir).")
+@server_tls_options
 @click.option("--log-level", default="info", show_default=True)
 def dev(
     listen: str,
@@ -106,6 +111,8 @@ def dev(
     lease_ttl: timedelta,
     misfire_grace: timedelta,
     shards: int,
+    server_tls: ServerTls | None,
+    insecure: bool,
     log_level: str,
 ) -> None:
     """Run every role in one process on the embedded SQLite store."""
@@ -132,8 +139,12 @@ def dev(
                 list(handler_modules),
                 poller,
                 shards,
+                server_tls,
+                insecure,
             )
         )
+    except ShardcronError as e:
+        raise click.ClickException(f"cannot start: {e.message}") from e
     finally:
         data_dir_lock.release()
 
@@ -147,6 +158,8 @@ async def _dev(
     handler_modules: list[str],
     poller: PollerConfig,
     shards: int,
+    tls: ServerTls | None,
+    insecure: bool,
 ) -> None:
     from shardcron.coordinator.coordination import LocalCoordination
     from shardcron.coordinator.node import Node, NodeConfig
@@ -162,11 +175,21 @@ async def _dev(
         metrics_listen=metrics_listen,
         node_id="dev",
         poller=poller,
+        tls=tls,
+        insecure=insecure,
     )
     node = Node(store, LocalCoordination(data_dir, shard_count=shards, node_id="dev"), config)
     await node.start()
+    # the in-process workers connect as the node's own calls to other nodes do
+    credentials = tls.peer_tls().credentials() if tls is not None else None
     workers = [
-        Worker(node.address, worker_id=f"dev-worker-{i}", slots=slots, registry=registry)
+        Worker(
+            node.address,
+            worker_id=f"dev-worker-{i}",
+            slots=slots,
+            registry=registry,
+            credentials=credentials,
+        )
         for i in range(worker_count)
     ]
     tasks = [asyncio.create_task(w.run()) for w in workers]
@@ -221,6 +244,7 @@ async def _dev(
     help="Import MODULE so its @handler functions register.",
 )
 @click.option("--no-commands", is_flag=True, help="Serve handlers only, never run command jobs.")
+@client_tls_options
 @click.option("--log-level", default="info", show_default=True)
 def worker_cmd(
     worker_target: str,
@@ -233,10 +257,19 @@ def worker_cmd(
     memory_mb: int,
     handler_modules: tuple[str, ...],
     no_commands: bool,
+    client_tls: ClientTls,
     log_level: str,
 ) -> None:
     """Run a worker that takes leases from a node, or from every poller of a cluster (--zk)."""
     _setup_logging(log_level)
+    if not client_tls.enabled:
+        # `shardcron --tls-ca FILE worker` means the same as `shardcron worker --tls-ca FILE`
+        root = click.get_current_context().find_object(CliState)
+        client_tls = root.tls if root is not None else client_tls
+    try:
+        credentials = client_tls.credentials()
+    except ShardcronError as e:
+        raise click.ClickException(f"cannot start: {e.message}") from e
     from shardcron.worker import Worker, registry
     from shardcron.worker.handlers import load_handler_modules
 
@@ -252,6 +285,7 @@ def worker_cmd(
         runs_commands=not no_commands,
         cpu_millis=cpu_millis,
         memory_mb=memory_mb,
+        credentials=credentials,
     )
 
     async def main() -> None:
@@ -337,6 +371,7 @@ def _cassandra_options(f):  # type: ignore[no-untyped-def]
 )
 @click.option("--lease-ttl", default="10s", show_default=True, callback=_duration)
 @click.option("--misfire-grace", default="5s", show_default=True, callback=_duration)
+@server_tls_options
 @click.option("--log-level", default="info", show_default=True)
 def node(
     roles: str,
@@ -353,6 +388,8 @@ def node(
     session_timeout: float,
     lease_ttl: timedelta,
     misfire_grace: timedelta,
+    server_tls: ServerTls | None,
+    insecure: bool,
     log_level: str,
 ) -> None:
     """Run a cluster node on ZooKeeper and Cassandra (the production entry point)."""
@@ -381,6 +418,8 @@ def node(
             shards,
             session_timeout,
             poller,
+            server_tls,
+            insecure,
         )
     )
 
@@ -399,8 +438,9 @@ async def _node(
     shards: int,
     session_timeout: float,
     poller: PollerConfig,
+    tls: ServerTls | None,
+    insecure: bool,
 ) -> None:
-    from shardcron.client.errors import ShardcronError
     from shardcron.coordinator.cassandra.store import CassandraStore
     from shardcron.coordinator.node import Node, NodeConfig
     from shardcron.coordinator.zk import ZkCoordination
@@ -427,9 +467,11 @@ async def _node(
         roles=roles,
         node_id=node_id,
         poller=poller,
+        tls=tls,
+        insecure=insecure,
     )
-    node = Node(store, coordination, config)
     try:
+        node = Node(store, coordination, config)
         await node.start()
     except ShardcronError as e:
         raise click.ClickException(f"cannot start: {e.message}") from e

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
+from typing import TYPE_CHECKING
 
 import shardcron
 from shardcron.client.stream import (
@@ -54,6 +55,9 @@ from .handlers import registry as default_registry
 from .link import PollerLink
 from .reaper_client import Reaper
 from .targets import Target, next_reading, read_targets
+
+if TYPE_CHECKING:
+    import grpc
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +123,8 @@ class Worker:
     ``targets_changed()``. Each address gets its own stream; runs are reported to the
     poller that leased them. The stream of an address that left the list is closed at
     once, or, while it is up and its runs or results are not done, once it ends: it is
-    never opened again (``_follow_targets``).
+    never opened again (``_follow_targets``). ``credentials`` (``ClientTls.credentials()``
+    of ``shardcron.client.tls``) make every stream TLS; ``metadata`` goes with each.
 
     To its links it is a ``StreamOwner``: they call ``hello_for``, ``heartbeat_for``,
     the ``on_*`` handlers and ``rebalance``, which are not for other callers.
@@ -138,6 +143,7 @@ class Worker:
         memory_mb: int = 0,
         kill_grace: float = 5.0,
         metadata: Sequence[tuple[str, str]] | dict[str, str] | None = None,
+        credentials: grpc.ChannelCredentials | None = None,
     ) -> None:
         if slots < 1:
             raise ValueError("slots must be at least 1")
@@ -156,6 +162,7 @@ class Worker:
         if isinstance(metadata, dict):
             metadata = list(metadata.items())
         self.metadata = tuple(metadata or ())
+        self.credentials = credentials
         self.stats: Counter[str] = Counter()
         self._runs: dict[str, _Run] = {}
         self._slots_used = 0

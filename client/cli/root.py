@@ -1,7 +1,8 @@
 """The ``shardcron`` group: its global options, its error exits and its command groups.
 
-``--target``, ``--owner``, ``--json`` and ``--timeout`` come before the subcommand and
-become the ``CliState`` every command reads; ``--target`` may name several api nodes
+``--target``, ``--owner``, ``--json``, ``--timeout`` and the TLS flags (``--tls-ca``,
+``--tls-cert``, ``--tls-key``) come before the subcommand and become the ``CliState``
+every command reads; ``--target`` may name several api nodes
 (``host1:7400,host2:7400``), which the client fails over among. A ``ShardcronError`` raised by any
 subcommand (those added from outside too) prints ``error: CODE: message`` on stderr and
 exits with the code ``EXIT_CODES`` gives it, never with a traceback.
@@ -18,8 +19,10 @@ from shardcron.client.cli.dead_letters import dead_letters
 from shardcron.client.cli.jobs import job
 from shardcron.client.cli.runs import run
 from shardcron.client.cli.state import CliState
+from shardcron.client.cli.tls_options import client_tls_options
 from shardcron.client.errors import ShardcronError
 from shardcron.client.sdk import DEFAULT_TARGET, Client
+from shardcron.client.tls import ClientTls
 from shardcron.client.types import DEFAULT_OWNER
 
 EXIT_CODES = {
@@ -69,9 +72,17 @@ class ShardcronGroup(click.Group):
     show_default=True,
     help="Seconds each call may take.",
 )
+@client_tls_options
 @click.version_option(package_name="shardcron")
 @click.pass_context
-def cli(ctx: click.Context, target: str, owner: str, json_output: bool, timeout: float) -> None:
+def cli(
+    ctx: click.Context,
+    target: str,
+    owner: str,
+    json_output: bool,
+    timeout: float,
+    client_tls: ClientTls,
+) -> None:
     """shardcron: a distributed job scheduler.
     \f
     An ``obj`` given to ``cli.main`` that is callable replaces ``Client`` as the client
@@ -79,7 +90,12 @@ def cli(ctx: click.Context, target: str, owner: str, json_output: bool, timeout:
     """
     connect = ctx.obj if callable(ctx.obj) else Client
     ctx.obj = CliState(
-        target=target, owner=owner, json_output=json_output, timeout=timeout, connect=connect
+        target=target,
+        owner=owner,
+        json_output=json_output,
+        timeout=timeout,
+        connect=connect,
+        tls=client_tls,
     )
     ctx.call_on_close(ctx.obj.close)
 

@@ -16,6 +16,7 @@ import click
 
 from shardcron.client.cli.output import to_jsonable
 from shardcron.client.sdk import Client
+from shardcron.client.tls import ClientTls
 
 
 @dataclass
@@ -27,11 +28,22 @@ class CliState:
     json_output: bool
     timeout: float
     connect: Callable[..., Client] = Client
+    tls: ClientTls = ClientTls()
     _client: Client | None = None
 
     def client(self) -> Client:
         if self._client is None:
-            self._client = self.connect(self.target, owner=self.owner, timeout=self.timeout)
+            # the TLS files go only when given, so a client factory need not know of them
+            tls = {
+                f"tls_{name}": value
+                for name, value in (
+                    ("ca", self.tls.ca),
+                    ("cert", self.tls.cert),
+                    ("key", self.tls.key),
+                )
+                if value is not None
+            }
+            self._client = self.connect(self.target, owner=self.owner, timeout=self.timeout, **tls)
         return self._client
 
     def close(self) -> None:

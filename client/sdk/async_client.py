@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -26,6 +27,7 @@ from shardcron.client.sdk import messages
 from shardcron.client.sdk.connection import ClientChannels, owner_metadata, resolve_target
 from shardcron.client.sdk.messages import JobSpecArg
 from shardcron.client.sdk.waiting import DEFAULT_POLL_INTERVAL, Waiter, final_runs_wanted
+from shardcron.client.tls import channel_credentials
 from shardcron.client.types import (
     DEFAULT_OWNER,
     FINAL_RUN_STATES,
@@ -47,7 +49,8 @@ class AsyncClient:
     """``Client`` for asyncio: the same methods, as coroutines; ``read_output``,
     ``iter_jobs`` and ``iter_runs`` are async iterators. Use ``async with`` or
     ``await close()``. The channel is opened on the first call, so the client may be
-    built outside the event loop it is used in."""
+    built outside the event loop it is used in. TLS is set as for ``Client``
+    (``tls_ca``, ``tls_cert``, ``tls_key`` or ``credentials``)."""
 
     def __init__(
         self,
@@ -57,12 +60,18 @@ class AsyncClient:
         timeout: float = 30.0,
         channel_options: Sequence[tuple[str, Any]] = (),
         credentials: grpc.ChannelCredentials | None = None,
+        tls_ca: str | Path | None = None,
+        tls_cert: str | Path | None = None,
+        tls_key: str | Path | None = None,
     ) -> None:
         self.target = resolve_target(target)
         self.owner = owner
         self.timeout = timeout
         self._channels = ClientChannels(
-            self.target, credentials=credentials, options=channel_options, asyncio=True
+            self.target,
+            credentials=channel_credentials(credentials, ca=tls_ca, cert=tls_cert, key=tls_key),
+            options=channel_options,
+            asyncio=True,
         )
         self._metadata = owner_metadata(owner)
         self._channel: grpc.aio.Channel | None = None

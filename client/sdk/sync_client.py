@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -26,6 +27,7 @@ from shardcron.client.sdk import messages
 from shardcron.client.sdk.connection import ClientChannels, owner_metadata, resolve_target
 from shardcron.client.sdk.messages import JobSpecArg
 from shardcron.client.sdk.waiting import DEFAULT_POLL_INTERVAL, Waiter, final_runs_wanted
+from shardcron.client.tls import channel_credentials
 from shardcron.client.types import (
     DEFAULT_OWNER,
     FINAL_RUN_STATES,
@@ -50,7 +52,11 @@ class Client:
     among (``connection`` says which calls are retried on another); it defaults to
     ``$SHARDCRON_TARGET`` or ``127.0.0.1:7400``; every call is
     scoped to ``owner`` and given ``timeout`` seconds (except followed output).
-    ``credentials`` switches to a TLS channel. Use as a context manager or ``close()``.
+    TLS: ``tls_ca`` (the CA that signed the nodes' certificates), plus ``tls_cert`` and
+    ``tls_key`` where nodes require client certificates; each one not given is read from
+    ``$SHARDCRON_TLS_CA``, ``$SHARDCRON_TLS_CERT``, ``$SHARDCRON_TLS_KEY``
+    (``shardcron.client.tls``), and ready ``credentials`` replace them all. Plaintext when
+    none is set. Use as a context manager or ``close()``.
     """
 
     def __init__(
@@ -61,12 +67,17 @@ class Client:
         timeout: float = 30.0,
         channel_options: Sequence[tuple[str, Any]] = (),
         credentials: grpc.ChannelCredentials | None = None,
+        tls_ca: str | Path | None = None,
+        tls_cert: str | Path | None = None,
+        tls_key: str | Path | None = None,
     ) -> None:
         self.target = resolve_target(target)
         self.owner = owner
         self.timeout = timeout
         self._channels = ClientChannels(
-            self.target, credentials=credentials, options=channel_options
+            self.target,
+            credentials=channel_credentials(credentials, ca=tls_ca, cert=tls_cert, key=tls_key),
+            options=channel_options,
         )
         self._channel: grpc.Channel = self._channels.calls()
         self._metadata = owner_metadata(owner)

@@ -2,7 +2,10 @@
 
 Everything is a real process, started the way an operator would start it
 (``shardcron store init``, ``shardcron node``, ``shardcron worker``), with its own
-log under the test's ``tmp_path``, and killed for real (SIGKILL, SIGSTOP).
+log under the test's ``tmp_path``, and killed for real (SIGKILL, SIGSTOP). Given a
+``Pki`` (``tests/support/certs.py``; the suite always gives one), every connection is
+mTLS: the nodes serve and call each other with the node certificate, workers present
+``CN=cluster-worker`` and the harness's clients ``CN=cluster-client``.
 
 Pieces:
 
@@ -52,6 +55,7 @@ from kazoo.exceptions import NoNodeError
 from deploy import Cassandra
 from shardcron.client.errors import ShardcronError
 from shardcron.client.sdk import Client
+from shardcron.client.tls import ClientTls
 from shardcron.client.types import (
     ClusterStatus,
     CommandTask,
@@ -61,7 +65,8 @@ from shardcron.client.types import (
     RunState,
 )
 from shardcron.v1 import worker_pb2, worker_pb2_grpc
-from tests.e2e.harness import Proc, free_port, heartbeat_empty, wait_healthy
+from tests.e2e.harness import Proc, channel_to, free_port, heartbeat_empty, wait_healthy
+from tests.support.certs import Pki
 from tests.support.zookeeper import ZkProxy
 
 REPO = Path(__file__).resolve().parents[2]
@@ -226,8 +231,11 @@ class ShardcronCluster:
         lease_ttl: float = LEASE_TTL,
         misfire_grace: float = MISFIRE_GRACE,
         zk_proxies: bool = False,
+        pki: Pki | None = None,
     ) -> None:
         self.root = root
+        self.pki = pki
+        self.client_tls = pki.client_tls("cluster-client") if pki is not None else ClientTls()
         self.root.mkdir(parents=True, exist_ok=True)
         self.zk_hosts = zk_hosts
         self.contact = ",".join(contact_points)
@@ -280,6 +288,7 @@ class ShardcronCluster:
             f"{self.lease_ttl:g}s",
             "--misfire-grace",
             f"{self.misfire_grace:g}s",
+            *(self.pki.node_args(mtls=True) if self.pki is not None else []),
         ]
 
     def add_node(self, node_id: str | None = None) -> NodeHandle:
@@ -300,6 +309,8 @@ class ShardcronCluster:
         worker_id = worker_id or f"w{len(self.workers) + 1}"
         args = ["worker", "--zk", self.zk_hosts, "--cluster", self.name]
         args += ["--id", worker_id, "--slots", str(slots)]
+        if self.pki is not None:
+            args += self.pki.client_args("cluster-worker")
         proc = ClusterProc(args, self.root / f"worker-{worker_id}.log").start()
         handle = WorkerHandle(worker_id, proc)
         self.workers[worker_id] = handle
@@ -310,7 +321,7 @@ class ShardcronCluster:
         fails this test, and every later cluster of the session fails at once
         (``START_FAILURE``) instead of waiting again for the same reason."""
         try:
-            wait_healthy(handle.target, timeout=timeout, proc=handle.proc.proc)
+            wait_healthy(handle.target, timeout=timeout, proc=handle.proc.proc, tls=self.client_tls)
         except Exception as e:
             message = f"`shardcron node` {handle.id} did not become SERVING: {e}"
             START_FAILURE.append(message)
@@ -376,8 +387,21 @@ class ShardcronCluster:
 
     # --- views -------------------------------------------------------------------
 
+    def connect(self, node_id: str, *, owner: str = "default", timeout: float = 10.0) -> Client:
+        """A new client of one node, with the harness's certificate; the caller closes it."""
+        tls = self.client_tls
+        return Client(
+            self.nodes[node_id].target,
+            owner=owner,
+            timeout=timeout,
+            tls_ca=tls.ca,
+            tls_cert=tls.cert,
+            tls_key=tls.key,
+        )
+
     def client(self, node_id: str, owner: str, timeout: float = 10.0) -> Client:
-        c = Client(self.nodes[node_id].target, owner=owner, timeout=timeout)
+        """A client of one node, closed with the cluster."""
+        c = self.connect(node_id, owner=owner, timeout=timeout)
         self._clients.append(c)
         return c
 
@@ -386,7 +410,7 @@ class ShardcronCluster:
         vias = [via] if via else [n.id for n in self.live_nodes()]
         for node_id in vias:
             try:
-                with Client(self.nodes[node_id].target, timeout=timeout) as c:
+                with self.connect(node_id, timeout=timeout) as c:
                     return c.cluster_status()
             except (ShardcronError, grpc.RpcError):
                 continue
@@ -774,7 +798,7 @@ class JobFeeder(threading.Thread):
         self._halt = threading.Event()
 
     def run(self) -> None:
-        client = Client(self.cluster.nodes[self.via].target, owner=self.owner, timeout=5)
+        client = self.cluster.connect(self.via, owner=self.owner, timeout=5)
         n = 0
         try:
             while not self._halt.is_set():
@@ -817,8 +841,10 @@ class RawWorker:
     worker would not (never renew a lease, send a result after its lease was lost). It
     sends empty heartbeats: a worker silent while it holds a lease is taken for frozen."""
 
-    def __init__(self, target: str, worker_id: str, handler: str) -> None:
-        self.channel = grpc.insecure_channel(target)
+    def __init__(
+        self, target: str, worker_id: str, handler: str, tls: ClientTls | None = None
+    ) -> None:
+        self.channel = channel_to(target, tls)
         self._out: queue.Queue[worker_pb2.WorkerMessage | None] = queue.Queue()
         self._out.put(
             worker_pb2.WorkerMessage(
