@@ -4,7 +4,9 @@
 interceptor, so it also sees the INVALID_ARGUMENT of a request that does not decode)
 and counts each call in ``shardcron_grpc_requests_total{service,method}`` when it
 starts, in ``shardcron_grpc_errors_total{service,method,code}`` when it ends with a
-status other than OK, and its duration in ``shardcron_grpc_seconds{service,method}``.
+status other than OK, and, for a call answered with one message, its duration in
+``shardcron_grpc_seconds{service,method}`` (a stream lasts as long as it is open, the
+lease stream for days: its life is no latency and would drown the buckets).
 
 The status of a call is the one the servicer set (``context.abort`` or
 ``set_code``); a servicer that raised anything else ends UNKNOWN, and a call the
@@ -37,16 +39,18 @@ def split_method(full_method: str) -> tuple[str, str]:
 class _Call:
     """One call being measured: counted at start, its end recorded once."""
 
-    def __init__(self, metrics: Metrics, service: str, method: str) -> None:
+    def __init__(self, metrics: Metrics, service: str, method: str, *, timed: bool) -> None:
         self._metrics = metrics
         self._labels = {"service": service, "method": method}
+        self._timed = timed
         self._started = time.perf_counter()
         metrics.grpc_requests.labels(**self._labels).inc()
 
     def ended(self, context: grpc.aio.ServicerContext, error: BaseException | None) -> None:
-        self._metrics.grpc_duration.labels(**self._labels).observe(
-            time.perf_counter() - self._started
-        )
+        if self._timed:
+            self._metrics.grpc_duration.labels(**self._labels).observe(
+                time.perf_counter() - self._started
+            )
         code = _status_of(context, error)
         if code != grpc.StatusCode.OK:
             self._metrics.grpc_errors.labels(**self._labels, code=code.name).inc()
@@ -117,5 +121,10 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
         kind = handler_kind(handler)
         service, method = split_method(handler_call_details.method)
         metrics = self._metrics
-        behavior = _measured(getattr(handler, kind), lambda: _Call(metrics, service, method))
+        timed = not handler.response_streaming
+
+        def start() -> _Call:
+            return _Call(metrics, service, method, timed=timed)
+
+        behavior = _measured(getattr(handler, kind), start)
         return handler._replace(**{kind: behavior})

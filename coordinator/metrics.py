@@ -23,9 +23,8 @@ from shardcron.client.types import Run, RunReason, RunState
 LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 STORE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5)
 RUN_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600, 24 * 3600)
-# gRPC calls: unary calls take milliseconds; a stream (the lease stream, a followed
-# output) counts its whole life, so the buckets reach far.
-GRPC_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5, 30, 300, 3600)
+# gRPC calls answered with one message: most take milliseconds, a long poll up to minutes.
+GRPC_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5, 30, 300)
 NO_REASON = "NONE"  # the reason label of a run that ended without one (SUCCEEDED)
 
 
@@ -173,7 +172,7 @@ class Metrics:
         )
         self.grpc_duration = Histogram(
             "shardcron_grpc_seconds",
-            "gRPC call duration by service and method (a stream: its whole life)",
+            "Duration of gRPC calls answered with one message (not streams), by service and method",
             ["service", "method"],
             buckets=GRPC_BUCKETS,
             registry=r,
