@@ -158,6 +158,16 @@ def test_skipped_and_missed_are_counted_apart() -> None:
     assert value("shardcron_run_seconds_count", {"state": "MISSED"}) is None
 
 
+def test_a_dead_letter_is_counted_by_reason_and_a_retried_failure_is_not() -> None:
+    metrics = Metrics()
+    job = make_job()
+    failed = make_run(job, state=RunState.FAILED, reason=RunReason.NON_ZERO_EXIT)
+    metrics.dead_lettered(failed)
+    metrics.dead_lettered(dataclasses.replace(failed, dead_letter=True))
+    value = metrics.registry.get_sample_value
+    assert value("shardcron_dead_letters_total", {"reason": "NON_ZERO_EXIT"}) == 1
+
+
 def test_an_overlap_skip_is_counted_once_regression() -> None:
     """A fire skipped under FORBID (a run of its job still going) was counted twice in
     shardcron_fires_skipped_total: once where the run ended, once more where admission
@@ -192,6 +202,19 @@ def test_an_overlap_skip_is_counted_once_regression() -> None:
     value = metrics.registry.get_sample_value
     assert value("shardcron_fires_skipped_total", {"reason": "OVERLAP"}) == 1
     assert value("shardcron_runs_final_total", {"state": "SKIPPED", "reason": "OVERLAP"}) == 1
+
+
+def test_shard_lag_is_the_age_of_the_oldest_due_run_not_on_a_worker() -> None:
+    metrics = Metrics()
+    keeper = RunKeeper(
+        config=PollerConfig(), metrics=metrics, clock=SystemClock(), shard_count=SHARDS
+    )
+    job, now = make_job(), utcnow()
+    for phase, age, key in ((Phase.READY, 10, "a"), (Phase.LEASED, 60, "b")):
+        run = make_run(job, due_at=now - timedelta(seconds=age), fire_key=key)
+        keeper.track(Slot(run=run, job=job, phase=phase))
+    keeper.count_waiting([], now)
+    assert metrics.registry.get_sample_value("shardcron_shard_lag_seconds") == 10
 
 
 def write_readme_table() -> None:
