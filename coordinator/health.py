@@ -41,6 +41,16 @@ class ServiceHealth(health.aio.HealthServicer):
         for name in self.services:
             await self.set(name, SERVING)
 
+    async def Check(
+        self, request: health_pb2.HealthCheckRequest, context: grpc.aio.ServicerContext
+    ) -> health_pb2.HealthCheckResponse:
+        status = self._server_status.get(request.service)
+        if status is None:  # the base class says NOT_FOUND without saying what was asked
+            await context.abort(
+                grpc.StatusCode.NOT_FOUND, f"service {request.service!r} is not served here"
+            )
+        return health_pb2.HealthCheckResponse(status=status)
+
     async def List(
         self, request: health_pb2.HealthListRequest, context: grpc.aio.ServicerContext
     ) -> health_pb2.HealthListResponse:

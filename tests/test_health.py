@@ -52,6 +52,7 @@ async def test_each_service_of_a_node_answers_its_own_health(node: Node) -> None
         with pytest.raises(grpc.aio.AioRpcError) as raised:
             await status(channel, "shardcron.v1.NoSuchService")
         assert raised.value.code() == grpc.StatusCode.NOT_FOUND
+        assert raised.value.details() == "service 'shardcron.v1.NoSuchService' is not served here"
         assert await listed(channel) == dict.fromkeys(
             ("", JOBS, WORKERS, POLLERS, CLUSTER), SERVING
         )
