@@ -114,8 +114,9 @@ class Metrics:
         )
         self.shard_lag = Gauge(
             "shardcron_shard_lag_seconds",
-            "Age of the oldest due run not on a worker yet, across this poller's shards "
-            "(0 when none waits)",
+            "Age of the oldest due run not on a worker yet (held back by a slot or a "
+            "concurrency limit) across this poller's shards, as cluster status shows it; 0 "
+            "when none waits",
             registry=r,
         )
         self.owned_shards = Gauge("shardcron_owned_shards", "Shards this poller serves", registry=r)
