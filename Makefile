@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 PROTOS := $(wildcard proto/shardcron/v1/*.proto)
 DEV_ARGS ?=
 
-.PHONY: install servers dev test test-clients cluster cluster-down proto proto-check lint fmt clean bench
+.PHONY: install servers promtool dev test test-clients cluster cluster-down proto proto-check lint fmt clean bench
 
 install: $(STAMP)
 
@@ -64,7 +64,11 @@ servers:
 	python3 -m deploy ensure-tools
 	python3 -m deploy fetch all
 
-test: install proto-check servers
+# promtool (Debian's prometheus package): tests check deploy/prometheus/ and real scrapes with it.
+promtool:
+	@command -v promtool >/dev/null || { apt-get update -q && apt-get install -y -q prometheus; }
+
+test: install proto-check servers promtool
 	$(VENV)/bin/pytest -q --ignore=tests/cluster
 	$(VENV)/bin/pytest -q tests/cluster
 	$(MAKE) test-clients

@@ -18,7 +18,6 @@ import uuid
 from dataclasses import dataclass, field
 
 import grpc
-from grpc_health.v1 import health_pb2
 
 from shardcron.client.tls import ServerTls, check_listen
 from shardcron.coordinator.api import JobsApi
@@ -102,6 +101,7 @@ class Node:
             coordination=self.coordination,
             router=self.router,
             credentials=server_credentials,
+            metrics=self.metrics,
         )
         await self.server.start()
         if self.config.metrics_listen:
@@ -112,7 +112,7 @@ class Node:
             poller_id=self.config.node_id if self.poller else None, poller_address=self.address
         )
         self._leader_watch = asyncio.create_task(self._watch_leadership())
-        await self.server.health.set("", health_pb2.HealthCheckResponse.SERVING)  # type: ignore[attr-defined]
+        await self.server.health.serving()  # type: ignore[attr-defined]
         log.info(
             "node %s serving on %s (roles: %s)",
             self.config.node_id,

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import grpc
 from google.protobuf.message import Message
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from shardcron.client import codec, limits
@@ -32,6 +32,9 @@ from shardcron.client.errors import InvalidArgument, ShardcronError
 from shardcron.client.types import DEFAULT_OWNER, ClusterStatus, Page, ShardInfo, WorkerInfo
 from shardcron.coordinator.api import JobsApi
 from shardcron.coordinator.coordination import Coordination
+from shardcron.coordinator.grpc_metrics import MetricsInterceptor
+from shardcron.coordinator.health import ServiceHealth
+from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.poller import Poller
 from shardcron.coordinator.request_decoding import DecodingInterceptor
 from shardcron.coordinator.router import PollerServiceServicer, ShardRouter
@@ -363,11 +366,14 @@ def build_server(
     coordination: Coordination,
     router: ShardRouter | None,
     credentials: grpc.ServerCredentials | None = None,
+    metrics: Metrics | None = None,
 ) -> tuple[grpc.aio.Server, int]:
     """A gRPC server with the services of the roles given, TLS when ``credentials`` are
-    given (every service on the one port); returns it (not started) and its port."""
+    given (every service on the one port); returns it (not started) and its port.
+    Its ``health`` (``ServiceHealth``) says NOT_SERVING until ``health.serving()``."""
+    measured = [MetricsInterceptor(metrics)] if metrics is not None else []
     server = grpc.aio.server(
-        interceptors=[DecodingInterceptor()],
+        interceptors=[*measured, DecodingInterceptor()],
         options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", 64 << 20),
@@ -397,7 +403,7 @@ def build_server(
         ClusterServiceServicer(coordination, router), server
     )
     names.append(cluster_pb2.DESCRIPTOR.services_by_name["ClusterService"].full_name)
-    health_servicer = health.aio.HealthServicer()
+    health_servicer = ServiceHealth(n for n in names if n.startswith("shardcron."))
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(names, server)
     if credentials is not None:

@@ -166,6 +166,7 @@ async def _dev(
     from shardcron.coordinator.sqlite.store import SqliteStore
     from shardcron.worker import Worker, registry
     from shardcron.worker.handlers import load_handler_modules
+    from shardcron.worker.metrics import WorkerCollector
 
     data_dir.mkdir(parents=True, exist_ok=True)
     load_handler_modules(handler_modules)
@@ -192,6 +193,7 @@ async def _dev(
         )
         for i in range(worker_count)
     ]
+    node.metrics.registry.register(WorkerCollector(lambda: workers))
     tasks = [asyncio.create_task(w.run()) for w in workers]
     metrics = (
         f", metrics on http://{metrics_listen.rpartition(':')[0]}:{node.metrics_port}/metrics"
@@ -245,6 +247,9 @@ async def _dev(
 )
 @click.option("--no-commands", is_flag=True, help="Serve handlers only, never run command jobs.")
 @client_tls_options
+@click.option(
+    "--metrics-listen", default="", help="Prometheus /metrics address (host:port); '' = off."
+)
 @click.option("--log-level", default="info", show_default=True)
 def worker_cmd(
     worker_target: str,
@@ -258,6 +263,7 @@ def worker_cmd(
     handler_modules: tuple[str, ...],
     no_commands: bool,
     client_tls: ClientTls,
+    metrics_listen: str,
     log_level: str,
 ) -> None:
     """Run a worker that takes leases from a node, or from every poller of a cluster (--zk)."""
@@ -312,6 +318,13 @@ def worker_cmd(
                 "memory_mb": memory_mb,
             }
             await coordination.register_worker(worker.worker_id, "", info)
+        if metrics_listen:
+            from shardcron.client.exposition import serve_metrics
+            from shardcron.worker.metrics import worker_registry
+
+            port = serve_metrics(worker_registry(lambda: [worker]), metrics_listen)
+            host = metrics_listen.rpartition(":")[0] or "127.0.0.1"
+            click.echo(f"shardcron worker: metrics on http://{host}:{port}/metrics", err=True)
         task = asyncio.create_task(worker.run())
         where = (
             f"the pollers of cluster {cluster_name!r} in ZooKeeper {zk}" if zk else worker_target

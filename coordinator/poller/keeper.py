@@ -41,7 +41,6 @@ from shardcron.coordinator.poller.state import Phase, Slot
 from shardcron.coordinator.poller.turn import Turn
 from shardcron.coordinator.poller.workers import WorkerBook
 
-_SKIPS = (RunState.SKIPPED, RunState.MISSED)
 WAITING_GAUGE_EVERY = 1.0  # seconds between counts of the runs waiting, by reason
 
 log = logging.getLogger("shardcron.poller")
@@ -283,7 +282,6 @@ class RunKeeper:
         verdict = self.admission.admit(slot, fresh_fire=fresh_fire)
         if verdict == Verdict.SKIP:
             self.finish(slot, RunState.SKIPPED, RunReason.OVERLAP, turn, now)
-            self.metrics.fires_skipped.labels(reason=RunReason.OVERLAP.value).inc()
         elif verdict == Verdict.REPLACE:
             victim = self.admission.replaced(slot.run.job_id)
             if victim is not None:
@@ -335,14 +333,18 @@ class RunKeeper:
                 reasons[rid] = reason
         return reasons
 
-    def count_waiting(self, workers: Collection[WorkerBook]) -> None:
-        """Sets the waiting-runs gauge, at most once a second (it looks at every class)."""
+    def count_waiting(self, workers: Collection[WorkerBook], now: datetime) -> None:
+        """Sets the waiting-runs and shard-lag gauges, at most once a second (they look
+        at every class and every run held)."""
         at = self._clock.monotonic()
         if at - self._waiting_counted_at < WAITING_GAUGE_EVERY:
             return
         self._waiting_counted_at = at
         for reason, n in self.admission.waiting_counts(workers).items():
             self.metrics.waiting_runs.labels(reason=reason.value).set(n)
+        oldest = self.oldest_due((Phase.READY, Phase.BLOCKED)).values()
+        lag = (now - min(oldest)).total_seconds() if oldest else 0.0
+        self.metrics.shard_lag.set(max(0.0, lag))
 
     def send_lease(self, slot: Slot, now: datetime) -> None:
         """Sends a lease once it is durable; its TTL counts from now, as the worker's will."""
@@ -446,14 +448,13 @@ class RunKeeper:
         )
         self.forget(slot)
         self.ended_here(final.id)
-        self.metrics.runs_final.labels(state=state.value, reason=reason.value).inc()
-        if state in _SKIPS:
-            self.metrics.fires_skipped.labels(reason=reason.value).inc()
+        self.metrics.run_ended(final)
         if job is not None:
             try:
                 final = self._follow_up(job, final, turn, now)
             except Exception as error:  # its retry rules: the run's own end stands
                 self.job_rules_failed(job, error, turn, where="ending")
+            self.metrics.dead_lettered(final)
             self.admission.unblock(job.id)
         turn.runs[final.id] = final
         for fut in slot.cancel_waiters:
@@ -514,7 +515,7 @@ class RunKeeper:
         )
         self.forget(slot)
         self.ended_here(final.id)
-        self.metrics.runs_final.labels(state=final.state.value, reason=final.reason.value).inc()
+        self.metrics.run_ended(final)
         self.admission.unblock(final.job_id)
         turn.runs[final.id] = final
         for fut in slot.cancel_waiters:

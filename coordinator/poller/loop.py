@@ -508,7 +508,7 @@ class Poller:
             )
             turn.runs[final.id] = final
             self._runs.ended_here(final.id)
-            self.metrics.runs_final.labels(state=final.state.value, reason=reason.value).inc()
+            self.metrics.run_ended(final)
             turn.answers.append(fut)
             turn.after.append(lambda: fut.done() or fut.set_result(final))
 
@@ -518,7 +518,7 @@ class Poller:
         workers = self._streams.workers.values()
         self.metrics.active_leases.set(sum(len(w.leases) for w in workers))
         self.metrics.ready_runs.set(len(self._runs.admission))
-        self._runs.count_waiting(workers)
+        self._runs.count_waiting(workers, self._clock.now())
         used = sum(w.used for w in workers)
         total = sum(w.slots for w in workers)
         self.metrics.worker_slots.labels(use="used").set(used)
