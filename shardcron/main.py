@@ -75,6 +75,12 @@ async def _until_signalled() -> None:
     help="Prometheus /metrics address; '' = off.",
 )
 @click.option(
+    "--http-listen",
+    default="127.0.0.1:7480",
+    show_default=True,
+    help="HTTP/JSON API and dashboard address; '' = off.",
+)
+@click.option(
     "--workers", "worker_count", default=1, show_default=True, help="In-process workers (0 = none)."
 )
 @click.option("--slots", default=8, show_default=True, help="Slots per in-process worker.")
@@ -100,6 +106,7 @@ def dev(
     listen: str,
     data_dir: str,
     metrics_listen: str,
+    http_listen: str,
     worker_count: int,
     slots: int,
     handler_modules: tuple[str, ...],
@@ -127,6 +134,7 @@ def dev(
                 listen,
                 Path(data_dir),
                 metrics_listen,
+                http_listen,
                 worker_count,
                 slots,
                 list(handler_modules),
@@ -142,6 +150,7 @@ async def _dev(
     listen: str,
     data_dir: Path,
     metrics_listen: str,
+    http_listen: str,
     worker_count: int,
     slots: int,
     handler_modules: list[str],
@@ -160,6 +169,7 @@ async def _dev(
     config = NodeConfig(
         listen=listen,
         metrics_listen=metrics_listen,
+        http_listen=http_listen,
         node_id="dev",
         poller=poller,
     )
@@ -175,6 +185,9 @@ async def _dev(
         if metrics_listen
         else ""
     )
+    if http_listen:
+        host = http_listen.rpartition(":")[0] or "127.0.0.1"
+        metrics += f", dashboard and HTTP API on http://{host}:{node.http_port}/"
     click.echo(f"shardcron dev: serving on {node.address} (data in {data_dir}){metrics}", err=True)
     try:
         await _until_signalled()
@@ -331,6 +344,7 @@ def _cassandra_options(f):  # type: ignore[no-untyped-def]
 )
 @click.option("--node-id", default=None, help="Unique node id (default: host-port).")
 @click.option("--metrics-listen", default="", help="Prometheus /metrics address; '' = off.")
+@click.option("--http-listen", default="", help="HTTP/JSON API and dashboard address; '' = off.")
 @click.option("--shards", default=64, show_default=True, help="Shard count (fixed for a cluster).")
 @click.option(
     "--session-timeout", default=6.0, show_default=True, help="ZooKeeper session timeout, seconds."
@@ -349,6 +363,7 @@ def node(
     advertise: str,
     node_id: str | None,
     metrics_listen: str,
+    http_listen: str,
     shards: int,
     session_timeout: float,
     lease_ttl: timedelta,
@@ -378,6 +393,7 @@ def node(
             advertise,
             node_id,
             metrics_listen,
+            http_listen,
             shards,
             session_timeout,
             poller,
@@ -396,6 +412,7 @@ async def _node(
     advertise: str,
     node_id: str,
     metrics_listen: str,
+    http_listen: str,
     shards: int,
     session_timeout: float,
     poller: PollerConfig,
@@ -424,6 +441,7 @@ async def _node(
         listen=listen,
         advertise=advertise,
         metrics_listen=metrics_listen,
+        http_listen=http_listen,
         roles=roles,
         node_id=node_id,
         poller=poller,
