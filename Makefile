@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 PROTOS := $(wildcard proto/shardcron/v1/*.proto)
 DEV_ARGS ?=
 
-.PHONY: install servers dev test test-clients cluster cluster-down proto proto-check lint fmt clean bench
+.PHONY: install servers browser dev test test-clients cluster cluster-down proto proto-check lint fmt clean bench
 
 install: $(STAMP)
 
@@ -59,12 +59,17 @@ fmt: install
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
+# Headless Chromium and its driver (Debian's packages) for the dashboard's tests.
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+		{ apt-get update -q && apt-get install -y -q chromium chromium-driver; }
+
 # Java, Maven and the ZooKeeper and Cassandra jars the tests start servers from.
 servers:
 	python3 -m deploy ensure-tools
 	python3 -m deploy fetch all
 
-test: install proto-check servers
+test: install proto-check servers browser
 	$(VENV)/bin/pytest -q --ignore=tests/cluster
 	$(VENV)/bin/pytest -q tests/cluster
 	$(MAKE) test-clients

@@ -173,12 +173,13 @@ async function jobPage(jobId) {
       api("GET", `/v1/jobs/${encodeURIComponent(jobId)}`),
       api("GET", `/v1/jobs/${encodeURIComponent(jobId)}/runs?pageSize=25`),
     ]);
-    let fires = [];
-    try {
-      fires = (await api("POST", "/v1/preview", { jobId, count: 5 })).fires || [];
-    } catch (e) { /* a job with no fires left */ }
-    const notes = dstNotes(fires);
     const state = short(job.state, "JOB_STATE_");
+    const kind = short((job.spec.schedule || {}).kind, "SCHEDULE_KIND_");
+    let fires = [];
+    if (!["COMPLETED", "DELETED"].includes(state) && kind !== "IMMEDIATE") {
+      fires = (await api("POST", "/v1/preview", { jobId, count: 5 })).fires || [];
+    }
+    const notes = dstNotes(fires);
     main.innerHTML = `
       <h1>${esc(job.spec.name)} ${stateCell(job.state, "JOB_STATE_")}</h1>
       <div class="toolbar">
@@ -218,7 +219,11 @@ async function jobPage(jobId) {
   refresh(async () => {
     const runs = await api("GET", `/v1/jobs/${encodeURIComponent(jobId)}/runs?pageSize=25`);
     const box = document.getElementById("job-runs");
-    if (box) box.innerHTML = runsTable(runs.runs || [], false);
+    const html = runsTable(runs.runs || [], false);
+    if (box && box.dataset.drawn !== html) { // unchanged rows stay the same elements
+      box.innerHTML = html;
+      box.dataset.drawn = html;
+    }
   }, 2000);
 }
 
