@@ -20,7 +20,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
-from selenium.webdriver.support.ui import WebDriverWait
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from tests.e2e.harness import REPO, DevServer
 from tests.support.http_client import HttpApi
@@ -132,3 +132,33 @@ def test_jobs_job_run_output_and_cancel_in_the_browser(dev: DevServer, browser: 
     shoot(browser, "job-after-cancel")
     logs = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     assert logs == []
+
+
+def test_jobs_list_filters_by_state_searches_by_name_and_pages(
+    dev: DevServer, browser: WebDriver
+) -> None:
+    owner = f"ui-{uuid.uuid4().hex[:8]}"
+    http = HttpApi(dev.http_url, owner=owner)
+    yearly = {"kind": "SCHEDULE_KIND_CRON", "cron": "0 0 1 1 *"}
+    task = {"command": {"argv": ["true"]}}
+    ids = [
+        http.read("POST", "/v1/jobs", {"spec": {"name": f"bulk-{i:02}", "task": task, "schedule": yearly}}).json["job"]["id"]
+        for i in range(21)
+    ]  # fmt: skip
+    http.read("POST", "/v1/jobs", {"spec": {"name": "other", "task": task, "schedule": yearly}})
+    assert http.call("POST", f"/v1/jobs/{ids[3]}/pause")[0] == 200
+    browser.get(dev.http_url + "/")
+    browser.execute_script("localStorage.setItem('shardcron.owner', arguments[0])", owner)
+    browser.get(dev.http_url + "/#/jobs?q=bulk")
+    browser.refresh()
+    wait_for(browser, "#jobs-table", "bulk-19")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#jobs-table tr[data-job-id]")) == 20
+    assert "other" not in text_of(browser, "#jobs-table")
+    click(browser, By.ID, "next-page")
+    wait_for(browser, "#jobs-table", "bulk-20")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#jobs-table tr[data-job-id]")) == 1
+    shoot(browser, "jobs-page-2")
+    Select(browser.find_element(By.ID, "state-filter")).select_by_value("PAUSED")
+    wait_for(browser, f'tr[data-job-id="{ids[3]}"]', "PAUSED")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#jobs-table tr[data-job-id]")) == 1
+    shoot(browser, "jobs-paused")

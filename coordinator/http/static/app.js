@@ -114,6 +114,7 @@ async function jobsPage(params) {
       <select id="state-filter">${states.map((s) => `<option value="${s}" ${s === state ? "selected" : ""}>${s || "all but deleted"}</option>`).join("")}</select>
       <input id="name-search" placeholder="name starts with…" value="${esc(q)}">
       <button id="search">Search</button>
+      ${token ? `<button id="first-page">First page</button>` : ""}
       ${data.nextPageToken ? `<button id="next-page">Next page</button>` : ""}
     </div>
     <table id="jobs-table">
@@ -134,6 +135,8 @@ async function jobsPage(params) {
   document.getElementById("name-search").onkeydown = (e) => { if (e.key === "Enter") go(); };
   const next = document.getElementById("next-page");
   if (next) next.onclick = () => go(data.nextPageToken);
+  const first = document.getElementById("first-page");
+  if (first) first.onclick = () => go();
 }
 
 function runsTable(runs, withJob) {
