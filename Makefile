@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 PROTOS := $(wildcard proto/shardcron/v1/*.proto)
 DEV_ARGS ?=
 
-.PHONY: install servers promtool dev test test-clients cluster cluster-down proto proto-check lint fmt clean bench
+.PHONY: install servers promtool browser dev test test-clients cluster cluster-down proto proto-check lint fmt clean bench
 
 install: $(STAMP)
 
@@ -59,6 +59,11 @@ fmt: install
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
+# Headless Chromium and its driver (Debian's packages) for the dashboard's tests.
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+		{ apt-get update -q && apt-get install -y -q chromium chromium-driver; }
+
 # Java, Maven and the ZooKeeper and Cassandra jars the tests start servers from.
 servers:
 	python3 -m deploy ensure-tools
@@ -68,7 +73,7 @@ servers:
 promtool:
 	@command -v promtool >/dev/null || { apt-get update -q && apt-get install -y -q prometheus; }
 
-test: install proto-check servers promtool
+test: install proto-check servers promtool browser
 	$(VENV)/bin/pytest -q --ignore=tests/cluster
 	$(VENV)/bin/pytest -q tests/cluster
 	$(MAKE) test-clients

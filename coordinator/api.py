@@ -315,8 +315,13 @@ class JobsApi:
     # --- runs ---------------------------------------------------------------------
 
     async def list_runs(self, owner: str, job_id: str, **filters: object) -> Page[Run]:
-        identifier(job_id, "job_id")
-        page = await self.store.list_runs(owner, job_id, **filters)  # type: ignore[arg-type]
+        """Runs of one job, newest first; with no ``job_id``, of every job of the owner,
+        by job id then newest first (``JobStore.list_owner_runs``: pages may be short)."""
+        if job_id:
+            identifier(job_id, "job_id")
+            page = await self.store.list_runs(owner, job_id, **filters)  # type: ignore[arg-type]
+        else:
+            page = await self.store.list_owner_runs(owner, **filters)  # type: ignore[arg-type]
         return dataclasses.replace(page, items=await self._with_waiting_reasons(page.items))
 
     async def get_run(self, owner: str, run_id_: str) -> Run:

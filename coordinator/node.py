@@ -1,4 +1,5 @@
-"""A node: the server roles (api, coordinator, poller) wired on one store and one gRPC port.
+"""A node: the server roles (api, coordinator, poller) wired on one store and one gRPC port,
+and, when asked, the HTTP/JSON API and dashboard on another (``coordinator/http``).
 
 ``Node`` takes its parts ready-made (store, coordination, config) so the same
 code serves ``shardcron dev`` (SQLite, local coordination) and a cluster node.
@@ -22,10 +23,16 @@ import grpc
 from shardcron.client.tls import ServerTls, check_listen
 from shardcron.coordinator.api import JobsApi
 from shardcron.coordinator.coordination import Coordination
+from shardcron.coordinator.http.server import HttpServer, start_http
+from shardcron.coordinator.http.services import Services
 from shardcron.coordinator.metrics import Metrics, TimedStore, serve_metrics
 from shardcron.coordinator.poller import Poller, PollerConfig
 from shardcron.coordinator.router import ShardRouter
-from shardcron.coordinator.service import build_server
+from shardcron.coordinator.service import (
+    ClusterServiceServicer,
+    JobServiceServicer,
+    build_server,
+)
 from shardcron.coordinator.store import JobStore
 
 log = logging.getLogger("shardcron.node")
@@ -38,6 +45,7 @@ class NodeConfig:
     listen: str = "127.0.0.1:7400"
     advertise: str = ""  # host:port others use to reach this node; default derived from listen
     metrics_listen: str = ""  # "" = no /metrics endpoint
+    http_listen: str = ""  # "" = no HTTP/JSON API and dashboard (needs the api role)
     roles: frozenset[str] = ROLES
     node_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}")
     poller: PollerConfig = field(default_factory=PollerConfig)
@@ -63,6 +71,8 @@ class Node:
         self.server: grpc.aio.Server | None = None
         self.port = 0
         self.metrics_port = 0
+        self.http: HttpServer | None = None
+        self.http_port = 0
 
     @property
     def address(self) -> str:
@@ -104,6 +114,15 @@ class Node:
             metrics=self.metrics,
         )
         await self.server.start()
+        if self.config.http_listen and self.api is not None:
+            self.http = await start_http(
+                self.config.http_listen,
+                Services(
+                    jobs=JobServiceServicer(self.api),
+                    cluster=ClusterServiceServicer(self.coordination, self.router),
+                ),
+            )
+            self.http_port = self.http.port
         if self.config.metrics_listen:
             self.metrics_port = serve_metrics(self.metrics, self.config.metrics_listen)
         if self.poller is not None:
@@ -135,6 +154,8 @@ class Node:
             self._leader_watch.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._leader_watch
+        if self.http is not None:
+            await self.http.stop()
         if self.server is not None:
             await self.server.health.enter_graceful_shutdown()  # type: ignore[attr-defined]
         await self.coordination.stop()

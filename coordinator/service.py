@@ -38,7 +38,7 @@ from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.poller import Poller
 from shardcron.coordinator.request_decoding import DecodingInterceptor
 from shardcron.coordinator.router import PollerServiceServicer, ShardRouter
-from shardcron.coordinator.store_rules import PAGE_BYTES, PageKind, fit_page
+from shardcron.coordinator.store_rules import PAGE_BYTES, PageKind, fit_page, owner_runs_key
 from shardcron.coordinator.validation import (
     labels,
     page_size,
@@ -108,7 +108,8 @@ def rpc(method: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
 def fitted(kind: PageKind, page: Page[Any], encode: Callable[[Any], M]) -> tuple[list[M], str]:
     """The page's items encoded, as many as fit in ``PAGE_BYTES``, and its next token."""
     encoded = [encode(item) for item in page.items]
-    kept = fit_page(kind, page, [m.ByteSize() for m in encoded], lambda item: item.id)
+    key = owner_runs_key if kind == PageKind.OWNER_RUNS else (lambda item: item.id)
+    kept = fit_page(kind, page, [m.ByteSize() for m in encoded], key)
     return encoded[: len(kept.items)], kept.next_page_token
 
 
@@ -249,7 +250,8 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
             page_size=page_size(request.page_size),
             page_token=page_token(request.page_token),
         )
-        runs, token = fitted(PageKind.RUNS, page, codec.run_to_proto)
+        kind = PageKind.RUNS if request.job_id else PageKind.OWNER_RUNS
+        runs, token = fitted(kind, page, codec.run_to_proto)
         return jobs_pb2.ListRunsResponse(runs=runs, next_page_token=token)
 
     @rpc

@@ -203,6 +203,21 @@ class JobStore(Protocol):
         """Runs of one job, newest due first; rows that cannot be decoded are
         skipped. Raises NotFound for an unknown job."""
 
+    async def list_owner_runs(
+        self,
+        owner: str,
+        *,
+        states: frozenset[RunState] = frozenset(),
+        page_size: int = 100,
+        page_token: str = "",
+    ) -> Page[Run]:
+        """Runs of every job of the owner in ``states`` (none = all), by job id, then
+        newest first within a job; rows that cannot be decoded are skipped. A page may
+        hold fewer than ``page_size`` runs, even none, while it has a next token: a
+        store that has no index of runs by owner and state stops at a scan budget
+        (``store_rules.owner_runs_token`` says where it stopped). Raises InvalidArgument
+        for a token of another listing."""
+
     async def list_active_runs(self, job_id: str) -> list[Run]:
         """Runs of the job that are not final (PENDING, LEASED, RUNNING); rows that
         cannot be decoded are skipped."""

@@ -79,6 +79,12 @@ async def _until_signalled() -> None:
     help="Prometheus /metrics address; '' = off.",
 )
 @click.option(
+    "--http-listen",
+    default="127.0.0.1:7480",
+    show_default=True,
+    help="HTTP/JSON API and dashboard address; '' = off.",
+)
+@click.option(
     "--workers", "worker_count", default=1, show_default=True, help="In-process workers (0 = none)."
 )
 @click.option("--slots", default=8, show_default=True, help="Slots per in-process worker.")
@@ -105,6 +111,7 @@ def dev(
     listen: str,
     data_dir: str,
     metrics_listen: str,
+    http_listen: str,
     worker_count: int,
     slots: int,
     handler_modules: tuple[str, ...],
@@ -134,6 +141,7 @@ def dev(
                 listen,
                 Path(data_dir),
                 metrics_listen,
+                http_listen,
                 worker_count,
                 slots,
                 list(handler_modules),
@@ -153,6 +161,7 @@ async def _dev(
     listen: str,
     data_dir: Path,
     metrics_listen: str,
+    http_listen: str,
     worker_count: int,
     slots: int,
     handler_modules: list[str],
@@ -174,6 +183,7 @@ async def _dev(
     config = NodeConfig(
         listen=listen,
         metrics_listen=metrics_listen,
+        http_listen=http_listen,
         node_id="dev",
         poller=poller,
         tls=tls,
@@ -200,6 +210,9 @@ async def _dev(
         if metrics_listen
         else ""
     )
+    if http_listen:
+        host = http_listen.rpartition(":")[0] or "127.0.0.1"
+        metrics += f", dashboard and HTTP API on http://{host}:{node.http_port}/"
     click.echo(f"shardcron dev: serving on {node.address} (data in {data_dir}){metrics}", err=True)
     try:
         await _until_signalled()
@@ -378,6 +391,7 @@ def _cassandra_options(f):  # type: ignore[no-untyped-def]
 )
 @click.option("--node-id", default=None, help="Unique node id (default: host-port).")
 @click.option("--metrics-listen", default="", help="Prometheus /metrics address; '' = off.")
+@click.option("--http-listen", default="", help="HTTP/JSON API and dashboard address; '' = off.")
 @click.option("--shards", default=64, show_default=True, help="Shard count (fixed for a cluster).")
 @click.option(
     "--session-timeout", default=6.0, show_default=True, help="ZooKeeper session timeout, seconds."
@@ -397,6 +411,7 @@ def node(
     advertise: str,
     node_id: str | None,
     metrics_listen: str,
+    http_listen: str,
     shards: int,
     session_timeout: float,
     lease_ttl: timedelta,
@@ -428,6 +443,7 @@ def node(
             advertise,
             node_id,
             metrics_listen,
+            http_listen,
             shards,
             session_timeout,
             poller,
@@ -448,6 +464,7 @@ async def _node(
     advertise: str,
     node_id: str,
     metrics_listen: str,
+    http_listen: str,
     shards: int,
     session_timeout: float,
     poller: PollerConfig,
@@ -477,6 +494,7 @@ async def _node(
         listen=listen,
         advertise=advertise,
         metrics_listen=metrics_listen,
+        http_listen=http_listen,
         roles=roles,
         node_id=node_id,
         poller=poller,

@@ -593,6 +593,33 @@ async def test_list_runs_newest_first_with_state_filter_and_pages(store: JobStor
     assert (await store.list_runs(ALICE, empty.id)).items == []
 
 
+async def test_list_owner_runs_across_jobs_by_state_in_job_then_newest_order(
+    store: JobStore,
+) -> None:
+    jobs = [await create(store, make_job()) for _ in range(4)]
+    bobs = await create(store, make_job(BOB))
+    states = [RunState.RUNNING, RunState.SUCCEEDED, RunState.PENDING, RunState.RUNNING]
+    runs = [
+        make_run(job, due_at=T0 + i * S, fire_key=f"f{i}", state=states[(i + j) % 4])
+        for j, job in enumerate(jobs)
+        for i in range(5)
+    ]
+    await store.commit(runs=[*runs, make_run(bobs, state=RunState.RUNNING)])
+    in_order = sorted(runs, key=lambda r: (r.job_id, -r.due_at.timestamp()))
+    running = frozenset({RunState.RUNNING})
+    for size in (1, 3, 20, 1000):
+        got = await all_pages(lambda **kw: store.list_owner_runs(ALICE, **kw), size)
+        assert got == in_order
+        got = await all_pages(lambda **kw: store.list_owner_runs(ALICE, states=running, **kw), size)
+        assert got == [r for r in in_order if r.state == RunState.RUNNING]
+    bob_running = await all_pages(lambda **kw: store.list_owner_runs(BOB, states=running, **kw), 10)
+    assert [r.job_id for r in bob_running] == [bobs.id]
+    assert (await store.list_owner_runs("nobody")).items == []
+    job_token = (await store.list_runs(ALICE, jobs[0].id, page_size=1)).next_page_token
+    with pytest.raises(InvalidArgument):
+        await store.list_owner_runs(ALICE, page_token=job_token)
+
+
 async def test_list_active_runs(store: JobStore) -> None:
     job = await create(store, make_job())
     runs = [

@@ -26,12 +26,13 @@ def run() -> None:
 
 
 @run.command("list")
-@click.argument("job_id")
+@click.argument("job_id", required=False, default="")
 @click.option("--state", "states", type=EnumChoice(RunState), multiple=True, help="Repeatable.")
 @click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
 @pass_state
 def run_list(state: CliState, job_id: str, states: tuple[RunState, ...], limit: int) -> None:
-    """The job's runs, newest first."""
+    """The job's runs, newest first; with no JOB_ID, the runs of every job (e.g.
+    `--state RUNNING`), by job, newest first within a job."""
     runs = list(
         islice(state.client().iter_runs(job_id, states=states, page_size=min(limit, 1000)), limit)
     )

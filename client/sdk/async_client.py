@@ -209,7 +209,7 @@ class AsyncClient:
 
     async def list_runs(
         self,
-        job_id: str,
+        job_id: str = "",
         *,
         states: Iterable[RunState] = (),
         page_size: int = 100,
@@ -220,7 +220,7 @@ class AsyncClient:
         return messages.runs_page(await self._call(self._jobs.ListRuns, req))
 
     async def iter_runs(
-        self, job_id: str, *, states: Iterable[RunState] = (), page_size: int = 100
+        self, job_id: str = "", *, states: Iterable[RunState] = (), page_size: int = 100
     ) -> AsyncIterator[Run]:
         """See ``Client.iter_runs``."""
         states, token = tuple(states), ""

@@ -207,18 +207,21 @@ class Client:
 
     def list_runs(
         self,
-        job_id: str,
+        job_id: str = "",
         *,
         states: Iterable[RunState] = (),
         page_size: int = 100,
         page_token: str = "",
     ) -> Page[Run]:
-        """One page of the job's runs, newest first; no ``states`` = all."""
+        """One page of the job's runs, newest first; no ``states`` = all. With no
+        ``job_id``, the runs of every job of the owner (``states={RunState.RUNNING}``: all
+        that run now), by job id, then newest first; such a page may be short, even
+        empty, while it has a next token (``iter_runs`` follows them)."""
         req = messages.list_runs_request(job_id, states, page_size, page_token)
         return messages.runs_page(self._call(self._jobs.ListRuns, req))
 
     def iter_runs(
-        self, job_id: str, *, states: Iterable[RunState] = (), page_size: int = 100
+        self, job_id: str = "", *, states: Iterable[RunState] = (), page_size: int = 100
     ) -> Iterator[Run]:
         """Every run ``list_runs`` would list, fetching pages as needed."""
         states, token = tuple(states), ""

@@ -16,6 +16,13 @@ Layout and why:
 - ``runs`` ((job_id), id DESC): a job's history is one partition, newest first (run
   ids start with their due time). ``runs_by_id`` (id) -> job_id, owner, written once
   when a run is first written, so a run is found by its id alone.
+- Runs across an owner's jobs by state (``list_owner_runs``, e.g. every RUNNING run)
+  have no index: one would be written and deleted on every state change of every
+  run (a tombstone each). The listing is a bounded scan instead: ``jobs_by_owner``,
+  then each job's ``runs`` partition read as (id, state) only, then the runs wanted
+  read whole; a call stops after about ``reads.OWNER_RUNS_SCAN_ROWS`` rows and
+  answers with a token. Its cost is the owner's runs kept, not the runs wanted: fine
+  for a dashboard or a CLI call, not for polling at a high rate.
 - ``dead_letters`` ((owner), run_id DESC) -> job_id: an index, checked against
   ``runs`` when read.
 - ``due_runs`` ((shard, bucket), due_at, run_id): insert-only, every row with a TTL

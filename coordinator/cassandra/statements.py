@@ -63,6 +63,7 @@ STATEMENTS: dict[str, str] = {
     "job_runs": f"SELECT {_RUN_COLS} FROM runs WHERE job_id = ?",
     "job_runs_before": f"SELECT {_RUN_COLS} FROM runs WHERE job_id = ? AND id < ?",
     "job_run_states": "SELECT id, state FROM runs WHERE job_id = ?",
+    "job_run_states_before": "SELECT id, state FROM runs WHERE job_id = ? AND id < ?",
     "insert_dead": "INSERT INTO dead_letters (owner, run_id, job_id) VALUES (?, ?, ?)",
     "delete_dead": "DELETE FROM dead_letters WHERE owner = ? AND run_id = ?",
     "dead": "SELECT run_id, job_id FROM dead_letters WHERE owner = ? AND run_id < ? LIMIT ?",
@@ -112,7 +113,13 @@ STATEMENTS: dict[str, str] = {
 # Not idempotent: never retried (their caller reads the outcome).
 LWT = ("update_job", "claim", "take_over", "release")
 # Partition scans, read page by page.
-_PAGED = ("job_runs", "job_runs_before", "job_run_states", "output_from")
+_PAGED = (
+    "job_runs",
+    "job_runs_before",
+    "job_run_states",
+    "job_run_states_before",
+    "output_from",
+)
 
 
 def prepare(session: Session) -> dict[str, PreparedStatement]:

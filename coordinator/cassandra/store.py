@@ -129,6 +129,8 @@ class CassandraStore:
             raise ValueError("max_concurrency must be >= 1 and due_ttl positive")
         self.contact_points = list(contact_points)
         self.keyspace = keyspace
+        # rows one list_owner_runs call scans at most (reads.OWNER_RUNS_SCAN_ROWS)
+        self.owner_runs_scan_rows = reads.OWNER_RUNS_SCAN_ROWS
         self.consistency = ConsistencyLevel.name_to_value[consistency.upper()]
         self.serial_consistency = (
             ConsistencyLevel.LOCAL_SERIAL
@@ -325,6 +327,24 @@ class CassandraStore:
             page_size=page_size,
             page_token=page_token,
             bad_rows=self.bad_rows,
+        )
+
+    async def list_owner_runs(
+        self,
+        owner: str,
+        *,
+        states: frozenset[RunState] = frozenset(),
+        page_size: int = 100,
+        page_token: str = "",
+    ) -> Page[Run]:
+        return await reads.list_owner_runs(
+            self._cql,
+            owner,
+            states=states,
+            page_size=page_size,
+            page_token=page_token,
+            bad_rows=self.bad_rows,
+            scan_rows=self.owner_runs_scan_rows,
         )
 
     async def list_active_runs(self, job_id: str) -> list[Run]:

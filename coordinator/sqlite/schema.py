@@ -47,6 +47,7 @@ CREATE TABLE IF NOT EXISTS runs (
     output_bytes INTEGER NOT NULL, replayed_from TEXT NOT NULL,
     schedule_version INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS runs_by_job ON runs (job_id, id DESC);
+CREATE INDEX IF NOT EXISTS runs_by_owner ON runs (owner, job_id, id DESC);
 CREATE INDEX IF NOT EXISTS runs_dead_letters ON runs (owner, dead_letter, id)
     WHERE dead_letter = 1;
 CREATE TABLE IF NOT EXISTS due_runs (

@@ -53,6 +53,8 @@ from shardcron.coordinator.store_rules import (
     make_row_page,
     output_head,
     output_window,
+    owner_runs_after,
+    owner_runs_token,
     page_token_after,
     place_output,
     progress_write,
@@ -291,6 +293,35 @@ class SqliteStore:
         if rows is None:
             raise NotFound(f"job {job_id} not found")
         return make_row_page(PageKind.RUNS, rows, size, _row_run, self.bad_rows)
+
+    async def list_owner_runs(
+        self,
+        owner: str,
+        *,
+        states: frozenset[RunState] = frozenset(),
+        page_size: int = 100,
+        page_token: str = "",
+    ) -> Page[Run]:
+        # One read over the runs_by_owner index: pages are always full here.
+        size = clamp_page_size(page_size)
+        where, args = ["owner = ?"], [owner]
+        _state_filter(states, where, args)
+        after = owner_runs_after(page_token)
+        if after is not None:
+            job_id, run_id = after
+            if run_id:
+                where.append("(job_id > ? OR (job_id = ? AND id < ?))")
+                args += [job_id, job_id, run_id]
+            else:
+                where.append("job_id > ?")
+                args.append(job_id)
+        sql = f"{SELECT_RUN} WHERE {' AND '.join(where)} ORDER BY job_id, id DESC LIMIT ?"
+        rows = await self._all(sql, [*args, size + 1])
+        runs = self.bad_rows.decoded(rows[:size], _row_run)
+        if len(rows) <= size:
+            return Page(items=runs)
+        last = rows[size - 1]  # (id, job_id, ...): the token comes from rows, not runs
+        return Page(items=runs, next_page_token=owner_runs_token(last[1], last[0]))
 
     async def list_active_runs(self, job_id: str) -> list[Run]:
         return self.bad_rows.decoded(await self._all(SELECT_ACTIVE_RUNS, (job_id,)), _row_run)

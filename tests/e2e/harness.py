@@ -131,7 +131,9 @@ class DevServer:
         self.tls = tls or ClientTls()
         self.port = free_port()
         self.metrics_port = free_port()
+        self.http_port = free_port()
         self.target = f"127.0.0.1:{self.port}"
+        self.http_url = f"http://127.0.0.1:{self.http_port}"
         self.extra = extra or []
         self.proc: Proc | None = None
         self.starts = 0
@@ -146,6 +148,8 @@ class DevServer:
             str(self.data_dir),
             "--metrics-listen",
             f"127.0.0.1:{self.metrics_port}",
+            "--http-listen",
+            f"127.0.0.1:{self.http_port}",
             *self.extra,
         ]
         self.proc = Proc(
