@@ -23,6 +23,7 @@ from shardcron.coordinator.coordination import Coordination
 from shardcron.coordinator.metrics import Metrics, TimedStore, serve_metrics
 from shardcron.coordinator.poller import Poller, PollerConfig
 from shardcron.coordinator.router import ShardRouter
+from shardcron.coordinator.run_waits import RunEndings
 from shardcron.coordinator.service import build_server
 from shardcron.coordinator.store import JobStore
 
@@ -70,6 +71,7 @@ class Node:
 
     async def start(self) -> None:
         await self.raw_store.open()
+        endings = RunEndings()
         if "poller" in self.config.roles:
             self.poller = Poller(
                 self.store,
@@ -78,11 +80,18 @@ class Node:
                 metrics=self.metrics,
                 ownership_valid=self.coordination.ownership_valid,
                 session_generation=self.coordination.session_generation,
+                runs_ended=endings.ended,
             )
             self.coordination.subscribe(self.poller.on_assignment)
         self.router = ShardRouter(self.coordination, self.poller, self.raw_store.shard_count)
         if "api" in self.config.roles:
-            self.api = JobsApi(self.store, self.router, self.metrics)
+            self.api = JobsApi(
+                self.store,
+                self.router,
+                self.metrics,
+                endings=endings,
+                served_here=self.poller.owns if self.poller else lambda shard: False,
+            )
         self.server, self.port = build_server(
             self.config.listen,
             api=self.api,
