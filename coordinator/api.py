@@ -76,6 +76,14 @@ class PollerLink(Protocol):
         run id, from the pollers that hold them (runs not held or not waiting left out)."""
 
 
+def without_spent_fire(job: Job) -> Job:
+    """A COMPLETED job has no next fire: the one its row still names (a one-off job's
+    only fire, whatever its run's outcome) is spent, and is not shown as due."""
+    if job.state is not JobState.COMPLETED or job.next_fire_at is None:
+        return job
+    return dataclasses.replace(job, next_fire_at=None, next_fire_key="")
+
+
 class JobsApi:
     def __init__(
         self,
@@ -153,10 +161,11 @@ class JobsApi:
             self.link.runs_created(pending, jobs)
 
     async def get_job(self, owner: str, job_id: str) -> Job:
-        return await self.store.get_job(owner, identifier(job_id, "job_id"))
+        return without_spent_fire(await self.store.get_job(owner, identifier(job_id, "job_id")))
 
     async def list_jobs(self, owner: str, **filters: object) -> Page[Job]:
-        return await self.store.list_jobs(owner, **filters)  # type: ignore[arg-type]
+        page = await self.store.list_jobs(owner, **filters)  # type: ignore[arg-type]
+        return dataclasses.replace(page, items=[without_spent_fire(j) for j in page.items])
 
     async def _load(self, owner: str, job_id: str, expected_version: int) -> Job:
         identifier(job_id, "job_id")

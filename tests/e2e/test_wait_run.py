@@ -1,5 +1,6 @@
 """``WaitRun`` end to end: the SDK's ``wait_run`` (sync and asyncio) waits on the server
-until a run is final, gives up at its timeout, and bad input gets INVALID_ARGUMENT."""
+until a run is final, gives up at its timeout, and bad input gets INVALID_ARGUMENT; and
+what a one-off job looks like once its run has ended."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import pytest
 
 from shardcron.client.errors import InvalidArgument, NotFound
 from shardcron.client.sdk import AsyncClient
-from shardcron.client.types import CommandTask, JobSpec, RetryPolicy, RunState
+from shardcron.client.types import CommandTask, JobSpec, JobState, RetryPolicy, RunState
 from shardcron.v1 import jobs_pb2, jobs_pb2_grpc
 from tests.e2e.harness import DevServer
+from tests.support.waiting import wait_until
 
 
 def sh(script: str) -> JobSpec:
@@ -64,3 +66,17 @@ def test_wait_run_refuses_bad_input(dev: DevServer, client) -> None:  # type: ig
             stub.WaitRun(request, timeout=10)
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
     assert "timeout: at most 300s" in e.value.details()  # type: ignore[attr-defined]
+
+
+def test_one_off_job_whose_run_was_cancelled_is_completed_with_no_next_fire(client) -> None:  # type: ignore[no-untyped-def]
+    """Regression: a one-off job whose only run was cancelled (or failed) was listed
+    COMPLETED with its spent fire, in the past, as its next fire."""
+    job = client.create_job(sh("sleep 60"))
+    run = first_run(client, job.id)
+    client.cancel_run(run.id)
+    assert client.wait_run(run.id, timeout=30).state == RunState.CANCELLED
+    wait_until(lambda: client.get_job(job.id).state == JobState.COMPLETED, what="COMPLETED")
+    got = client.get_job(job.id)
+    assert (got.next_fire_at, got.next_fire_key) == (None, "")
+    [listed] = client.list_jobs(states=[JobState.COMPLETED]).items
+    assert listed.next_fire_at is None
