@@ -148,7 +148,7 @@ class Seeds:
             "name": st.sampled_from(["noop", "fail", "job"]),
             "argv": st.just("true"),
             "cron": st.sampled_from(
-                ["* * * * *", "0 3 * * *", "*/5 * * * * *", "0 9 * * 1-5", "0 0 31 2 *", "@hourly"]
+                ["* * * * *", "0 3 * * *", "* * * * * */5", "0 9 * * 1-5", "0 0 31 2 *", "@hourly"]
             ),
             "timezone": st.sampled_from(
                 ["UTC", "Europe/Berlin", "Australia/Lord_Howe", "America/St_Johns", "Mars/Base"]
