@@ -205,6 +205,7 @@ def test_run_logs_and_wait_take_a_job_id_for_its_latest_run() -> None:
     result = invoke(["run", "logs", "job-1"], obj=fake)
     assert result.exit_code == 0, result.output
     assert ("read_output", ("run-2",), {"offset": 0, "follow": False}) in fake.calls
+    assert invoke(["run", "get", "job-1"], obj=fake).stdout.startswith("id             run-2\n")
     result = invoke(["run", "wait", "job-1"], obj=fake)
     assert result.stdout == "run-2 SUCCEEDED\n"
 
@@ -275,3 +276,11 @@ def test_job_list_and_get_show_the_last_run_beside_the_state() -> None:
         "last run           FAILED (NON_ZERO_EXIT, exit 3) 2026-03-01 10:00:00 CET, run run-2"
         in got
     )
+
+
+def test_job_create_wait_under_json_prints_one_document() -> None:
+    fake = Runs([ran("run-1", RunState.SUCCEEDED)])
+    result = invoke(["job", "create", "n", "--wait", "--json", "--", "true"], obj=fake)
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["first_run_id"] == "run-1" and doc["final_run"]["state"] == "SUCCEEDED"

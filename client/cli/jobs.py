@@ -40,7 +40,7 @@ from shardcron.client.cli.output import (
 from shardcron.client.cli.params import DURATION, KEY_VALUE, TIME, EnumChoice, usage_error
 from shardcron.client.cli.state import CliState, pass_state
 from shardcron.client.cli.times import view
-from shardcron.client.cli.waiting import wait_and_exit
+from shardcron.client.cli.waiting import exit_for, wait_and_exit, wait_for
 from shardcron.client.errors import NotFound
 from shardcron.client.types import Fire, Job, JobState, Run, RunState, Schedule, ScheduleKind
 
@@ -100,14 +100,20 @@ def job_create(
         click.echo(created.id)
     first = first_run(client, created.id) if not quiet or wait else None
     fires = [] if quiet else _next_fires(state, created)
-    if state.json_output:
-        state.emit(_with_runs(created, first, fires), lambda: None)
-    elif not quiet:
+    if not state.json_output and not quiet:
         _print_created(state, created, first, fires)
+    if wait and first is None:
+        raise NotFound(f"job {created.id} has no run to wait for")
+    if not state.json_output:
+        if wait:
+            wait_and_exit(state, first, wait_timeout)  # type: ignore[arg-type]
+        return
+    doc = _with_runs(created, first, fires)
     if wait:
-        if first is None:
-            raise NotFound(f"job {created.id} has no run to wait for")
-        wait_and_exit(state, first, wait_timeout)
+        final = wait_for(state, first, wait_timeout)  # type: ignore[arg-type]
+        state.emit({**doc, "final_run": to_jsonable(final)}, lambda: None)
+        exit_for(final)
+    state.emit(doc, lambda: None)
 
 
 def _next_fires(state: CliState, job: Job) -> list[Fire]:

@@ -1,9 +1,9 @@
 """``shardcron run ...``: list a job's runs, show, cancel and wait for one, read its output.
 
-``run logs`` and ``run wait`` take a run id or a job id (its latest run:
-``lookups.run_named``). ``run logs`` writes the output's bytes as they are (a pipe
-closed early ends it quietly); ``run wait`` follows the run through its retries and
-exits 0 only for a SUCCEEDED run, so scripts can chain on it. Times show in the job's
+``run get``, ``run logs``, ``run wait`` and ``run cancel`` take a run id or a job id
+(its latest run: ``lookups.run_named``). ``run logs`` writes the output's bytes as they
+are (a pipe closed early ends it quietly); ``run wait`` follows the run through its
+retries and exits 0 only for a SUCCEEDED run, so scripts can chain on it. Times show in the job's
 zone (a cron job's), else in local time, or in UTC with ``--utc``.
 """
 
@@ -58,11 +58,11 @@ def run_list(state: CliState, job_id: str, states: tuple[RunState, ...], limit: 
 
 
 @run.command("get")
-@click.argument("run_id")
+@click.argument("run_id", metavar="RUN_ID|JOB_ID")
 @pass_state
 def run_get(state: CliState, run_id: str) -> None:
-    """Show one run."""
-    found = state.client().get_run(run_id)
+    """Show one run: RUN_ID, or the latest run of JOB_ID."""
+    found = run_named(state.client(), run_id)
     if state.json_output:
         state.emit(found, lambda: None)
         return
@@ -70,11 +70,12 @@ def run_get(state: CliState, run_id: str) -> None:
 
 
 @run.command("cancel")
-@click.argument("run_id")
+@click.argument("run_id", metavar="RUN_ID|JOB_ID")
 @pass_state
 def run_cancel(state: CliState, run_id: str) -> None:
-    """Cancel a pending or running run."""
-    cancelled = state.client().cancel_run(run_id)
+    """Cancel a pending or running run: RUN_ID, or the latest run of JOB_ID."""
+    client = state.client()
+    cancelled = client.cancel_run(run_named(client, run_id).id)
     state.emit(cancelled, lambda: click.echo(f"{cancelled.id} {cancelled.state.value}"))
 
 

@@ -3,7 +3,8 @@
 The run is followed through its retries (``lookups.follow``), each retried attempt
 reported on stderr; the last attempt's final state is printed (``RUN_ID STATE``, or
 the run as JSON) and the command exits 0 only if it SUCCEEDED, 1 otherwise or when
-the timeout passes (``error: DEADLINE_EXCEEDED`` on stderr).
+the timeout passes (``error: DEADLINE_EXCEEDED`` on stderr). Under ``--json`` the
+final run is one JSON document (``job create --wait`` adds it to the job's).
 """
 
 from __future__ import annotations
@@ -28,6 +29,19 @@ class WaitTimedOut(ShardcronError):
 
 def wait_and_exit(state: CliState, run: Run, timeout: timedelta | None) -> NoReturn:
     """Follow ``run`` to its end, print it, and exit 0 only if it SUCCEEDED."""
+    final = wait_for(state, run, timeout)
+    state.emit(final, lambda: click.echo(f"{final.id} {final.state.value}"))
+    exit_for(final)
+
+
+def exit_for(final: Run) -> NoReturn:
+    """Exit 0 if ``final`` SUCCEEDED, 1 otherwise."""
+    raise click.exceptions.Exit(0 if final.state is RunState.SUCCEEDED else 1)
+
+
+def wait_for(state: CliState, run: Run, timeout: timedelta | None) -> Run:
+    """``run`` followed through its retries to its end, each retry told on stderr.
+    ``WaitTimedOut`` once ``timeout`` has passed."""
     tv = view(None, utc=state.utc)
 
     def retried(failed: Run, retry: Run) -> None:
@@ -40,8 +54,6 @@ def wait_and_exit(state: CliState, run: Run, timeout: timedelta | None) -> NoRet
 
     seconds = None if timeout is None else timeout.total_seconds()
     try:
-        final = follow(state.client(), run, timeout=seconds, on_retry=retried)
+        return follow(state.client(), run, timeout=seconds, on_retry=retried)
     except TimeoutError as e:
         raise WaitTimedOut(str(e)) from None
-    state.emit(final, lambda: click.echo(f"{final.id} {final.state.value}"))
-    raise click.exceptions.Exit(0 if final.state is RunState.SUCCEEDED else 1)
