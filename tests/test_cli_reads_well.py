@@ -284,3 +284,16 @@ def test_job_create_wait_under_json_prints_one_document() -> None:
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert doc["first_run_id"] == "run-1" and doc["final_run"]["state"] == "SUCCEEDED"
+
+
+def test_job_update_of_the_schedule_prints_the_next_fires() -> None:
+    fake = FakeClient()
+    result = invoke(["job", "update", "job-1", "--cron", "0 10 * * *"], obj=fake)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[:2] == ["job        job-1", "version    8"]
+    assert lines[2].startswith("next fire  2026-03-01 10:00:00 CET") and len(lines) == 5
+    fake = FakeClient()
+    result = invoke(["job", "update", "job-1", "--priority", "3"], obj=fake)
+    assert result.stdout.splitlines() == ["job      job-1", "version  8"]
+    assert "preview_fires" not in [c[0] for c in fake.calls]

@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from shardcron.client.types import Schedule, ScheduleKind
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TimeView:
     """Times shown in ``zone`` (None: the local zone), named ``label`` in headers."""
 
@@ -50,13 +50,13 @@ class TimeView:
 def view(schedule: Schedule | None, *, utc: bool) -> TimeView:
     """UTC with ``utc``; else a cron schedule's zone; else the local zone."""
     if utc:
-        return TimeView(UTC, "UTC")
+        return TimeView(zone=UTC, label="UTC")
     if schedule is not None and schedule.kind is ScheduleKind.CRON:
         try:
-            return TimeView(ZoneInfo(schedule.timezone), schedule.timezone)
+            return TimeView(zone=ZoneInfo(schedule.timezone), label=schedule.timezone)
         except (ZoneInfoNotFoundError, ValueError):
             pass
-    return TimeView(None, f"local, {datetime.now().astimezone().tzname()}")
+    return TimeView(zone=None, label=f"local, {datetime.now().astimezone().tzname()}")
 
 
 def took(started: datetime | None, ended: datetime | None) -> str:
