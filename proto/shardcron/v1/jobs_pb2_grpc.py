@@ -234,7 +234,7 @@ class JobServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListDeadLetters(self, request, context):
-        """Runs that failed with no attempt left.
+        """Runs that failed with no attempt left, newest first.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
