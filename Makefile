@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 PROTOS := $(wildcard proto/shardcron/v1/*.proto)
 DEV_ARGS ?=
 
-.PHONY: install servers promtool browser dev test test-clients cluster cluster-down proto proto-check lint fmt clean bench
+.PHONY: install servers promtool browser dev test test-clients cluster cluster-down cluster-reset proto proto-check lint fmt clean bench
 
 install: $(STAMP)
 
@@ -33,8 +33,14 @@ bench: install
 cluster: install servers
 	$(PY) -m deploy.cluster up
 
+# Stops every process and keeps the ZooKeeper and Cassandra data: the next
+# `make cluster` resumes the same jobs at a later epoch.
 cluster-down:
 	$(PY) -m deploy.cluster down
+
+# Stops every process and deletes the cluster's data: the next `make cluster` starts empty.
+cluster-reset:
+	$(PY) -m deploy.cluster reset
 
 # Regenerates the committed Python code from proto/ (never edit *_pb2*.py by hand).
 proto: install

@@ -213,7 +213,8 @@ Task = CommandTask | HandlerTask
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RetryPolicy:
-    max_attempts: int = 1  # total attempts, 1 = no retry
+    # total attempts: 3 by default (two retries, 1 s then 2 s after a failure); 1 = no retry
+    max_attempts: int = 3
     initial_backoff: timedelta = timedelta(seconds=1)
     multiplier: float = 2.0
     max_backoff: timedelta = timedelta(minutes=5)

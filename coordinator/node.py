@@ -28,6 +28,7 @@ from shardcron.coordinator.http.services import Services
 from shardcron.coordinator.metrics import Metrics, TimedStore, serve_metrics
 from shardcron.coordinator.poller import Poller, PollerConfig
 from shardcron.coordinator.router import ShardRouter
+from shardcron.coordinator.run_waits import RunEndings
 from shardcron.coordinator.service import (
     ClusterServiceServicer,
     JobServiceServicer,
@@ -89,6 +90,7 @@ class Node:
         server_credentials = tls.server_credentials() if tls is not None else None
         peer_credentials = tls.peer_tls().credentials() if tls is not None else None
         await self.raw_store.open()
+        endings = RunEndings()
         if "poller" in self.config.roles:
             self.poller = Poller(
                 self.store,
@@ -97,13 +99,20 @@ class Node:
                 metrics=self.metrics,
                 ownership_valid=self.coordination.ownership_valid,
                 session_generation=self.coordination.session_generation,
+                runs_ended=endings.ended,
             )
             self.coordination.subscribe(self.poller.on_assignment)
         self.router = ShardRouter(
             self.coordination, self.poller, self.raw_store.shard_count, peer_credentials
         )
         if "api" in self.config.roles:
-            self.api = JobsApi(self.store, self.router, self.metrics)
+            self.api = JobsApi(
+                self.store,
+                self.router,
+                self.metrics,
+                endings=endings,
+                served_here=self.poller.owns if self.poller else lambda shard: False,
+            )
         self.server, self.port = build_server(
             self.config.listen,
             api=self.api,

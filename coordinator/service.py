@@ -27,7 +27,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from shardcron.client import codec, limits
-from shardcron.client.codec.common import get_time
+from shardcron.client.codec.common import get_duration, get_time
 from shardcron.client.errors import InvalidArgument, ShardcronError
 from shardcron.client.types import DEFAULT_OWNER, ClusterStatus, Page, ShardInfo, WorkerInfo
 from shardcron.coordinator.api import JobsApi
@@ -60,6 +60,7 @@ from shardcron.v1 import (
 log = logging.getLogger("shardcron.service")
 OWNER_KEY = "x-shardcron-owner"
 FOLLOW_POLL_SECONDS = 0.2
+WAIT_ANSWER_MARGIN = 0.5  # seconds before a WaitRun caller's deadline that the wait ends
 T = TypeVar("T")
 M = TypeVar("M", bound=Message)
 # The largest message a node takes, on any call (gRPC sets it per server): a worker
@@ -261,6 +262,16 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
     @rpc
     async def CancelRun(self, request: jobs_pb2.GetRunRequest, context: Any) -> types_pb2.Run:
         return codec.run_to_proto(await self.api.cancel_run(owner_of(context), request.run_id))
+
+    @rpc
+    async def WaitRun(self, request: jobs_pb2.WaitRunRequest, context: Any) -> types_pb2.Run:
+        left = context.time_remaining()
+        # answer while the caller still listens: a little before its own deadline
+        cap = None if left is None else max(0.0, left - WAIT_ANSWER_MARGIN)
+        run = await self.api.wait_run(
+            owner_of(context), request.run_id, get_duration(request, "timeout", ""), cap
+        )
+        return codec.run_to_proto(run)
 
     @stream_rpc
     async def ReadRunOutput(

@@ -164,7 +164,7 @@ def validate_schedule_bounds(s: Schedule, field: str = "schedule") -> None:
 
 def _retry(spec: JobSpec, field: str) -> None:
     retry = spec.retry
-    valid_count(retry.max_attempts, f"{field}.max_attempts", lim.MAX_ATTEMPTS)
+    valid_count(retry.max_attempts, f"{field}.max_attempts", lim.MAX_ATTEMPTS, lower=1)
     duration_bound(retry.initial_backoff, f"{field}.initial_backoff")
     duration_bound(retry.max_backoff, f"{field}.max_backoff")
     if not (isinstance(retry.multiplier, int | float) and math.isfinite(retry.multiplier)):

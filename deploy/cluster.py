@@ -1,4 +1,5 @@
-"""A whole shardcron cluster on this machine: `make cluster` / `make cluster-down`.
+"""A whole shardcron cluster on this machine: `make cluster`, `make cluster-down`,
+`make cluster-reset`.
 
 Starts a ZooKeeper, a Cassandra node, the schema, three shardcron nodes (api,
 coordinator and poller roles each) and two workers that find the pollers
@@ -11,9 +12,14 @@ require client certificates of the CA and call each other with ``node.crt``; the
 workers present ``worker.crt``, the user ``client.crt`` (``client_env`` gives the
 ``SHARDCRON_TLS_*`` variables the CLI and SDK read).
 
+``down`` stops the processes and keeps the ZooKeeper and Cassandra data under
+``.cluster/``: the next ``up`` resumes the jobs it held, under a new leader at a later
+epoch. ``reset`` stops everything too and deletes that data, for a fresh start.
+
     python -m deploy.cluster up [--dir .cluster] [--nodes 3] [--workers 2] [--slots 8]
     python -m deploy.cluster status
     python -m deploy.cluster down
+    python -m deploy.cluster reset
 
 Run it from the repository root with the project's interpreter (``make cluster``):
 the nodes and workers are started with that interpreter's ``shardcron``.
@@ -24,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -221,6 +228,17 @@ def down(state: Path) -> None:
     print("shardcron cluster down", file=sys.stderr)
 
 
+def reset(state: Path) -> None:
+    """``down``, then delete the servers' data and the processes' logs: the next ``up``
+    starts an empty cluster at epoch 1."""
+    down(state)
+    for data in ("zookeeper", "cassandra"):
+        shutil.rmtree(state / data, ignore_errors=True)
+    for leftover in (*state.glob("*.log"), state / "endpoints.json"):
+        leftover.unlink(missing_ok=True)
+    print(f"shardcron cluster data deleted from {state}", file=sys.stderr)
+
+
 def status(state: Path) -> None:
     for name, pid in _pids(state).items():
         print(f"{name:10s} pid {pid:7d}  {'running' if pid_alive(pid, 'shardcron') else 'gone'}")
@@ -235,7 +253,7 @@ def main() -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("command", choices=["up", "down", "status"])
+    parser.add_argument("command", choices=["up", "down", "reset", "status"])
     parser.add_argument("--dir", default=str(REPO / ".cluster"))
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--workers", type=int, default=2)
@@ -246,6 +264,8 @@ def main() -> None:
         up(state, args.nodes, args.workers, args.slots)
     elif args.command == "down":
         down(state)
+    elif args.command == "reset":
+        reset(state)
     else:
         status(state)
 

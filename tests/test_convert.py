@@ -356,7 +356,8 @@ def test_zero_numbers_read_as_documented_defaults() -> None:
         concurrency=types_pb2.ConcurrencyPolicy(max_concurrent=0),
     )
     spec = codec.job_spec_from_proto(msg)
-    assert spec.retry == RetryPolicy()  # max_attempts 0 = 1, multiplier 0 = 2.0
+    assert spec.retry == RetryPolicy()  # max_attempts 0 = 3, multiplier 0 = 2.0
+    assert spec.retry.max_attempts == 3
     assert spec.resources.slots == 1  # 0 = 1
     assert spec.concurrency == ConcurrencyPolicy(max_concurrent=0)  # kept: the server reads 0
 

@@ -118,7 +118,7 @@ JOB_FLAGS = [
     click.option(
         "--max-attempts",
         type=click.IntRange(1, limits.MAX_ATTEMPTS),
-        help="Total attempts (1 = no retry).",
+        help="Total attempts (1 = no retry) [3].",
     ),
     click.option("--backoff", type=DURATION, help="Delay before the first retry [1s]."),
     click.option(

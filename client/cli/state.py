@@ -27,6 +27,7 @@ class CliState:
     owner: str
     json_output: bool
     timeout: float
+    utc: bool = False  # times in UTC, not in a cron job's zone or local time
     connect: Callable[..., Client] = Client
     tls: ClientTls = ClientTls()
     _client: Client | None = None

@@ -204,6 +204,8 @@ def task_from_proto(msg: types_pb2.Task, field: str = "task") -> Task:
 
 
 def retry_to_proto(r: RetryPolicy, field: str = "retry") -> types_pb2.RetryPolicy:
+    if r.max_attempts == 0:  # on the wire 0 means the default, 3: never send it for "none"
+        raise InvalidArgument(f"{field}.max_attempts", "must be 1 to 100 (1 = no retry)")
     msg = build(
         types_pb2.RetryPolicy,
         field,
@@ -217,7 +219,7 @@ def retry_to_proto(r: RetryPolicy, field: str = "retry") -> types_pb2.RetryPolic
 
 
 def retry_from_proto(msg: types_pb2.RetryPolicy, field: str = "retry") -> RetryPolicy:
-    """0 and unset read as the defaults: max_attempts 1, multiplier 2.0, backoffs 1s and 5m."""
+    """0 and unset read as the defaults: max_attempts 3, multiplier 2.0, backoffs 1s and 5m."""
     d = RetryPolicy()
     if not math.isfinite(msg.multiplier) or msg.multiplier < 0:
         raise InvalidArgument(f"{field}.multiplier", "must be a non-negative number")

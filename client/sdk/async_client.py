@@ -26,7 +26,12 @@ from shardcron.client.codec import (
 from shardcron.client.sdk import messages
 from shardcron.client.sdk.connection import ClientChannels, owner_metadata, resolve_target
 from shardcron.client.sdk.messages import JobSpecArg
-from shardcron.client.sdk.waiting import DEFAULT_POLL_INTERVAL, Waiter, final_runs_wanted
+from shardcron.client.sdk.waiting import (
+    DEFAULT_POLL_INTERVAL,
+    ServerWait,
+    Waiter,
+    final_runs_wanted,
+)
 from shardcron.client.tls import channel_credentials
 from shardcron.client.types import (
     DEFAULT_OWNER,
@@ -264,6 +269,16 @@ class AsyncClient:
         poll_interval: float = DEFAULT_POLL_INTERVAL,
     ) -> Run:
         """See ``Client.wait_run``."""
+        wait = ServerWait(run_id, timeout, self.timeout)
+        while wait.supported:
+            request, deadline = wait.next_call()
+            try:
+                reply = await self._jobs.WaitRun(request, timeout=deadline, metadata=self._metadata)
+            except grpc.RpcError as e:
+                wait.failed(e)
+            else:
+                if (final := wait.answered(reply)) is not None:
+                    return final
         waiter = Waiter(timeout, poll_interval)
         while True:
             run = await self.get_run(run_id)

@@ -26,7 +26,12 @@ from shardcron.client.codec import (
 from shardcron.client.sdk import messages
 from shardcron.client.sdk.connection import ClientChannels, owner_metadata, resolve_target
 from shardcron.client.sdk.messages import JobSpecArg
-from shardcron.client.sdk.waiting import DEFAULT_POLL_INTERVAL, Waiter, final_runs_wanted
+from shardcron.client.sdk.waiting import (
+    DEFAULT_POLL_INTERVAL,
+    ServerWait,
+    Waiter,
+    final_runs_wanted,
+)
 from shardcron.client.tls import channel_credentials
 from shardcron.client.types import (
     DEFAULT_OWNER,
@@ -263,8 +268,20 @@ class Client:
         timeout: float | None = None,
         poll_interval: float = DEFAULT_POLL_INTERVAL,
     ) -> Run:
-        """Poll until the run is final and return it. Raises TimeoutError after ``timeout``
-        seconds (None = no limit)."""
+        """Wait until the run (one attempt) is final and return it. Raises TimeoutError
+        after ``timeout`` seconds (None = no limit). The server wakes the call when the
+        run ends (``WaitRun``); a node without ``WaitRun`` is polled every
+        ``poll_interval`` seconds at most."""
+        wait = ServerWait(run_id, timeout, self.timeout)
+        while wait.supported:
+            request, deadline = wait.next_call()
+            try:
+                reply = self._jobs.WaitRun(request, timeout=deadline, metadata=self._metadata)
+            except grpc.RpcError as e:
+                wait.failed(e)
+            else:
+                if (final := wait.answered(reply)) is not None:
+                    return final
         waiter = Waiter(timeout, poll_interval)
         while True:
             run = self.get_run(run_id)

@@ -82,8 +82,11 @@ class Poller:
         ownership_valid: Callable[[], bool] = lambda: True,
         session_generation: Callable[[], int] = lambda: 0,
         clock: Clock | None = None,
+        runs_ended: Callable[[list[Run]], object] | None = None,
     ) -> None:
         self.store = store
+        # told the runs each turn made final, once they are durable (WaitRun wakes on it)
+        self._runs_ended = runs_ended
         self.poller_id = poller_id
         self.config = config
         self.metrics = metrics
@@ -274,6 +277,9 @@ class Poller:
                 progress=list(turn.progress.values()),
                 write_time=confirmed,
             )
+            ended = [r for r in turn.runs.values() if r.state.is_final]
+            if ended and self._runs_ended is not None:
+                self._runs_ended(ended)
         if self._stand_still():
             return  # frozen or cut off during the turn: send nothing it decided
         sent_at = self._clock.now()
