@@ -314,7 +314,8 @@ def print_runs(runs: Sequence[Run], tv: TimeView) -> None:
 
 
 def print_runs_by_job(runs: Sequence[Run], *, utc: bool) -> None:
-    """Runs of several jobs (dead letters): a ``job ID`` line, then that job's runs."""
+    """Runs of several jobs (dead letters, `run list` with no job): a ``job ID`` line, then
+    that job's runs."""
     by_job: dict[str, list[Run]] = {}
     for r in runs:
         by_job.setdefault(r.job_id, []).append(r)

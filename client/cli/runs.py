@@ -18,7 +18,7 @@ import click
 
 from shardcron.client import limits
 from shardcron.client.cli.lookups import run_named
-from shardcron.client.cli.output import print_run, print_runs
+from shardcron.client.cli.output import print_run, print_runs, print_runs_by_job
 from shardcron.client.cli.params import DURATION, EnumChoice
 from shardcron.client.cli.state import CliState, pass_state
 from shardcron.client.cli.times import TimeView, view
@@ -54,8 +54,10 @@ def run_list(state: CliState, job_id: str, states: tuple[RunState, ...], limit: 
     )
     if state.json_output:
         state.emit(runs, lambda: None)
-        return
-    print_runs(runs, _job_view(state, job_id))
+    elif job_id:
+        print_runs(runs, _job_view(state, job_id))
+    else:  # several jobs: one block per job, as dead letters are shown
+        print_runs_by_job(runs, utc=state.utc)
 
 
 @run.command("get")

@@ -152,7 +152,8 @@ def test_runs_across_jobs_output_as_json_sse_and_text_then_cancel(
 
 
 def test_dead_letters_list_replay_drop(http: HttpApi) -> None:
-    job = http.read("POST", "/v1/jobs", command_job("fails", "exit 3")).json
+    once = {"retry": {"maxAttempts": 1}}
+    job = http.read("POST", "/v1/jobs", command_job("fails", "exit 3", **once)).json
     job_id, run_id = job["job"]["id"], job["firstRunId"]
     wait_until(
         lambda: http.call("GET", f"/v1/deadLetters?jobId={job_id}")[1].get("runs"),
