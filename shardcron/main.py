@@ -95,6 +95,11 @@ async def _until_signalled() -> None:
     help="How late a fire may start before it counts as a misfire.",
 )
 @click.option("--shards", default=64, show_default=True, help="Shard count (fixed for a data dir).")
+@click.option(
+    "--inherit-env",
+    is_flag=True,
+    help="Commands get this process's whole environment, not only PATH, HOME and LANG.",
+)
 @click.option("--log-level", default="info", show_default=True)
 def dev(
     listen: str,
@@ -106,6 +111,7 @@ def dev(
     lease_ttl: timedelta,
     misfire_grace: timedelta,
     shards: int,
+    inherit_env: bool,
     log_level: str,
 ) -> None:
     """Run every role in one process on the embedded SQLite store."""
@@ -132,6 +138,7 @@ def dev(
                 list(handler_modules),
                 poller,
                 shards,
+                inherit_env,
             )
         )
     finally:
@@ -147,6 +154,7 @@ async def _dev(
     handler_modules: list[str],
     poller: PollerConfig,
     shards: int,
+    inherit_env: bool,
 ) -> None:
     from shardcron.coordinator.coordination import LocalCoordination
     from shardcron.coordinator.node import Node, NodeConfig
@@ -166,7 +174,13 @@ async def _dev(
     node = Node(store, LocalCoordination(data_dir, shard_count=shards, node_id="dev"), config)
     await node.start()
     workers = [
-        Worker(node.address, worker_id=f"dev-worker-{i}", slots=slots, registry=registry)
+        Worker(
+            node.address,
+            worker_id=f"dev-worker-{i}",
+            slots=slots,
+            registry=registry,
+            inherit_env=inherit_env,
+        )
         for i in range(worker_count)
     ]
     tasks = [asyncio.create_task(w.run()) for w in workers]
@@ -221,6 +235,11 @@ async def _dev(
     help="Import MODULE so its @handler functions register.",
 )
 @click.option("--no-commands", is_flag=True, help="Serve handlers only, never run command jobs.")
+@click.option(
+    "--inherit-env",
+    is_flag=True,
+    help="Commands get this process's whole environment, not only PATH, HOME and LANG.",
+)
 @click.option("--log-level", default="info", show_default=True)
 def worker_cmd(
     worker_target: str,
@@ -233,6 +252,7 @@ def worker_cmd(
     memory_mb: int,
     handler_modules: tuple[str, ...],
     no_commands: bool,
+    inherit_env: bool,
     log_level: str,
 ) -> None:
     """Run a worker that takes leases from a node, or from every poller of a cluster (--zk)."""
@@ -252,6 +272,7 @@ def worker_cmd(
         runs_commands=not no_commands,
         cpu_millis=cpu_millis,
         memory_mb=memory_mb,
+        inherit_env=inherit_env,
     )
 
     async def main() -> None:

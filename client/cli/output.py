@@ -130,7 +130,10 @@ def print_job(job: Job) -> None:
         ("task", _task_text(spec.task)),
     ]
     if isinstance(spec.task, CommandTask):
-        pairs += [("env", _labels(spec.task.env)), ("cwd", spec.task.cwd or "-")]
+        pairs += [("env", _labels(spec.task.env))]
+        if spec.task.secret_env:  # the server shows keys only; never print a value
+            pairs += [("secret env", ", ".join(f"{k}=***" for k in sorted(spec.task.secret_env)))]
+        pairs += [("cwd", spec.task.cwd or "-")]
     pairs += [
         ("next fire", f"{_time(job.next_fire_at)} {job.next_fire_key}".rstrip()),
         ("priority", spec.priority),
