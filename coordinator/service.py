@@ -31,6 +31,7 @@ from shardcron.client.codec.common import get_time
 from shardcron.client.errors import InvalidArgument, ShardcronError
 from shardcron.client.types import DEFAULT_OWNER, ClusterStatus, Page, ShardInfo, WorkerInfo
 from shardcron.coordinator.api import JobsApi
+from shardcron.coordinator.audit import AuditInterceptor
 from shardcron.coordinator.coordination import Coordination
 from shardcron.coordinator.poller import Poller
 from shardcron.coordinator.request_decoding import DecodingInterceptor
@@ -365,7 +366,7 @@ def build_server(
 ) -> tuple[grpc.aio.Server, int]:
     """A gRPC server with the services of the roles given; returns it (not started) and its port."""
     server = grpc.aio.server(
-        interceptors=[DecodingInterceptor()],
+        interceptors=[AuditInterceptor(owner_of=owner_of), DecodingInterceptor()],
         options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", 64 << 20),
