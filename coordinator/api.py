@@ -38,6 +38,7 @@ from shardcron.client.types import (
 from shardcron.coordinator.ids import new_job_id, run_id, shard_for, utcnow
 from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.poller.fires import MANUAL_PREFIX, REPLAY_PREFIX, first_fire, make_run
+from shardcron.coordinator.quotas import QuotaGuard, Quotas
 from shardcron.coordinator.secrets import secrets_for_create, secrets_for_update
 from shardcron.coordinator.store import JobProgress, JobStore, NewJob
 from shardcron.coordinator.validation import (
@@ -76,10 +77,18 @@ class PollerLink(Protocol):
 
 
 class JobsApi:
-    def __init__(self, store: JobStore, link: PollerLink, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        store: JobStore,
+        link: PollerLink,
+        metrics: Metrics,
+        quotas: QuotaGuard | None = None,
+    ) -> None:
         self.store = store
         self.link = link
         self.metrics = metrics
+        # per-owner limits; without one, the defaults (generous: quotas.DEFAULT_QUOTA)
+        self.quotas = quotas or QuotaGuard(Quotas(), store.count_jobs)
 
     # --- jobs -----------------------------------------------------------------
 
@@ -130,6 +139,7 @@ class JobsApi:
             text(key, key_field, limits.MAX_IDEMPOTENCY_KEY)
             checked.append((secrets_for_create(spec, spec_field), key))
         items = checked
+        await self.quotas.check_creates(owner, len(items))
         now = utcnow()
         new = [self._new_job(owner, spec, key, now) for spec, key in items]
         results = await self.store.create_jobs(new)

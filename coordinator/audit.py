@@ -20,10 +20,9 @@ logged, with its status.
 
 from __future__ import annotations
 
-import inspect
 import json
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import grpc
@@ -32,11 +31,11 @@ from google.protobuf.message import Message
 
 from shardcron.client.errors import ShardcronError
 from shardcron.client.limits import clip
+from shardcron.coordinator.interceptors import Behavior, UnaryJobServiceInterceptor
 from shardcron.v1 import jobs_pb2
 
 audit_log = logging.getLogger("shardcron.audit")
 
-SERVICE = "shardcron.v1.JobService"
 WRITES = frozenset(
     {
         "CreateJob",
@@ -119,25 +118,16 @@ def audit_line(
     return json.dumps(line, separators=(",", ":"), ensure_ascii=False)
 
 
-class AuditInterceptor(grpc.aio.ServerInterceptor):
+class AuditInterceptor(UnaryJobServiceInterceptor):
     """Logs one audit line per call of a write method; see the module docstring."""
 
     def __init__(self, *, owner_of: Who, principal_of: Who = anonymous) -> None:
         self.owner_of = owner_of
         self.principal_of = principal_of
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        service, _, method = handler_call_details.method.lstrip("/").partition("/")
-        if service != SERVICE or method not in WRITES or handler is None:
-            return handler
-        behavior = handler.unary_unary
-        if behavior is None or inspect.isasyncgenfunction(behavior):
-            return handler
+    def wrap(self, method: str, behavior: Behavior) -> Behavior | None:
+        if method not in WRITES:
+            return None
         request_class = _request_class(method)
 
         async def audited(request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -148,7 +138,7 @@ class AuditInterceptor(grpc.aio.ServerInterceptor):
             finally:
                 self._log(method, request_class, request, response, context)
 
-        return handler._replace(unary_unary=audited)
+        return audited
 
     def _log(
         self,

@@ -22,6 +22,8 @@ from shardcron.coordinator.api import JobsApi
 from shardcron.coordinator.coordination import Coordination
 from shardcron.coordinator.metrics import Metrics, TimedStore, serve_metrics
 from shardcron.coordinator.poller import Poller, PollerConfig
+from shardcron.coordinator.quotas import QuotaGuard, Quotas
+from shardcron.coordinator.retention import RetentionSweeper, sweep_interval
 from shardcron.coordinator.router import ShardRouter
 from shardcron.coordinator.service import build_server
 from shardcron.coordinator.store import JobStore
@@ -39,6 +41,7 @@ class NodeConfig:
     roles: frozenset[str] = ROLES
     node_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}")
     poller: PollerConfig = field(default_factory=PollerConfig)
+    quotas: Quotas = field(default_factory=Quotas)  # per-owner limits (quotas.py)
 
 
 class Node:
@@ -54,6 +57,7 @@ class Node:
         self.poller: Poller | None = None
         self.api: JobsApi | None = None
         self.router: ShardRouter | None = None
+        self.retention: RetentionSweeper | None = None
         self._leader_watch: asyncio.Task[None] | None = None
         self.server: grpc.aio.Server | None = None
         self.port = 0
@@ -82,7 +86,8 @@ class Node:
             self.coordination.subscribe(self.poller.on_assignment)
         self.router = ShardRouter(self.coordination, self.poller, self.raw_store.shard_count)
         if "api" in self.config.roles:
-            self.api = JobsApi(self.store, self.router, self.metrics)
+            quotas = QuotaGuard(self.config.quotas, self.store.count_jobs)
+            self.api = JobsApi(self.store, self.router, self.metrics, quotas)
         self.server, self.port = build_server(
             self.config.listen,
             api=self.api,
@@ -99,6 +104,10 @@ class Node:
             poller_id=self.config.node_id if self.poller else None, poller_address=self.address
         )
         self._leader_watch = asyncio.create_task(self._watch_leadership())
+        if self.raw_store.retention is not None:
+            interval = sweep_interval(self.raw_store.retention)
+            self.retention = RetentionSweeper(self.store, interval=interval)
+            self.retention.start()
         await self.server.health.set("", health_pb2.HealthCheckResponse.SERVING)  # type: ignore[attr-defined]
         log.info(
             "node %s serving on %s (roles: %s)",
@@ -118,6 +127,8 @@ class Node:
             await asyncio.sleep(5)
 
     async def stop(self, grace: float = 2.0) -> None:
+        if self.retention is not None:
+            await self.retention.stop()
         if self._leader_watch is not None:
             self._leader_watch.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -35,6 +35,7 @@ from shardcron.coordinator.audit import AuditInterceptor
 from shardcron.coordinator.coordination import Coordination
 from shardcron.coordinator.poller import Poller
 from shardcron.coordinator.request_decoding import DecodingInterceptor
+from shardcron.coordinator.request_size import RequestSizeInterceptor
 from shardcron.coordinator.router import PollerServiceServicer, ShardRouter
 from shardcron.coordinator.store_rules import PAGE_BYTES, PageKind, fit_page
 from shardcron.coordinator.validation import (
@@ -366,7 +367,11 @@ def build_server(
 ) -> tuple[grpc.aio.Server, int]:
     """A gRPC server with the services of the roles given; returns it (not started) and its port."""
     server = grpc.aio.server(
-        interceptors=[AuditInterceptor(owner_of=owner_of), DecodingInterceptor()],
+        interceptors=[
+            AuditInterceptor(owner_of=owner_of),
+            *([RequestSizeInterceptor(api.quotas, owner_of=owner_of)] if api else []),
+            DecodingInterceptor(),
+        ],
         options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", 64 << 20),

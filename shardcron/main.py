@@ -21,6 +21,8 @@ import click
 from shardcron.client.cli import cli
 from shardcron.client.schedule import parse_duration
 from shardcron.coordinator.poller import PollerConfig
+from shardcron.coordinator.quotas import Quotas
+from shardcron.policy_options import inherit_env_option, store_policy_options
 
 
 def _setup_logging(level: str) -> None:
@@ -95,11 +97,8 @@ async def _until_signalled() -> None:
     help="How late a fire may start before it counts as a misfire.",
 )
 @click.option("--shards", default=64, show_default=True, help="Shard count (fixed for a data dir).")
-@click.option(
-    "--inherit-env",
-    is_flag=True,
-    help="Commands get this process's whole environment, not only PATH, HOME and LANG.",
-)
+@store_policy_options
+@inherit_env_option
 @click.option("--log-level", default="info", show_default=True)
 def dev(
     listen: str,
@@ -111,6 +110,8 @@ def dev(
     lease_ttl: timedelta,
     misfire_grace: timedelta,
     shards: int,
+    retention: timedelta | None,
+    quota_file: Quotas,
     inherit_env: bool,
     log_level: str,
 ) -> None:
@@ -139,6 +140,8 @@ def dev(
                 poller,
                 shards,
                 inherit_env,
+                retention,
+                quota_file,
             )
         )
     finally:
@@ -155,6 +158,8 @@ async def _dev(
     poller: PollerConfig,
     shards: int,
     inherit_env: bool,
+    retention: timedelta | None,
+    quotas: Quotas,
 ) -> None:
     from shardcron.coordinator.coordination import LocalCoordination
     from shardcron.coordinator.node import Node, NodeConfig
@@ -164,12 +169,13 @@ async def _dev(
 
     data_dir.mkdir(parents=True, exist_ok=True)
     load_handler_modules(handler_modules)
-    store = SqliteStore(data_dir / "shardcron.db", shard_count=shards)
+    store = SqliteStore(data_dir / "shardcron.db", shard_count=shards, retention=retention)
     config = NodeConfig(
         listen=listen,
         metrics_listen=metrics_listen,
         node_id="dev",
         poller=poller,
+        quotas=quotas,
     )
     node = Node(store, LocalCoordination(data_dir, shard_count=shards, node_id="dev"), config)
     await node.start()
@@ -235,11 +241,7 @@ async def _dev(
     help="Import MODULE so its @handler functions register.",
 )
 @click.option("--no-commands", is_flag=True, help="Serve handlers only, never run command jobs.")
-@click.option(
-    "--inherit-env",
-    is_flag=True,
-    help="Commands get this process's whole environment, not only PATH, HOME and LANG.",
-)
+@inherit_env_option
 @click.option("--log-level", default="info", show_default=True)
 def worker_cmd(
     worker_target: str,
@@ -358,6 +360,7 @@ def _cassandra_options(f):  # type: ignore[no-untyped-def]
 )
 @click.option("--lease-ttl", default="10s", show_default=True, callback=_duration)
 @click.option("--misfire-grace", default="5s", show_default=True, callback=_duration)
+@store_policy_options
 @click.option("--log-level", default="info", show_default=True)
 def node(
     roles: str,
@@ -374,6 +377,8 @@ def node(
     session_timeout: float,
     lease_ttl: timedelta,
     misfire_grace: timedelta,
+    retention: timedelta | None,
+    quota_file: Quotas,
     log_level: str,
 ) -> None:
     """Run a cluster node on ZooKeeper and Cassandra (the production entry point)."""
@@ -402,6 +407,8 @@ def node(
             shards,
             session_timeout,
             poller,
+            retention,
+            quota_file,
         )
     )
 
@@ -420,6 +427,8 @@ async def _node(
     shards: int,
     session_timeout: float,
     poller: PollerConfig,
+    retention: timedelta | None,
+    quotas: Quotas,
 ) -> None:
     from shardcron.client.errors import ShardcronError
     from shardcron.coordinator.cassandra.store import CassandraStore
@@ -432,6 +441,7 @@ async def _node(
         consistency=consistency,
         shard_count=shards,
         create_schema=False,  # `shardcron store init` creates it, once
+        retention=retention,
     )
     coordination = ZkCoordination(
         zk,
@@ -448,6 +458,7 @@ async def _node(
         roles=roles,
         node_id=node_id,
         poller=poller,
+        quotas=quotas,
     )
     node = Node(store, coordination, config)
     try:
