@@ -4,6 +4,7 @@ Every call of a write method (``WRITES``: create, update, delete, cancel, pause,
 resume, replay, drop, run-now) logs exactly one line on the ``shardcron.audit``
 logger, at INFO, whatever its outcome: a JSON object with
 
+- ``at``: when the call ended (UTC, ISO 8601 with microseconds),
 - ``principal``: who called (``principal_of(context)``; until authentication is
   configured, ``"anonymous"``),
 - ``owner``: the owner the call acted for (``owner_of(context)``; the raw header,
@@ -31,6 +32,7 @@ from google.protobuf.message import Message
 
 from shardcron.client.errors import ShardcronError
 from shardcron.client.limits import clip
+from shardcron.coordinator.ids import utcnow
 from shardcron.coordinator.interceptors import Behavior, UnaryJobServiceInterceptor
 from shardcron.v1 import jobs_pb2
 
@@ -111,7 +113,8 @@ def audit_line(
     outcome: str,
 ) -> str:
     """The JSON text of one audit line."""
-    line: dict[str, Any] = {"principal": principal, "owner": owner, "method": method}
+    line: dict[str, Any] = {"at": utcnow().isoformat(), "principal": principal}
+    line.update(owner=owner, method=method)
     _listed("job_ids", job_ids, line)
     _listed("run_ids", run_ids, line)
     line["outcome"] = outcome

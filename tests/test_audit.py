@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import grpc
@@ -49,6 +49,7 @@ async def test_each_write_logs_one_line_and_no_secret(
     try:
         job = (await api.CreateJob(jobs_pb2.CreateJobRequest(spec=spec()), metadata=OWNER)).job
         [line] = lines(caplog)
+        assert datetime.fromisoformat(line.pop("at")).tzinfo is not None
         assert line == {
             "principal": "anonymous",
             "owner": "team-a",
