@@ -44,6 +44,10 @@ MAX_MESSAGE_BYTES = 4 << 20  # what a node takes in one message (service.MAX_MES
 # How long a node reuses an owner's job count (plus its own creates since): creates do
 # not each read the store, and a count may miss the last second's deletes elsewhere.
 COUNT_REUSE_SECONDS = 1.0
+# Owners a node keeps a bucket and a count for before it forgets the idle ones (a full
+# bucket, a count too old to reuse: forgetting them changes nothing), so that callers
+# naming ever new owners cannot grow its memory without bound.
+MAX_TRACKED_OWNERS = 10_000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -166,10 +170,15 @@ class TokenBucket:
         self.tokens -= n
         return True
 
+    def full_at(self) -> float:
+        """When the bucket is full again if nothing takes from it."""
+        return self.at + (self.burst - self.tokens) / self.rate
+
 
 class QuotaGuard:
     """Keeps the quotas of one api node: the request size, the create rate (a bucket per
-    owner, in memory) and the owner's job count (read from the store on each create)."""
+    owner, in memory) and the owner's job count (read from the store at most every
+    ``COUNT_REUSE_SECONDS``, plus this node's creates since)."""
 
     def __init__(
         self,
@@ -216,6 +225,7 @@ class QuotaGuard:
             bucket = TokenBucket(
                 rate=quota.creates_per_second, burst=quota.burst, tokens=quota.burst, at=now
             )
+            self._forget_idle(now)
             self._buckets[owner] = bucket
         if not bucket.take(count, now):
             raise ResourceExhausted(
@@ -236,3 +246,16 @@ class QuotaGuard:
         # counted as created before they are written: a failed create only makes the
         # next second's count stricter
         self._counts[owner] = (held + count, counted[1])
+
+    def _forget_idle(self, now: float) -> None:
+        """Past ``MAX_TRACKED_OWNERS``: drops full buckets and counts too old to reuse;
+        if that is not enough, every bucket and count (each starts afresh: full, and
+        read from the store)."""
+        if len(self._buckets) < MAX_TRACKED_OWNERS and len(self._counts) < MAX_TRACKED_OWNERS:
+            return
+        self._buckets = {o: b for o, b in self._buckets.items() if b.full_at() > now}
+        self._counts = {o: c for o, c in self._counts.items() if now - c[1] <= COUNT_REUSE_SECONDS}
+        if len(self._buckets) >= MAX_TRACKED_OWNERS:
+            self._buckets.clear()
+        if len(self._counts) >= MAX_TRACKED_OWNERS:
+            self._counts.clear()

@@ -153,3 +153,28 @@ async def test_a_node_refuses_past_a_quota_with_resource_exhausted(
         json.loads(r.getMessage())["outcome"] for r in caplog.records if r.name == "shardcron.audit"
     ]
     assert outcomes.count("RESOURCE_EXHAUSTED") == 3
+
+
+async def test_the_guard_forgets_idle_owners_past_its_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from shardcron.coordinator import quotas as quotas_module
+
+    monkeypatch.setattr(quotas_module, "MAX_TRACKED_OWNERS", 3)
+    now = [0.0]
+
+    async def none(owner: str) -> int:
+        return 0
+
+    quota = Quota(max_jobs=10, creates_per_second=1.0, burst=1, max_request_bytes=100)
+    guard = QuotaGuard(Quotas(default=quota), none, clock=lambda: now[0])
+    for owner in ("a", "b", "c"):
+        await guard.check_creates(owner, 1)  # each bucket now empty, full again at 1 s
+    now[0] = 0.5
+    await guard.check_creates("d", 1)  # none idle yet: over the bound, all forgotten
+    assert set(guard._buckets) == {"d"}
+    now[0] = 10.0
+    for owner in ("e", "f"):
+        await guard.check_creates(owner, 1)
+    await guard.check_creates("g", 1)  # d, e, f: d is full again, forgotten
+    assert set(guard._buckets) == {"e", "f", "g"}
