@@ -11,6 +11,7 @@ __all__ = [
     "FailedPrecondition",
     "InvalidArgument",
     "NotFound",
+    "ResourceExhausted",
     "ShardcronError",
     "StaleLease",
     "Unavailable",
@@ -61,6 +62,13 @@ class AlreadyExists(ShardcronError):
 
 class Unavailable(ShardcronError):
     code = "UNAVAILABLE"
+
+
+class ResourceExhausted(ShardcronError):
+    """A quota or rate limit refused the call; the message starts with the limit's name
+    (``"creates_per_second: ..."``). Nothing changed: retry later, or ask for more."""
+
+    code = "RESOURCE_EXHAUSTED"
 
 
 class StaleLease(ShardcronError):

@@ -39,7 +39,9 @@ from shardcron.client.types import (
 from shardcron.coordinator.ids import new_job_id, run_id, shard_for, utcnow
 from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.poller.fires import MANUAL_PREFIX, REPLAY_PREFIX, first_fire, make_run
+from shardcron.coordinator.quotas import QuotaGuard, Quotas
 from shardcron.coordinator.run_waits import RunEndings, wait_final, wait_seconds
+from shardcron.coordinator.secrets import secrets_for_create, secrets_for_update
 from shardcron.coordinator.store import JobProgress, JobStore, NewJob
 from shardcron.coordinator.validation import (
     identifier,
@@ -93,14 +95,18 @@ class JobsApi:
         *,
         endings: RunEndings | None = None,
         served_here: Callable[[int], bool] = lambda shard: False,
+        quotas: QuotaGuard | None = None,
     ) -> None:
         """``endings`` is what this node's poller announces ended runs to, and
-        ``served_here(shard)`` whether that poller holds the shard (``run_waits``)."""
+        ``served_here(shard)`` whether that poller holds the shard (``run_waits``);
+        ``quotas`` the per-owner limits (without one, the generous defaults of
+        ``quotas.DEFAULT_QUOTA``)."""
         self.store = store
         self.link = link
         self.metrics = metrics
         self.endings = endings or RunEndings()
         self.served_here = served_here
+        self.quotas = quotas or QuotaGuard(Quotas(), store.count_jobs)
 
     # --- jobs -----------------------------------------------------------------
 
@@ -143,10 +149,15 @@ class JobsApi:
         if len(items) > MAX_BATCH:
             raise InvalidArgument("jobs", f"at most {MAX_BATCH} jobs per call")
         single = len(items) == 1
+        checked: list[tuple[JobSpec, str]] = []
         for i, (spec, key) in enumerate(items):
-            validate_spec(spec, "spec" if single else f"jobs[{i}].spec")
+            spec_field = "spec" if single else f"jobs[{i}].spec"
+            validate_spec(spec, spec_field)
             key_field = "idempotency_key" if single else f"jobs[{i}].idempotency_key"
             text(key, key_field, limits.MAX_IDEMPOTENCY_KEY)
+            checked.append((secrets_for_create(spec, spec_field), key))
+        items = checked
+        await self.quotas.check_creates(owner, len(items))
         now = utcnow()
         new = [self._new_job(owner, spec, key, now) for spec, key in items]
         results = await self.store.create_jobs(new)
@@ -180,6 +191,8 @@ class JobsApi:
         job = await self._load(owner, job_id, expected_version)
         if job.state == JobState.DELETED:
             raise FailedPrecondition(f"job {job_id} is deleted")
+        spec = secrets_for_update(job.spec, spec)
+        validate_spec(spec)  # the merged secrets count against the env budget too
         now = utcnow()
         if spec.schedule.kind == ScheduleKind.INTERVAL and spec.schedule.anchor is None:
             anchor = (

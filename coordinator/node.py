@@ -27,6 +27,8 @@ from shardcron.coordinator.http.server import HttpServer, start_http
 from shardcron.coordinator.http.services import Services
 from shardcron.coordinator.metrics import Metrics, TimedStore, serve_metrics
 from shardcron.coordinator.poller import Poller, PollerConfig
+from shardcron.coordinator.quotas import QuotaGuard, Quotas
+from shardcron.coordinator.retention import RetentionSweeper, sweep_interval
 from shardcron.coordinator.router import ShardRouter
 from shardcron.coordinator.run_waits import RunEndings
 from shardcron.coordinator.service import (
@@ -52,6 +54,7 @@ class NodeConfig:
     poller: PollerConfig = field(default_factory=PollerConfig)
     tls: ServerTls | None = None  # None = plaintext
     insecure: bool = False  # plaintext on an address that is not loopback, on purpose
+    quotas: Quotas = field(default_factory=Quotas)  # per-owner limits (quotas.py)
 
 
 class Node:
@@ -68,6 +71,7 @@ class Node:
         self.poller: Poller | None = None
         self.api: JobsApi | None = None
         self.router: ShardRouter | None = None
+        self.retention: RetentionSweeper | None = None
         self._leader_watch: asyncio.Task[None] | None = None
         self.server: grpc.aio.Server | None = None
         self.port = 0
@@ -112,6 +116,7 @@ class Node:
                 self.metrics,
                 endings=endings,
                 served_here=self.poller.owns if self.poller else lambda shard: False,
+                quotas=QuotaGuard(self.config.quotas, self.store.count_jobs),
             )
         self.server, self.port = build_server(
             self.config.listen,
@@ -140,6 +145,10 @@ class Node:
             poller_id=self.config.node_id if self.poller else None, poller_address=self.address
         )
         self._leader_watch = asyncio.create_task(self._watch_leadership())
+        if self.raw_store.retention is not None:
+            interval = sweep_interval(self.raw_store.retention)
+            self.retention = RetentionSweeper(self.store, interval=interval)
+            self.retention.start()
         await self.server.health.serving()  # type: ignore[attr-defined]
         log.info(
             "node %s serving on %s (roles: %s)",
@@ -159,6 +168,8 @@ class Node:
             await asyncio.sleep(5)
 
     async def stop(self, grace: float = 2.0) -> None:
+        if self.retention is not None:
+            await self.retention.stop()
         if self._leader_watch is not None:
             self._leader_watch.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -139,7 +139,7 @@ class ShardRouter:
             return
         request = cluster_pb2.NotifyRunsRequest(
             runs=[codec.run_to_proto(r) for r in runs],
-            jobs=[codec.job_to_proto(j) for j in jobs],
+            jobs=[codec.job_to_proto(j, redact=False) for j in jobs],
         )
         try:
             await self._stub_at(to).NotifyRuns(request, timeout=CALL_TIMEOUT)
@@ -186,7 +186,7 @@ class ShardRouter:
                 local.job_changed(job)
             elif stub is not None:
                 await stub.JobChanged(
-                    cluster_pb2.JobChangedRequest(job=codec.job_to_proto(job)),
+                    cluster_pb2.JobChangedRequest(job=codec.job_to_proto(job, redact=False)),
                     timeout=CALL_TIMEOUT,
                 )
         except (ShardcronError, grpc.aio.AioRpcError) as e:

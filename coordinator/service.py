@@ -31,12 +31,14 @@ from shardcron.client.codec.common import get_duration, get_time
 from shardcron.client.errors import InvalidArgument, ShardcronError
 from shardcron.client.types import DEFAULT_OWNER, ClusterStatus, Page, ShardInfo, WorkerInfo
 from shardcron.coordinator.api import JobsApi
+from shardcron.coordinator.audit import AuditInterceptor
 from shardcron.coordinator.coordination import Coordination
 from shardcron.coordinator.grpc_metrics import MetricsInterceptor
 from shardcron.coordinator.health import ServiceHealth
 from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.poller import Poller
 from shardcron.coordinator.request_decoding import DecodingInterceptor
+from shardcron.coordinator.request_size import RequestSizeInterceptor
 from shardcron.coordinator.router import PollerServiceServicer, ShardRouter
 from shardcron.coordinator.store_rules import PAGE_BYTES, PageKind, fit_page, owner_runs_key
 from shardcron.coordinator.validation import (
@@ -386,7 +388,12 @@ def build_server(
     Its ``health`` (``ServiceHealth``) says NOT_SERVING until ``health.serving()``."""
     measured = [MetricsInterceptor(metrics)] if metrics is not None else []
     server = grpc.aio.server(
-        interceptors=[*measured, DecodingInterceptor()],
+        interceptors=[
+            *measured,
+            AuditInterceptor(owner_of=owner_of),
+            *([RequestSizeInterceptor(api.quotas, owner_of=owner_of)] if api else []),
+            DecodingInterceptor(),
+        ],
         options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", 64 << 20),

@@ -15,6 +15,7 @@ token of one listing for another:
 - the filters of ``list_jobs`` and ``list_runs``, and the order and token of
   ``list_owner_runs``;
 - what a ``JobProgress`` writes;
+- when a final run expires under a retention (``run_expires_at``);
 - handing a result computed off the event loop back to a waiting caller.
 
 These are values and pure functions, not a base class: the stores share rules, not
@@ -29,11 +30,13 @@ import asyncio
 import base64
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, TypeVar
 
 from shardcron.client.errors import InvalidArgument
+from shardcron.client.saturating import saturating_add
 from shardcron.client.types import FINAL_RUN_STATES, Job, JobState, Page, Run, RunState
 from shardcron.coordinator.rows import BadRowLog
 from shardcron.coordinator.store import (
@@ -44,6 +47,26 @@ from shardcron.coordinator.store import (
 )
 
 T = TypeVar("T")
+
+# --------------------------------------------------------------------------- retention
+
+
+def run_expires_at(
+    *,
+    state: str | RunState,
+    dead_letter: bool,
+    ended_at: datetime | None,
+    due_at: datetime,
+    retention: timedelta | None,
+) -> datetime | None:
+    """When a run may be deleted under ``retention``: ``retention`` after it ended (or,
+    never started, after it was due). None = never: no retention, a run that is not
+    final (it is still to run), or a dead letter (waiting to be replayed or dropped;
+    once dropped it is an ordinary final run)."""
+    if retention is None or dead_letter or RunState(state) not in FINAL_RUN_STATES:
+        return None
+    return saturating_add(ended_at or due_at, retention)
+
 
 # --------------------------------------------------------------------------- layout
 

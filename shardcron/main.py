@@ -25,6 +25,8 @@ from shardcron.client.errors import ShardcronError
 from shardcron.client.schedule import parse_duration
 from shardcron.client.tls import ClientTls, ServerTls
 from shardcron.coordinator.poller import PollerConfig
+from shardcron.coordinator.quotas import Quotas
+from shardcron.policy_options import inherit_env_option, store_policy_options
 
 
 def _setup_logging(level: str) -> None:
@@ -106,6 +108,8 @@ async def _until_signalled() -> None:
 )
 @click.option("--shards", default=64, show_default=True, help="Shard count (fixed for a data dir).")
 @server_tls_options
+@store_policy_options
+@inherit_env_option
 @click.option("--log-level", default="info", show_default=True)
 def dev(
     listen: str,
@@ -120,6 +124,9 @@ def dev(
     shards: int,
     server_tls: ServerTls | None,
     insecure: bool,
+    retention: timedelta | None,
+    quota_file: Quotas,
+    inherit_env: bool,
     log_level: str,
 ) -> None:
     """Run every role in one process on the embedded SQLite store."""
@@ -149,6 +156,9 @@ def dev(
                 shards,
                 server_tls,
                 insecure,
+                inherit_env,
+                retention,
+                quota_file,
             )
         )
     except ShardcronError as e:
@@ -169,6 +179,9 @@ async def _dev(
     shards: int,
     tls: ServerTls | None,
     insecure: bool,
+    inherit_env: bool,
+    retention: timedelta | None,
+    quotas: Quotas,
 ) -> None:
     from shardcron.coordinator.coordination import LocalCoordination
     from shardcron.coordinator.node import Node, NodeConfig
@@ -179,7 +192,7 @@ async def _dev(
 
     data_dir.mkdir(parents=True, exist_ok=True)
     load_handler_modules(handler_modules)
-    store = SqliteStore(data_dir / "shardcron.db", shard_count=shards)
+    store = SqliteStore(data_dir / "shardcron.db", shard_count=shards, retention=retention)
     config = NodeConfig(
         listen=listen,
         metrics_listen=metrics_listen,
@@ -188,6 +201,7 @@ async def _dev(
         poller=poller,
         tls=tls,
         insecure=insecure,
+        quotas=quotas,
     )
     node = Node(store, LocalCoordination(data_dir, shard_count=shards, node_id="dev"), config)
     await node.start()
@@ -200,6 +214,7 @@ async def _dev(
             slots=slots,
             registry=registry,
             credentials=credentials,
+            inherit_env=inherit_env,
         )
         for i in range(worker_count)
     ]
@@ -263,6 +278,7 @@ async def _dev(
 @click.option(
     "--metrics-listen", default="", help="Prometheus /metrics address (host:port); '' = off."
 )
+@inherit_env_option
 @click.option("--log-level", default="info", show_default=True)
 def worker_cmd(
     worker_target: str,
@@ -277,6 +293,7 @@ def worker_cmd(
     no_commands: bool,
     client_tls: ClientTls,
     metrics_listen: str,
+    inherit_env: bool,
     log_level: str,
 ) -> None:
     """Run a worker that takes leases from a node, or from every poller of a cluster (--zk)."""
@@ -305,6 +322,7 @@ def worker_cmd(
         cpu_millis=cpu_millis,
         memory_mb=memory_mb,
         credentials=credentials,
+        inherit_env=inherit_env,
     )
 
     async def main() -> None:
@@ -399,6 +417,7 @@ def _cassandra_options(f):  # type: ignore[no-untyped-def]
 @click.option("--lease-ttl", default="10s", show_default=True, callback=_duration)
 @click.option("--misfire-grace", default="5s", show_default=True, callback=_duration)
 @server_tls_options
+@store_policy_options
 @click.option("--log-level", default="info", show_default=True)
 def node(
     roles: str,
@@ -418,6 +437,8 @@ def node(
     misfire_grace: timedelta,
     server_tls: ServerTls | None,
     insecure: bool,
+    retention: timedelta | None,
+    quota_file: Quotas,
     log_level: str,
 ) -> None:
     """Run a cluster node on ZooKeeper and Cassandra (the production entry point)."""
@@ -449,6 +470,8 @@ def node(
             poller,
             server_tls,
             insecure,
+            retention,
+            quota_file,
         )
     )
 
@@ -470,6 +493,8 @@ async def _node(
     poller: PollerConfig,
     tls: ServerTls | None,
     insecure: bool,
+    retention: timedelta | None,
+    quotas: Quotas,
 ) -> None:
     from shardcron.coordinator.cassandra.store import CassandraStore
     from shardcron.coordinator.node import Node, NodeConfig
@@ -481,6 +506,7 @@ async def _node(
         consistency=consistency,
         shard_count=shards,
         create_schema=False,  # `shardcron store init` creates it, once
+        retention=retention,
     )
     coordination = ZkCoordination(
         zk,
@@ -500,6 +526,7 @@ async def _node(
         poller=poller,
         tls=tls,
         insecure=insecure,
+        quotas=quotas,
     )
     try:
         node = Node(store, coordination, config)

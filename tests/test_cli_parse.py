@@ -509,3 +509,48 @@ def test_server_errors_print_one_line_and_exit_code(
     assert result.stderr == line + "\n"
     assert result.stdout == ""
     assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+# --------------------------------------------------------------------------- secret env
+
+
+def test_secret_env_from_flags_and_files_is_sent_and_never_echoed(tmp_path: Any) -> None:
+    env_file = tmp_path / "backup.env"
+    env_file.write_text("# comment\n\nDB_PASSWORD=from-file\nAPI_KEY=k=v\n")
+    fake = FakeClient()
+    args = ["job", "create", "b", "--secret-env-file", str(env_file)]
+    result = invoke([*args, "--secret-env", "DB_PASSWORD=from-flag", "--", "true"], obj=fake)
+    assert result.exit_code == 0, result.output
+    [(_, (spec,), _)] = fake.calls
+    assert spec.task.secret_env == {"DB_PASSWORD": "from-flag", "API_KEY": "k=v"}  # flags win
+
+    bad = invoke(["job", "create", "b", "--secret-env", "hunter2", "--", "true"])
+    assert bad.exit_code == 2 and "hunter2" not in bad.output
+    env_file.write_text("DB_PASSWORD=ok\nhunter2\n")
+    bad = invoke(["job", "create", "b", "--secret-env-file", str(env_file), "--", "true"])
+    assert bad.exit_code == 2 and "backup.env:2" in bad.output and "hunter2" not in bad.output
+    bad = invoke(["job", "create", "b", "--handler", "h", "--secret-env", "K=v"])
+    assert bad.exit_code == 2 and "--secret-env" in bad.output
+
+
+def test_job_update_sends_back_the_placeholders_it_read_with_the_keys_given() -> None:
+    fake = FakeClient()
+    task = CommandTask(argv=("/bin/true",), secret_env={"KEEP": "***", "DROP": "***"})
+    fake.current = make_job(JobSpec(name="old", task=task), version=7)
+    result = invoke(
+        ["job", "update", "job-1", "--secret-env", "NEW=n", "--secret-env", "DROP="], obj=fake
+    )
+    assert result.exit_code == 0, result.output
+    sent = fake.calls[-1][1][1].task.secret_env
+    assert sent == {"KEEP": "***", "DROP": "", "NEW": "n"}
+    untouched = invoke(["job", "update", "job-1", "--name", "n2"], obj=fake)
+    assert untouched.exit_code == 0 and fake.calls[-1][1][1].task.secret_env == task.secret_env
+
+
+def test_job_get_shows_secret_keys_never_values() -> None:
+    fake = FakeClient()
+    task = CommandTask(argv=("/bin/true",), secret_env={"DB_PASSWORD": "***"})
+    fake.current = make_job(JobSpec(name="old", task=task))
+    result = invoke(["job", "get", "job-1"], obj=fake)
+    assert result.exit_code == 0, result.output
+    assert "DB_PASSWORD=***" in result.output

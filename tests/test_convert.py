@@ -20,6 +20,7 @@ from shardcron.client.errors import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,
+    ResourceExhausted,
     ShardcronError,
     StaleLease,
     Unavailable,
@@ -540,6 +541,7 @@ def test_error_code_table() -> None:
         StaleLease: grpc.StatusCode.FAILED_PRECONDITION,
         AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
         Unavailable: grpc.StatusCode.UNAVAILABLE,
+        ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
     } == codec.ERROR_CODES
     for cls, code in codec.ERROR_CODES.items():
         assert cls.code == code.name  # the class attribute agrees with the table
@@ -555,6 +557,7 @@ def test_error_code_table() -> None:
         (StaleLease("token 5"), (grpc.StatusCode.FAILED_PRECONDITION, "token 5")),
         (AlreadyExists("dup"), (grpc.StatusCode.ALREADY_EXISTS, "dup")),
         (Unavailable("store down"), (grpc.StatusCode.UNAVAILABLE, "store down")),
+        (ResourceExhausted("max_jobs: 5"), (grpc.StatusCode.RESOURCE_EXHAUSTED, "max_jobs: 5")),
         (ShardcronError("odd"), (grpc.StatusCode.UNKNOWN, "odd")),
         (KeyError("x"), (grpc.StatusCode.INTERNAL, "internal error: KeyError: 'x'")),
     ],

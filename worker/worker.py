@@ -144,6 +144,7 @@ class Worker:
         kill_grace: float = 5.0,
         metadata: Sequence[tuple[str, str]] | dict[str, str] | None = None,
         credentials: grpc.ChannelCredentials | None = None,
+        inherit_env: bool = False,  # commands get this process's whole environment
     ) -> None:
         if slots < 1:
             raise ValueError("slots must be at least 1")
@@ -176,7 +177,9 @@ class Worker:
         # One reaper helper per worker, started with the first command: it kills the
         # commands' process groups if this process dies (they run in their own sessions).
         self._reaper = Reaper()
-        self._commands = CommandExecutor(kill_grace=kill_grace, reaper=self._reaper)
+        self._commands = CommandExecutor(
+            kill_grace=kill_grace, reaper=self._reaper, inherit_env=inherit_env
+        )
         self._handlers: HandlerExecutor | None = None
 
     # -- observability ------------------------------------------------------------------

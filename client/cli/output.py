@@ -155,7 +155,10 @@ def print_job(job: Job, last: Run | None = None, *, utc: bool = False) -> None:
         ("task", _task_text(spec.task)),
     ]
     if isinstance(spec.task, CommandTask):
-        pairs += [("env", _labels(spec.task.env)), ("cwd", spec.task.cwd or "-")]
+        pairs += [("env", _labels(spec.task.env))]
+        if spec.task.secret_env:  # the server shows keys only; never print a value
+            pairs += [("secret env", ", ".join(f"{k}=***" for k in sorted(spec.task.secret_env)))]
+        pairs += [("cwd", spec.task.cwd or "-")]
     pairs += [
         ("next fire", tv.when(job.next_fire_at, with_zone=True)),
         ("priority", spec.priority),

@@ -15,6 +15,7 @@ from shardcron.client.errors import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,
+    ResourceExhausted,
     ShardcronError,
     StaleLease,
     Unavailable,
@@ -32,6 +33,7 @@ ERROR_CODES: dict[type[ShardcronError], grpc.StatusCode] = {
     StaleLease: grpc.StatusCode.FAILED_PRECONDITION,
     AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
     Unavailable: grpc.StatusCode.UNAVAILABLE,
+    ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
 
 # Reverse of ERROR_CODES (the first class listed for a code wins), plus the codes the

@@ -12,6 +12,9 @@ Layout and why:
 - ``jobs`` by id; ``jobs_by_owner`` ((owner), id) holds only ids (immutable), so a
   job's progress or update never has to rewrite an index row; listings read the
   jobs of a page by id and filter them.
+- ``job_counts`` (owner) -> a counter of the owner's jobs that are not DELETED, what a
+  ``max_jobs`` quota reads (one row, instead of counting a partition of ids and
+  reading each job's state).
 - ``idempotency`` ((owner, key)) -> job_id, claimed with ``INSERT ... IF NOT EXISTS``.
 - ``runs`` ((job_id), id DESC): a job's history is one partition, newest first (run
   ids start with their due time). ``runs_by_id`` (id) -> job_id, owner, written once
@@ -34,6 +37,17 @@ Layout and why:
   the highest cursor wins without a read or a lightweight transaction.
 - ``run_output`` ((run_id), byte_offset): chunks keyed by their absolute offset, with
   the kept head and the end as static columns.
+- Retention (``CassandraStore(retention=...)``) is TTLs, not a sweep: a final run
+  that is not a dead letter is written with a TTL that ends ``retention`` after it
+  ended, and its ``runs_by_id`` row with it; output chunks and their ends live
+  ``retention`` from when they are written (so never longer than their run; a run
+  running longer than the retention loses its oldest kept output first). A sweep
+  would read every job's partition to find old runs and write a tombstone per row;
+  the TTL costs one ``runs_by_id`` rewrite per finished run and no read.
+
+A table added after a keyspace was created (``job_counts``) is created by
+``shardcron store init`` on the existing keyspace; a node refuses to open a keyspace
+that lacks one.
 
 Times are bigint microseconds since the epoch (``timestamp`` holds milliseconds only);
 "no value" is a sentinel, never a null, so rewriting a record writes no tombstones.
@@ -57,6 +71,7 @@ DEFAULT_DUE_TTL = timedelta(days=7)
 TABLES = (
     "jobs",
     "jobs_by_owner",
+    "job_counts",
     "idempotency",
     "runs",
     "runs_by_id",
@@ -113,6 +128,8 @@ def schema_cql(keyspace: str, *, due_ttl: timedelta = DEFAULT_DUE_TTL) -> list[s
             created_at bigint, updated_at bigint)""",
         f"""CREATE TABLE IF NOT EXISTS {ks}.jobs_by_owner (
             owner text, id text, PRIMARY KEY ((owner), id)) WITH CLUSTERING ORDER BY (id ASC)""",
+        f"""CREATE TABLE IF NOT EXISTS {ks}.job_counts (
+            owner text PRIMARY KEY, live counter)""",
         f"""CREATE TABLE IF NOT EXISTS {ks}.idempotency (
             owner text, key text, job_id text, claimed_at bigint, PRIMARY KEY ((owner, key)))""",
         f"""CREATE TABLE IF NOT EXISTS {ks}.runs (
@@ -165,10 +182,19 @@ def ensure_schema(
     tables = session.execute(
         "SELECT table_name FROM system_schema.tables WHERE keyspace_name = %s", (ks,)
     )
-    if "schema_version" in {r[0] for r in tables}:
+    present = {r[0] for r in tables}
+    if "schema_version" in present:
         row = session.execute(version_sql).one()
     if row is None and not create:
         raise SchemaMismatch(f"keyspace {ks} has no shardcron schema: run `shardcron store init`")
+    missing = sorted(set(TABLES) - present)
+    if row is not None and missing and not create:
+        raise SchemaMismatch(
+            f"keyspace {ks} lacks table(s) {', '.join(missing)}: run `shardcron store init`"
+        )
+    if row is not None and missing:  # tables added since the keyspace was made
+        for ddl in schema_cql(ks, due_ttl=due_ttl):
+            session.execute(ddl)
     if row is None:  # no schema yet, or one whose creation did not finish
         session.execute(keyspace_cql(ks, replication))
         for ddl in schema_cql(ks, due_ttl=due_ttl):
