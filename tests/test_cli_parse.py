@@ -521,7 +521,7 @@ def test_secret_env_from_flags_and_files_is_sent_and_never_echoed(tmp_path: Any)
     args = ["job", "create", "b", "--secret-env-file", str(env_file)]
     result = invoke([*args, "--secret-env", "DB_PASSWORD=from-flag", "--", "true"], obj=fake)
     assert result.exit_code == 0, result.output
-    [(_, (spec,), _)] = fake.calls
+    [spec] = [args[0] for name, args, _ in fake.calls if name == "create_job"]
     assert spec.task.secret_env == {"DB_PASSWORD": "from-flag", "API_KEY": "k=v"}  # flags win
 
     bad = invoke(["job", "create", "b", "--secret-env", "hunter2", "--", "true"])

@@ -38,7 +38,7 @@ def test_a_create_past_max_jobs_is_refused_naming_the_limit(dev: DevServer) -> N
 
 def test_final_runs_are_deleted_after_the_retention(dev: DevServer) -> None:
     owner = f"ret-{uuid.uuid4().hex[:8]}"
-    job_id = dev.cli("job", "create", "once", "--", "echo", "hi", owner=owner).stdout.strip()
+    job_id = dev.cli("job", "create", "-q", "once", "--", "echo", "hi", owner=owner).stdout.strip()
 
     def runs() -> list[dict]:
         return json.loads(dev.cli("--json", "run", "list", job_id, owner=owner).stdout)

@@ -58,7 +58,9 @@ def test_cli_and_a_worker_process_over_mtls(mtls_dev: DevServer, pki: Pki, tmp_p
         o = owner()
         # the flags as a user types them, not the environment the harness sets
         flags = ["--target", mtls_dev.target, "--owner", o, *pki.client_args("alice")]
-        created = shardcron(*flags, "job", "create", "hello", "--", "sh", "-c", "echo over tls")
+        created = shardcron(
+            *flags, "job", "create", "-q", "hello", "--", "sh", "-c", "echo over tls"
+        )
         assert created.returncode == 0, created.stderr
         job_id = created.stdout.strip()
         [run] = json.loads(shardcron(*flags, "--json", "run", "list", job_id).stdout)
