@@ -33,7 +33,6 @@ import dataclasses
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -114,13 +113,8 @@ class FakeClock:
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
-    s = SqliteStore(tmp_path / "db", shard_count=SHARDS, bucket_seconds=60)
-    await s.open()
-    try:
-        yield s
-    finally:
-        await s.close()
+def store(sqlite_store: SqliteStore) -> SqliteStore:
+    return sqlite_store
 
 
 @pytest.fixture
