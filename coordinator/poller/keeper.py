@@ -35,7 +35,7 @@ from shardcron.coordinator.poller.admission import Admission, Verdict, past_dead
 from shardcron.coordinator.poller.clock import Clock
 from shardcron.coordinator.poller.config import JOB_ROW_GRACE, JOB_ROW_RETRY, PollerConfig
 from shardcron.coordinator.poller.endings import final_run, follow_up
-from shardcron.coordinator.poller.fires import on_fire_due
+from shardcron.coordinator.poller.fires import on_fire_due, retry_misfired
 from shardcron.coordinator.poller.leases import LeaseBook
 from shardcron.coordinator.poller.state import Phase, Slot
 from shardcron.coordinator.poller.turn import Turn
@@ -235,6 +235,9 @@ class RunKeeper:
             # a one-off, retry or manual run of a paused job waits in the store;
             # ResumeJob indexes it again
             self.forget(slot)
+            return
+        if retry_misfired(job, run, now=now, grace=self.config.misfire_grace):
+            self.finish(slot, RunState.SKIPPED, RunReason.MISFIRE, turn, now)
             return
         if past_deadline(job, run, now):
             self.finish(slot, RunState.MISSED, RunReason.DEADLINE, turn, now)
