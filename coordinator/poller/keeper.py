@@ -42,6 +42,7 @@ from shardcron.coordinator.poller.turn import Turn
 from shardcron.coordinator.poller.workers import WorkerBook
 
 _SKIPS = (RunState.SKIPPED, RunState.MISSED)
+_REPORTED = (RunState.SUCCEEDED, RunState.FAILED, RunState.TIMED_OUT)  # ends a worker says
 WAITING_GAUGE_EVERY = 1.0  # seconds between counts of the runs waiting, by reason
 
 log = logging.getLogger("shardcron.poller")
@@ -292,6 +293,20 @@ class RunKeeper:
             if victim is not None:
                 self.cancel(victim, RunReason.REPLACED, turn, now)
 
+    def reconsider_held(
+        self, job_id: str, turn: Turn, now: datetime, *, ran_until: datetime | None = None
+    ) -> None:
+        """A run of the job taken over from an earlier owner was claimed by its worker
+        (it is going: the fires held back are skipped), or ended: the fires due before
+        ``ran_until`` (when its worker says it ended) overlapped it and are skipped, the
+        others may run."""
+        for slot in self.admission.release_held(job_id):
+            with self.isolated(slot, turn, now, where="admit"):
+                if ran_until is not None and slot.run.due_at < ran_until:
+                    self.finish(slot, RunState.SKIPPED, RunReason.OVERLAP, turn, now)
+                else:
+                    self._admit(slot, True, turn, now)
+
     def miss_deadlines(self, now: datetime, turn: Turn) -> None:
         for slot in self.admission.missed(now):
             with self.isolated(slot, turn, now, where="deadline"):
@@ -458,6 +473,9 @@ class RunKeeper:
             except Exception as error:  # its retry rules: the run's own end stands
                 self.job_rules_failed(job, error, turn, where="ending")
             self.admission.unblock(job.id)
+            # a result its worker reported says until when the run really went
+            reported = state in _REPORTED and reason != RunReason.WORKER_LOST
+            self.reconsider_held(job.id, turn, now, ran_until=final.ended_at if reported else None)
         turn.runs[final.id] = final
         for fut in slot.cancel_waiters:
             turn.answers.append(fut)
@@ -519,6 +537,7 @@ class RunKeeper:
         self.ended_here(final.id)
         self.metrics.runs_final.labels(state=final.state.value, reason=final.reason.value).inc()
         self.admission.unblock(final.job_id)
+        self.reconsider_held(final.job_id, turn, now)
         turn.runs[final.id] = final
         for fut in slot.cancel_waiters:
             turn.answers.append(fut)

@@ -295,11 +295,14 @@ class WorkerStreams:
             )
             if slot is not None and expires is not None:
                 if slot.worker is not book:
+                    claimed = slot.worker is None  # an orphan's worker: the run goes on
                     if slot.worker is not None:
                         slot.worker.release(run_id)
                     assert slot.job is not None
                     book.hold(run_id, slot.job.spec.resources)
                     slot.worker = book
+                    if claimed:
+                        keeper.reconsider_held(slot.run.job_id, turn, now)
                 slot.run = dataclasses.replace(slot.run, lease_expires_at=expires)
                 if slot.cancel_reason is not None:
                     book.link.cancel(
