@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from typing import Any
 
 import grpc
 import pytest
@@ -107,14 +108,20 @@ async def worker_of(*nodes: Node, handler: Executions) -> AsyncIterator[Worker]:
         await task
 
 
-async def leased_run(store: SqliteStore, node: Node) -> Run:
-    """A one-off job, written and hinted to ``node``, and its run once it is leased."""
+async def hinted_run(store: SqliteStore, node: Node) -> Run:
+    """A one-off job, written and hinted to ``node``; its run."""
     now = utcnow()
     spec = JobSpec(name="moved", task=HandlerTask(name="record"))
     job = dataclasses.replace(make_job(spec=spec), created_at=now, updated_at=now)
     run = dataclasses.replace(make_run(job, due_at=now), created_at=now)
     await store.create_jobs([NewJob(job=job, runs=[run])])
     node.poller.runs_created([run], [job])
+    return run
+
+
+async def leased_run(store: SqliteStore, node: Node) -> Run:
+    """A one-off job, written and hinted to ``node``, and its run once it is leased."""
+    run = await hinted_run(store, node)
     await until(lambda: node.poller.phase_of(run.id) == Phase.LEASED, WAIT, "leased")
     return run
 
@@ -194,3 +201,53 @@ async def test_a_shard_of_a_dead_poller_moves_without_a_second_execution(
             await ends_once(store, run, handler, new)
     finally:
         await new.kill()
+
+
+async def test_a_shard_is_released_only_once_the_result_accepted_before_is_written(
+    store: SqliteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A result and the assignment taking its shard away, handled in one turn: the
+    release was confirmed at once, before that turn's commit, so the next owner
+    could read the run still RUNNING, adopt it, and record it WORKER_LOST over the
+    success once its worker, told the result was accepted, stopped naming it. The
+    release now waits for that commit."""
+    node = Node(store, "p1")
+    await node.start(ALL, fencing_epoch=1)
+    handler = Executions()
+    real_commit = store.commit
+    permits = asyncio.Semaphore(0)
+    entered = 0
+    gated = False
+
+    async def commit(**kw: Any) -> None:
+        nonlocal entered
+        if gated:
+            entered += 1
+            await permits.acquire()
+        await real_commit(**kw)
+
+    monkeypatch.setattr(store, "commit", commit)
+    try:
+        async with worker_of(node, handler=handler):
+            run = await leased_run(store, node)
+            await until(lambda: handler.attempts, WAIT, "the run started")
+            gated = True
+            await hinted_run(store, node)  # a turn that writes, held in its commit
+            await until(lambda: entered == 1, WAIT, "a turn in its commit")
+            handler.release.set()  # the result waits in the inbox meanwhile
+            # the result is in the inbox, behind the turn held (the assignment after it)
+            await until(lambda: node.poller._inbox, WAIT, "the result queued")
+            applied = node.poller.on_assignment(
+                Assignment(epoch=1, fencing_epoch=1, shards=frozenset())
+            )
+            permits.release()  # the next turn takes the result and the assignment
+            await until(lambda: entered == 2, WAIT, "the next turn in its commit")
+            assert not applied.done(), "the shard was released before its result was written"
+            permits.release()
+            await asyncio.wait_for(applied, WAIT)
+            assert (await stored(store, run.id)).state == RunState.SUCCEEDED
+    finally:
+        gated = False
+        for _ in range(8):
+            permits.release()
+        await node.kill()
