@@ -62,6 +62,7 @@ from shardcron.client.types import (
     JobSpec,
     JobState,
     Run,
+    RunReason,
     RunState,
 )
 from shardcron.v1 import worker_pb2, worker_pb2_grpc
@@ -714,11 +715,42 @@ def check_fire_attempts(checks: Checks, runs: Iterable[Run], *, one_success: boo
     return repeated
 
 
+def check_runs_once(
+    checks: Checks, runs: Iterable[Run], executions: Sequence[Execution]
+) -> tuple[int, int]:
+    """No finished run executes again, and none is recorded failed after it succeeded:
+    no execution of a fire (any attempt) starts after one of its executions ended
+    (its command exited 0: the end record), and a run with a complete execution is
+    recorded SUCCEEDED. Returns (fires executed again after one finished, fires run)."""
+    stored = {r.id: r for r in runs}
+    fire_of = {r.id: (r.job_id, r.fire_key) for r in stored.values()}
+    by_fire: dict[Any, list[Execution]] = defaultdict(list)
+    for e in executions:
+        if e.run_id in fire_of:
+            by_fire[fire_of[e.run_id]].append(e)
+    again = 0
+    for fire, execs in by_fire.items():
+        execs.sort(key=lambda e: e.start)
+        ended = [e for e in execs if e.end is not None]
+        later = [e for e in execs if ended and e.start >= min(x.end or 0 for x in ended)]
+        again += bool(later)
+        checks.expect(not later, f"fire {fire} executed again after it finished: {execs}")
+        for e in ended:
+            run = stored[e.run_id]
+            checks.expect(
+                run.state == RunState.SUCCEEDED,
+                f"run {run.id} (fire {fire}) exited 0 but is recorded "
+                f"{run.state.value}/{run.reason.value}: {e}",
+            )
+    return again, len(by_fire)
+
+
 def check_cron_coverage(
     checks: Checks, job_id: str, runs: Sequence[Run], window: tuple[float, float]
 ) -> dict[str, int]:
     """Every nominal second in ``window`` has a record, and the last attempt of each is
-    final (SUCCEEDED, or SKIPPED/MISSED with a reason); returns the outcome counts."""
+    final (SUCCEEDED, or SKIPPED/MISSED with a reason, or FAILED/WORKER_LOST: a lost
+    attempt its job, allowing one attempt, does not repeat); returns the outcome counts."""
     by_second: dict[int, list[Run]] = defaultdict(list)
     for r in runs:
         by_second[int(r.fire_at.timestamp())].append(r)
@@ -731,8 +763,9 @@ def check_cron_coverage(
             continue
         last = max(fire_runs, key=lambda r: r.attempt)
         outcomes[last.state.value] += 1
+        lost = (last.state, last.reason) == (RunState.FAILED, RunReason.WORKER_LOST)
         checks.expect(
-            last.state in (RunState.SUCCEEDED, RunState.SKIPPED, RunState.MISSED),
+            last.state in (RunState.SUCCEEDED, RunState.SKIPPED, RunState.MISSED) or lost,
             f"cron job {job_id}: fire {datetime.fromtimestamp(second, UTC):%H:%M:%S} ended "
             f"{last.state.value}/{last.reason.value} (attempt {last.attempt})",
         )

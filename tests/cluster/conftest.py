@@ -52,6 +52,7 @@ _ORDER = [
     "test_poller_freeze.py",
     "test_worker_loss.py",
     "test_worker_capacity.py",
+    "test_shard_moves.py",
     "test_store_node_loss.py",
 ]
 
