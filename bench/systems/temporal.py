@@ -64,6 +64,7 @@ from temporalio.worker import PollerBehaviorAutoscaling, Worker
 from bench.common import CpuMeter, Proc, Result, free_port, per_1000, percentiles, wait_port
 
 SYSTEM = "temporal dev server"
+CONFIGS = {"W1": ["dev-server"], "W2": ["dev-server"]}
 TASK_QUEUE = "bench"
 START_CONCURRENCY = 100  # start_workflow calls in flight
 WAIT_CONCURRENCY = 1000  # result() long polls in flight
@@ -280,6 +281,7 @@ def _common_notes(out: _Outcome, n: int, timeout_s: float) -> list[str]:
 
 def _w1_result(out: _Outcome, n: int, config: str, timeout_s: float) -> Result:
     res = Result(system=SYSTEM, workload="W1", n=n, config=config, completed=len(out.done))
+    res.config_id = "dev-server"
     notes = _common_notes(out, n, timeout_s)
     if out.acks:
         last_ack = max(out.acks)
@@ -297,6 +299,7 @@ def _w1_result(out: _Outcome, n: int, config: str, timeout_s: float) -> Result:
 
 def _w2_result(out: _Outcome, n: int, due_at: float, config: str, timeout_s: float) -> Result:
     res = Result(system=SYSTEM, workload="W2", n=n, config=config, completed=len(out.done))
+    res.config_id = "dev-server"
     notes = _common_notes(out, n, timeout_s)
     notes.append("lag = activity start - T; start_delay = T - now, computed per start")
     res.lag = percentiles([started - due_at for _, started in out.done])
@@ -401,6 +404,7 @@ def run(
     n: dict[str, int],
     out_dir: Path,
     *,
+    plan: object = None,
     timeout_s: float = WORKLOAD_TIMEOUT_S,
 ) -> list[Result]:
     """Run the requested workloads among W1 and W2 (others are ignored), each on a fresh
