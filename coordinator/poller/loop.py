@@ -368,8 +368,15 @@ class Poller:
             or run.state != RunState.PENDING
         ):
             return
-        if run.due_at >= (self._windows.loaded_until(run.shard) or now):
+        edge = self._windows.loaded_until(run.shard)
+        if run.due_at >= (edge or now) and (
+            edge is None  # the shard's first scan will load it
+            or run.due_at >= saturating_add(now, self.config.hint_horizon)
+            or len(self._runs.slots) >= self.config.max_loaded
+        ):
             return  # the scan will load it in time
+        # held now, also beyond the loaded edge: the scan then skips it (known) instead
+        # of reading it and its job back from the store
         self._runs.add_waiting(Slot(run=run))
 
     # --- loading -----------------------------------------------------------------
