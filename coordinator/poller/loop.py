@@ -64,6 +64,7 @@ from shardcron.coordinator.poller.streams import WorkerStreams
 from shardcron.coordinator.poller.turn import Turn
 from shardcron.coordinator.poller.windows import ShardWindows
 from shardcron.coordinator.store import JobStore
+from shardcron.coordinator.store_lanes import mark_poller
 
 log = logging.getLogger("shardcron.poller")
 
@@ -174,6 +175,7 @@ class Poller:
         self._streams.close_all()
 
     async def _loop(self) -> None:
+        mark_poller()  # its store calls never queue behind the api's (store_lanes)
         while not self._stopping:
             try:
                 await self._turn()
