@@ -1,4 +1,6 @@
-"""Celery + Redis, the usual Python peer: W1 (burst) and W2 (due storm).
+"""Celery + Redis, the usual Python peer: W1 (burst), W2 (due storm) and W6 (``true``
+commands: each task runs it with ``subprocess.run``). ``celery_peer`` runs every
+variant on every workload; W3 and W4 are in ``celery_timed``.
 
 Every (variant, workload) run gets its own redis-server (a free port, no persistence,
 a temporary directory under ``out_dir``) and its own ``celery worker``, both stopped
