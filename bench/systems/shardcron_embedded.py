@@ -50,7 +50,10 @@ BATCH = 1000  # jobs per CreateJobs call
 IN_FLIGHT = 4  # CreateJobs calls at once
 POLL = 0.05  # seconds between scrapes of the completion counter
 WORKERS = 1  # worker processes
-SLOTS = 256  # slots per worker: no-op runs are short, slots only bound what is in flight
+# Slots per worker: a no-op run holds one for microseconds, so slots only bound what
+# is in flight; with 256, a storm of 2,000 runs (W2, W4's fleet) was leased in eight
+# rounds of a commit each and started 0.7 s late at the median, with 2,048 in one.
+SLOTS = 2048
 COMMAND_SLOTS = 16  # W6: slots per worker for `true` commands (each a child process)
 TIMEOUT = 600.0  # seconds a workload may take
 STORM_LEAD = 5.0  # W2: the storm instant is this long after the estimated end of submits
