@@ -110,7 +110,13 @@ def failed_results(
     configuration of each workload asked for (``configs``: workload -> config names)."""
     return [
         Result(
-            system=key, workload=w, n=n[w], key=key, config_id=c, failed=why, notes=f"failed: {why}"
+            system=key,
+            workload=w,
+            n=n.get(w, 0),
+            key=key,
+            config_id=c,
+            failed=why,
+            notes=f"failed: {why}",
         )
         for w in workloads
         for c in configs.get(w, [])

@@ -117,3 +117,9 @@ def test_highest_held_rate_stops_at_the_first_rate_not_held() -> None:
     assert highest_held(by_rate) == 100
     assert highest_held({100: (0.01, 9, 10)}) is None  # a job that never ran
     assert highest_held({100: (None, 0, 10)}) is None
+
+
+def test_a_failed_w3_has_an_entry_though_w3_has_no_job_count() -> None:
+    failed = failed_results("temporal", {"W3": ["dev-server"]}, {"W1": 10}, ["W3"], "down")
+    [entry] = entries(failed)
+    assert (entry["workload"], entry["jobs"], entry["lag_p99_s"]) == ("W3", 0, None)
