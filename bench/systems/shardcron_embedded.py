@@ -54,7 +54,7 @@ WORKERS = 1  # worker processes
 # is in flight; with 256, a storm of 2,000 runs (W2, W4's fleet) was leased in eight
 # rounds of a commit each and started 0.7 s late at the median, with 2,048 in one.
 SLOTS = 2048
-COMMAND_SLOTS = 16  # W6: slots per worker for `true` commands (each a child process)
+COMMAND_SLOTS = 64  # W6: slots per worker for `true` commands (each a child process)
 TIMEOUT = 600.0  # seconds a workload may take
 STORM_LEAD = 5.0  # W2: the storm instant is this long after the estimated end of submits
 
