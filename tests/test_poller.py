@@ -521,6 +521,9 @@ async def test_a_forbid_fire_is_not_skipped_for_a_taken_over_run_nobody_claims(
         worker_id="w-gone",
         lease_token=(1 << 32) | 1,
         lease_expires_at=taken - timedelta(seconds=1),
+        # due within the recheck window whatever the second of the minute, so the
+        # re-read finds it (the poller's first scan ran before it was written)
+        due_at=max(prev.at, taken - timedelta(seconds=5)),
     )
     fire = fires.make_run(job, nxt, shard_count=SHARDS, now=taken)
     await store.create_jobs([NewJob(job=job)])
