@@ -43,6 +43,7 @@ type link struct {
 	heartbeatInterval time.Duration
 	pollerID          string
 	connected         bool
+	streams           int // streams opened so far: an adrift result is offered once per stream
 }
 
 func newLink(w *Worker, addr string) *link {

@@ -2,7 +2,9 @@
 // alone: it connects to pollers over WorkerService.Connect, runs what they lease
 // (registered Go handlers, and command tasks as subprocesses), heartbeats the
 // leases it holds, stops a run the moment its lease is revoked or its deadline
-// passes, reports results and resends unacknowledged ones after a reconnect.
+// passes, reports results and resends unacknowledged ones after a reconnect. When
+// a run's shard moves to another poller, its lease and result follow it there
+// (shardmove.go), so a shard move costs no second execution.
 //
 // The protocol it implements is described in proto/README.md.
 package worker
@@ -128,6 +130,10 @@ type run struct {
 	cancel  context.CancelFunc
 	killNow chan struct{} // closed when the lease is lost: no grace period
 
+	// its poller said it does not serve the run's shard: the lease is named to every
+	// poller until one renews it (seeking, shardmove.go)
+	adrift bool
+
 	stop      stopKind
 	reason    pb.RunReason // of a cancel
 	started   bool
@@ -135,8 +141,12 @@ type run struct {
 	done      chan struct{} // closed when the execution goroutine has finished
 }
 
-func (r *run) ref() *pb.LeaseRef { return &pb.LeaseRef{RunId: r.lease.RunId, FencingToken: r.token} }
-func (r *run) lost() bool        { return r.stop == stopLost || r.stop == stopAbandoned }
+// ref names the lease, with its job: a poller maps the job to a shard, and answers
+// not_owner for a shard it does not serve.
+func (r *run) ref() *pb.LeaseRef {
+	return &pb.LeaseRef{RunId: r.lease.RunId, FencingToken: r.token, JobId: r.lease.JobId}
+}
+func (r *run) lost() bool { return r.stop == stopLost || r.stop == stopAbandoned }
 
 type resultKey struct {
 	runID string
@@ -155,7 +165,8 @@ type Worker struct {
 	mu      sync.Mutex
 	runs    map[string]*run
 	links   []*link
-	credits *int32 // last Credits limit sent (0 while draining); nil = none
+	adrift  *adriftResults // results whose poller no longer serves their shard
+	credits *int32         // last Credits limit sent (0 while draining); nil = none
 	active  sync.WaitGroup
 	running atomic.Bool
 
@@ -165,7 +176,7 @@ type Worker struct {
 // Stats counts what happened, for logs and tests.
 type Stats struct {
 	Leased, Refused, Started, Renewed, Revoked, Expired, Cancels atomic.Int64
-	Reported, Accepted, Rejected, Dropped, Reconnects            atomic.Int64
+	Reported, Accepted, Rejected, Dropped, Reconnects, Moved     atomic.Int64
 }
 
 // New returns a worker; register handlers with Handle before Run.
@@ -190,6 +201,7 @@ func New(cfg Config) *Worker {
 		handlers: map[string]Handler{},
 		pool:     newSlotPool(cfg.Slots),
 		runs:     map[string]*run{},
+		adrift:   newAdriftResults(),
 	}
 }
 
@@ -270,7 +282,7 @@ func (w *Worker) Drain(ctx context.Context) error {
 	for {
 		w.mu.Lock()
 		running := len(w.runs)
-		unacked := 0
+		unacked := w.adrift.len()
 		for _, l := range w.links {
 			unacked += len(l.unacked)
 		}
@@ -300,6 +312,7 @@ func (w *Worker) drainPending() string {
 			results = append(results, k.runID)
 		}
 	}
+	results = append(results, w.adrift.runIDs()...)
 	sort.Strings(results)
 	return fmt.Sprintf("%d runs still running %v, %d results not acknowledged %v",
 		len(runs), runs, len(results), results)
@@ -333,6 +346,7 @@ func waitTimeout(wg *sync.WaitGroup, d time.Duration) {
 func (w *Worker) helloLocked(l *link) *pb.Hello {
 	now := time.Now()
 	l.out.reset()
+	l.streams++
 	hello := &pb.Hello{
 		WorkerId:     w.cfg.ID,
 		Slots:        int32(w.cfg.Slots),
@@ -356,6 +370,7 @@ func (w *Worker) helloLocked(l *link) *pb.Hello {
 			l.out.addStarted(r.ref(), r.startedAt)
 		}
 	}
+	hello.Held = append(hello.Held, w.seekingRefsLocked(l)...)
 	keys := make([]resultKey, 0, len(l.unacked))
 	for k := range l.unacked {
 		keys = append(keys, k)
@@ -371,6 +386,7 @@ func (w *Worker) helloLocked(l *link) *pb.Hello {
 			hello.PendingResults = append(hello.PendingResults, res)
 		}
 	}
+	hello.PendingResults = append(hello.PendingResults, w.adrift.offer(streamKey{l, l.streams})...)
 	if w.credits != nil {
 		l.out.setCredits(*w.credits)
 	}
@@ -387,7 +403,9 @@ func (w *Worker) sortedRuns() []*run {
 }
 
 // heartbeat names every lease of l still held, and remembers when it was sent:
-// the Renewal that answers it extends the lease from that instant. It is sent
+// the Renewal that answers it extends the lease from that instant. It names the
+// seeking leases of other links too, and queues the adrift results l was not asked
+// about (shardmove.go). It is sent
 // even empty: a poller closes the stream of a worker silent past 2.5 heartbeat
 // intervals, and one that heartbeats while idle is never leased to when frozen.
 func (w *Worker) heartbeat(l *link) *pb.Heartbeat {
@@ -404,6 +422,8 @@ func (w *Worker) heartbeat(l *link) *pb.Heartbeat {
 		}
 		hb.Leases = append(hb.Leases, r.ref())
 	}
+	hb.Leases = append(hb.Leases, w.seekingRefsLocked(l)...)
+	w.offerAdriftLocked(l)
 	return hb
 }
 
@@ -426,17 +446,7 @@ func (w *Worker) dispatch(l *link, msg *pb.PollerMessage) {
 		}
 	case *pb.PollerMessage_Acks:
 		for _, a := range body.Acks.Acks {
-			key := resultKey{a.RunId, a.FencingToken}
-			if _, ok := l.unacked[key]; !ok {
-				continue
-			}
-			delete(l.unacked, key)
-			if a.Accepted {
-				w.Stats.Accepted.Add(1)
-			} else {
-				w.Stats.Rejected.Add(1)
-				w.log.Info("result rejected", "run", a.RunId, "token", a.FencingToken, "reason", a.Reason)
-			}
+			w.onAckLocked(l, a)
 		}
 	case *pb.PollerMessage_Welcome:
 		l.welcomeLocked(body.Welcome) // a repeated Welcome only updates the timings
@@ -489,12 +499,30 @@ func (w *Worker) onRenewalsLocked(l *link, rs *pb.Renewals, now time.Time) {
 	ttl := durationOr(rs.LeaseTtl, l.leaseTTL)
 	for _, ren := range rs.Renewals {
 		r := w.runs[ren.RunId]
-		if r == nil || r.link != l || r.lost() || r.token != ren.FencingToken {
+		if r == nil || r.lost() || r.token != ren.FencingToken {
+			continue
+		}
+		if r.link != l {
+			// A lease named here while it sought a poller: the one that renews it
+			// serves the run's shard now. A refusal from a poller other than the
+			// lease's own is no revocation (an older poller refuses what it does not
+			// serve): the run's deadline stands, as if unanswered.
+			if ren.Ok && ren.ExpiresAt != nil && r.seeking() {
+				w.moveLocked(r, l)
+				w.extendLocked(r, leaseDeadline(ren.ExpiresAt, now, 0))
+			}
 			continue
 		}
 		var sent time.Time
 		if len(r.pending) > 0 {
 			sent, r.pending = r.pending[0], r.pending[1:]
+		}
+		if ren.NotOwner {
+			if !r.adrift {
+				w.log.Info("the poller no longer serves the run's shard", "run", r.lease.RunId, "poller", l.addr)
+			}
+			r.adrift = true
+			continue
 		}
 		if !ren.Ok {
 			w.Stats.Revoked.Add(1)
@@ -510,16 +538,22 @@ func (w *Worker) onRenewalsLocked(l *link, rs *pb.Renewals, now time.Time) {
 		default: // an older poller: count from when the answered heartbeat left
 			d = sent.Add(ttl)
 		}
-		// The later deadline wins: a late renewal (we were frozen) moves nothing.
-		if d.After(r.deadline) {
-			r.deadline = d
-			if r.pgid != 0 {
-				w.reaper.setDeadline(r.pgid, d)
-			}
-			r.watchdog.Reset(time.Until(d))
-		}
-		w.Stats.Renewed.Add(1)
+		r.adrift = false
+		w.extendLocked(r, d)
 	}
+}
+
+// extendLocked moves a renewed run's deadline, here and in the reaper. The later
+// deadline wins: a late renewal (we were frozen) moves nothing.
+func (w *Worker) extendLocked(r *run, d time.Time) {
+	if d.After(r.deadline) {
+		r.deadline = d
+		if r.pgid != 0 {
+			w.reaper.setDeadline(r.pgid, d)
+		}
+		r.watchdog.Reset(time.Until(d))
+	}
+	w.Stats.Renewed.Add(1)
 }
 
 func (w *Worker) onCancelLocked(l *link, c *pb.Cancel) {
@@ -637,10 +671,10 @@ func (w *Worker) runTask(r *run) outcome {
 func (w *Worker) emitter(r *run) func(stream string, data []byte) {
 	return func(stream string, data []byte) {
 		w.mu.Lock()
-		lost := r.lost()
+		lost, l := r.lost(), r.link // the poller holding the lease now (its shard may have moved)
 		w.mu.Unlock()
 		if !lost { // the poller drops output of a run it no longer leases to us
-			r.link.out.addOutput(r.lease.RunId, r.lease.FencingToken, stream, data)
+			l.out.addOutput(r.lease.RunId, r.lease.FencingToken, stream, data)
 		}
 	}
 }
@@ -747,6 +781,7 @@ func (w *Worker) finish(r *run, out outcome) {
 	res := &pb.RunResult{
 		RunId:        r.lease.RunId,
 		FencingToken: r.token,
+		JobId:        r.lease.JobId,
 		State:        out.state,
 		Reason:       out.reason,
 		Error:        out.err,
@@ -756,47 +791,17 @@ func (w *Worker) finish(r *run, out outcome) {
 	if out.exitCode != nil {
 		res.HasExitCode, res.ExitCode = true, *out.exitCode
 	}
-	r.link.unacked[resultKey{res.RunId, res.FencingToken}] = res
-	r.link.out.addResult(res)
 	w.Stats.Reported.Add(1)
-	w.log.Info("run ended", "run", res.RunId, "state", res.State.String(), "reason", res.Reason.String())
-}
-
-// --- slots ----------------------------------------------------------------------------
-
-// slotPool bounds how many slots running leases use at once. The poller never
-// leases more than Hello.slots (or the last Credits limit) worth of slots to one
-// worker, so acquire normally never waits; it is the worker's own guard.
-type slotPool struct {
-	mu      sync.Mutex
-	free    int
-	changed chan struct{}
-}
-
-func newSlotPool(n int) *slotPool { return &slotPool{free: n, changed: make(chan struct{})} }
-
-func (p *slotPool) acquire(ctx context.Context, n int) error {
-	for {
-		p.mu.Lock()
-		if p.free >= n {
-			p.free -= n
-			p.mu.Unlock()
-			return nil
+	if r.seeking() { // no poller renews its lease now: offered to every one
+		w.adrift.add(res)
+		for _, l := range w.links {
+			if l.connected {
+				w.offerAdriftLocked(l)
+			}
 		}
-		ch := p.changed
-		p.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	} else {
+		r.link.unacked[resultKey{res.RunId, res.FencingToken}] = res
+		r.link.out.addResult(res)
 	}
-}
-
-func (p *slotPool) release(n int) {
-	p.mu.Lock()
-	p.free += n
-	close(p.changed)
-	p.changed = make(chan struct{})
-	p.mu.Unlock()
+	w.log.Info("run ended", "run", res.RunId, "state", res.State.String(), "reason", res.Reason.String())
 }
