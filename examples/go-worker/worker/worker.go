@@ -26,6 +26,7 @@ import (
 
 	pb "github.com/shardcron/shardcron/gen/go/shardcron/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -103,6 +104,9 @@ type Config struct {
 	InheritEnv  bool          // commands get the whole environment, not only PATH, HOME, LANG
 	Logger      *slog.Logger
 	DialOptions []grpc.DialOption // extra options for every link
+	// TLS for every stream (ClientTLS); nil = plaintext.
+	TransportCredentials credentials.TransportCredentials
+	Token                string // sent as "authorization: Bearer Token" on every stream; "" = none
 }
 
 type stopKind int

@@ -12,6 +12,7 @@ import (
 
 	pb "github.com/shardcron/shardcron/gen/go/shardcron/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
@@ -24,12 +25,14 @@ type fakePoller struct {
 
 type fakeStream struct {
 	srv  pb.WorkerService_ConnectServer
+	md   metadata.MD // the stream's request metadata
 	msgs chan *pb.WorkerMessage
 	end  chan struct{}
 }
 
 func (f *fakePoller) Connect(srv pb.WorkerService_ConnectServer) error {
-	s := &fakeStream{srv: srv, msgs: make(chan *pb.WorkerMessage, 1000), end: make(chan struct{})}
+	md, _ := metadata.FromIncomingContext(srv.Context())
+	s := &fakeStream{srv: srv, md: md, msgs: make(chan *pb.WorkerMessage, 1000), end: make(chan struct{})}
 	go func() {
 		defer close(s.msgs)
 		for {
