@@ -83,8 +83,32 @@ async def create_jobs(
     for item in created:
         if item.job.state != JobState.DELETED:
             added[item.job.owner] = added.get(item.job.owner, 0) + 1
-    await count_jobs_change(cql, added)
+    count_jobs_later(cql, added)
     return results
+
+
+_COUNTING: set[asyncio.Task[None]] = set()  # counter updates under way (kept referenced)
+
+
+def count_jobs_later(cql: Cql, changes: dict[str, int]) -> None:
+    """``count_jobs_change`` in the background: a create or delete is answered once its
+    own writes are durable, never held up by the counter (a counter write waits out
+    its timeout when its leader replica has just gone down, which held creates past
+    their callers' deadlines while one Cassandra node of three was lost)."""
+    if any(changes.values()):
+        task = asyncio.get_running_loop().create_task(count_jobs_change(cql, changes))
+        _COUNTING.add(task)
+        task.add_done_callback(_COUNTING.discard)
+
+
+COUNT_SETTLE = 0.5  # seconds a count waits at most for this node's counter updates
+
+
+async def counted_lately() -> None:
+    """Waits (``COUNT_SETTLE`` at most) for the counter updates this node has under way,
+    so a count read after a create here includes it unless its counter write is stuck."""
+    if _COUNTING:
+        await asyncio.wait(set(_COUNTING), timeout=COUNT_SETTLE)
 
 
 async def count_jobs_change(cql: Cql, changes: dict[str, int]) -> None:

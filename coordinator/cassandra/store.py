@@ -216,6 +216,7 @@ class CassandraStore:
         return await creates.create_jobs(self._cql, self._planner, items, flush=self._flush)
 
     async def count_jobs(self, owner: str) -> int:
+        await creates.counted_lately()  # this node's own creates and deletes count first
         rows = (await self._cql.exec(self._cql.ps["count_jobs"], (owner,))).rows
         return max(0, rows[0][0] or 0) if rows else 0
 
@@ -280,7 +281,7 @@ class CassandraStore:
         if job.state == JobState.DELETED:
             # only a job that was not DELETED is updated (the api refuses the others),
             # and this compare-and-set applied: it left the count of live jobs
-            await creates.count_jobs_change(self._cql, {job.owner: -1})
+            creates.count_jobs_later(self._cql, {job.owner: -1})
         return await self.get_job(job.owner, job.id)
 
     # --- runs -------------------------------------------------------------
