@@ -3,7 +3,9 @@
 ``Node`` takes its parts ready-made (store, coordination, config) so the same
 code serves ``shardcron dev`` (SQLite, local coordination) and a cluster node.
 Start order matters: the store opens, the gRPC server listens, the poller
-starts, and only then does coordination hand out shards.
+starts, and only then does coordination hand out shards. With an ``AuthSource``
+every call is authenticated (``coordinator.auth``), and the node's own calls to
+other nodes carry ``NodeConfig.node_token``.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import grpc
 from grpc_health.v1 import health_pb2
 
 from shardcron.coordinator.api import JobsApi
+from shardcron.coordinator.auth import AuthSource
 from shardcron.coordinator.coordination import Coordination
 from shardcron.coordinator.metrics import Metrics, TimedStore, serve_metrics
 from shardcron.coordinator.poller import Poller, PollerConfig
@@ -39,14 +42,23 @@ class NodeConfig:
     roles: frozenset[str] = ROLES
     node_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}")
     poller: PollerConfig = field(default_factory=PollerConfig)
+    node_token: str = ""  # sent on calls to other nodes (a node principal's token)
 
 
 class Node:
-    def __init__(self, store: JobStore, coordination: Coordination, config: NodeConfig) -> None:
+    def __init__(
+        self,
+        store: JobStore,
+        coordination: Coordination,
+        config: NodeConfig,
+        *,
+        auth: AuthSource | None = None,
+    ) -> None:
         unknown = config.roles - ROLES
         if unknown:
             raise ValueError(f"unknown roles: {', '.join(sorted(unknown))}")
         self.config = config
+        self.auth = auth  # None: every caller is trusted
         self.metrics = Metrics()
         self.raw_store = store
         self.store: JobStore = TimedStore(store, self.metrics)  # type: ignore[assignment]
@@ -80,7 +92,12 @@ class Node:
                 session_generation=self.coordination.session_generation,
             )
             self.coordination.subscribe(self.poller.on_assignment)
-        self.router = ShardRouter(self.coordination, self.poller, self.raw_store.shard_count)
+        self.router = ShardRouter(
+            self.coordination,
+            self.poller,
+            self.raw_store.shard_count,
+            node_token=self.config.node_token,
+        )
         if "api" in self.config.roles:
             self.api = JobsApi(self.store, self.router, self.metrics)
         self.server, self.port = build_server(
@@ -89,6 +106,7 @@ class Node:
             poller=self.poller,
             coordination=self.coordination,
             router=self.router,
+            auth=self.auth,
         )
         await self.server.start()
         if self.config.metrics_listen:

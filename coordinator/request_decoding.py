@@ -185,6 +185,12 @@ def _stream_request(behavior: Callable[..., Any], deserializer: Deserializer) ->
     return unary
 
 
+def handler_kind(handler: grpc.RpcMethodHandler) -> str:
+    """The name of the handler's behavior attribute: ``unary_unary`` ... ``stream_stream``."""
+    requests = "stream" if handler.request_streaming else "unary"
+    return f"{requests}_{'stream' if handler.response_streaming else 'unary'}"
+
+
 class DecodingInterceptor(grpc.aio.ServerInterceptor):
     """Decodes every request in front of its servicer; see the module docstring."""
 
@@ -197,11 +203,7 @@ class DecodingInterceptor(grpc.aio.ServerInterceptor):
         deserializer = getattr(handler, "request_deserializer", None)
         if handler is None or deserializer is None or not hasattr(handler, "_replace"):
             return handler
-        kind = (
-            ("stream" if handler.request_streaming else "unary")
-            + "_"
-            + ("stream" if handler.response_streaming else "unary")
-        )
+        kind = handler_kind(handler)
         wrap = _stream_request if handler.request_streaming else _unary_request
         behavior = wrap(getattr(handler, kind), deserializer)
         return handler._replace(request_deserializer=None, **{kind: behavior})

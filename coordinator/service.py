@@ -31,6 +31,7 @@ from shardcron.client.codec.common import get_time
 from shardcron.client.errors import InvalidArgument, ShardcronError
 from shardcron.client.types import DEFAULT_OWNER, ClusterStatus, Page, ShardInfo, WorkerInfo
 from shardcron.coordinator.api import JobsApi
+from shardcron.coordinator.auth import AuthInterceptor, AuthSource, current_caller
 from shardcron.coordinator.coordination import Coordination
 from shardcron.coordinator.poller import Poller
 from shardcron.coordinator.request_decoding import DecodingInterceptor
@@ -69,6 +70,10 @@ JOB_REPLY_OVERHEAD = 320
 
 
 def owner_of(context: grpc.aio.ServicerContext) -> str:
+    """The owner the call acts for: from its credential (``auth``), else its header."""
+    caller = current_caller()
+    if caller is not None:
+        return caller.owner
     for key, value in context.invocation_metadata() or ():
         if key == OWNER_KEY:
             return validate_owner(value)
@@ -362,10 +367,15 @@ def build_server(
     poller: Poller | None,
     coordination: Coordination,
     router: ShardRouter | None,
+    auth: AuthSource | None = None,
 ) -> tuple[grpc.aio.Server, int]:
-    """A gRPC server with the services of the roles given; returns it (not started) and its port."""
+    """A gRPC server with the services of the roles given; returns it (not started) and its
+    port. With ``auth`` every call is judged against its principals before decoding."""
+    interceptors: list[grpc.aio.ServerInterceptor] = [DecodingInterceptor()]
+    if auth is not None:
+        interceptors.insert(0, AuthInterceptor(auth))
     server = grpc.aio.server(
-        interceptors=[DecodingInterceptor()],
+        interceptors=interceptors,
         options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", 64 << 20),

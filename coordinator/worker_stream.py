@@ -35,6 +35,7 @@ from shardcron.client.stream import (
     ResultAcks,
     Welcome,
 )
+from shardcron.coordinator.auth import current_caller
 from shardcron.coordinator.poller.events import (
     InboxEvent,
     WorkerClosed,
@@ -184,7 +185,16 @@ class WorkerStreamServicer(worker_pb2_grpc.WorkerServiceServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, e.message)
         assert isinstance(hello, Hello)
         outbox = WorkerOutbox()
-        self._submit(WorkerConnected(link=outbox, hello=hello, address=context.peer()))
+        caller = current_caller()  # None: no auth file, every worker is trusted
+        self._submit(
+            WorkerConnected(
+                link=outbox,
+                hello=hello,
+                address=context.peer(),
+                principal=caller.principal if caller else "",
+                owners=caller.worker_pool if caller else None,
+            )
+        )
 
         silence = SilenceWatch(time.monotonic())
 

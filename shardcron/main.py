@@ -18,8 +18,17 @@ from pathlib import Path
 
 import click
 
+from shardcron.auth_options import (
+    auth_file_option,
+    dev_auth,
+    node_auth,
+    node_token_option,
+    reload_on_sighup,
+    worker_token_option,
+)
 from shardcron.client.cli import cli
 from shardcron.client.schedule import parse_duration
+from shardcron.coordinator.auth import AuthSource
 from shardcron.coordinator.poller import PollerConfig
 
 
@@ -95,6 +104,7 @@ async def _until_signalled() -> None:
     help="How late a fire may start before it counts as a misfire.",
 )
 @click.option("--shards", default=64, show_default=True, help="Shard count (fixed for a data dir).")
+@auth_file_option
 @click.option("--log-level", default="info", show_default=True)
 def dev(
     listen: str,
@@ -106,12 +116,14 @@ def dev(
     lease_ttl: timedelta,
     misfire_grace: timedelta,
     shards: int,
+    auth_file: str | None,
     log_level: str,
 ) -> None:
     """Run every role in one process on the embedded SQLite store."""
     from shardcron.coordinator.data_dir_lock import DataDirInUse, lock_data_dir
 
     _setup_logging(log_level)
+    auth, in_process_token = dev_auth(auth_file)
     poller = PollerConfig(
         lease_ttl=lease_ttl, heartbeat_interval=lease_ttl / 3, misfire_grace=misfire_grace
     )
@@ -132,6 +144,8 @@ def dev(
                 list(handler_modules),
                 poller,
                 shards,
+                auth,
+                in_process_token,
             )
         )
     finally:
@@ -147,6 +161,8 @@ async def _dev(
     handler_modules: list[str],
     poller: PollerConfig,
     shards: int,
+    auth: AuthSource | None,
+    in_process_token: str | None,
 ) -> None:
     from shardcron.coordinator.coordination import LocalCoordination
     from shardcron.coordinator.node import Node, NodeConfig
@@ -163,10 +179,18 @@ async def _dev(
         node_id="dev",
         poller=poller,
     )
-    node = Node(store, LocalCoordination(data_dir, shard_count=shards, node_id="dev"), config)
+    coordination = LocalCoordination(data_dir, shard_count=shards, node_id="dev")
+    node = Node(store, coordination, config, auth=auth)
     await node.start()
+    reload_on_sighup(auth)
     workers = [
-        Worker(node.address, worker_id=f"dev-worker-{i}", slots=slots, registry=registry)
+        Worker(
+            node.address,
+            worker_id=f"dev-worker-{i}",
+            slots=slots,
+            registry=registry,
+            token=in_process_token,
+        )
         for i in range(worker_count)
     ]
     tasks = [asyncio.create_task(w.run()) for w in workers]
@@ -221,6 +245,7 @@ async def _dev(
     help="Import MODULE so its @handler functions register.",
 )
 @click.option("--no-commands", is_flag=True, help="Serve handlers only, never run command jobs.")
+@worker_token_option
 @click.option("--log-level", default="info", show_default=True)
 def worker_cmd(
     worker_target: str,
@@ -233,6 +258,7 @@ def worker_cmd(
     memory_mb: int,
     handler_modules: tuple[str, ...],
     no_commands: bool,
+    worker_token: str,
     log_level: str,
 ) -> None:
     """Run a worker that takes leases from a node, or from every poller of a cluster (--zk)."""
@@ -252,6 +278,7 @@ def worker_cmd(
         runs_commands=not no_commands,
         cpu_millis=cpu_millis,
         memory_mb=memory_mb,
+        token=worker_token or None,
     )
 
     async def main() -> None:
@@ -337,6 +364,8 @@ def _cassandra_options(f):  # type: ignore[no-untyped-def]
 )
 @click.option("--lease-ttl", default="10s", show_default=True, callback=_duration)
 @click.option("--misfire-grace", default="5s", show_default=True, callback=_duration)
+@auth_file_option
+@node_token_option
 @click.option("--log-level", default="info", show_default=True)
 def node(
     roles: str,
@@ -353,10 +382,13 @@ def node(
     session_timeout: float,
     lease_ttl: timedelta,
     misfire_grace: timedelta,
+    auth_file: str | None,
+    node_token: str,
     log_level: str,
 ) -> None:
     """Run a cluster node on ZooKeeper and Cassandra (the production entry point)."""
     _setup_logging(log_level)
+    auth = node_auth(auth_file, node_token)
     role_set = frozenset(r.strip() for r in roles.split(",") if r.strip())
     poller = PollerConfig(
         lease_ttl=lease_ttl,
@@ -381,6 +413,8 @@ def node(
             shards,
             session_timeout,
             poller,
+            auth,
+            node_token,
         )
     )
 
@@ -399,6 +433,8 @@ async def _node(
     shards: int,
     session_timeout: float,
     poller: PollerConfig,
+    auth: AuthSource | None,
+    node_token: str,
 ) -> None:
     from shardcron.client.errors import ShardcronError
     from shardcron.coordinator.cassandra.store import CassandraStore
@@ -427,12 +463,14 @@ async def _node(
         roles=roles,
         node_id=node_id,
         poller=poller,
+        node_token=node_token,
     )
-    node = Node(store, coordination, config)
+    node = Node(store, coordination, config, auth=auth)
     try:
         await node.start()
     except ShardcronError as e:
         raise click.ClickException(f"cannot start: {e.message}") from e
+    reload_on_sighup(auth)
     click.echo(
         f"shardcron node {node_id}: serving on {node.address} (roles: {','.join(sorted(roles))})",
         err=True,

@@ -29,6 +29,7 @@ from datetime import datetime
 from functools import partial
 
 import shardcron
+from shardcron.client.sdk.connection import call_metadata
 from shardcron.client.stream import (
     CancelOrder,
     Heartbeat,
@@ -121,6 +122,9 @@ class Worker:
     once, or, while it is up and its runs or results are not done, once it ends: it is
     never opened again (``_follow_targets``).
 
+    ``token`` authenticates every stream (``authorization: Bearer TOKEN``) to a node
+    with an auth file: its principal's owners are the runs it is leased.
+
     To its links it is a ``StreamOwner``: they call ``hello_for``, ``heartbeat_for``,
     the ``on_*`` handlers and ``rebalance``, which are not for other callers.
     """
@@ -138,6 +142,7 @@ class Worker:
         memory_mb: int = 0,
         kill_grace: float = 5.0,
         metadata: Sequence[tuple[str, str]] | dict[str, str] | None = None,
+        token: str | None = None,
     ) -> None:
         if slots < 1:
             raise ValueError("slots must be at least 1")
@@ -155,7 +160,7 @@ class Worker:
         self.kill_grace = kill_grace
         if isinstance(metadata, dict):
             metadata = list(metadata.items())
-        self.metadata = tuple(metadata or ())
+        self.metadata = tuple(metadata or ()) + call_metadata(None, token)
         self.stats: Counter[str] = Counter()
         self._runs: dict[str, _Run] = {}
         self._slots_used = 0

@@ -1,8 +1,8 @@
 """The ``shardcron`` group: its global options, its error exits and its command groups.
 
-``--target``, ``--owner``, ``--json`` and ``--timeout`` come before the subcommand and
-become the ``CliState`` every command reads; ``--target`` may name several api nodes
-(``host1:7400,host2:7400``), which the client fails over among. A ``ShardcronError`` raised by any
+``--target``, ``--owner``, ``--token``, ``--json`` and ``--timeout`` come before the
+subcommand and become the ``CliState`` every command reads; ``--target`` may name
+several api nodes (``host1:7400,host2:7400``), which the client fails over among. A ``ShardcronError`` raised by any
 subcommand (those added from outside too) prints ``error: CODE: message`` on stderr and
 exits with the code ``EXIT_CODES`` gives it, never with a traceback.
 """
@@ -23,6 +23,8 @@ from shardcron.client.sdk import DEFAULT_TARGET, Client
 from shardcron.client.types import DEFAULT_OWNER
 
 EXIT_CODES = {
+    "UNAUTHENTICATED": 5,
+    "PERMISSION_DENIED": 5,
     "INVALID_ARGUMENT": 2,
     "NOT_FOUND": 3,
     "ABORTED": 4,
@@ -57,9 +59,16 @@ class ShardcronGroup(click.Group):
 @click.option(
     "--owner",
     envvar="SHARDCRON_OWNER",
-    default=DEFAULT_OWNER,
-    show_default=True,
-    help="Owner (tenant) to act as [env SHARDCRON_OWNER].",
+    default=None,
+    help=f"Owner (tenant) to act as; default: the token's one owner, or {DEFAULT_OWNER!r}"
+    " [env SHARDCRON_OWNER].",
+)
+@click.option(
+    "--token",
+    envvar="SHARDCRON_TOKEN",
+    default="",
+    show_default=False,
+    help="Bearer token for a node with an auth file [env SHARDCRON_TOKEN].",
 )
 @click.option("--json", "json_output", is_flag=True, help="Print one JSON document.")
 @click.option(
@@ -71,7 +80,14 @@ class ShardcronGroup(click.Group):
 )
 @click.version_option(package_name="shardcron")
 @click.pass_context
-def cli(ctx: click.Context, target: str, owner: str, json_output: bool, timeout: float) -> None:
+def cli(
+    ctx: click.Context,
+    target: str,
+    owner: str | None,
+    token: str,
+    json_output: bool,
+    timeout: float,
+) -> None:
     """shardcron: a distributed job scheduler.
     \f
     An ``obj`` given to ``cli.main`` that is callable replaces ``Client`` as the client
@@ -79,7 +95,12 @@ def cli(ctx: click.Context, target: str, owner: str, json_output: bool, timeout:
     """
     connect = ctx.obj if callable(ctx.obj) else Client
     ctx.obj = CliState(
-        target=target, owner=owner, json_output=json_output, timeout=timeout, connect=connect
+        target=target,
+        owner=owner,
+        json_output=json_output,
+        timeout=timeout,
+        connect=connect,
+        token=token,
     )
     ctx.call_on_close(ctx.obj.close)
 

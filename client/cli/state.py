@@ -23,15 +23,19 @@ class CliState:
     """The global options, and the client built from them on first use."""
 
     target: str
-    owner: str
+    owner: str | None
     json_output: bool
     timeout: float
     connect: Callable[..., Client] = Client
+    token: str = ""
     _client: Client | None = None
 
     def client(self) -> Client:
         if self._client is None:
-            self._client = self.connect(self.target, owner=self.owner, timeout=self.timeout)
+            credentials = {"token": self.token} if self.token else {}
+            self._client = self.connect(
+                self.target, owner=self.owner, timeout=self.timeout, **credentials
+            )
         return self._client
 
     def close(self) -> None:

@@ -15,8 +15,10 @@ from shardcron.client.errors import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,
+    PermissionDenied,
     ShardcronError,
     StaleLease,
+    Unauthenticated,
     Unavailable,
     VersionConflict,
 )
@@ -32,6 +34,8 @@ ERROR_CODES: dict[type[ShardcronError], grpc.StatusCode] = {
     StaleLease: grpc.StatusCode.FAILED_PRECONDITION,
     AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
     Unavailable: grpc.StatusCode.UNAVAILABLE,
+    Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
+    PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
 }
 
 # Reverse of ERROR_CODES (the first class listed for a code wins), plus the codes the

@@ -23,11 +23,10 @@ from shardcron.client.codec import (
     run_from_proto,
 )
 from shardcron.client.sdk import messages
-from shardcron.client.sdk.connection import ClientChannels, owner_metadata, resolve_target
+from shardcron.client.sdk.connection import ClientChannels, call_metadata, resolve_target
 from shardcron.client.sdk.messages import JobSpecArg
 from shardcron.client.sdk.waiting import DEFAULT_POLL_INTERVAL, Waiter, final_runs_wanted
 from shardcron.client.types import (
-    DEFAULT_OWNER,
     FINAL_RUN_STATES,
     ClusterStatus,
     Fire,
@@ -47,16 +46,17 @@ class AsyncClient:
     """``Client`` for asyncio: the same methods, as coroutines; ``read_output``,
     ``iter_jobs`` and ``iter_runs`` are async iterators. Use ``async with`` or
     ``await close()``. The channel is opened on the first call, so the client may be
-    built outside the event loop it is used in."""
+    built outside the event loop it is used in. ``owner`` and ``token`` as ``Client``."""
 
     def __init__(
         self,
         target: str | None = None,
         *,
-        owner: str = DEFAULT_OWNER,
+        owner: str | None = None,
         timeout: float = 30.0,
         channel_options: Sequence[tuple[str, Any]] = (),
         credentials: grpc.ChannelCredentials | None = None,
+        token: str | None = None,
     ) -> None:
         self.target = resolve_target(target)
         self.owner = owner
@@ -64,7 +64,7 @@ class AsyncClient:
         self._channels = ClientChannels(
             self.target, credentials=credentials, options=channel_options, asyncio=True
         )
-        self._metadata = owner_metadata(owner)
+        self._metadata = call_metadata(owner, token)
         self._channel: grpc.aio.Channel | None = None
         self._job_stub: jobs_pb2_grpc.JobServiceStub | None = None
         self._cluster_stub: cluster_pb2_grpc.ClusterServiceStub | None = None

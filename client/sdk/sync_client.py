@@ -23,11 +23,10 @@ from shardcron.client.codec import (
     run_from_proto,
 )
 from shardcron.client.sdk import messages
-from shardcron.client.sdk.connection import ClientChannels, owner_metadata, resolve_target
+from shardcron.client.sdk.connection import ClientChannels, call_metadata, resolve_target
 from shardcron.client.sdk.messages import JobSpecArg
 from shardcron.client.sdk.waiting import DEFAULT_POLL_INTERVAL, Waiter, final_runs_wanted
 from shardcron.client.types import (
-    DEFAULT_OWNER,
     FINAL_RUN_STATES,
     ClusterStatus,
     Fire,
@@ -48,19 +47,22 @@ class Client:
 
     ``target`` is one api node's ``host:port`` or several, comma-separated, to fail over
     among (``connection`` says which calls are retried on another); it defaults to
-    ``$SHARDCRON_TARGET`` or ``127.0.0.1:7400``; every call is
-    scoped to ``owner`` and given ``timeout`` seconds (except followed output).
-    ``credentials`` switches to a TLS channel. Use as a context manager or ``close()``.
+    ``$SHARDCRON_TARGET`` or ``127.0.0.1:7400``; every call is scoped to ``owner``
+    (None: the one owner of the token's principal, or ``default``) and given ``timeout``
+    seconds (except followed output). ``token`` is sent as ``authorization: Bearer
+    TOKEN`` to a node with an auth file. ``credentials`` switches to a TLS channel. Use
+    as a context manager or ``close()``.
     """
 
     def __init__(
         self,
         target: str | None = None,
         *,
-        owner: str = DEFAULT_OWNER,
+        owner: str | None = None,
         timeout: float = 30.0,
         channel_options: Sequence[tuple[str, Any]] = (),
         credentials: grpc.ChannelCredentials | None = None,
+        token: str | None = None,
     ) -> None:
         self.target = resolve_target(target)
         self.owner = owner
@@ -69,7 +71,7 @@ class Client:
             self.target, credentials=credentials, options=channel_options
         )
         self._channel: grpc.Channel = self._channels.calls()
-        self._metadata = owner_metadata(owner)
+        self._metadata = call_metadata(owner, token)
         self._jobs = jobs_pb2_grpc.JobServiceStub(self._channel)
         self._cluster = cluster_pb2_grpc.ClusterServiceStub(self._channel)
 
