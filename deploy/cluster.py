@@ -5,6 +5,12 @@ coordinator and poller roles each) and two workers that find the pollers
 through ZooKeeper. Every process's pid and log go under ``.cluster/`` so
 ``down`` (and a newcomer) can find them; endpoints are printed at the end.
 
+Tokens are on: ``up`` makes an admin, a node and a worker token (``tokens.json``,
+readable by its owner only) and the auth file that holds their digests
+(``auth.toml``); the nodes get ``--auth-file`` and the node token, the workers
+their token, through the environment. ``export SHARDCRON_TOKEN=...`` (printed)
+lets the CLI in.
+
     python -m deploy.cluster up [--dir .cluster] [--nodes 3] [--workers 2] [--slots 8]
     python -m deploy.cluster status
     python -m deploy.cluster down
@@ -16,8 +22,10 @@ the nodes and workers are started with that interpreter's ``shardcron``.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -50,9 +58,32 @@ def shardcron(*args: str) -> list[str]:
     return [sys.executable, "-m", "shardcron", *args]
 
 
-def spawn(name: str, cmd: list[str], state: Path) -> int:
+def write_tokens(state: Path) -> dict[str, str]:
+    """An admin, a node and a worker token (kept in ``tokens.json``, mode 0600) and the
+    auth file of their principals (``auth.toml``); the tokens of an earlier ``up``
+    are kept."""
+    tokens_file = state / "tokens.json"
+    if tokens_file.exists():
+        tokens: dict[str, str] = json.loads(tokens_file.read_text())
+    else:
+        tokens = {role: secrets.token_urlsafe(32) for role in ("admin", "node", "worker")}
+        tokens_file.touch(mode=0o600)
+        tokens_file.write_text(json.dumps(tokens, indent=2))
+    principals = []
+    for role, token in tokens.items():
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        owners = 'owners = ["*"]\n' if role == "worker" else ""
+        principals.append(
+            f'[[principal]]\nname = "local-{role}"\ntoken_sha256 = "{digest}"\n'
+            f'role = "{role}"\n{owners}'
+        )
+    (state / "auth.toml").write_text("\n".join(principals))
+    return tokens
+
+
+def spawn(name: str, cmd: list[str], state: Path, env: dict[str, str] | None = None) -> int:
     log = state / f"{name}.log"
-    pid = spawn_detached(cmd, REPO, log)
+    pid = spawn_detached(cmd, REPO, log, env)
     (state / f"{name}.pid").write_text(str(pid))
     return pid
 
@@ -85,6 +116,7 @@ def up(state: Path, nodes: int, workers: int, slots: int = 8) -> None:
     zk.start()
     cassandra.start()
     contact = ",".join(cassandra.contact_points)
+    tokens = write_tokens(state)
     subprocess.run(
         shardcron("store", "init", "--cassandra", contact, "--keyspace", KEYSPACE), check=True
     )
@@ -111,8 +143,11 @@ def up(state: Path, nodes: int, workers: int, slots: int = 8) -> None:
                 f"node{i}",
                 "--metrics-listen",
                 f"127.0.0.1:{9464 + i}",
+                "--auth-file",
+                str(state / "auth.toml"),
             ),
             state,
+            {"SHARDCRON_NODE_TOKEN": tokens["node"]},
         )
     for target in targets:
         wait_serving(target)
@@ -131,6 +166,7 @@ def up(state: Path, nodes: int, workers: int, slots: int = 8) -> None:
                 str(slots),
             ),
             state,
+            {"SHARDCRON_TOKEN": tokens["worker"]},
         )
     endpoints = {
         "api": targets,
@@ -142,6 +178,7 @@ def up(state: Path, nodes: int, workers: int, slots: int = 8) -> None:
     (state / "endpoints.json").write_text(json.dumps(endpoints, indent=2))
     print(f"""shardcron cluster up
   api        {", ".join(targets)}   (export SHARDCRON_TARGET={targets[0]})
+  token      export SHARDCRON_TOKEN=$(python3 -c 'import json; print(json.load(open("{state}/tokens.json"))["admin"])')
   zookeeper  {zk.connect_string}
   cassandra  {contact}  keyspace {KEYSPACE}
   metrics    {", ".join(endpoints["metrics"])}

@@ -15,6 +15,7 @@ stop a cluster started by hand first.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -74,7 +75,8 @@ def _w1(out_dir: Path, n: int) -> Result:
         spec = JobSpec(name="w1", task=HandlerTask(name="noop"))
         meter.start()
         targets = [f"127.0.0.1:{7400 + i}" for i in range(1, NODES + 1)]
-        first, last_ack = asyncio.run(submit(targets, [spec] * n, IN_FLIGHT))
+        token = json.loads((state / "tokens.json").read_text())["admin"]  # tokens are on
+        first, last_ack = asyncio.run(submit(targets, [spec] * n, IN_FLIGHT, token=token))
         done, last_done = wait_ended(METRICS, n, TIMEOUT, 0.1)
         cpu = meter.stop()
     finally:

@@ -115,11 +115,12 @@ class _Node:
 
 
 async def submit(
-    targets: Sequence[str], specs: list[JobSpec], in_flight: int
+    targets: Sequence[str], specs: list[JobSpec], in_flight: int, *, token: str | None = None
 ) -> tuple[float, float]:
     """Submits every spec in ``BATCH``-job CreateJobs calls, ``in_flight`` at once, the
-    k-th call to ``targets[k % len(targets)]``; returns (first call sent, last acked)."""
-    clients = [AsyncClient(t, owner="bench", timeout=120) for t in targets]
+    k-th call to ``targets[k % len(targets)]`` (with ``token`` for nodes with an auth
+    file); returns (first call sent, last acked)."""
+    clients = [AsyncClient(t, owner="bench", timeout=120, token=token) for t in targets]
     queue: asyncio.Queue[tuple[int, list[JobSpec]]] = asyncio.Queue()
     for k, i in enumerate(range(0, len(specs), BATCH)):
         queue.put_nowait((k, specs[i : i + BATCH]))

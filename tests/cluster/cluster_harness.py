@@ -31,6 +31,7 @@ import json
 import os
 import queue
 import re
+import secrets
 import shlex
 import signal
 import subprocess
@@ -62,6 +63,7 @@ from shardcron.client.types import (
 )
 from shardcron.v1 import worker_pb2, worker_pb2_grpc
 from tests.e2e.harness import Proc, free_port, heartbeat_empty, wait_healthy
+from tests.support.auth import principal_toml
 from tests.support.zookeeper import ZkProxy
 
 REPO = Path(__file__).resolve().parents[2]
@@ -250,6 +252,15 @@ class ShardcronCluster:
         # can freeze to cut that node off (a partition) without closing anything
         self.zk_proxies = zk_proxies
         self.proxies: dict[str, ZkProxy] = {}
+        # tokens on: every call is authenticated, the nodes' calls to each other too
+        self.tokens = {role: secrets.token_urlsafe(24) for role in ("admin", "node", "worker")}
+        self.auth_file = root / "auth.toml"
+        self.auth_file.write_text(
+            "\n".join(
+                principal_toml(f"cluster-{role}", role, None if role != "worker" else ["*"], token)
+                for role, token in self.tokens.items()
+            )
+        )
 
     # --- lifecycle -------------------------------------------------------------
 
@@ -280,6 +291,8 @@ class ShardcronCluster:
             f"{self.lease_ttl:g}s",
             "--misfire-grace",
             f"{self.misfire_grace:g}s",
+            "--auth-file",
+            str(self.auth_file),
         ]
 
     def add_node(self, node_id: str | None = None) -> NodeHandle:
@@ -290,7 +303,9 @@ class ShardcronCluster:
             self.proxies[node_id] = ZkProxy(self.zk_hosts)
             hosts = self.proxies[node_id].hosts
         proc = ClusterProc(
-            self.node_args(node_id, port, hosts), self.root / f"{node_id}.log"
+            self.node_args(node_id, port, hosts),
+            self.root / f"{node_id}.log",
+            env={"SHARDCRON_NODE_TOKEN": self.tokens["node"]},
         ).start()
         handle = NodeHandle(node_id, port, proc)
         self.nodes[node_id] = handle
@@ -300,7 +315,11 @@ class ShardcronCluster:
         worker_id = worker_id or f"w{len(self.workers) + 1}"
         args = ["worker", "--zk", self.zk_hosts, "--cluster", self.name]
         args += ["--id", worker_id, "--slots", str(slots)]
-        proc = ClusterProc(args, self.root / f"worker-{worker_id}.log").start()
+        proc = ClusterProc(
+            args,
+            self.root / f"worker-{worker_id}.log",
+            env={"SHARDCRON_TOKEN": self.tokens["worker"]},
+        ).start()
         handle = WorkerHandle(worker_id, proc)
         self.workers[worker_id] = handle
         return handle
@@ -377,7 +396,9 @@ class ShardcronCluster:
     # --- views -------------------------------------------------------------------
 
     def client(self, node_id: str, owner: str, timeout: float = 10.0) -> Client:
-        c = Client(self.nodes[node_id].target, owner=owner, timeout=timeout)
+        c = Client(
+            self.nodes[node_id].target, owner=owner, timeout=timeout, token=self.tokens["admin"]
+        )
         self._clients.append(c)
         return c
 
@@ -386,7 +407,9 @@ class ShardcronCluster:
         vias = [via] if via else [n.id for n in self.live_nodes()]
         for node_id in vias:
             try:
-                with Client(self.nodes[node_id].target, timeout=timeout) as c:
+                with Client(
+                    self.nodes[node_id].target, timeout=timeout, token=self.tokens["admin"]
+                ) as c:
                     return c.cluster_status()
             except (ShardcronError, grpc.RpcError):
                 continue
@@ -774,7 +797,7 @@ class JobFeeder(threading.Thread):
         self._halt = threading.Event()
 
     def run(self) -> None:
-        client = Client(self.cluster.nodes[self.via].target, owner=self.owner, timeout=5)
+        client = self.cluster.client(self.via, self.owner, timeout=5)
         n = 0
         try:
             while not self._halt.is_set():
@@ -817,7 +840,7 @@ class RawWorker:
     worker would not (never renew a lease, send a result after its lease was lost). It
     sends empty heartbeats: a worker silent while it holds a lease is taken for frozen."""
 
-    def __init__(self, target: str, worker_id: str, handler: str) -> None:
+    def __init__(self, target: str, worker_id: str, handler: str, *, token: str) -> None:
         self.channel = grpc.insecure_channel(target)
         self._out: queue.Queue[worker_pb2.WorkerMessage | None] = queue.Queue()
         self._out.put(
@@ -826,7 +849,9 @@ class RawWorker:
             )
         )
         stub = worker_pb2_grpc.WorkerServiceStub(self.channel)
-        self._responses = stub.Connect(iter(self._out.get, None))
+        self._responses = stub.Connect(
+            iter(self._out.get, None), metadata=(("authorization", f"Bearer {token}"),)
+        )
         self._beating = heartbeat_empty(self._out)
         self.inbox: queue.Queue[worker_pb2.PollerMessage] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
