@@ -30,6 +30,7 @@ from shardcron.coordinator.validation import validate_owner
 ANY_OWNER = "*"
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 _PRINCIPAL_HEADER = re.compile(r"^\s*\[\[\s*principal\s*\]\]")
+_UNESCAPED_COMMA = re.compile(r"(?<!\\),")
 _FIELDS = frozenset({"name", "token_sha256", "cert_subject", "role", "owners"})
 
 
@@ -75,8 +76,11 @@ class AuthFileError(Exception):
 
 
 def normalize_subject(subject: str) -> str:
-    """A certificate subject in one spelling: ``CN=alice, O=x`` and ``CN=alice,O=x`` match."""
-    return ",".join(part.strip() for part in subject.split(",") if part.strip())
+    """A certificate subject in one spelling, whatever the order and spacing of its
+    parts: ``CN=alice, O=x``, ``O=x,CN=alice`` (openssl's order) and gRPC's
+    ``CN=alice,O=x`` match. Escaped commas (``O=Acme\\, Inc``) stay inside their part."""
+    parts = (part.strip() for part in _UNESCAPED_COMMA.split(subject))
+    return ",".join(sorted(part for part in parts if part))
 
 
 def load_auth_file(path: str | Path) -> AuthTable:
