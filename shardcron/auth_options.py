@@ -7,8 +7,8 @@
 - ``--node-token`` (``node``; env ``SHARDCRON_NODE_TOKEN``): the token this node sends
   on its calls to other nodes; other nodes' auth files must hold it as a ``node``
   principal. A node with an auth file needs one, and checks its own file accepts it.
-- ``--token`` (``worker``; env ``SHARDCRON_TOKEN``): the worker's bearer token; its
-  principal's owners are the runs it is given.
+- ``--token`` (``worker``; env ``SHARDCRON_TOKEN``; or the root ``--token``): the
+  worker's bearer token; its principal's owners are the runs it is given.
 
 ``dev``'s in-process workers are trusted as before: they get a random token of a
 principal of every owner that only this process knows and no reload removes.
@@ -25,6 +25,8 @@ from typing import Any, TypeVar
 
 import click
 
+from shardcron.client.cli.state import CliState
+from shardcron.client.errors import ShardcronError
 from shardcron.coordinator.auth import (
     ANY_OWNER,
     AuthFileError,
@@ -71,6 +73,12 @@ def worker_token_option(f: F) -> F:
     )(f)
 
 
+def root_token() -> str:
+    """The ``--token`` given before the subcommand (``shardcron --token T worker``)."""
+    state = click.get_current_context().find_object(CliState)
+    return state.token if state is not None else ""
+
+
 def open_auth(path: str, extra: tuple[Principal, ...] = ()) -> AuthSource:
     """The auth file's principals, or a ClickException naming what is wrong with it."""
     try:
@@ -106,7 +114,7 @@ def node_auth(path: str | None, node_token: str) -> AuthSource | None:
         )
     try:
         authorize(auth.table, _NODE_METHOD, {"authorization": f"Bearer {node_token}"})
-    except Exception as e:
+    except ShardcronError as e:
         raise click.ClickException(
             f"cannot start: --node-token is not a node principal's token in {path}: {e}"
         ) from e

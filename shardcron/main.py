@@ -24,6 +24,7 @@ from shardcron.auth_options import (
     node_auth,
     node_token_option,
     reload_on_sighup,
+    root_token,
     worker_token_option,
 )
 from shardcron.client.cli import cli
@@ -278,7 +279,7 @@ def worker_cmd(
         runs_commands=not no_commands,
         cpu_millis=cpu_millis,
         memory_mb=memory_mb,
-        token=worker_token or None,
+        token=worker_token or root_token() or None,
     )
 
     async def main() -> None:

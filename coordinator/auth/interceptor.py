@@ -47,6 +47,7 @@ class AuthSource:
         self.path = Path(path)
         self._extra = tuple(extra)
         self.table = self._load()  # raises AuthFileError: a bad file at start is fatal
+        log.info("auth file %s: %d principals", self.path, len(self.table.principals))
 
     def _load(self) -> AuthTable:
         table = load_auth_file(self.path)
