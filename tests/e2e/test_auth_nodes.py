@@ -58,7 +58,8 @@ def nodes(tmp_path: Path, zk_hosts: str) -> Iterator[list[str]]:
 
 
 def test_nodes_call_each_other_with_the_node_token(nodes: list[str]) -> None:
-    with Client(nodes[0], owner="a", token=TOKENS["admin"], timeout=15) as client:
+    # one client over both nodes: the token goes with every call, to either
+    with Client(",".join(nodes), owner="a", token=TOKENS["admin"], timeout=15) as client:
 
         def status_of_both():  # type: ignore[no-untyped-def]
             status = client.cluster_status()
@@ -66,11 +67,13 @@ def test_nodes_call_each_other_with_the_node_token(nodes: list[str]) -> None:
             pollers = {p for w in status.workers for p in w.pollers}
             return status if owners == pollers == {"n1", "n2"} else None
 
-        # n2's view of the worker came to n1 through GetPollerStatus, with n1's node token
+        # each node's status holds the other's view of the worker: it came through
+        # GetPollerStatus, with the node token
         status = wait_until(status_of_both, WAIT, "both nodes' shards and streams")
         n2_shards = {s.shard for s in status.shards if s.owner == "n2"}
 
-        # n1's api writes runs of every shard; those of n2's shards are hinted to n2 by id
+        # each api writes runs of every shard; those of the other's shards are hinted to it
+        # by id
         jobs = client.create_jobs([NOOP.replace(name=f"j{i}") for i in range(16)])
 
         def done() -> bool:
@@ -82,15 +85,16 @@ def test_nodes_call_each_other_with_the_node_token(nodes: list[str]) -> None:
 
         wait_until(done, WAIT, "every run done")
 
-        # a cancel of a run of n2's shards goes to n2 (CancelRun, by id)
+        # a cancel, taken by n1, of a run of n2's shards goes to n2 (CancelRun, by id)
         waits = NOOP.replace(name="w", task=HandlerTask(name="nobody-serves"))
-        for i in range(64):
-            job = client.create_job(waits.replace(name=f"w{i}"))
-            [run] = client.list_runs(job.id).items
-            if run.shard in n2_shards:
-                break
-        assert run.shard in n2_shards
-        assert client.cancel_run(run.id).state == RunState.CANCELLED
+        with Client(nodes[0], owner="a", token=TOKENS["admin"], timeout=15) as via_n1:
+            for i in range(64):
+                job = via_n1.create_job(waits.replace(name=f"w{i}"))
+                [run] = via_n1.list_runs(job.id).items
+                if run.shard in n2_shards:
+                    break
+            assert run.shard in n2_shards
+            assert via_n1.cancel_run(run.id).state == RunState.CANCELLED
 
         # a worker's token opens no JobService call on either node
         with (
