@@ -395,6 +395,7 @@ def build_server(
                 poller.submit,
                 poller.may_lease,
                 silence_timeout=poller.config.worker_silence_timeout,
+                auth=auth,
             ),
             server,
         )

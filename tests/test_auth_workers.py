@@ -16,7 +16,7 @@ from shardcron.client.sdk import AsyncClient
 from shardcron.client.types import HandlerTask, JobSpec, Schedule
 from shardcron.coordinator.node import Node
 from shardcron.v1 import cluster_pb2, cluster_pb2_grpc, worker_pb2, worker_pb2_grpc
-from tests.support.auth import OTHER, OWN, TOKENS, auth_node, bearer
+from tests.support.auth import OTHER, OWN, TOKENS, auth_file_text, auth_node, bearer
 
 WAIT = 30.0
 NOOP = JobSpec(name="n", task=HandlerTask(name="noop"), schedule=Schedule.immediate())
@@ -139,3 +139,21 @@ async def test_forged_hints_name_nothing_that_runs(node: Node, channel: grpc.aio
         leases = (await next_of(anyone, "leases")).leases.leases
         assert [(lease.run_id, lease.job_id) for lease in leases] == [(run.id, job.id)]
     anyone.cancel()
+
+
+async def test_a_reload_that_removes_a_workers_principal_ends_its_stream(
+    node: Node, channel: grpc.aio.Channel, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    """A worker's stream is judged when it opens and lives for hours: without this, a
+    principal taken out of the auth file kept receiving leases until it reconnected."""
+    pool_b = await connect(channel, "worker-b", "w-revoked")
+    await next_of(pool_b, "welcome")
+    assert node.auth is not None
+    (tmp_path / "auth.toml").write_text(auth_file_text(["admin", "worker"]))
+    assert node.auth.reload()
+    async with admin(node, OTHER) as as_b:
+        await as_b.create_job(NOOP)
+        assert await refused_with(pool_b) == grpc.StatusCode.PERMISSION_DENIED
+    assert await refused_with(await connect(channel, "worker-b", "w-revoked")) == (
+        grpc.StatusCode.UNAUTHENTICATED
+    )

@@ -13,6 +13,7 @@ from shardcron.coordinator.auth.authorize import (
     Caller,
     authorize,
     current_caller,
+    still_allowed,
 )
 from shardcron.coordinator.auth.interceptor import AuthInterceptor, AuthSource
 from shardcron.coordinator.auth.permissions import METHOD_ACCESS, ROLE_GRANTS, Access
@@ -43,4 +44,5 @@ __all__ = [
     "current_caller",
     "load_auth_file",
     "parse_auth_file",
+    "still_allowed",
 ]

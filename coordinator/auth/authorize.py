@@ -105,6 +105,15 @@ def authorize(
     )
 
 
+def still_allowed(table: AuthTable, caller: Caller) -> bool:
+    """``caller``'s principal is in ``table`` with the same role and owners (a reloaded
+    auth file may have removed or changed it)."""
+    return any(
+        p.name == caller.principal and p.role == caller.role and p.owners == caller.owners
+        for p in table.principals
+    )
+
+
 def identify(
     table: AuthTable, metadata: Mapping[str, str], cert_subjects: Collection[str]
 ) -> Principal:

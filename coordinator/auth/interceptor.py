@@ -11,7 +11,9 @@ starts inherit it.
 
 ``AuthSource`` holds the auth file's principals and reads the file again on
 ``reload()`` (SIGHUP): a file that fails to load is logged and the principals in
-force are kept. A node's own principals (``extra``: the token of ``dev``'s
+force are kept. A call judged before a reload is not judged again, except the lease
+stream, which holds on for hours: its servicer asks its ``CallerWatch`` before it sends
+anything, and ends the stream of a principal a reload removed or changed. A node's own principals (``extra``: the token of ``dev``'s
 in-process workers) survive every reload.
 """
 
@@ -28,7 +30,7 @@ import grpc.aio
 
 from shardcron.client.codec.errors import status_for
 from shardcron.client.errors import ShardcronError
-from shardcron.coordinator.auth.authorize import Caller, authorize, set_caller
+from shardcron.coordinator.auth.authorize import Caller, authorize, set_caller, still_allowed
 from shardcron.coordinator.auth.principals import (
     AuthFileError,
     AuthTable,
@@ -47,6 +49,7 @@ class AuthSource:
         self.path = Path(path)
         self._extra = tuple(extra)
         self.table = self._load()  # raises AuthFileError: a bad file at start is fatal
+        self.generation = 0  # bumped by every reload that took effect
         log.info("auth file %s: %d principals", self.path, len(self.table.principals))
 
     def _load(self) -> AuthTable:
@@ -54,6 +57,9 @@ class AuthSource:
         for principal in self._extra:
             table = table.with_principal(principal)
         return table
+
+    def watch(self, caller: Caller) -> CallerWatch:
+        return CallerWatch(self, caller)
 
     def reload(self) -> bool:
         """Reads the file again; True if its principals are now in force."""
@@ -63,8 +69,24 @@ class AuthSource:
             log.error("auth file not reloaded, the principals in force are kept: %s", e)
             return False
         self.table = table
+        self.generation += 1
         log.info("auth file %s reloaded: %d principals", self.path, len(table.principals))
         return True
+
+
+class CallerWatch:
+    """Whether a long call's caller was removed or changed by a reload since it began."""
+
+    def __init__(self, source: AuthSource, caller: Caller) -> None:
+        self._source = source
+        self._caller = caller
+        self._generation = source.generation
+
+    def revoked(self) -> bool:
+        if self._source.generation == self._generation:
+            return False
+        self._generation = self._source.generation
+        return not still_allowed(self._source.table, self._caller)
 
 
 def cert_subjects(context: grpc.aio.ServicerContext) -> list[str]:
