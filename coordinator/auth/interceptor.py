@@ -11,10 +11,11 @@ starts inherit it.
 
 ``AuthSource`` holds the auth file's principals and reads the file again on
 ``reload()`` (SIGHUP): a file that fails to load is logged and the principals in
-force are kept. A call judged before a reload is not judged again, except the lease
-stream, which holds on for hours: its servicer asks its ``CallerWatch`` before it sends
-anything, and ends the stream of a principal a reload removed or changed. A node's own principals (``extra``: the token of ``dev``'s
-in-process workers) survive every reload.
+force are kept. A node's own principals (``extra``: the token of ``dev``'s
+in-process workers) survive every reload. A call judged before a reload is not
+judged again, except the lease stream, which lasts for hours: its servicer asks its
+``CallerWatch`` before it sends anything, and ends the stream of a principal a
+reload removed or changed.
 """
 
 from __future__ import annotations
