@@ -138,3 +138,23 @@ def test_a_certificate_subject_names_its_principal() -> None:
 def test_a_token_is_compared_by_its_digest() -> None:
     text = auth_file_text(["writer"])
     assert TOKENS["writer"] not in text and digest(TOKENS["writer"]) in text
+
+
+def test_make_cluster_writes_tokens_its_auth_file_accepts(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`make cluster` runs with tokens on (deploy/cluster.py): each token it hands out
+    is accepted for its role by the auth file it writes, and a second `up` keeps them."""
+    from deploy.cluster import write_tokens
+    from shardcron.coordinator.auth import load_auth_file
+
+    tokens = write_tokens(tmp_path)
+    assert (tmp_path / "tokens.json").stat().st_mode & 0o777 == 0o600
+    table = load_auth_file(tmp_path / "auth.toml")
+
+    def bearer_of(role: str) -> dict[str, str]:
+        return {"authorization": f"Bearer {tokens[role]}"}
+
+    assert authorize(table, "/shardcron.v1.PollerService/NotifyRuns", bearer_of("node")).role
+    worker = authorize(table, "/shardcron.v1.WorkerService/Connect", bearer_of("worker"))
+    assert worker.worker_pool is None  # the cluster's workers take every owner's runs
+    assert authorize(table, GET_JOB, {**bearer_of("admin"), "x-shardcron-owner": "x"}).owner == "x"
+    assert write_tokens(tmp_path) == tokens
