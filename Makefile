@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 PROTOS := $(wildcard proto/shardcron/v1/*.proto)
 DEV_ARGS ?=
 
-.PHONY: install servers dev test test-clients cluster cluster-down proto proto-check lint fmt clean bench
+.PHONY: install servers promtool browser dev test test-clients cluster cluster-down cluster-reset proto proto-check lint fmt clean bench
 
 install: $(STAMP)
 
@@ -33,8 +33,14 @@ bench: install
 cluster: install servers
 	$(PY) -m deploy.cluster up
 
+# Stops every process and keeps the ZooKeeper and Cassandra data: the next
+# `make cluster` resumes the same jobs at a later epoch.
 cluster-down:
 	$(PY) -m deploy.cluster down
+
+# Stops every process and deletes the cluster's data: the next `make cluster` starts empty.
+cluster-reset:
+	$(PY) -m deploy.cluster reset
 
 # Regenerates the committed Python code from proto/ (never edit *_pb2*.py by hand).
 proto: install
@@ -59,12 +65,21 @@ fmt: install
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
+# Headless Chromium and its driver (Debian's packages) for the dashboard's tests.
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+		{ apt-get update -q && apt-get install -y -q chromium chromium-driver; }
+
 # Java, Maven and the ZooKeeper and Cassandra jars the tests start servers from.
 servers:
 	python3 -m deploy ensure-tools
 	python3 -m deploy fetch all
 
-test: install proto-check servers
+# promtool (Debian's prometheus package): tests check deploy/prometheus/ and real scrapes with it.
+promtool:
+	@command -v promtool >/dev/null || { apt-get update -q && apt-get install -y -q prometheus; }
+
+test: install proto-check servers promtool browser
 	$(VENV)/bin/pytest -q --ignore=tests/cluster
 	$(VENV)/bin/pytest -q tests/cluster
 	$(MAKE) test-clients

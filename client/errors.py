@@ -12,6 +12,7 @@ __all__ = [
     "InvalidArgument",
     "NotFound",
     "PermissionDenied",
+    "ResourceExhausted",
     "ShardcronError",
     "StaleLease",
     "Unauthenticated",
@@ -75,6 +76,13 @@ class PermissionDenied(ShardcronError):
     """The caller is known, but its role or owners do not allow this call."""
 
     code = "PERMISSION_DENIED"
+
+
+class ResourceExhausted(ShardcronError):
+    """A quota or rate limit refused the call; the message starts with the limit's name
+    (``"creates_per_second: ..."``). Nothing changed: retry later, or ask for more."""
+
+    code = "RESOURCE_EXHAUSTED"
 
 
 class StaleLease(ShardcronError):

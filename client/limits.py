@@ -24,7 +24,7 @@ MAX_DURATION = timedelta(days=3653)  # ten years, leap days included
 MIN_INTERVAL = timedelta(seconds=1)
 
 # --- retry
-MAX_ATTEMPTS = 100
+MAX_ATTEMPTS = 100  # retry.max_attempts lies in [1, MAX_ATTEMPTS]; the default (RetryPolicy) is 3
 MAX_MULTIPLIER = 100.0  # retry.multiplier lies in [1, MAX_MULTIPLIER]
 
 # --- numbers

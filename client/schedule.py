@@ -87,14 +87,37 @@ def _cron_problem(expr: object, tz: ZoneInfo) -> str:
         return "must have 5 fields, or 6 with seconds last"
     if any(f.lower().startswith(("h", "r")) for f in fields):
         return "hashed or random fields (H, R) are not supported"
+    misplaced = _seconds_written_first(fields)
+    if misplaced:
+        return misplaced
     now = datetime.now(tz).replace(tzinfo=None)
     try:
         croniter(expr, now, max_years_between_matches=NEVER_FIRES_YEARS).get_next(datetime)
     except CroniterBadDateError:
         return "never fires"
     except (ValueError, TypeError, KeyError, IndexError, OverflowError):
+        if len(fields) == 6:
+            return "not a valid cron expression (of 6 fields, the seconds come last)"
         return "not a valid cron expression"
     return ""
+
+
+def _seconds_written_first(fields: list[str]) -> str:
+    """Why 6 ``fields`` look like seconds written first (as in Quartz), or "".
+
+    Seconds come last here, so ``*/5 * * * * *`` would fire every second of every 5th
+    minute: a seconds field of ``*`` under a minute field that is not is what seconds
+    written first produce, and is refused rather than silently read the other way.
+    Every second of some minutes is still possible, written ``0-59``.
+    """
+    if len(fields) != 6 or fields[5] != "*" or fields[0] == "*":
+        return ""
+    moved = " ".join([*fields[1:], fields[0]])
+    return (
+        f"the seconds field comes last: {' '.join(fields)!r} would fire every second of "
+        f"minutes {fields[0]!r}; for seconds {fields[0]!r} write {moved!r} (or seconds "
+        "0-59 to mean every second)"
+    )
 
 
 # --------------------------------------------------------------------------- fires

@@ -22,10 +22,12 @@ from shardcron.client.types import Resources, RunReason, RunState, Task
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LeaseRef:
-    """One lease, named by its run and fencing token."""
+    """One lease, named by its run and fencing token, and the run's job: a poller that
+    does not serve the job's shard answers ``not_owner`` ("" : not said)."""
 
     run_id: str
     fencing_token: int
+    job_id: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -41,6 +43,7 @@ class RunOutcome:
     error: str = ""
     started_at: datetime | None = None
     ended_at: datetime | None = None
+    job_id: str = ""  # the run's job, as in ``LeaseRef``
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -173,20 +176,26 @@ class CancelOrder:
 class Renewal:
     """The answer to one heartbeat ref. ``ok``: the lease now holds until ``expires_at``
     (on the poller's clock; None from an older poller: ``Renewals.lease_ttl`` from the
-    heartbeat). Not ok: the lease is gone, stop the run now."""
+    heartbeat). Not ok: the lease is gone, stop the run now; unless ``not_owner``: this
+    poller does not serve the run's shard (it moved), the lease is not revoked here."""
 
     run_id: str
     fencing_token: int
     ok: bool
     expires_at: datetime | None = None
+    not_owner: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ResultAck:
+    """The answer to one result. Not accepted: the result is stale, forget it; unless
+    ``not_owner``: this poller does not serve the run's shard, offer it elsewhere."""
+
     run_id: str
     fencing_token: int
     accepted: bool
     reason: str = ""
+    not_owner: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

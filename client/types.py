@@ -195,11 +195,19 @@ class Fire:
     skip_reason: RunReason = RunReason.NONE
 
 
+# What every reply of the job API shows for a secret env value: the key is shown, so a
+# user sees which secrets are set; sent back in an update, it keeps the stored value.
+SECRET_PLACEHOLDER = "***"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CommandTask:
     argv: tuple[str, ...]
     env: dict[str, str] = field(default_factory=dict)
     cwd: str = ""
+    # Write-only environment: the command gets it, no reply or log shows its values
+    # (read back, each value is SECRET_PLACEHOLDER); kept out of repr for the logs' sake.
+    secret_env: dict[str, str] = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -213,7 +221,8 @@ Task = CommandTask | HandlerTask
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RetryPolicy:
-    max_attempts: int = 1  # total attempts, 1 = no retry
+    # total attempts: 3 by default (two retries, 1 s then 2 s after a failure); 1 = no retry
+    max_attempts: int = 3
     initial_backoff: timedelta = timedelta(seconds=1)
     multiplier: float = 2.0
     max_backoff: timedelta = timedelta(minutes=5)

@@ -8,7 +8,8 @@ version, count and time a call names is bounded (``validation``) before it reach
 the store. A run read while due and PENDING carries why it waits
 (``Run.waiting_reason``): only the poller holding it knows, so reads ask it through
 the ``PollerLink`` with a short timeout, and go without a reason if it does not
-answer; the reason is never stored.
+answer; the reason is never stored. ``wait_run`` waits for a run to be final
+(``run_waits``: woken by this node's poller, or re-reading the store).
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import Sequence
-from datetime import datetime
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from shardcron.client import limits
@@ -38,6 +39,9 @@ from shardcron.client.types import (
 from shardcron.coordinator.ids import new_job_id, run_id, shard_for, utcnow
 from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.poller.fires import MANUAL_PREFIX, REPLAY_PREFIX, first_fire, make_run
+from shardcron.coordinator.quotas import QuotaGuard, Quotas
+from shardcron.coordinator.run_waits import RunEndings, wait_final, wait_seconds
+from shardcron.coordinator.secrets import secrets_for_create, secrets_for_update
 from shardcron.coordinator.store import JobProgress, JobStore, NewJob
 from shardcron.coordinator.validation import (
     identifier,
@@ -74,11 +78,35 @@ class PollerLink(Protocol):
         run id, from the pollers that hold them (runs not held or not waiting left out)."""
 
 
+def without_spent_fire(job: Job) -> Job:
+    """A COMPLETED job has no next fire: the one its row still names (a one-off job's
+    only fire, whatever its run's outcome) is spent, and is not shown as due."""
+    if job.state is not JobState.COMPLETED or job.next_fire_at is None:
+        return job
+    return dataclasses.replace(job, next_fire_at=None, next_fire_key="")
+
+
 class JobsApi:
-    def __init__(self, store: JobStore, link: PollerLink, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        store: JobStore,
+        link: PollerLink,
+        metrics: Metrics,
+        *,
+        endings: RunEndings | None = None,
+        served_here: Callable[[int], bool] = lambda shard: False,
+        quotas: QuotaGuard | None = None,
+    ) -> None:
+        """``endings`` is what this node's poller announces ended runs to, and
+        ``served_here(shard)`` whether that poller holds the shard (``run_waits``);
+        ``quotas`` the per-owner limits (without one, the generous defaults of
+        ``quotas.DEFAULT_QUOTA``)."""
         self.store = store
         self.link = link
         self.metrics = metrics
+        self.endings = endings or RunEndings()
+        self.served_here = served_here
+        self.quotas = quotas or QuotaGuard(Quotas(), store.count_jobs)
 
     # --- jobs -----------------------------------------------------------------
 
@@ -121,10 +149,15 @@ class JobsApi:
         if len(items) > MAX_BATCH:
             raise InvalidArgument("jobs", f"at most {MAX_BATCH} jobs per call")
         single = len(items) == 1
+        checked: list[tuple[JobSpec, str]] = []
         for i, (spec, key) in enumerate(items):
-            validate_spec(spec, "spec" if single else f"jobs[{i}].spec")
+            spec_field = "spec" if single else f"jobs[{i}].spec"
+            validate_spec(spec, spec_field)
             key_field = "idempotency_key" if single else f"jobs[{i}].idempotency_key"
             text(key, key_field, limits.MAX_IDEMPOTENCY_KEY)
+            checked.append((secrets_for_create(spec, spec_field), key))
+        items = checked
+        await self.quotas.check_creates(owner, len(items))
         now = utcnow()
         new = [self._new_job(owner, spec, key, now) for spec, key in items]
         results = await self.store.create_jobs(new)
@@ -139,10 +172,11 @@ class JobsApi:
             self.link.runs_created(pending, jobs)
 
     async def get_job(self, owner: str, job_id: str) -> Job:
-        return await self.store.get_job(owner, identifier(job_id, "job_id"))
+        return without_spent_fire(await self.store.get_job(owner, identifier(job_id, "job_id")))
 
     async def list_jobs(self, owner: str, **filters: object) -> Page[Job]:
-        return await self.store.list_jobs(owner, **filters)  # type: ignore[arg-type]
+        page = await self.store.list_jobs(owner, **filters)  # type: ignore[arg-type]
+        return dataclasses.replace(page, items=[without_spent_fire(j) for j in page.items])
 
     async def _load(self, owner: str, job_id: str, expected_version: int) -> Job:
         identifier(job_id, "job_id")
@@ -157,6 +191,8 @@ class JobsApi:
         job = await self._load(owner, job_id, expected_version)
         if job.state == JobState.DELETED:
             raise FailedPrecondition(f"job {job_id} is deleted")
+        spec = secrets_for_update(job.spec, spec)
+        validate_spec(spec)  # the merged secrets count against the env budget too
         now = utcnow()
         if spec.schedule.kind == ScheduleKind.INTERVAL and spec.schedule.anchor is None:
             anchor = (
@@ -315,13 +351,36 @@ class JobsApi:
     # --- runs ---------------------------------------------------------------------
 
     async def list_runs(self, owner: str, job_id: str, **filters: object) -> Page[Run]:
-        identifier(job_id, "job_id")
-        page = await self.store.list_runs(owner, job_id, **filters)  # type: ignore[arg-type]
+        """Runs of one job, newest first; with no ``job_id``, of every job of the owner,
+        by job id then newest first (``JobStore.list_owner_runs``: pages may be short)."""
+        if job_id:
+            identifier(job_id, "job_id")
+            page = await self.store.list_runs(owner, job_id, **filters)  # type: ignore[arg-type]
+        else:
+            page = await self.store.list_owner_runs(owner, **filters)  # type: ignore[arg-type]
         return dataclasses.replace(page, items=await self._with_waiting_reasons(page.items))
 
     async def get_run(self, owner: str, run_id_: str) -> Run:
         run = await self.store.get_run(owner, identifier(run_id_, "run_id"))
         return (await self._with_waiting_reasons([run]))[0]
+
+    async def wait_run(
+        self, owner: str, run_id_: str, timeout: timedelta | None, cap: float | None = None
+    ) -> Run:
+        """The run once final, or as it stands when ``timeout`` (``run_waits.wait_seconds``)
+        or ``cap`` seconds (what the caller's deadline leaves) have passed."""
+        identifier(run_id_, "run_id")
+        seconds = wait_seconds(timeout)
+        if cap is not None:
+            seconds = max(0.0, min(seconds, cap))
+        run = await wait_final(
+            run_id_,
+            lambda: self.store.get_run(owner, run_id_),
+            endings=self.endings,
+            served_here=self.served_here,
+            seconds=seconds,
+        )
+        return run if run.is_final else (await self._with_waiting_reasons([run]))[0]
 
     async def _with_waiting_reasons(self, runs: list[Run]) -> list[Run]:
         """Runs due and not yet leased, with why they wait as their pollers say: asked

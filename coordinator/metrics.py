@@ -1,8 +1,13 @@
 """Prometheus metrics of a node, on their own registry, and the store wrapper that times it.
 
-One ``Metrics`` per process (tests start several nodes in one interpreter, so
-nothing here touches the global registry). Served on ``/metrics`` by
-``serve_metrics``.
+One ``Metrics`` per node (tests start several nodes in one interpreter, so nothing
+here touches the global registry). Served on ``/metrics`` by ``serve_metrics``. The
+README's metrics table is checked against what this registry exports
+(tests/test_metrics.py), so the help texts here are the documentation.
+
+A run's end is counted in one place, ``run_ended``: by state and reason (a run that
+succeeded has reason ``NONE``, not an empty label), SKIPPED and MISSED apart, and how
+long it ran.
 """
 
 from __future__ import annotations
@@ -10,35 +15,68 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import Counter, Gauge, Histogram
+
+from shardcron.client import exposition
+from shardcron.client.types import Run, RunReason, RunState
 
 LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 STORE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5)
+RUN_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600, 24 * 3600)
+# gRPC calls answered with one message: most take milliseconds, a long poll up to minutes.
+GRPC_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5, 30, 300)
+NO_REASON = "NONE"  # the reason label of a run that ended without one (SUCCEEDED)
+
+
+def reason_label(reason: RunReason) -> str:
+    """The ``reason`` label of a run's end: its reason, or ``NONE`` when it has none."""
+    return reason.value or NO_REASON
 
 
 class Metrics:
     def __init__(self) -> None:
-        self.registry = CollectorRegistry()
+        self.registry = exposition.new_registry()
         r = self.registry
         self.schedule_lag = Histogram(
             "shardcron_schedule_lag_seconds",
-            "Start of a run minus its due time",
+            "Start of a run minus its due time (start lag)",
             buckets=LAG_BUCKETS,
             registry=r,
         )
         self.runs_final = Counter(
             "shardcron_runs_final_total",
-            "Runs that reached a final state",
+            "Runs that reached a final state, by state and reason (NONE when it has none)",
             ["state", "reason"],
+            registry=r,
+        )
+        self.run_duration = Histogram(
+            "shardcron_run_seconds",
+            "How long runs ran, start to end, by final state",
+            ["state"],
+            buckets=RUN_BUCKETS,
+            registry=r,
+        )
+        self.dead_letters = Counter(
+            "shardcron_dead_letters_total",
+            "Runs that failed with no attempt left (dead letters), by reason",
+            ["reason"],
             registry=r,
         )
         self.fires_skipped = Counter(
             "shardcron_fires_skipped_total",
-            "Fires recorded SKIPPED or MISSED, by reason",
+            "Fires recorded SKIPPED (not run), by reason: OVERLAP, PAUSED, DST_GAP, MISFIRE",
             ["reason"],
             registry=r,
         )
-        self.runs_leased = Counter("shardcron_runs_leased_total", "Leases granted", registry=r)
+        self.fires_missed = Counter(
+            "shardcron_fires_missed_total",
+            "Runs recorded MISSED (not started before their starting deadline), by reason",
+            ["reason"],
+            registry=r,
+        )
+        self.runs_leased = Counter(
+            "shardcron_runs_leased_total", "Leases granted to workers", registry=r
+        )
         self.results_rejected = Counter(
             "shardcron_results_rejected_total",
             "Results refused for a stale fencing token",
@@ -74,6 +112,13 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.shard_lag = Gauge(
+            "shardcron_shard_lag_seconds",
+            "Age of the oldest due run not on a worker yet (held back by a slot or a "
+            "concurrency limit) across this poller's shards, as cluster status shows it; 0 "
+            "when none waits",
+            registry=r,
+        )
         self.owned_shards = Gauge("shardcron_owned_shards", "Shards this poller serves", registry=r)
         self.epoch = Gauge(
             "shardcron_epoch", "Epoch (leader term) this poller serves under", registry=r
@@ -83,12 +128,14 @@ class Metrics:
         )
         self.worker_slots = Gauge(
             "shardcron_worker_slots",
-            "Worker slots by use, across connected workers",
+            "Slots of the workers streaming to this poller, by use (used, free)",
             ["use"],
             registry=r,
         )
         self.workers = Gauge(
-            "shardcron_workers_connected", "Workers with an open lease stream", registry=r
+            "shardcron_workers_connected",
+            "Workers with an open lease stream to this poller",
+            registry=r,
         )
         # Incremented by the poller each time it drops what it holds in memory and reloads
         # its shards from the store: a turn that failed, a lost or replaced session.
@@ -107,11 +154,48 @@ class Metrics:
         self.jobs_created = Counter("shardcron_jobs_created_total", "Jobs created", registry=r)
         self.store_latency = Histogram(
             "shardcron_store_seconds",
-            "Store call latency by operation",
+            "Store call duration by operation (the JobStore method)",
             ["op"],
             buckets=STORE_BUCKETS,
             registry=r,
         )
+        self.grpc_requests = Counter(
+            "shardcron_grpc_requests_total",
+            "gRPC calls received, by service and method",
+            ["service", "method"],
+            registry=r,
+        )
+        self.grpc_errors = Counter(
+            "shardcron_grpc_errors_total",
+            "gRPC calls that ended with a status other than OK, by service, method and code",
+            ["service", "method", "code"],
+            registry=r,
+        )
+        self.grpc_duration = Histogram(
+            "shardcron_grpc_seconds",
+            "Duration of gRPC calls answered with one message (not streams), by service and method",
+            ["service", "method"],
+            buckets=GRPC_BUCKETS,
+            registry=r,
+        )
+
+    def run_ended(self, run: Run) -> None:
+        """Counts a run that reached its final state (``run``, its final record)."""
+        state = run.state
+        reason = reason_label(run.reason)
+        self.runs_final.labels(state=state.value, reason=reason).inc()
+        if state == RunState.SKIPPED:
+            self.fires_skipped.labels(reason=reason).inc()
+        elif state == RunState.MISSED:
+            self.fires_missed.labels(reason=reason).inc()
+        elif run.started_at is not None and run.ended_at is not None:
+            ran = (run.ended_at - run.started_at).total_seconds()
+            self.run_duration.labels(state=state.value).observe(max(0.0, ran))
+
+    def dead_lettered(self, run: Run) -> None:
+        """Counts ``run`` (a final record, after the retry rules) if it is a dead letter."""
+        if run.dead_letter:
+            self.dead_letters.labels(reason=reason_label(run.reason)).inc()
 
 
 class TimedStore:
@@ -141,8 +225,4 @@ class TimedStore:
 
 def serve_metrics(metrics: Metrics, listen: str) -> int:
     """Serves /metrics on ``host:port`` (port 0 picks one); returns the port."""
-    host, _, port = listen.rpartition(":")
-    server, _thread = start_http_server(
-        int(port), addr=host or "127.0.0.1", registry=metrics.registry
-    )
-    return int(server.server_port)
+    return exposition.serve_metrics(metrics.registry, listen)

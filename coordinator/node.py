@@ -1,11 +1,14 @@
-"""A node: the server roles (api, coordinator, poller) wired on one store and one gRPC port.
+"""A node: the server roles (api, coordinator, poller) wired on one store and one gRPC port,
+and, when asked, the HTTP/JSON API and dashboard on another (``coordinator/http``).
 
 ``Node`` takes its parts ready-made (store, coordination, config) so the same
 code serves ``shardcron dev`` (SQLite, local coordination) and a cluster node.
 Start order matters: the store opens, the gRPC server listens, the poller
-starts, and only then does coordination hand out shards. With an ``AuthSource``
-every call is authenticated (``coordinator.auth``), and the node's own calls to
-other nodes carry ``NodeConfig.node_token``.
+starts, and only then does coordination hand out shards. With ``tls`` every service
+is served with TLS and calls to other nodes use it; without, a node refuses to listen
+anywhere but loopback unless ``insecure`` (``shardcron.client.tls.check_listen``).
+With an ``AuthSource`` every call is authenticated (``coordinator.auth``), and the
+node's own calls to other nodes carry ``NodeConfig.node_token``.
 """
 
 from __future__ import annotations
@@ -18,15 +21,24 @@ import uuid
 from dataclasses import dataclass, field
 
 import grpc
-from grpc_health.v1 import health_pb2
 
+from shardcron.client.tls import ServerTls, check_listen
 from shardcron.coordinator.api import JobsApi
 from shardcron.coordinator.auth import AuthSource
 from shardcron.coordinator.coordination import Coordination
+from shardcron.coordinator.http.server import HttpServer, start_http
+from shardcron.coordinator.http.services import Services
 from shardcron.coordinator.metrics import Metrics, TimedStore, serve_metrics
 from shardcron.coordinator.poller import Poller, PollerConfig
+from shardcron.coordinator.quotas import QuotaGuard, Quotas
+from shardcron.coordinator.retention import RetentionSweeper, sweep_interval
 from shardcron.coordinator.router import ShardRouter
-from shardcron.coordinator.service import build_server
+from shardcron.coordinator.run_waits import RunEndings
+from shardcron.coordinator.service import (
+    ClusterServiceServicer,
+    JobServiceServicer,
+    build_server,
+)
 from shardcron.coordinator.store import JobStore
 
 log = logging.getLogger("shardcron.node")
@@ -39,10 +51,14 @@ class NodeConfig:
     listen: str = "127.0.0.1:7400"
     advertise: str = ""  # host:port others use to reach this node; default derived from listen
     metrics_listen: str = ""  # "" = no /metrics endpoint
+    http_listen: str = ""  # "" = no HTTP/JSON API and dashboard (needs the api role)
     roles: frozenset[str] = ROLES
     node_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}")
     poller: PollerConfig = field(default_factory=PollerConfig)
     node_token: str = ""  # sent on calls to other nodes (a node principal's token)
+    tls: ServerTls | None = None  # None = plaintext
+    insecure: bool = False  # plaintext on an address that is not loopback, on purpose
+    quotas: Quotas = field(default_factory=Quotas)  # per-owner limits (quotas.py)
 
 
 class Node:
@@ -57,6 +73,7 @@ class Node:
         unknown = config.roles - ROLES
         if unknown:
             raise ValueError(f"unknown roles: {', '.join(sorted(unknown))}")
+        check_listen(config.listen, tls=config.tls is not None, insecure=config.insecure)
         self.config = config
         self.auth = auth  # None: every caller is trusted
         self.metrics = Metrics()
@@ -66,10 +83,13 @@ class Node:
         self.poller: Poller | None = None
         self.api: JobsApi | None = None
         self.router: ShardRouter | None = None
+        self.retention: RetentionSweeper | None = None
         self._leader_watch: asyncio.Task[None] | None = None
         self.server: grpc.aio.Server | None = None
         self.port = 0
         self.metrics_port = 0
+        self.http: HttpServer | None = None
+        self.http_port = 0
 
     @property
     def address(self) -> str:
@@ -81,7 +101,12 @@ class Node:
         return f"{host}:{self.port}"
 
     async def start(self) -> None:
+        tls = self.config.tls
+        # read before anything opens: a certificate that cannot be read stops the start
+        server_credentials = tls.server_credentials() if tls is not None else None
+        peer_credentials = tls.peer_tls().credentials() if tls is not None else None
         await self.raw_store.open()
+        endings = RunEndings()
         if "poller" in self.config.roles:
             self.poller = Poller(
                 self.store,
@@ -90,25 +115,45 @@ class Node:
                 metrics=self.metrics,
                 ownership_valid=self.coordination.ownership_valid,
                 session_generation=self.coordination.session_generation,
+                runs_ended=endings.ended,
             )
             self.coordination.subscribe(self.poller.on_assignment)
         self.router = ShardRouter(
             self.coordination,
             self.poller,
             self.raw_store.shard_count,
+            peer_credentials,
             node_token=self.config.node_token,
         )
         if "api" in self.config.roles:
-            self.api = JobsApi(self.store, self.router, self.metrics)
+            self.api = JobsApi(
+                self.store,
+                self.router,
+                self.metrics,
+                endings=endings,
+                served_here=self.poller.owns if self.poller else lambda shard: False,
+                quotas=QuotaGuard(self.config.quotas, self.store.count_jobs),
+            )
         self.server, self.port = build_server(
             self.config.listen,
             api=self.api,
             poller=self.poller,
             coordination=self.coordination,
             router=self.router,
+            credentials=server_credentials,
+            metrics=self.metrics,
             auth=self.auth,
         )
         await self.server.start()
+        if self.config.http_listen and self.api is not None:
+            self.http = await start_http(
+                self.config.http_listen,
+                Services(
+                    jobs=JobServiceServicer(self.api),
+                    cluster=ClusterServiceServicer(self.coordination, self.router),
+                ),
+            )
+            self.http_port = self.http.port
         if self.config.metrics_listen:
             self.metrics_port = serve_metrics(self.metrics, self.config.metrics_listen)
         if self.poller is not None:
@@ -117,7 +162,11 @@ class Node:
             poller_id=self.config.node_id if self.poller else None, poller_address=self.address
         )
         self._leader_watch = asyncio.create_task(self._watch_leadership())
-        await self.server.health.set("", health_pb2.HealthCheckResponse.SERVING)  # type: ignore[attr-defined]
+        if self.raw_store.retention is not None:
+            interval = sweep_interval(self.raw_store.retention)
+            self.retention = RetentionSweeper(self.store, interval=interval)
+            self.retention.start()
+        await self.server.health.serving()  # type: ignore[attr-defined]
         log.info(
             "node %s serving on %s (roles: %s)",
             self.config.node_id,
@@ -136,10 +185,14 @@ class Node:
             await asyncio.sleep(5)
 
     async def stop(self, grace: float = 2.0) -> None:
+        if self.retention is not None:
+            await self.retention.stop()
         if self._leader_watch is not None:
             self._leader_watch.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._leader_watch
+        if self.http is not None:
+            await self.http.stop()
         if self.server is not None:
             await self.server.health.enter_graceful_shutdown()  # type: ignore[attr-defined]
         await self.coordination.stop()

@@ -186,7 +186,8 @@ def _stream_request(behavior: Callable[..., Any], deserializer: Deserializer) ->
 
 
 def handler_kind(handler: grpc.RpcMethodHandler) -> str:
-    """The name of the handler's behavior attribute: ``unary_unary`` ... ``stream_stream``."""
+    """Which of a method handler's four behaviors it has: ``unary_unary``, ``unary_stream``,
+    ``stream_unary`` or ``stream_stream`` (also the name of the field that holds it)."""
     requests = "stream" if handler.request_streaming else "unary"
     return f"{requests}_{'stream' if handler.response_streaming else 'unary'}"
 

@@ -7,7 +7,8 @@ remote one over ``PollerService``. Hints (new runs, changed jobs) are best
 effort — pollers also re-read the recent due index and re-read jobs that are
 old — and so are waiting reasons (a read goes without them after a short
 timeout), while cancels wait for the owner's answer. ``PollerServiceServicer`` is
-the receiving side.
+the receiving side. Calls to other nodes use TLS when the router is given
+``credentials`` (the node's own ``ServerTls.peer_tls()``) and carry the node's token.
 """
 
 from __future__ import annotations
@@ -44,10 +45,12 @@ class ShardRouter:
         coordination: Coordination,
         local: Poller | None,
         shard_count: int,
+        credentials: grpc.ChannelCredentials | None = None,
         *,
         node_token: str = "",
     ) -> None:
         self._coordination = coordination
+        self._credentials = credentials
         # every call to another node carries this node's token (nodes with an auth file
         # serve PollerService to the node role only)
         self._metadata = call_metadata(None, node_token)
@@ -82,7 +85,11 @@ class ShardRouter:
     def _stub_at(self, address: str) -> cluster_pb2_grpc.PollerServiceStub:
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = grpc.aio.insecure_channel(address)
+            channel = self._channels[address] = (
+                grpc.aio.secure_channel(address, self._credentials)
+                if self._credentials is not None
+                else grpc.aio.insecure_channel(address)
+            )
         return cluster_pb2_grpc.PollerServiceStub(channel)
 
     async def _stub(

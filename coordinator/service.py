@@ -23,20 +23,25 @@ from typing import Any, TypeVar
 
 import grpc
 from google.protobuf.message import Message
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from shardcron.client import codec, limits
-from shardcron.client.codec.common import get_time
+from shardcron.client.codec.common import get_duration, get_time
 from shardcron.client.errors import InvalidArgument, ShardcronError
 from shardcron.client.types import DEFAULT_OWNER, ClusterStatus, Page, ShardInfo, WorkerInfo
 from shardcron.coordinator.api import JobsApi
+from shardcron.coordinator.audit import ANONYMOUS, AuditInterceptor
 from shardcron.coordinator.auth import AuthInterceptor, AuthSource, current_caller
 from shardcron.coordinator.coordination import Coordination
+from shardcron.coordinator.grpc_metrics import MetricsInterceptor
+from shardcron.coordinator.health import ServiceHealth
+from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.poller import Poller
 from shardcron.coordinator.request_decoding import DecodingInterceptor
+from shardcron.coordinator.request_size import RequestSizeInterceptor
 from shardcron.coordinator.router import PollerServiceServicer, ShardRouter
-from shardcron.coordinator.store_rules import PAGE_BYTES, PageKind, fit_page
+from shardcron.coordinator.store_rules import PAGE_BYTES, PageKind, fit_page, owner_runs_key
 from shardcron.coordinator.validation import (
     labels,
     page_size,
@@ -58,6 +63,7 @@ from shardcron.v1 import (
 log = logging.getLogger("shardcron.service")
 OWNER_KEY = "x-shardcron-owner"
 FOLLOW_POLL_SECONDS = 0.2
+WAIT_ANSWER_MARGIN = 0.5  # seconds before a WaitRun caller's deadline that the wait ends
 T = TypeVar("T")
 M = TypeVar("M", bound=Message)
 # The largest message a node takes, on any call (gRPC sets it per server): a worker
@@ -78,6 +84,12 @@ def owner_of(context: grpc.aio.ServicerContext) -> str:
         if key == OWNER_KEY:
             return validate_owner(value)
     return DEFAULT_OWNER
+
+
+def principal_of(context: grpc.aio.ServicerContext) -> str:
+    """The name of the principal behind the call, "anonymous" without an auth file."""
+    caller = current_caller()
+    return caller.principal if caller is not None and caller.principal else ANONYMOUS
 
 
 async def _abort_with(context: grpc.aio.ServicerContext, e: Exception, name: str) -> None:
@@ -110,7 +122,8 @@ def rpc(method: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
 def fitted(kind: PageKind, page: Page[Any], encode: Callable[[Any], M]) -> tuple[list[M], str]:
     """The page's items encoded, as many as fit in ``PAGE_BYTES``, and its next token."""
     encoded = [encode(item) for item in page.items]
-    kept = fit_page(kind, page, [m.ByteSize() for m in encoded], lambda item: item.id)
+    key = owner_runs_key if kind == PageKind.OWNER_RUNS else (lambda item: item.id)
+    kept = fit_page(kind, page, [m.ByteSize() for m in encoded], key)
     return encoded[: len(kept.items)], kept.next_page_token
 
 
@@ -251,7 +264,8 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
             page_size=page_size(request.page_size),
             page_token=page_token(request.page_token),
         )
-        runs, token = fitted(PageKind.RUNS, page, codec.run_to_proto)
+        kind = PageKind.RUNS if request.job_id else PageKind.OWNER_RUNS
+        runs, token = fitted(kind, page, codec.run_to_proto)
         return jobs_pb2.ListRunsResponse(runs=runs, next_page_token=token)
 
     @rpc
@@ -261,6 +275,16 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
     @rpc
     async def CancelRun(self, request: jobs_pb2.GetRunRequest, context: Any) -> types_pb2.Run:
         return codec.run_to_proto(await self.api.cancel_run(owner_of(context), request.run_id))
+
+    @rpc
+    async def WaitRun(self, request: jobs_pb2.WaitRunRequest, context: Any) -> types_pb2.Run:
+        left = context.time_remaining()
+        # answer while the caller still listens: a little before its own deadline
+        cap = None if left is None else max(0.0, left - WAIT_ANSWER_MARGIN)
+        run = await self.api.wait_run(
+            owner_of(context), request.run_id, get_duration(request, "timeout", ""), cap
+        )
+        return codec.run_to_proto(run)
 
     @stream_rpc
     async def ReadRunOutput(
@@ -367,15 +391,26 @@ def build_server(
     poller: Poller | None,
     coordination: Coordination,
     router: ShardRouter | None,
+    credentials: grpc.ServerCredentials | None = None,
+    metrics: Metrics | None = None,
     auth: AuthSource | None = None,
 ) -> tuple[grpc.aio.Server, int]:
-    """A gRPC server with the services of the roles given; returns it (not started) and its
-    port. With ``auth`` every call is judged against its principals before decoding."""
-    interceptors: list[grpc.aio.ServerInterceptor] = [DecodingInterceptor()]
-    if auth is not None:
-        interceptors.insert(0, AuthInterceptor(auth))
+    """A gRPC server with the services of the roles given, TLS when ``credentials`` are
+    given (every service on the one port); returns it (not started) and its port.
+    Its ``health`` (``ServiceHealth``) says NOT_SERVING until ``health.serving()``.
+    With ``auth`` every call is judged against its principals before anything else
+    but the metrics sees it."""
+    # Outermost first: metrics count every call, refused ones too; auth refuses before
+    # anything reads the request, and sets the caller that audit, the request size
+    # quota (the owner) and the servicers read; decoding is innermost.
     server = grpc.aio.server(
-        interceptors=interceptors,
+        interceptors=[
+            *([MetricsInterceptor(metrics)] if metrics is not None else []),
+            *([AuthInterceptor(auth)] if auth is not None else []),
+            AuditInterceptor(owner_of=owner_of, principal_of=principal_of),
+            *([RequestSizeInterceptor(api.quotas, owner_of=owner_of)] if api else []),
+            DecodingInterceptor(),
+        ],
         options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", 64 << 20),
@@ -406,10 +441,13 @@ def build_server(
         ClusterServiceServicer(coordination, router), server
     )
     names.append(cluster_pb2.DESCRIPTOR.services_by_name["ClusterService"].full_name)
-    health_servicer = health.aio.HealthServicer()
+    health_servicer = ServiceHealth(n for n in names if n.startswith("shardcron."))
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(names, server)
-    port = server.add_insecure_port(listen)
+    if credentials is not None:
+        port = server.add_secure_port(listen, credentials)
+    else:
+        port = server.add_insecure_port(listen)
     if port == 0:
         raise OSError(f"cannot listen on {listen}")
     server.health = health_servicer  # type: ignore[attr-defined]

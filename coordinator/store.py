@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol, runtime_checkable
 
 from shardcron.client.types import Job, JobState, OutputChunk, Page, Run, RunState
@@ -95,6 +95,8 @@ class JobStore(Protocol):
     shard_count: int
     bucket_seconds: int
     output_cap_bytes: int
+    # How long a final run (not a dead letter) is kept after it ended; None = forever.
+    retention: timedelta | None
     # The rows this store skipped as unreadable; ``bad_rows.count_into`` counts them.
     bad_rows: BadRowLog
 
@@ -115,6 +117,14 @@ class JobStore(Protocol):
         in state PENDING also get a due-index row. Raises ``UnreadableRow`` when
         the job an idempotency key names cannot be decoded; then nothing is written.
         """
+
+    async def count_jobs(self, owner: str) -> int:
+        """How many of ``owner``'s jobs are not DELETED: what a ``max_jobs`` quota counts,
+        read cheaply (SQLite: a count on an index; Cassandra: a counter row, kept by
+        ``create_jobs`` and by each ``update_job`` that writes a job DELETED, which the
+        api does once per job: it never updates a DELETED job). A count for a quota,
+        not an audit: on Cassandra a write that failed part way may leave it off by
+        the jobs of that write."""
 
     async def get_job(self, owner: str, job_id: str) -> Job:
         """The job, if it belongs to ``owner``. Raises NotFound otherwise, and
@@ -203,6 +213,21 @@ class JobStore(Protocol):
         """Runs of one job, newest due first; rows that cannot be decoded are
         skipped. Raises NotFound for an unknown job."""
 
+    async def list_owner_runs(
+        self,
+        owner: str,
+        *,
+        states: frozenset[RunState] = frozenset(),
+        page_size: int = 100,
+        page_token: str = "",
+    ) -> Page[Run]:
+        """Runs of every job of the owner in ``states`` (none = all), by job id, then
+        newest first within a job; rows that cannot be decoded are skipped. A page may
+        hold fewer than ``page_size`` runs, even none, while it has a next token: a
+        store that has no index of runs by owner and state stops at a scan budget
+        (``store_rules.owner_runs_token`` says where it stopped). Raises InvalidArgument
+        for a token of another listing."""
+
     async def list_active_runs(self, job_id: str) -> list[Run]:
         """Runs of the job that are not final (PENDING, LEASED, RUNNING); rows that
         cannot be decoded are skipped."""
@@ -236,6 +261,14 @@ class JobStore(Protocol):
     async def save_cursors(self, cursors: dict[int, datetime]) -> None:
         """Persists cursors; a cursor never moves backwards (a lower value is ignored).
         Due-index rows of buckets before a shard's cursor may be dropped from then on."""
+
+    async def expire_runs(self, now: datetime) -> int:
+        """Deletes what the store's ``retention`` says is expired at ``now``: every run
+        that is final, not a dead letter, and ended (or, never started, was due) more
+        than ``retention`` before ``now``, with its output. Never a run that is not
+        final; never a job. Returns how many runs it deleted; 0 without a retention, or
+        for a store whose rows expire by themselves (Cassandra: a TTL written with the
+        final run, see ``cassandra/writes``)."""
 
     async def oldest_due(self, shard: int) -> datetime | None:
         """The due time of the oldest due-index row of ``shard`` (where a shard with no cursor starts)."""

@@ -12,8 +12,10 @@ token of one listing for another:
   rows skips the rows that cannot be decoded (``make_row_page``);
 - where a run's kept output starts once it passes the cap (``output_head``,
   ``keep_tail``);
-- the filters of ``list_jobs`` and ``list_runs``;
+- the filters of ``list_jobs`` and ``list_runs``, and the order and token of
+  ``list_owner_runs``;
 - what a ``JobProgress`` writes;
+- when a final run expires under a retention (``run_expires_at``);
 - handing a result computed off the event loop back to a waiting caller.
 
 These are values and pure functions, not a base class: the stores share rules, not
@@ -28,12 +30,14 @@ import asyncio
 import base64
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, TypeVar
 
 from shardcron.client.errors import InvalidArgument
-from shardcron.client.types import FINAL_RUN_STATES, Job, JobState, Page, RunState
+from shardcron.client.saturating import saturating_add
+from shardcron.client.types import FINAL_RUN_STATES, Job, JobState, Page, Run, RunState
 from shardcron.coordinator.rows import BadRowLog
 from shardcron.coordinator.store import (
     DEFAULT_BUCKET_SECONDS,
@@ -43,6 +47,26 @@ from shardcron.coordinator.store import (
 )
 
 T = TypeVar("T")
+
+# --------------------------------------------------------------------------- retention
+
+
+def run_expires_at(
+    *,
+    state: str | RunState,
+    dead_letter: bool,
+    ended_at: datetime | None,
+    due_at: datetime,
+    retention: timedelta | None,
+) -> datetime | None:
+    """When a run may be deleted under ``retention``: ``retention`` after it ended (or,
+    never started, after it was due). None = never: no retention, a run that is not
+    final (it is still to run), or a dead letter (waiting to be replayed or dropped;
+    once dropped it is an ordinary final run)."""
+    if retention is None or dead_letter or RunState(state) not in FINAL_RUN_STATES:
+        return None
+    return saturating_add(ended_at or due_at, retention)
+
 
 # --------------------------------------------------------------------------- layout
 
@@ -126,6 +150,7 @@ class PageKind(StrEnum):
     JOBS = "job"
     RUNS = "run"
     DEAD_LETTERS = "dead"
+    OWNER_RUNS = "owner-run"
 
 
 def clamp_page_size(requested: int) -> int:
@@ -175,6 +200,33 @@ def make_row_page(
     if len(rows) <= size:
         return Page(items=items)
     return Page(items=items, next_page_token=page_token(kind, str(head[-1][0])))
+
+
+# ``list_owner_runs`` walks the owner's jobs in id order and each job's runs newest
+# first, so its token is a position (job id, run id); an empty run id resumes at the
+# job after that one (a Cassandra page that stopped at its scan budget between jobs).
+OWNER_RUNS_SEP = "\n"  # in no id: ids are made by the server
+
+
+def owner_runs_key(run: Run) -> str:
+    """The ``OWNER_RUNS`` page key of a run: its job id and its id."""
+    return f"{run.job_id}{OWNER_RUNS_SEP}{run.id}"
+
+
+def owner_runs_token(job_id: str, run_id: str = "") -> str:
+    return page_token(PageKind.OWNER_RUNS, f"{job_id}{OWNER_RUNS_SEP}{run_id}")
+
+
+def owner_runs_after(token: str) -> tuple[str, str] | None:
+    """The (job id, run id) an ``OWNER_RUNS`` page starts after; None for the first page.
+    Raises ``InvalidArgument`` (field ``page_token``) for any other token."""
+    after = page_token_after(PageKind.OWNER_RUNS, token)
+    if after is None:
+        return None
+    job_id, sep, run_id = after.partition(OWNER_RUNS_SEP)
+    if not sep or not job_id:
+        raise InvalidArgument("page_token", "malformed page token")
+    return job_id, run_id
 
 
 # A page of a listing is also bounded in bytes, so that it reaches a client that keeps

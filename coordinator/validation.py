@@ -123,13 +123,20 @@ def _command(task: CommandTask, path: str) -> None:
     _strings_bytes(task.argv, f"{path}.argv", lim.MAX_ARGV_BYTES)
     for i, arg in enumerate(task.argv):
         text(arg, f"{path}.argv[{i}]", lim.MAX_ARGV_BYTES)
+    # env and secret_env are one environment: one budget, no key in both; what an error
+    # says of a secret names its key, never its value
     _strings_bytes([*task.env, *task.env.values()], f"{path}.env", lim.MAX_ENV_BYTES)
-    for key, value in task.env.items():
-        if not key or "=" in key or "\0" in key:
-            raise InvalidArgument(
-                f"{path}.env[{clip(key)}]", "not a valid environment variable name"
-            )
-        text(value, f"{path}.env[{clip(key)}]", lim.MAX_ENV_BYTES)
+    both = (*task.env, *task.env.values(), *task.secret_env, *task.secret_env.values())
+    _strings_bytes(both, f"{path}.secret_env", lim.MAX_ENV_BYTES)  # counted with env
+    for name, env in (("env", task.env), ("secret_env", task.secret_env)):
+        for key, value in env.items():
+            if not key or "=" in key or "\0" in key:
+                raise InvalidArgument(
+                    f"{path}.{name}[{clip(key)}]", "not a valid environment variable name"
+                )
+            text(value, f"{path}.{name}[{clip(key)}]", lim.MAX_ENV_BYTES)
+    for key in task.secret_env.keys() & task.env.keys():
+        raise InvalidArgument(f"{path}.secret_env[{clip(key)}]", "also set in env: set it once")
     text(task.cwd, f"{path}.cwd", lim.MAX_CWD)
     if task.cwd and not task.cwd.startswith("/"):
         raise InvalidArgument(f"{path}.cwd", "must be an absolute path")
@@ -164,7 +171,7 @@ def validate_schedule_bounds(s: Schedule, field: str = "schedule") -> None:
 
 def _retry(spec: JobSpec, field: str) -> None:
     retry = spec.retry
-    valid_count(retry.max_attempts, f"{field}.max_attempts", lim.MAX_ATTEMPTS)
+    valid_count(retry.max_attempts, f"{field}.max_attempts", lim.MAX_ATTEMPTS, lower=1)
     duration_bound(retry.initial_backoff, f"{field}.initial_backoff")
     duration_bound(retry.max_backoff, f"{field}.max_backoff")
     if not (isinstance(retry.multiplier, int | float) and math.isfinite(retry.multiplier)):

@@ -1,19 +1,30 @@
-"""A whole shardcron cluster on this machine: `make cluster` / `make cluster-down`.
+"""A whole shardcron cluster on this machine: `make cluster`, `make cluster-down`,
+`make cluster-reset`.
 
 Starts a ZooKeeper, a Cassandra node, the schema, three shardcron nodes (api,
 coordinator and poller roles each) and two workers that find the pollers
 through ZooKeeper. Every process's pid and log go under ``.cluster/`` so
 ``down`` (and a newcomer) can find them; endpoints are printed at the end.
 
-Tokens are on: ``up`` makes an admin, a node and a worker token (``tokens.json``,
+Every gRPC connection is mTLS: ``.cluster/tls/`` holds a CA and the certificates it
+signs (``deploy.certs``, made with ``openssl``): the nodes serve with ``node.crt``,
+require client certificates of the CA and call each other with ``node.crt``; the
+workers present ``worker.crt``, the user ``client.crt``.
+
+Tokens are on too: ``up`` makes an admin, a node and a worker token (``tokens.json``,
 readable by its owner only) and the auth file that holds their digests
 (``auth.toml``); the nodes get ``--auth-file`` and the node token, the workers
-their token, through the environment. ``export SHARDCRON_TOKEN=...`` (printed)
-lets the CLI in.
+their token, through the environment. ``client_env`` gives the ``SHARDCRON_TLS_*``
+variables and the admin's ``SHARDCRON_TOKEN`` that the CLI and SDK read (printed).
+
+``down`` stops the processes and keeps the ZooKeeper and Cassandra data under
+``.cluster/``: the next ``up`` resumes the jobs it held, under a new leader at a later
+epoch. ``reset`` stops everything too and deletes that data, for a fresh start.
 
     python -m deploy.cluster up [--dir .cluster] [--nodes 3] [--workers 2] [--slots 8]
     python -m deploy.cluster status
     python -m deploy.cluster down
+    python -m deploy.cluster reset
 
 Run it from the repository root with the project's interpreter (``make cluster``):
 the nodes and workers are started with that interpreter's ``shardcron``.
@@ -26,6 +37,7 @@ import hashlib
 import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -33,6 +45,7 @@ import time
 from pathlib import Path
 
 from deploy.cassandra import Cassandra
+from deploy.certs import make_certs
 from deploy.process import pid_alive, spawn_detached
 from deploy.zookeeper import ZooKeeper
 
@@ -88,12 +101,34 @@ def spawn(name: str, cmd: list[str], state: Path, env: dict[str, str] | None = N
     return pid
 
 
-def wait_serving(target: str, timeout: float = 60) -> None:
+def client_env(state: Path) -> dict[str, str]:
+    """The variables that make the CLI and SDK connect to the cluster as its user: the
+    client certificate and the admin token."""
+    tls = state / "tls"
+    return {
+        "SHARDCRON_TLS_CA": str(tls / "ca.crt"),
+        "SHARDCRON_TLS_CERT": str(tls / "client.crt"),
+        "SHARDCRON_TLS_KEY": str(tls / "client.key"),
+        "SHARDCRON_TOKEN": json.loads((state / "tokens.json").read_text())["admin"],
+    }
+
+
+def node_tls_args(tls: Path) -> list[str]:
+    """A node's flags: serve with the node certificate, require clients of the CA."""
+    node = ["--tls-cert", str(tls / "node.crt"), "--tls-key", str(tls / "node.key")]
+    return [*node, "--tls-client-ca", str(tls / "ca.crt"), "--tls-ca", str(tls / "ca.crt")]
+
+
+def wait_serving(target: str, state: Path, timeout: float = 60) -> None:
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+    env = client_env(state)
+    credentials = grpc.ssl_channel_credentials(
+        *(Path(env[f"SHARDCRON_TLS_{k}"]).read_bytes() for k in ("CA", "KEY", "CERT"))
+    )
     deadline = time.monotonic() + timeout
-    with grpc.insecure_channel(target) as channel:
+    with grpc.secure_channel(target, credentials) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while time.monotonic() < deadline:
             try:
@@ -109,7 +144,9 @@ def wait_serving(target: str, timeout: float = 60) -> None:
 
 
 def up(state: Path, nodes: int, workers: int, slots: int = 8) -> None:
+    state = state.resolve()
     state.mkdir(parents=True, exist_ok=True)
+    tls = make_certs(state / "tls", clients=("worker", "client"))
     zk = ZooKeeper(state / "zookeeper", nodes=1, port=ZK_PORT)
     cassandra = LocalCassandra(state / "cassandra", nodes=1, heap="512M")
     print("starting ZooKeeper and Cassandra ...", file=sys.stderr)
@@ -145,12 +182,13 @@ def up(state: Path, nodes: int, workers: int, slots: int = 8) -> None:
                 f"127.0.0.1:{9464 + i}",
                 "--auth-file",
                 str(state / "auth.toml"),
+                *node_tls_args(tls),
             ),
             state,
             {"SHARDCRON_NODE_TOKEN": tokens["node"]},
         )
     for target in targets:
-        wait_serving(target)
+        wait_serving(target, state)
     for i in range(1, workers + 1):
         spawn(
             f"worker{i}",
@@ -164,26 +202,39 @@ def up(state: Path, nodes: int, workers: int, slots: int = 8) -> None:
                 f"worker{i}",
                 "--slots",
                 str(slots),
+                "--tls-ca",
+                str(tls / "ca.crt"),
+                "--tls-cert",
+                str(tls / "worker.crt"),
+                "--tls-key",
+                str(tls / "worker.key"),
             ),
             state,
             {"SHARDCRON_TOKEN": tokens["worker"]},
         )
+    env = client_env(state)
+    # the token is read from its 0600 file when the export runs, never printed itself
+    env["SHARDCRON_TOKEN"] = (
+        f'$(python3 -c \'import json; print(json.load(open("{state}/tokens.json"))["admin"])\')'
+    )
     endpoints = {
         "api": targets,
         "zookeeper": zk.connect_string,
         "cassandra": contact,
         "metrics": [f"http://127.0.0.1:{9464 + i}/metrics" for i in range(1, nodes + 1)],
         "logs": str(state),
+        "tls": {k: v for k, v in env.items() if k.startswith("SHARDCRON_TLS_")},
     }
     (state / "endpoints.json").write_text(json.dumps(endpoints, indent=2))
     print(f"""shardcron cluster up
-  api        {", ".join(targets)}   (export SHARDCRON_TARGET={targets[0]})
-  token      export SHARDCRON_TOKEN=$(python3 -c 'import json; print(json.load(open("{state}/tokens.json"))["admin"])')
+  api        {", ".join(targets)}   (mTLS; certificates in {tls}/; tokens in {state}/tokens.json)
   zookeeper  {zk.connect_string}
   cassandra  {contact}  keyspace {KEYSPACE}
   metrics    {", ".join(endpoints["metrics"])}
   logs, pids {state}/
-try: shardcron --target {targets[0]} cluster status""")
+try:
+  export SHARDCRON_TARGET={targets[0]} {" ".join(f"{k}={v}" for k, v in env.items())}
+  shardcron cluster status""")
 
 
 def _pids(state: Path) -> dict[str, int]:
@@ -218,6 +269,17 @@ def down(state: Path) -> None:
     print("shardcron cluster down", file=sys.stderr)
 
 
+def reset(state: Path) -> None:
+    """``down``, then delete the servers' data and the processes' logs: the next ``up``
+    starts an empty cluster at epoch 1."""
+    down(state)
+    for data in ("zookeeper", "cassandra"):
+        shutil.rmtree(state / data, ignore_errors=True)
+    for leftover in (*state.glob("*.log"), state / "endpoints.json"):
+        leftover.unlink(missing_ok=True)
+    print(f"shardcron cluster data deleted from {state}", file=sys.stderr)
+
+
 def status(state: Path) -> None:
     for name, pid in _pids(state).items():
         print(f"{name:10s} pid {pid:7d}  {'running' if pid_alive(pid, 'shardcron') else 'gone'}")
@@ -232,7 +294,7 @@ def main() -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("command", choices=["up", "down", "status"])
+    parser.add_argument("command", choices=["up", "down", "reset", "status"])
     parser.add_argument("--dir", default=str(REPO / ".cluster"))
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--workers", type=int, default=2)
@@ -243,6 +305,8 @@ def main() -> None:
         up(state, args.nodes, args.workers, args.slots)
     elif args.command == "down":
         down(state)
+    elif args.command == "reset":
+        reset(state)
     else:
         status(state)
 

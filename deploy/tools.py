@@ -67,7 +67,7 @@ def java_bin() -> str:
 
 
 def ensure_tools() -> None:
-    """Install a JRE 17 and Maven with apt-get, only when they are missing.
+    """Install a JRE 17, Maven and openssl with apt-get, only when they are missing.
 
     CI images may lack them; developer machines usually have them, and then this
     does nothing (no apt-get run at all).
@@ -77,6 +77,8 @@ def ensure_tools() -> None:
         missing.append("openjdk-17-jre-headless")
     if not shutil.which("mvn"):
         missing.append("maven")
+    if not shutil.which("openssl"):
+        missing.append("openssl")  # deploy.certs makes the cluster's certificates with it
     if not missing:
         log(f"java ({find_java()}) and mvn ({shutil.which('mvn')}) present; nothing to install")
         return
@@ -89,8 +91,8 @@ def ensure_tools() -> None:
         check=True,
         env=env,
     )
-    if not find_java() or not shutil.which("mvn"):
-        raise ServerError("apt-get finished but java >= 17 or mvn is still missing")
+    if not find_java() or not shutil.which("mvn") or not shutil.which("openssl"):
+        raise ServerError("apt-get finished but java >= 17, mvn or openssl is still missing")
 
 
 def cache_dir() -> Path:

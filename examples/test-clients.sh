@@ -200,7 +200,7 @@ PORT="$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); 
 TARGET="127.0.0.1:$PORT"
 WORKER_ID="go-worker-$$"
 log "starting shardcron dev on $TARGET (lease TTL ${LEASE_TTL}s, no in-process worker)"
-"$SHARDCRON" dev --listen "$TARGET" --data-dir "$WORK/data" --metrics-listen '' --workers 0 \
+"$SHARDCRON" dev --listen "$TARGET" --data-dir "$WORK/data" --metrics-listen '' --http-listen '' --workers 0 \
   --lease-ttl "${LEASE_TTL}s" >"$WORK/server.log" 2>&1 &
 SERVER_PID=$!
 PIDS+=("$SERVER_PID")

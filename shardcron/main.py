@@ -28,9 +28,15 @@ from shardcron.auth_options import (
     worker_token_option,
 )
 from shardcron.client.cli import cli
+from shardcron.client.cli.state import CliState
+from shardcron.client.cli.tls_options import client_tls_options, server_tls_options
+from shardcron.client.errors import ShardcronError
 from shardcron.client.schedule import parse_duration
+from shardcron.client.tls import ClientTls, ServerTls
 from shardcron.coordinator.auth import AuthSource
 from shardcron.coordinator.poller import PollerConfig
+from shardcron.coordinator.quotas import Quotas
+from shardcron.policy_options import inherit_env_option, store_policy_options
 
 
 def _setup_logging(level: str) -> None:
@@ -85,6 +91,12 @@ async def _until_signalled() -> None:
     help="Prometheus /metrics address; '' = off.",
 )
 @click.option(
+    "--http-listen",
+    default="127.0.0.1:7480",
+    show_default=True,
+    help="HTTP/JSON API and dashboard address; '' = off.",
+)
+@click.option(
     "--workers", "worker_count", default=1, show_default=True, help="In-process workers (0 = none)."
 )
 @click.option("--slots", default=8, show_default=True, help="Slots per in-process worker.")
@@ -106,11 +118,15 @@ async def _until_signalled() -> None:
 )
 @click.option("--shards", default=64, show_default=True, help="Shard count (fixed for a data dir).")
 @auth_file_option
+@server_tls_options
+@store_policy_options
+@inherit_env_option
 @click.option("--log-level", default="info", show_default=True)
 def dev(
     listen: str,
     data_dir: str,
     metrics_listen: str,
+    http_listen: str,
     worker_count: int,
     slots: int,
     handler_modules: tuple[str, ...],
@@ -118,6 +134,11 @@ def dev(
     misfire_grace: timedelta,
     shards: int,
     auth_file: str | None,
+    server_tls: ServerTls | None,
+    insecure: bool,
+    retention: timedelta | None,
+    quota_file: Quotas,
+    inherit_env: bool,
     log_level: str,
 ) -> None:
     """Run every role in one process on the embedded SQLite store."""
@@ -140,6 +161,7 @@ def dev(
                 listen,
                 Path(data_dir),
                 metrics_listen,
+                http_listen,
                 worker_count,
                 slots,
                 list(handler_modules),
@@ -147,8 +169,15 @@ def dev(
                 shards,
                 auth,
                 in_process_token,
+                server_tls,
+                insecure,
+                inherit_env,
+                retention,
+                quota_file,
             )
         )
+    except ShardcronError as e:
+        raise click.ClickException(f"cannot start: {e.message}") from e
     finally:
         data_dir_lock.release()
 
@@ -157,6 +186,7 @@ async def _dev(
     listen: str,
     data_dir: Path,
     metrics_listen: str,
+    http_listen: str,
     worker_count: int,
     slots: int,
     handler_modules: list[str],
@@ -164,26 +194,38 @@ async def _dev(
     shards: int,
     auth: AuthSource | None,
     in_process_token: str | None,
+    tls: ServerTls | None,
+    insecure: bool,
+    inherit_env: bool,
+    retention: timedelta | None,
+    quotas: Quotas,
 ) -> None:
     from shardcron.coordinator.coordination import LocalCoordination
     from shardcron.coordinator.node import Node, NodeConfig
     from shardcron.coordinator.sqlite.store import SqliteStore
     from shardcron.worker import Worker, registry
     from shardcron.worker.handlers import load_handler_modules
+    from shardcron.worker.metrics import WorkerCollector
 
     data_dir.mkdir(parents=True, exist_ok=True)
     load_handler_modules(handler_modules)
-    store = SqliteStore(data_dir / "shardcron.db", shard_count=shards)
+    store = SqliteStore(data_dir / "shardcron.db", shard_count=shards, retention=retention)
     config = NodeConfig(
         listen=listen,
         metrics_listen=metrics_listen,
+        http_listen=http_listen,
         node_id="dev",
         poller=poller,
+        tls=tls,
+        insecure=insecure,
+        quotas=quotas,
     )
     coordination = LocalCoordination(data_dir, shard_count=shards, node_id="dev")
     node = Node(store, coordination, config, auth=auth)
     await node.start()
     reload_on_sighup(auth)
+    # the in-process workers connect as the node's own calls to other nodes do
+    credentials = tls.peer_tls().credentials() if tls is not None else None
     workers = [
         Worker(
             node.address,
@@ -191,15 +233,21 @@ async def _dev(
             slots=slots,
             registry=registry,
             token=in_process_token,
+            credentials=credentials,
+            inherit_env=inherit_env,
         )
         for i in range(worker_count)
     ]
+    node.metrics.registry.register(WorkerCollector(lambda: workers))
     tasks = [asyncio.create_task(w.run()) for w in workers]
     metrics = (
         f", metrics on http://{metrics_listen.rpartition(':')[0]}:{node.metrics_port}/metrics"
         if metrics_listen
         else ""
     )
+    if http_listen:
+        host = http_listen.rpartition(":")[0] or "127.0.0.1"
+        metrics += f", dashboard and HTTP API on http://{host}:{node.http_port}/"
     click.echo(f"shardcron dev: serving on {node.address} (data in {data_dir}){metrics}", err=True)
     try:
         await _until_signalled()
@@ -247,6 +295,11 @@ async def _dev(
 )
 @click.option("--no-commands", is_flag=True, help="Serve handlers only, never run command jobs.")
 @worker_token_option
+@client_tls_options
+@click.option(
+    "--metrics-listen", default="", help="Prometheus /metrics address (host:port); '' = off."
+)
+@inherit_env_option
 @click.option("--log-level", default="info", show_default=True)
 def worker_cmd(
     worker_target: str,
@@ -260,10 +313,21 @@ def worker_cmd(
     handler_modules: tuple[str, ...],
     no_commands: bool,
     worker_token: str,
+    client_tls: ClientTls,
+    metrics_listen: str,
+    inherit_env: bool,
     log_level: str,
 ) -> None:
     """Run a worker that takes leases from a node, or from every poller of a cluster (--zk)."""
     _setup_logging(log_level)
+    if not client_tls.enabled:
+        # `shardcron --tls-ca FILE worker` means the same as `shardcron worker --tls-ca FILE`
+        root = click.get_current_context().find_object(CliState)
+        client_tls = root.tls if root is not None else client_tls
+    try:
+        credentials = client_tls.credentials()
+    except ShardcronError as e:
+        raise click.ClickException(f"cannot start: {e.message}") from e
     from shardcron.worker import Worker, registry
     from shardcron.worker.handlers import load_handler_modules
 
@@ -280,6 +344,8 @@ def worker_cmd(
         cpu_millis=cpu_millis,
         memory_mb=memory_mb,
         token=worker_token or root_token() or None,
+        credentials=credentials,
+        inherit_env=inherit_env,
     )
 
     async def main() -> None:
@@ -306,6 +372,13 @@ def worker_cmd(
                 "memory_mb": memory_mb,
             }
             await coordination.register_worker(worker.worker_id, "", info)
+        if metrics_listen:
+            from shardcron.client.exposition import serve_metrics
+            from shardcron.worker.metrics import worker_registry
+
+            port = serve_metrics(worker_registry(lambda: [worker]), metrics_listen)
+            host = metrics_listen.rpartition(":")[0] or "127.0.0.1"
+            click.echo(f"shardcron worker: metrics on http://{host}:{port}/metrics", err=True)
         task = asyncio.create_task(worker.run())
         where = (
             f"the pollers of cluster {cluster_name!r} in ZooKeeper {zk}" if zk else worker_target
@@ -359,6 +432,7 @@ def _cassandra_options(f):  # type: ignore[no-untyped-def]
 )
 @click.option("--node-id", default=None, help="Unique node id (default: host-port).")
 @click.option("--metrics-listen", default="", help="Prometheus /metrics address; '' = off.")
+@click.option("--http-listen", default="", help="HTTP/JSON API and dashboard address; '' = off.")
 @click.option("--shards", default=64, show_default=True, help="Shard count (fixed for a cluster).")
 @click.option(
     "--session-timeout", default=6.0, show_default=True, help="ZooKeeper session timeout, seconds."
@@ -367,6 +441,8 @@ def _cassandra_options(f):  # type: ignore[no-untyped-def]
 @click.option("--misfire-grace", default="5s", show_default=True, callback=_duration)
 @auth_file_option
 @node_token_option
+@server_tls_options
+@store_policy_options
 @click.option("--log-level", default="info", show_default=True)
 def node(
     roles: str,
@@ -379,12 +455,17 @@ def node(
     advertise: str,
     node_id: str | None,
     metrics_listen: str,
+    http_listen: str,
     shards: int,
     session_timeout: float,
     lease_ttl: timedelta,
     misfire_grace: timedelta,
     auth_file: str | None,
     node_token: str,
+    server_tls: ServerTls | None,
+    insecure: bool,
+    retention: timedelta | None,
+    quota_file: Quotas,
     log_level: str,
 ) -> None:
     """Run a cluster node on ZooKeeper and Cassandra (the production entry point)."""
@@ -411,11 +492,16 @@ def node(
             advertise,
             node_id,
             metrics_listen,
+            http_listen,
             shards,
             session_timeout,
             poller,
             auth,
             node_token,
+            server_tls,
+            insecure,
+            retention,
+            quota_file,
         )
     )
 
@@ -431,13 +517,17 @@ async def _node(
     advertise: str,
     node_id: str,
     metrics_listen: str,
+    http_listen: str,
     shards: int,
     session_timeout: float,
     poller: PollerConfig,
     auth: AuthSource | None,
     node_token: str,
+    tls: ServerTls | None,
+    insecure: bool,
+    retention: timedelta | None,
+    quotas: Quotas,
 ) -> None:
-    from shardcron.client.errors import ShardcronError
     from shardcron.coordinator.cassandra.store import CassandraStore
     from shardcron.coordinator.node import Node, NodeConfig
     from shardcron.coordinator.zk import ZkCoordination
@@ -448,6 +538,7 @@ async def _node(
         consistency=consistency,
         shard_count=shards,
         create_schema=False,  # `shardcron store init` creates it, once
+        retention=retention,
     )
     coordination = ZkCoordination(
         zk,
@@ -461,13 +552,17 @@ async def _node(
         listen=listen,
         advertise=advertise,
         metrics_listen=metrics_listen,
+        http_listen=http_listen,
         roles=roles,
         node_id=node_id,
         poller=poller,
         node_token=node_token,
+        tls=tls,
+        insecure=insecure,
+        quotas=quotas,
     )
-    node = Node(store, coordination, config, auth=auth)
     try:
+        node = Node(store, coordination, config, auth=auth)
         await node.start()
     except ShardcronError as e:
         raise click.ClickException(f"cannot start: {e.message}") from e

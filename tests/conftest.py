@@ -7,6 +7,7 @@
   configuration, on the session's Cassandra (tests/support/cassandra.py: the node
   named by ``SHARDCRON_TEST_CASSANDRA``, or one started on first use);
   ``cassandra_session_cleanup`` stops a node the session started, at its end.
+- ``sqlite_store``: an open, empty SQLite store with the builders' shard count.
 
 Fixtures one directory alone uses live in its own ``conftest.py`` (``tests/e2e``,
 ``tests/cluster``); helpers that are not fixtures live in ``tests/support/``.
@@ -21,8 +22,9 @@ import pytest
 
 from deploy import ZooKeeper
 from shardcron.coordinator.cassandra.store import CassandraStore
+from shardcron.coordinator.sqlite.store import SqliteStore
 from tests.support.cassandra import cassandra_backend, stop_cassandra
-from tests.support.store_builders import CONTRACT_CONFIG
+from tests.support.store_builders import CONTRACT_CONFIG, SHARDS
 from tests.support.zookeeper import client_port, with_new_chroot
 
 
@@ -55,6 +57,17 @@ def cassandra_session_cleanup() -> Iterator[None]:
 async def cassandra_store(tmp_path: Path) -> AsyncIterator[CassandraStore]:
     """An open, empty store in the contract suite's configuration, for Cassandra-only tests."""
     s = cassandra_backend(CONTRACT_CONFIG)(tmp_path)()
+    await s.open()
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+@pytest.fixture
+async def sqlite_store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
+    """An open, empty SQLite store with ``SHARDS`` shards and buckets of a minute."""
+    s = SqliteStore(tmp_path / "db", shard_count=SHARDS, bucket_seconds=60)
     await s.open()
     try:
         yield s

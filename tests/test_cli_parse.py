@@ -30,6 +30,7 @@ from shardcron.client.types import (
     CommandTask,
     ConcurrencyPolicy,
     DstGap,
+    Fire,
     HandlerTask,
     Job,
     JobSpec,
@@ -37,6 +38,7 @@ from shardcron.client.types import (
     MisfirePolicy,
     OutputChunk,
     OverlapPolicy,
+    Page,
     Resources,
     RetryPolicy,
     Run,
@@ -132,6 +134,14 @@ class FakeClient:
     def wait_run(self, run_id: str, *, timeout: float | None = None) -> Run:
         self._record("wait_run", run_id, timeout=timeout)
         return make_run(self.run_state)
+
+    def list_runs(self, job_id: str, **kwargs: Any) -> Page[Run]:
+        self._record("list_runs", job_id, **kwargs)
+        return Page(items=[make_run(self.run_state)], next_page_token="")
+
+    def preview_fires(self, source: Any, *, count: int = 10, after: Any = None) -> list[Fire]:
+        self._record("preview_fires", source, count=count)
+        return [Fire(key=f"k{i}", at=T0 + timedelta(hours=i), local=T0) for i in range(count)]
 
     def read_output(self, run_id: str, *, offset: int = 0, follow: bool = False) -> Any:
         self._record("read_output", run_id, offset=offset, follow=follow)
@@ -251,10 +261,13 @@ def test_job_create_sends_the_exact_spec() -> None:
         obj=fake,
     )  # fmt: skip
     assert result.exit_code == 0, result.output
-    assert result.stdout == "job-1\n"
+    assert result.stdout.splitlines()[:2] == [
+        "job        job-1",
+        "first run  run-1 (due 2026-03-01 10:00:00 CET)",
+    ]
     assert fake.connected == {"target": "10.0.0.1:7400", "owner": "acme", "timeout": 5.0}
     assert fake.closed
-    [(name, (spec,), kwargs)] = fake.calls
+    (name, (spec,), kwargs) = fake.calls[0]
     assert (name, kwargs) == ("create_job", {"idempotency_key": "k1"})
     assert spec == JobSpec(
         name="report",
@@ -455,7 +468,10 @@ def test_run_logs_writes_raw_bytes() -> None:
     result = invoke(["run", "logs", "run-1", "-f", "--offset", "-100"], obj=fake)
     assert result.exit_code == 0, result.output
     assert result.stdout_bytes == b"hello \xffworld\n"
-    assert fake.calls == [("read_output", ("run-1",), {"offset": -100, "follow": True})]
+    assert fake.calls == [
+        ("get_run", ("run-1",), {}),
+        ("read_output", ("run-1",), {"offset": -100, "follow": True}),
+    ]
 
 
 @pytest.mark.parametrize(("state", "code"), [(RunState.SUCCEEDED, 0), (RunState.FAILED, 1)])
@@ -464,7 +480,9 @@ def test_run_wait_exit_code(state: RunState, code: int) -> None:
     result = invoke(["run", "wait", "run-1", "--timeout", "1m"], obj=fake)
     assert result.exit_code == code
     assert result.stdout == f"run-1 {state.value}\n"
-    assert fake.calls == [("wait_run", ("run-1",), {"timeout": 60.0})]
+    assert fake.calls[0] == ("get_run", ("run-1",), {})
+    name, args, kwargs = fake.calls[1]
+    assert (name, args) == ("wait_run", ("run-1",)) and 59 < kwargs["timeout"] <= 60
 
 
 # --------------------------------------------------------------------------- server errors
@@ -491,3 +509,48 @@ def test_server_errors_print_one_line_and_exit_code(
     assert result.stderr == line + "\n"
     assert result.stdout == ""
     assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+# --------------------------------------------------------------------------- secret env
+
+
+def test_secret_env_from_flags_and_files_is_sent_and_never_echoed(tmp_path: Any) -> None:
+    env_file = tmp_path / "backup.env"
+    env_file.write_text("# comment\n\nDB_PASSWORD=from-file\nAPI_KEY=k=v\n")
+    fake = FakeClient()
+    args = ["job", "create", "b", "--secret-env-file", str(env_file)]
+    result = invoke([*args, "--secret-env", "DB_PASSWORD=from-flag", "--", "true"], obj=fake)
+    assert result.exit_code == 0, result.output
+    [spec] = [args[0] for name, args, _ in fake.calls if name == "create_job"]
+    assert spec.task.secret_env == {"DB_PASSWORD": "from-flag", "API_KEY": "k=v"}  # flags win
+
+    bad = invoke(["job", "create", "b", "--secret-env", "hunter2", "--", "true"])
+    assert bad.exit_code == 2 and "hunter2" not in bad.output
+    env_file.write_text("DB_PASSWORD=ok\nhunter2\n")
+    bad = invoke(["job", "create", "b", "--secret-env-file", str(env_file), "--", "true"])
+    assert bad.exit_code == 2 and "backup.env:2" in bad.output and "hunter2" not in bad.output
+    bad = invoke(["job", "create", "b", "--handler", "h", "--secret-env", "K=v"])
+    assert bad.exit_code == 2 and "--secret-env" in bad.output
+
+
+def test_job_update_sends_back_the_placeholders_it_read_with_the_keys_given() -> None:
+    fake = FakeClient()
+    task = CommandTask(argv=("/bin/true",), secret_env={"KEEP": "***", "DROP": "***"})
+    fake.current = make_job(JobSpec(name="old", task=task), version=7)
+    result = invoke(
+        ["job", "update", "job-1", "--secret-env", "NEW=n", "--secret-env", "DROP="], obj=fake
+    )
+    assert result.exit_code == 0, result.output
+    sent = fake.calls[-1][1][1].task.secret_env
+    assert sent == {"KEEP": "***", "DROP": "", "NEW": "n"}
+    untouched = invoke(["job", "update", "job-1", "--name", "n2"], obj=fake)
+    assert untouched.exit_code == 0 and fake.calls[-1][1][1].task.secret_env == task.secret_env
+
+
+def test_job_get_shows_secret_keys_never_values() -> None:
+    fake = FakeClient()
+    task = CommandTask(argv=("/bin/true",), secret_env={"DB_PASSWORD": "***"})
+    fake.current = make_job(JobSpec(name="old", task=task))
+    result = invoke(["job", "get", "job-1"], obj=fake)
+    assert result.exit_code == 0, result.output
+    assert "DB_PASSWORD=***" in result.output

@@ -21,6 +21,7 @@ from shardcron.client.errors import (
     InvalidArgument,
     NotFound,
     PermissionDenied,
+    ResourceExhausted,
     ShardcronError,
     StaleLease,
     Unauthenticated,
@@ -358,7 +359,8 @@ def test_zero_numbers_read_as_documented_defaults() -> None:
         concurrency=types_pb2.ConcurrencyPolicy(max_concurrent=0),
     )
     spec = codec.job_spec_from_proto(msg)
-    assert spec.retry == RetryPolicy()  # max_attempts 0 = 1, multiplier 0 = 2.0
+    assert spec.retry == RetryPolicy()  # max_attempts 0 = 3, multiplier 0 = 2.0
+    assert spec.retry.max_attempts == 3
     assert spec.resources.slots == 1  # 0 = 1
     assert spec.concurrency == ConcurrencyPolicy(max_concurrent=0)  # kept: the server reads 0
 
@@ -543,6 +545,7 @@ def test_error_code_table() -> None:
         Unavailable: grpc.StatusCode.UNAVAILABLE,
         Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
         PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
+        ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
     } == codec.ERROR_CODES
     for cls, code in codec.ERROR_CODES.items():
         assert cls.code == code.name  # the class attribute agrees with the table
@@ -560,6 +563,7 @@ def test_error_code_table() -> None:
         (Unavailable("store down"), (grpc.StatusCode.UNAVAILABLE, "store down")),
         (Unauthenticated("no token"), (grpc.StatusCode.UNAUTHENTICATED, "no token")),
         (PermissionDenied("not yours"), (grpc.StatusCode.PERMISSION_DENIED, "not yours")),
+        (ResourceExhausted("max_jobs: 5"), (grpc.StatusCode.RESOURCE_EXHAUSTED, "max_jobs: 5")),
         (ShardcronError("odd"), (grpc.StatusCode.UNKNOWN, "odd")),
         (KeyError("x"), (grpc.StatusCode.INTERNAL, "internal error: KeyError: 'x'")),
     ],

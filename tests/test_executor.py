@@ -345,6 +345,53 @@ def test_load_handler_modules_registers_through_decorator(
         load_handler_modules(["no_such_handler_mod"])
 
 
+def test_handler_module_in_the_current_directory_is_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: ``shardcron worker --handlers myhandlers`` run from the folder holding
+    ``myhandlers.py`` failed with "No module named 'myhandlers'" (the program's
+    ``sys.path`` starts at its script's folder, not the current one)."""
+    from shardcron.worker import registry
+
+    (tmp_path / "cwd_handlers_mod.py").write_text(
+        "from shardcron.worker import handler\n\n"
+        "@handler('cwd-job')\n"
+        "def cwd_job(ctx):\n"
+        "    return 'ok'\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, "cwd_handlers_mod", raising=False)
+    try:
+        [mod] = load_handler_modules(["cwd_handlers_mod"])
+        assert registry.get("cwd-job") is mod.cwd_job
+    finally:
+        registry._handlers.pop("cwd-job", None)
+
+
+async def test_log_writes_lines_and_json_decodes_the_payload(reg: HandlerRegistry) -> None:
+    """Regression: ``ctx.log("a")`` added no newline, so two calls ran together; and a
+    JSON payload needed decoding by hand."""
+    seen: dict[str, object] = {}
+
+    @reg.handler("lines")
+    def lines(ctx: HandlerContext) -> None:
+        seen["payload"] = ctx.json()
+        ctx.log("one")
+        ctx.log("two\n")
+        ctx.log(b"raw")
+
+    out = Out()
+    res = await HandlerExecutor(reg).execute(handler_run("lines", b'{"customer": 7}', out))
+    assert res.state == RunState.SUCCEEDED
+    assert out.text("stdout") == "one\ntwo\nraw"
+    assert seen["payload"] == {"customer": 7}
+
+    res = await HandlerExecutor(reg).execute(handler_run("lines", b"not json", Out()))
+    assert res.state == RunState.FAILED and res.reason == RunReason.HANDLER_ERROR
+    assert "JSONDecodeError" in res.error
+
+
 def _children() -> set[int]:
     text = Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").read_text()
     return {int(c) for c in text.split()}

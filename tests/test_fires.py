@@ -30,6 +30,7 @@ from shardcron.coordinator.poller.fires import (
     first_fire,
     make_run,
     on_fire_due,
+    retry_misfired,
     retry_run,
 )
 
@@ -196,3 +197,60 @@ def test_a_lost_worker_is_retried_even_without_a_retry_policy() -> None:
     assert len(attempts) == WORKER_LOST_ATTEMPTS
     cancelled = replace(run, state=RunState.CANCELLED)
     assert retry_run(j, cancelled, now=T0) is None
+
+
+def lost(run):  # type: ignore[no-untyped-def]
+    return replace(run, state=RunState.FAILED, reason=RunReason.WORKER_LOST)
+
+
+def test_a_lost_fire_of_a_job_allowing_one_attempt_is_not_run_as_attempt_2() -> None:
+    """Found on a three-node cluster: a cron fire whose worker was taken for lost (its
+    result refused after a shard move) ran again as attempt 2, although the job
+    allows 1 attempt. A scheduled fire gets the attempts its job allows; one-off runs
+    keep the extra attempts of a lost worker (above)."""
+    j = job(retry=RetryPolicy(max_attempts=1))
+    run = pending_fire(j, T0)
+    assert retry_run(j, lost(run), now=T0) is None
+    j3 = job(retry=RetryPolicy(max_attempts=3))
+    second = retry_run(j3, lost(pending_fire(j3, T0)), now=T0)
+    assert second is not None and second.attempt == 2
+
+
+def test_a_retried_fire_never_runs_after_a_later_fire_of_its_job() -> None:
+    """Found on a three-node cluster: the :25 fire, lost with its worker, was run again
+    as attempt 2 at :42, after the :42 fire. A retry whose job's next fire has come
+    due is dropped (SKIPPED, MISFIRE), whatever the misfire policy."""
+    for policy in MisfirePolicy:
+        j = job(misfire=policy, retry=RetryPolicy(max_attempts=3))
+        retry = retry_run(j, lost(pending_fire(j, T0)), now=T0 + timedelta(seconds=5))
+        assert retry is not None
+        before_next = T0 + timedelta(seconds=59)
+        assert not retry_misfired(j, retry, now=before_next, grace=timedelta(minutes=5))
+        at_next = T0 + timedelta(minutes=1)  # the next fire is due: now == its time
+        assert retry_misfired(j, retry, now=at_next, grace=timedelta(minutes=5)), policy
+
+
+def test_a_retried_fire_follows_misfire_skip_when_it_comes_due_late() -> None:
+    j = job(
+        Schedule.cron_expr("0 * * * *"),
+        misfire=MisfirePolicy.SKIP,
+        retry=RetryPolicy(max_attempts=3),
+    )
+    retry = retry_run(j, lost(pending_fire(j, T0)), now=T0)
+    assert retry is not None
+    grace = timedelta(seconds=5)
+    assert not retry_misfired(j, retry, now=retry.due_at + grace, grace=grace)
+    assert retry_misfired(j, retry, now=retry.due_at + 2 * grace, grace=grace)
+    catch_up = replace(j, spec=j.spec.replace(misfire=MisfirePolicy.RUN_ONCE))
+    assert not retry_misfired(catch_up, retry, now=retry.due_at + 2 * grace, grace=grace)
+
+
+def test_only_retries_of_scheduled_fires_can_misfire() -> None:
+    j = job(retry=RetryPolicy(max_attempts=3))
+    first = pending_fire(j, T0)
+    late = T0 + timedelta(hours=1)
+    assert not retry_misfired(j, first, now=late)  # attempt 1: the fire rules decide
+    manual = replace(first, fire_key="manual:x", attempt=2)
+    assert not retry_misfired(j, manual, now=late)
+    one_off = job(Schedule.immediate(), retry=RetryPolicy(max_attempts=3))
+    assert not retry_misfired(one_off, replace(first, attempt=2), now=late)

@@ -30,7 +30,7 @@ from shardcron.coordinator.poller import Poller
 from shardcron.coordinator.store import NewJob
 from shardcron.coordinator.worker_stream import WorkerStreamServicer
 from shardcron.v1 import worker_pb2, worker_pb2_grpc
-from shardcron.worker.worker import LEASE_SAFETY_MARGIN
+from shardcron.worker.held import LEASE_SAFETY_MARGIN
 from tests.support.store_builders import make_job, make_run
 from tests.support.waiting import until, wait_until
 from tests.test_poller_stream import (  # noqa: F401 - poller: a fixture

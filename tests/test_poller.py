@@ -33,13 +33,21 @@ import dataclasses
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from shardcron.client.schedule import next_fire
-from shardcron.client.types import Job, RetryPolicy, Run, RunReason, RunState, Schedule
+from shardcron.client.types import (
+    ConcurrencyPolicy,
+    Job,
+    OverlapPolicy,
+    RetryPolicy,
+    Run,
+    RunReason,
+    RunState,
+    Schedule,
+)
 from shardcron.coordinator.coordination import Assignment
 from shardcron.coordinator.ids import utcnow
 from shardcron.coordinator.metrics import Metrics
@@ -114,13 +122,8 @@ class FakeClock:
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
-    s = SqliteStore(tmp_path / "db", shard_count=SHARDS, bucket_seconds=60)
-    await s.open()
-    try:
-        yield s
-    finally:
-        await s.close()
+def store(sqlite_store: SqliteStore) -> SqliteStore:
+    return sqlite_store
 
 
 @pytest.fixture
@@ -480,3 +483,57 @@ async def test_a_run_written_while_the_poller_was_held_up_is_found_without_its_h
     await turns(poller, 1)  # the held-up scan ends: the shard counts as read up to now + 5 s
     await rescan(poller, clock)  # the next scan re-reads the recent past
     await turns_until(lambda: poller.phase_of(run.id) is not None, poller)
+
+
+@pytest.mark.parametrize("lease_ttl", [timedelta(seconds=90)])
+async def test_a_forbid_fire_is_not_skipped_for_a_taken_over_run_nobody_claims(
+    store: SqliteStore, poller: Poller, clock: FakeClock, lease_ttl: timedelta
+) -> None:
+    """Found on a three-node cluster: after a shard move, fires of a FORBID job were
+    recorded SKIPPED/OVERLAP while nothing ran, the new owner waiting out a lease its
+    previous owner granted for a run that had ended. The fire is held back while no
+    worker claims that lease, and runs once the lease lapses (and the lost fire, its
+    job allowing one attempt, is not retried)."""
+    schedule = Schedule.cron_expr("* * * * *")
+    taken = clock.now()  # the shards were taken when the poller started
+    nxt = next_fire(schedule, taken)
+    assert nxt is not None
+    prev = next_fire(schedule, nxt.at - timedelta(minutes=1, seconds=1))
+    assert prev is not None
+    base = make_job()
+    spec = base.spec.replace(
+        schedule=schedule,
+        concurrency=ConcurrencyPolicy(overlap=OverlapPolicy.FORBID),
+        retry=RetryPolicy(max_attempts=1),
+    )
+    job = dataclasses.replace(
+        base,
+        spec=spec,
+        schedule_version=1,
+        next_fire_at=nxt.at,
+        next_fire_key=nxt.key,
+        created_at=taken,
+        updated_at=taken,
+    )
+    orphan = dataclasses.replace(
+        fires.make_run(job, prev, shard_count=SHARDS, now=taken),
+        state=RunState.RUNNING,
+        worker_id="w-gone",
+        lease_token=(1 << 32) | 1,
+        lease_expires_at=taken - timedelta(seconds=1),
+    )
+    fire = fires.make_run(job, nxt, shard_count=SHARDS, now=taken)
+    await store.create_jobs([NewJob(job=job)])
+    await store.commit(runs=[orphan, fire], due=[orphan, fire])
+    await rescan(poller, clock)
+    await turns_until(lambda: poller.phase_of(orphan.id) == Phase.LEASED, poller)
+    await clock.move_to(max(nxt.at, clock.now()))
+    await turns_until(lambda: poller.phase_of(fire.id) == Phase.BLOCKED, poller)
+    assert (await stored(store, fire)()).state == RunState.PENDING, "skipped for overlap"
+    await clock.move_to(taken + lease_ttl + PollerConfig().expiry_grace)
+    ended = await _ended(store, orphan, poller)
+    assert (ended.state, ended.reason) == (RunState.FAILED, RunReason.WORKER_LOST)
+    await turns_until(lambda: poller.phase_of(fire.id) == Phase.READY, poller)
+    assert (await stored(store, fire)()).state == RunState.PENDING
+    retry = fires.retry_run(job, ended, now=ended.ended_at or taken)
+    assert retry is None

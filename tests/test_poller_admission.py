@@ -194,6 +194,41 @@ def test_an_adopted_orphan_counts_against_its_jobs_limit() -> None:
     assert h.admission.admit(h.slot(j), fresh_fire=True) == Verdict.BLOCKED
 
 
+def test_forbid_holds_a_fire_back_while_only_an_unclaimed_orphan_runs() -> None:
+    """Found on a three-node cluster: after a shard move, the fires :26 to :41 of a
+    FORBID job were recorded SKIPPED/OVERLAP while nothing ran: the new owner counted the
+    previous owner's lease, whose run had ended, as a run going. A fire meeting only
+    orphans no worker has claimed is held back and decided once one is claimed (it
+    goes: skipped) or ends (admitted)."""
+    h = Held()
+    j = job(overlap=OverlapPolicy.FORBID)
+    orphan = h.slot(j)
+    orphan.phase = Phase.LEASED  # adopted: no worker renewed it here yet
+    h.admission.adopt(orphan)
+    held = h.slot(j)
+    assert h.admission.admit(held, fresh_fire=True) == Verdict.HOLD
+    assert held.phase == Phase.BLOCKED
+    assert "taken over" in h.admission.waiting_reason(held, [])
+    orphan.worker = worker()  # its worker renewed it: the run is going
+    [again] = h.admission.release_held(j.id)
+    assert h.admission.admit(again, fresh_fire=True) == Verdict.SKIP
+    assert h.admission.release_held(j.id) == []
+
+    h2 = Held()
+    orphan2 = h2.slot(j)
+    orphan2.phase = Phase.LEASED
+    h2.admission.adopt(orphan2)
+    first, second = h2.slot(j), h2.slot(j)
+    assert [h2.admission.admit(s, fresh_fire=True) for s in (first, second)] == [Verdict.HOLD] * 2
+    h2.end(orphan2)  # its lease lapsed: nothing was known to run
+    released = h2.admission.release_held(j.id)
+    assert released == [first, second]
+    assert [h2.admission.admit(s, fresh_fire=True) for s in released] == [
+        Verdict.READY,
+        Verdict.SKIP,  # the first is going now
+    ]
+
+
 # --- starting deadlines -----------------------------------------------------------------
 
 

@@ -82,7 +82,7 @@ def test_the_last_failed_attempt_is_a_dead_letter_and_counts_in_the_streak() -> 
 
 
 def test_a_job_is_paused_when_its_streak_reaches_the_limit() -> None:
-    j = job(pause_after_failures=3)
+    j = job(pause_after_failures=3, retry=RetryPolicy(max_attempts=1))
     current = dataclasses.replace(j, consecutive_failures=2)
     out = follow_up(
         j, ended(j, RunState.FAILED, RunReason.NON_ZERO_EXIT), T0, current=current, runs_left=1

@@ -294,8 +294,8 @@ def test_six_fields_have_seconds_last():
         utc(2026, 5, 1, 12, 0, 30),
     ]
     assert every_ten[0].key == "2026-05-01T12:00:10+fold0"
-    # Seconds LAST: "*/10 * * * * *" is every second of minutes 0, 10, 20, ...
-    first_minute = preview(cron("*/10 * * * * *"), utc(2026, 5, 1, 12, 9, 58), 3)
+    # Seconds LAST: "*/10 * * * * 0-59" is every second of minutes 0, 10, 20, ...
+    first_minute = preview(cron("*/10 * * * * 0-59"), utc(2026, 5, 1, 12, 9, 58), 3)
     assert [f.at for f in first_minute] == [
         utc(2026, 5, 1, 12, 10, 0),
         utc(2026, 5, 1, 12, 10, 1),
@@ -303,6 +303,24 @@ def test_six_fields_have_seconds_last():
     ]
     noonish = preview(cron("0 0 12 * * 30"), utc(2026, 5, 13), 2)
     assert [f.at for f in noonish] == [utc(2026, 6, 12, 0, 0, 30), utc(2026, 7, 12, 0, 0, 30)]
+
+
+@pytest.mark.parametrize(
+    ("expr", "hint"),
+    [
+        ("*/5 * * * * *", "for seconds '*/5' write '* * * * * */5'"),
+        ("0 30 9 * * *", "for seconds '0' write '30 9 * * * 0'"),
+    ],
+)
+def test_six_fields_with_seconds_written_first_are_refused(expr: str, hint: str) -> None:
+    """Regression: ``*/5 * * * * *`` meant as every 5 seconds (seconds first, as in
+    Quartz) was taken silently as every second of every 5th minute."""
+    with pytest.raises(InvalidArgument) as e:
+        validate_schedule(cron(expr), field="spec.schedule")
+    assert e.value.field == "spec.schedule.cron"
+    assert "the seconds field comes last" in str(e.value) and hint in str(e.value)
+    validate_schedule(cron("* * * * * *"))  # every second, written plainly, is fine
+    validate_schedule(cron("*/5 * * * * 0-59"))  # and so is every second of some minutes
 
 
 @pytest.mark.parametrize(

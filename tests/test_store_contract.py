@@ -36,7 +36,7 @@ from shardcron.client.types import (
     RunReason,
     RunState,
 )
-from shardcron.coordinator.ids import new_job_id, run_id
+from shardcron.coordinator.ids import new_job_id, run_id, utcnow
 from shardcron.coordinator.rows import UnreadableRow
 from shardcron.coordinator.sqlite.store import SqliteStore
 from shardcron.coordinator.store import DueEntry, JobProgress, JobStore, NewJob
@@ -593,6 +593,33 @@ async def test_list_runs_newest_first_with_state_filter_and_pages(store: JobStor
     assert (await store.list_runs(ALICE, empty.id)).items == []
 
 
+async def test_list_owner_runs_across_jobs_by_state_in_job_then_newest_order(
+    store: JobStore,
+) -> None:
+    jobs = [await create(store, make_job()) for _ in range(4)]
+    bobs = await create(store, make_job(BOB))
+    states = [RunState.RUNNING, RunState.SUCCEEDED, RunState.PENDING, RunState.RUNNING]
+    runs = [
+        make_run(job, due_at=T0 + i * S, fire_key=f"f{i}", state=states[(i + j) % 4])
+        for j, job in enumerate(jobs)
+        for i in range(5)
+    ]
+    await store.commit(runs=[*runs, make_run(bobs, state=RunState.RUNNING)])
+    in_order = sorted(runs, key=lambda r: (r.job_id, -r.due_at.timestamp()))
+    running = frozenset({RunState.RUNNING})
+    for size in (1, 3, 20, 1000):
+        got = await all_pages(lambda **kw: store.list_owner_runs(ALICE, **kw), size)
+        assert got == in_order
+        got = await all_pages(lambda **kw: store.list_owner_runs(ALICE, states=running, **kw), size)
+        assert got == [r for r in in_order if r.state == RunState.RUNNING]
+    bob_running = await all_pages(lambda **kw: store.list_owner_runs(BOB, states=running, **kw), 10)
+    assert [r.job_id for r in bob_running] == [bobs.id]
+    assert (await store.list_owner_runs("nobody")).items == []
+    job_token = (await store.list_runs(ALICE, jobs[0].id, page_size=1)).next_page_token
+    with pytest.raises(InvalidArgument):
+        await store.list_owner_runs(ALICE, page_token=job_token)
+
+
 async def test_list_active_runs(store: JobStore) -> None:
     job = await create(store, make_job())
     runs = [
@@ -857,3 +884,73 @@ async def test_one_version_conflict_does_not_fail_concurrent_writes(store: JobSt
     assert all(got[j.id].version == 2 for j in jobs if j is not victim)
     assert extra.id in got and fresh.id not in got
     assert await store.get_runs([stale_run.id, make_run(fresh).id]) == {}
+
+
+# --------------------------------------------------------------------------- quotas, retention
+
+
+async def test_count_jobs_counts_the_owners_jobs_that_are_not_deleted(store: JobStore) -> None:
+    jobs = [await create(store, make_job(ALICE, idempotency_key=f"k{i}")) for i in range(3)]
+    await create(store, make_job(BOB))
+    await create(store, make_job(ALICE, state=JobState.DELETED))
+    again = await store.create_jobs([NewJob(job=make_job(ALICE, idempotency_key="k0"))])
+    assert again[0][1] is False  # a retried create is not a second job
+    assert (await store.count_jobs(ALICE), await store.count_jobs(BOB)) == (3, 1)
+    paused = dataclasses.replace(jobs[0], state=JobState.PAUSED)
+    await store.update_job(paused, expected_version=1)
+    await store.update_job(dataclasses.replace(jobs[1], state=JobState.DELETED), expected_version=1)
+    assert (await store.count_jobs(ALICE), await store.count_jobs("nobody")) == (2, 0)
+
+
+RETENTION = timedelta(seconds=2)
+
+
+@pytest.fixture(params=list(BACKENDS))
+async def retention_store(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[JobStore]:
+    """An opened, empty store keeping final runs ``RETENTION`` after they end."""
+    config = {**CONTRACT_CONFIG, "retention": RETENTION}
+    backends = {"sqlite": lambda p: lambda: SqliteStore(p / "r.db", **config)}
+    backends["cassandra"] = cassandra_backend(config)
+    store = backends[request.param](tmp_path)()
+    await store.open()
+    yield store
+    await store.close()
+
+
+async def test_final_runs_and_their_output_expire_after_the_retention(
+    retention_store: JobStore,
+) -> None:
+    store = retention_store
+    now = utcnow()
+    long_ago, later = now - timedelta(days=3), now + timedelta(days=1)
+    job = await create(store, make_job())
+    ended = make_run(job, due_at=now, state=RunState.SUCCEEDED, ended_at=now, fire_key="a")
+    skipped = make_run(job, due_at=now, state=RunState.SKIPPED, fire_key="b")
+    kept = {
+        "pending": make_run(job, due_at=long_ago, fire_key="c"),
+        "running": make_run(job, due_at=long_ago, state=RunState.RUNNING, fire_key="d"),
+        "dead letter": make_run(
+            job, due_at=long_ago, state=RunState.FAILED, ended_at=long_ago, dead_letter=True,
+            fire_key="e",
+        ),
+        "ends later": make_run(
+            job, due_at=now, state=RunState.SUCCEEDED, ended_at=later, fire_key="f"
+        ),
+    }  # fmt: skip
+    await store.append_output([OutputChunk(run_id=ended.id, offset=0, data=b"bye")])
+    await store.commit(runs=[ended, skipped, *kept.values()])
+
+    for _ in range(600):  # Cassandra's TTLs run on its clock: poll, up to a minute
+        await store.expire_runs(utcnow())
+        if await store.get_runs([ended.id, skipped.id]) == {}:
+            break
+        await asyncio.sleep(0.1)
+    else:
+        pytest.fail("the final runs did not expire")
+    assert await store.read_output(ended.id) == []
+    assert await store.get_runs([r.id for r in kept.values()]) == {r.id: r for r in kept.values()}
+    assert (await store.get_job(ALICE, job.id)).id == job.id  # jobs never expire
+    with pytest.raises(NotFound):
+        await store.get_run(ALICE, ended.id)

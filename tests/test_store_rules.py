@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import base64
 import sqlite3
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -39,6 +39,7 @@ from shardcron.coordinator.store_rules import (
     page_token_after,
     place_output,
     progress_write,
+    run_expires_at,
     run_state_order,
     run_state_wanted,
     state_order_sql,
@@ -307,3 +308,13 @@ def test_keep_tail_leaves_what_appending_everything_leaves(cap: int) -> None:
     whole, cut = stored + data, stored + keep_tail(data, cap)
     assert kept_by_rule(cut, cap) == kept_by_rule(whole, cap)
     assert len(keep_tail(data, cap)) <= cap + 1
+
+
+def test_a_final_run_expires_its_retention_after_it_ended_and_no_other_does() -> None:
+    t, day = datetime(2030, 1, 1, tzinfo=UTC), timedelta(days=1)
+    rule = {"dead_letter": False, "ended_at": t, "due_at": t - day, "retention": day}
+    assert run_expires_at(state=RunState.SUCCEEDED, **rule) == t + day
+    assert run_expires_at(state=RunState.SKIPPED, **{**rule, "ended_at": None}) == t
+    assert run_expires_at(state=RunState.RUNNING, **rule) is None
+    assert run_expires_at(state=RunState.FAILED, **{**rule, "dead_letter": True}) is None
+    assert run_expires_at(state=RunState.FAILED, **{**rule, "retention": None}) is None

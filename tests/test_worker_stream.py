@@ -46,12 +46,14 @@ class ScriptedPoller(worker_pb2_grpc.WorkerServiceServicer):
         renew: RenewPolicy = lambda run_id: True,
         ack: bool = True,
         stamp_expiry: bool = False,
+        not_owner: Callable[[str], bool] = lambda run_id: False,
     ) -> None:
         self.lease_ttl = lease_ttl
         self.stamp_expiry = stamp_expiry  # ok renewals carry expires_at = now + lease_ttl
         self.heartbeat = heartbeat
         self.renew = renew
         self.ack = ack
+        self.not_owner = not_owner  # run_id -> its shard is not served here (checked first)
         self.hellos: list[worker_pb2.Hello] = []
         self.received: list[worker_pb2.WorkerMessage] = []
         self._out: asyncio.Queue[worker_pb2.PollerMessage | None] | None = None
@@ -117,6 +119,13 @@ class ScriptedPoller(worker_pb2_grpc.WorkerServiceServicer):
     def _answer(self, refs, results) -> None:
         renewals = []
         for ref in refs:
+            if self.not_owner(ref.run_id):
+                renewals.append(
+                    worker_pb2.Renewal(
+                        run_id=ref.run_id, fencing_token=ref.fencing_token, not_owner=True
+                    )
+                )
+                continue
             ok = self.renew(ref.run_id)
             if ok is not None:
                 renewal = worker_pb2.Renewal(
@@ -133,7 +142,12 @@ class ScriptedPoller(worker_pb2_grpc.WorkerServiceServicer):
             )
         if self.ack and results:
             acks = [
-                worker_pb2.ResultAck(run_id=r.run_id, fencing_token=r.fencing_token, accepted=True)
+                worker_pb2.ResultAck(
+                    run_id=r.run_id,
+                    fencing_token=r.fencing_token,
+                    accepted=not self.not_owner(r.run_id),
+                    not_owner=self.not_owner(r.run_id),
+                )
                 for r in results
             ]
             self.send(acks=worker_pb2.ResultAcks(acks=acks))
@@ -499,8 +513,8 @@ async def test_results_and_output_leave_in_messages_a_node_accepts() -> None:
     from shardcron.client.stream import Heartbeat, RunOutcome
     from shardcron.client.types import RunState
     from shardcron.coordinator.service import MAX_MESSAGE_BYTES
+    from shardcron.worker.held import MAX_ERROR_CHARS, bounded_error
     from shardcron.worker.outbox import Outbox
-    from shardcron.worker.worker import MAX_ERROR_CHARS, bounded_error
 
     box = Outbox(linger=0)
     error = bounded_error("E" * 100_000)
@@ -513,3 +527,70 @@ async def test_results_and_output_leave_in_messages_a_node_accepts() -> None:
     sizes = [encode_worker_message(e).ByteSize() for e in events]
     assert max(sizes) < MAX_MESSAGE_BYTES // 2
     assert sum(len(e.outcomes) for e in events if hasattr(e, "outcomes")) == 2000
+
+
+# -- a shard moves (issue 11, item 4) ----------------------------------------------------
+
+
+class ShardMove:
+    """A worker streaming to two scripted pollers, running "r1" leased by ``old``,
+    whose handler ends at ``release``; ``moved`` makes ``old`` answer not_owner."""
+
+    def __init__(self, *, new_renews: bool | None) -> None:
+        self.release = asyncio.Event()
+        self.moved = False
+        self.new_renews = new_renews
+        self.old = ScriptedPoller(stamp_expiry=True, not_owner=lambda run_id: self.moved)
+        self.new = ScriptedPoller(stamp_expiry=True, renew=lambda run_id: self.new_renews)
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[Worker]:
+        reg = HandlerRegistry()
+
+        async def block(ctx) -> None:  # type: ignore[no-untyped-def]
+            await self.release.wait()
+
+        reg.register("block", block)
+        async with serve(self.old) as p1, serve(self.new) as p2:
+            worker = Worker([f"127.0.0.1:{p1}", f"127.0.0.1:{p2}"], registry=reg, kill_grace=1.0)
+            async with running(worker):
+                await until(lambda: sum(k.connected for k in worker.links) == 2, what="streams")
+                self.old.lease(handler_lease("r1", "block", token=7))
+                await until(lambda: worker.running == ["r1"], what="the run started")
+                yield worker
+
+    def named_to_new(self) -> list[worker_pb2.LeaseRef]:
+        return [r for hb in self.new.of_kind("heartbeat") for r in hb.leases]
+
+
+async def test_a_lease_whose_shard_moved_goes_to_the_poller_that_renews_it() -> None:
+    """The poller that leased a run answers not_owner (the run's shard moved): the
+    worker names the lease to its other pollers; a refusal from one of them is not a
+    revocation (an older poller refuses what it does not serve), a renewal makes that
+    poller the lease's own, and the result goes there."""
+    move = ShardMove(new_renews=False)
+    async with move.running() as worker:
+        assert not move.named_to_new(), "named to a poller while its own renews it"
+        move.moved = True
+        await until(lambda: len(move.named_to_new()) >= 3, what="named to the other poller")
+        assert {r.job_id for r in move.named_to_new()} == {"job-r1"}, "named without its job"
+        assert worker.running == ["r1"] and worker.stats["lost"] == 0, "a refusal killed it"
+        move.new_renews = True
+        await until(lambda: worker.stats["moved"] == 1, what="the lease moved")
+        move.release.set()
+        await until(lambda: "r1" in move.new.results, what="the result at the new owner")
+        assert move.new.results["r1"].job_id == "job-r1"
+        assert "r1" not in move.old.results
+        await until(lambda: not any(link.unacked for link in worker.links), what="acked")
+
+
+async def test_a_result_whose_shard_moved_is_offered_to_the_other_pollers() -> None:
+    move = ShardMove(new_renews=None)
+    async with move.running() as worker:
+        move.moved = True  # the result reaches the old owner after the move
+        move.release.set()
+        await until(lambda: "r1" in move.old.results, what="the result at the old owner")
+        await until(lambda: "r1" in move.new.results, what="offered to the other poller")
+        await until(lambda: worker.stats["results_accepted"] == 1, what="accepted there")
+        assert not any(link.unacked for link in worker.links)
+        assert worker.stats["results_rejected"] == 0

@@ -8,13 +8,14 @@ is the outcome; ``HandlerContext`` is what a Python handler receives.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from shardcron.client.types import CommandTask, HandlerTask, RunReason, RunState
 
@@ -146,7 +147,8 @@ def failed_result(reason: RunReason, error: str, started: datetime | None = None
 class HandlerContext:
     """What a handler receives. ``deadline`` is a ``time.monotonic()`` value or None;
     ``cancelled`` is set when the run is cancelled or timed out (a sync handler
-    should poll it); ``log()`` appends to the run's output."""
+    should poll it); ``log()`` appends a line to the run's output; ``json()`` decodes
+    the payload."""
 
     run_id: str
     job_id: str = ""
@@ -163,7 +165,14 @@ class HandlerContext:
         return None if self.deadline is None else self.deadline - time.monotonic()
 
     def log(self, data: str | bytes, stream: str = "stdout") -> None:
+        """Append ``data`` to the run's output (``stream`` "stdout" or "stderr"). Text is a
+        line: a newline is added unless it ends with one. Bytes go as they are."""
         if isinstance(data, str):
-            data = data.encode()
+            data = (data if data.endswith("\n") else data + "\n").encode()
         if data and self.sink is not None:
             self.sink(stream, bytes(data))
+
+    def json(self) -> Any:
+        """The payload decoded as JSON (UTF-8). Raises ``ValueError`` if it is not JSON,
+        which fails the run with ``HANDLER_ERROR`` naming the error."""
+        return json.loads(self.payload)

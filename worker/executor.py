@@ -59,8 +59,28 @@ def _killpg(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
 
 
+# What a command gets of the worker's own environment, unless the worker inherits it
+# all: enough to find programs and speak the locale, nothing the worker holds (its
+# credentials, its SHARDCRON_* settings, another tenant's variables).
+BASE_ENV_KEYS = ("PATH", "HOME", "LANG")
+
+
+def command_base_env(environ: Mapping[str, str], *, inherit: bool = False) -> dict[str, str]:
+    """The environment a command starts from, before its job's env: all of ``environ``
+    when ``inherit``, else only ``BASE_ENV_KEYS`` (PATH defaults to ``os.defpath``)."""
+    if inherit:
+        return dict(environ)
+    base = {key: environ[key] for key in BASE_ENV_KEYS if key in environ}
+    base.setdefault("PATH", os.defpath)
+    return base
+
+
 class CommandExecutor:
     """Runs a ``CommandTask`` as a subprocess in its own session and process group.
+
+    The command's environment is ``command_base_env`` of ``base_env`` (default: this
+    process's environment at each run), then the job's ``env`` and ``secret_env``, then
+    the run's ``SHARDCRON_*`` variables.
 
     With a ``reaper`` every group is registered with its helper process, which
     SIGKILLs the groups still registered when this process dies; the caller owns the
@@ -71,15 +91,19 @@ class CommandExecutor:
         *,
         kill_grace: float = 5.0,
         base_env: Mapping[str, str] | None = None,
+        inherit_env: bool = False,
         reaper: Reaper | None = None,
     ) -> None:
         self.kill_grace = kill_grace
         self.base_env = base_env
+        self.inherit_env = inherit_env
         self.reaper = reaper
 
     def _env(self, run: RunContext, task: CommandTask) -> dict[str, str]:
-        env = dict(os.environ if self.base_env is None else self.base_env)
+        environ = os.environ if self.base_env is None else self.base_env
+        env = command_base_env(environ, inherit=self.inherit_env)
         env.update(task.env)
+        env.update(task.secret_env)
         env.update(
             SHARDCRON_RUN_ID=run.run_id,
             SHARDCRON_JOB_ID=run.job_id,

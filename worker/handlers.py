@@ -3,7 +3,16 @@
 A handler is ``def h(ctx: HandlerContext) -> bytes | str | None`` or the same as
 ``async def``. Register with ``@shardcron.worker.handler("name")`` (the module-level
 default registry) or on your own ``HandlerRegistry``. ``load_handler_modules`` imports
-modules whose import registers handlers (the CLI's ``--handlers MODULE``).
+modules whose import registers handlers (the CLI's ``--handlers MODULE``), finding them
+in the current directory as ``python -m`` would.
+
+The built-ins, served by every worker that uses the default registry (``shardcron dev``
+and ``shardcron worker``), are for trying things out:
+
+- ``noop``: succeeds at once;
+- ``echo``: succeeds, its payload as its output;
+- ``sleep``: sleeps the payload's number of seconds (``2.5``), then succeeds;
+- ``fail``: fails (``HANDLER_ERROR``) with the payload as its error.
 """
 
 from __future__ import annotations
@@ -11,6 +20,8 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+import os
+import sys
 from collections.abc import Awaitable, Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, overload
@@ -101,7 +112,15 @@ handler = registry.handler
 
 
 def load_handler_modules(specs: list[str]) -> list[ModuleType]:
-    """Import each "pkg.module" (its import registers handlers); a bad name raises ImportError."""
+    """Import each "pkg.module" (its import registers handlers); a bad name raises ImportError.
+
+    The current directory is searched first, as ``python -m`` does: the ``shardcron``
+    program's own ``sys.path`` starts at its script's directory, so without it
+    ``--handlers myhandlers`` would not find ``./myhandlers.py``.
+    """
+    cwd = os.getcwd()
+    if any(s.strip() for s in specs) and cwd not in sys.path:
+        sys.path.insert(0, cwd)
     modules = []
     for spec in specs:
         name = spec.strip()

@@ -63,6 +63,14 @@ CHANNEL_OPTIONS: Sequence[tuple[str, int]] = (
 )
 
 
+def open_channel(address: str, credentials: grpc.ChannelCredentials | None) -> grpc.aio.Channel:
+    """The channel of one poller's streams: TLS when ``credentials`` are given (the
+    poller's certificate must name ``address``'s host), else plaintext."""
+    if credentials is not None:
+        return grpc.aio.secure_channel(address, credentials, options=CHANNEL_OPTIONS)
+    return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+
+
 class ProtocolError(Exception):
     """The poller broke the protocol: the stream is closed and opened again."""
 
@@ -76,6 +84,7 @@ class StreamOwner(Protocol):
 
     stats: Counter[str]  # counters the link adds to (sent_*, received_*, reconnects)
     metadata: tuple[tuple[str, str], ...]  # gRPC metadata of every stream
+    credentials: grpc.ChannelCredentials | None  # TLS for every stream; None = plaintext
 
     def hello_for(self, link: PollerLink) -> Hello:
         """The Hello that opens a new stream of ``link`` (it sets ``link.sent_limit``)."""
@@ -163,7 +172,7 @@ class PollerLink:
     # -- connection loop ------------------------------------------------------------
     async def _run(self) -> None:
         failures = 0
-        async with grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS) as channel:
+        async with open_channel(self.address, self.worker.credentials) as channel:
             stub = worker_pb2_grpc.WorkerServiceStub(channel)
             while not self._closing:
                 self._session_welcomed = False

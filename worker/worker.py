@@ -11,6 +11,11 @@ moved by each granted renewal, read on this machine's clock less
 refused, never started. Each command's deadline is also given to the reaper helper
 process, which kills the command's group on its own clock: a worker that is frozen
 (SIGSTOP) cannot keep a command alive past its lease.
+
+A shard move costs no re-execution: a lease whose poller answers ``not_owner`` (the
+run's shard moved) or whose stream is down is named to every connected poller until
+one renews it, and that poller holds the run from then on; such a run's result is
+offered to every poller in the same way (``adrift``).
 """
 
 from __future__ import annotations
@@ -22,11 +27,10 @@ import os
 import socket
 import time
 import uuid
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
 from functools import partial
+from typing import TYPE_CHECKING
 
 import shardcron
 from shardcron.client.sdk.connection import call_metadata
@@ -38,10 +42,10 @@ from shardcron.client.stream import (
     LeaseRef,
     Renewals,
     ResultAck,
-    RunOutcome,
 )
 from shardcron.client.types import CommandTask, RunReason
 
+from .adrift import AdriftResults
 from .executor import (
     CommandExecutor,
     ExecResult,
@@ -52,64 +56,19 @@ from .executor import (
 )
 from .handlers import HandlerRegistry
 from .handlers import registry as default_registry
+from .held import HeldRun, lease_deadline
 from .link import PollerLink
 from .reaper_client import Reaper
 from .targets import Target, next_reading, read_targets
+
+if TYPE_CHECKING:
+    import grpc
 
 log = logging.getLogger(__name__)
 
 WATCHDOG_PERIOD = 0.1
 MAX_PENDING_HEARTBEATS = 256
-MAX_ERROR_CHARS = 4096  # of a result's error text; the rest is cut (bounded_error)
 GRANT_IDLE = 1.5  # seconds a share may stay unused before it goes to other pollers
-# Seconds a run is killed before its lease's expires_at: this worker's clock may be
-# behind the poller's by this much (plus the poller's expiry grace) without two
-# attempts overlapping.
-LEASE_SAFETY_MARGIN = 0.25
-
-
-@dataclass(eq=False)
-class _Run:
-    ctx: RunContext
-    link: PollerLink
-    token: int
-    slots: int
-    deadline: float  # monotonic: the run must be dead by then unless renewed
-    task: asyncio.Task | None = None
-    lost: bool = False  # lease gone: killed, result never reported
-    abandoned: bool = False  # worker stopping without drain: result never reported
-    # Send times of heartbeats (or Hello.held) naming this run, not yet answered.
-    pending_renewals: deque[float] = field(default_factory=deque)
-
-    @property
-    def ref(self) -> LeaseRef:
-        return LeaseRef(run_id=self.ctx.run_id, fencing_token=self.token)
-
-    def outcome(self, res: ExecResult) -> RunOutcome:
-        return RunOutcome(
-            run_id=self.ctx.run_id,
-            fencing_token=self.token,
-            state=res.state,
-            reason=res.reason,
-            exit_code=res.exit_code,
-            error=bounded_error(res.error),
-            started_at=res.started_at,
-            ended_at=res.ended_at,
-        )
-
-
-def lease_deadline(expires_at: datetime) -> float:
-    """The ``time.monotonic()`` by which a run leased until ``expires_at`` (on the
-    poller's clock, read as this machine's) must be dead."""
-    return time.monotonic() + (expires_at - utcnow()).total_seconds() - LEASE_SAFETY_MARGIN
-
-
-def bounded_error(error: str) -> str:
-    """``error`` cut to ``MAX_ERROR_CHARS``, keeping its start (the exception's type and
-    message): results travel in messages a node must accept, and are stored."""
-    if len(error) <= MAX_ERROR_CHARS:
-        return error
-    return f"{error[:MAX_ERROR_CHARS]}... ({len(error) - MAX_ERROR_CHARS} characters cut)"
 
 
 class Worker:
@@ -120,7 +79,8 @@ class Worker:
     ``targets_changed()``. Each address gets its own stream; runs are reported to the
     poller that leased them. The stream of an address that left the list is closed at
     once, or, while it is up and its runs or results are not done, once it ends: it is
-    never opened again (``_follow_targets``).
+    never opened again (``_follow_targets``). ``credentials`` (``ClientTls.credentials()``
+    of ``shardcron.client.tls``) make every stream TLS; ``metadata`` goes with each.
 
     ``token`` authenticates every stream (``authorization: Bearer TOKEN``) to a node
     with an auth file: its principal's owners are the runs it is leased.
@@ -143,6 +103,8 @@ class Worker:
         kill_grace: float = 5.0,
         metadata: Sequence[tuple[str, str]] | dict[str, str] | None = None,
         token: str | None = None,
+        credentials: grpc.ChannelCredentials | None = None,
+        inherit_env: bool = False,  # commands get this process's whole environment
     ) -> None:
         if slots < 1:
             raise ValueError("slots must be at least 1")
@@ -161,10 +123,12 @@ class Worker:
         if isinstance(metadata, dict):
             metadata = list(metadata.items())
         self.metadata = tuple(metadata or ()) + call_metadata(None, token)
+        self.credentials = credentials
         self.stats: Counter[str] = Counter()
-        self._runs: dict[str, _Run] = {}
+        self._runs: dict[str, HeldRun] = {}
         self._slots_used = 0
         self._links: dict[str, PollerLink] = {}
+        self._adrift = AdriftResults()  # results whose poller no longer serves their shard
         self._credit_limit: int | None = None  # set to 0 while draining
         self._accepting = True
         self._started = False
@@ -174,7 +138,9 @@ class Worker:
         # One reaper helper per worker, started with the first command: it kills the
         # commands' process groups if this process dies (they run in their own sessions).
         self._reaper = Reaper()
-        self._commands = CommandExecutor(kill_grace=kill_grace, reaper=self._reaper)
+        self._commands = CommandExecutor(
+            kill_grace=kill_grace, reaper=self._reaper, inherit_env=inherit_env
+        )
         self._handlers: HandlerExecutor | None = None
 
     # -- observability ------------------------------------------------------------------
@@ -239,7 +205,7 @@ class Worker:
             self._credit_limit = 0
             self.rebalance()
             deadline = None if timeout is None else time.monotonic() + timeout
-            while self._runs or any(link.unacked for link in self._links.values()):
+            while self._runs or self._adrift or any(link.unacked for link in self._links.values()):
                 if deadline is not None and time.monotonic() >= deadline:
                     log.warning("drain timed out with %d runs still going", len(self._runs))
                     break
@@ -287,6 +253,7 @@ class Worker:
                 link.connected and (link.unacked or self._runs_of(link))
             ):
                 del self._links[address]
+                self._set_adrift(link)
                 await link.close()
             elif not link.retired:
                 log.info("poller %s left: its stream ends with its runs", address)
@@ -351,8 +318,30 @@ class Worker:
                 link.outbox.credits(limit)
 
     # -- building messages (called by links) -------------------------------------------
-    def _runs_of(self, link: PollerLink) -> list[_Run]:
+    def _runs_of(self, link: PollerLink) -> list[HeldRun]:
         return [r for r in self._runs.values() if r.link is link and not r.lost]
+
+    def _set_adrift(self, link: PollerLink) -> None:
+        """The results ``link`` did not acknowledge are offered to every poller."""
+        for outcome in link.unacked.values():
+            self._adrift.add(outcome)
+        link.unacked.clear()
+
+    def _offer_adrift(self, link: PollerLink) -> None:
+        """Sends ``link`` the results adrift it was not asked about (those of streams
+        that are down are adrift too: their poller may be gone)."""
+        for other in self._links.values():
+            if other.unacked and not other.connected:
+                self._set_adrift(other)
+        for outcome in self._adrift.offer(link, link.streams):
+            link.outbox.result(outcome)
+
+    def _seeking_refs(self, link: PollerLink) -> list[LeaseRef]:
+        """Leases no poller renews now (their shard moved, or their stream is down),
+        named to every poller but their own."""
+        return [
+            r.ref for r in self._runs.values() if not r.lost and r.seeking and r.link is not link
+        ]
 
     def hello_for(self, link: PollerLink) -> Hello:
         now = time.monotonic()
@@ -362,6 +351,7 @@ class Worker:
             r.pending_renewals.clear()
             r.pending_renewals.append(now)
             held.append(r.ref)
+        held += self._seeking_refs(link)
         # The new stream's limit goes in Hello; the others may change with it.
         link.sent_limit = 0
         link.sent_limit = self._limits()[link]
@@ -377,7 +367,7 @@ class Worker:
             handlers=frozenset(self.registry.names()),
             runs_commands=self.runs_commands,
             version=shardcron.__version__,
-            pending_results=tuple(link.unacked.values()),
+            pending_results=(*link.unacked.values(), *self._adrift.offer(link, link.streams)),
             held=tuple(held),
             instance_id=self.instance_id,
         )
@@ -389,7 +379,8 @@ class Worker:
             if len(r.pending_renewals) < MAX_PENDING_HEARTBEATS:
                 r.pending_renewals.append(now)  # keep the oldest: the safe side
             refs.append(r.ref)
-        return Heartbeat(leases=tuple(refs))
+        self._offer_adrift(link)
+        return Heartbeat(leases=(*refs, *self._seeking_refs(link)))
 
     # -- poller messages ----------------------------------------------------------------
     def on_leases(self, link: PollerLink, grants: Sequence[LeaseGrant]) -> None:
@@ -448,7 +439,7 @@ class Worker:
                 on_output=partial(self._on_output, link, lease.run_id, lease.fencing_token),
                 lease_deadline=deadline,
             )
-            run = _Run(
+            run = HeldRun(
                 ctx=ctx, link=link, token=lease.fencing_token, slots=slots, deadline=deadline
             )
             self._runs[lease.run_id] = run
@@ -462,24 +453,54 @@ class Worker:
         self, link: PollerLink, run_id: str, token: int, stream: str, data: bytes
     ) -> None:
         self.stats["output_bytes"] += len(data)
+        run = self._runs.get(run_id)
+        if run is not None and run.token == token:
+            link = run.link  # the poller holding the lease now (its shard may have moved)
         link.outbox.output(run_id, token, stream, data)
 
     def on_renewals(self, link: PollerLink, renewals: Renewals, now: float) -> None:
         ttl = renewals.lease_ttl.total_seconds() or link.lease_ttl
         for ren in renewals.renewals:
             run = self._runs.get(ren.run_id)
-            if run is None or run.link is not link or run.lost or run.token != ren.fencing_token:
+            if run is None or run.lost or run.token != ren.fencing_token:
+                continue
+            if run.link is not link:
+                # a lease named here while it sought a poller: the one that renews it
+                # serves the run's shard now. A refusal from a poller other than the
+                # lease's own is not a revocation (an older poller refuses what it
+                # does not serve): the run's deadline stands, as if unanswered.
+                if ren.ok and ren.expires_at is not None and run.seeking:
+                    self._move(run, link)
+                    self._extend(run, lease_deadline(ren.expires_at))
                 continue
             sent = run.pending_renewals.popleft() if run.pending_renewals else None
-            if not ren.ok:
+            if ren.not_owner:
+                if not run.adrift:
+                    log.info(
+                        "run %s: poller %s no longer serves its shard", ren.run_id, link.address
+                    )
+                run.adrift = True
+            elif not ren.ok:
                 self.stats["revoked"] += 1
                 self._lose(run, "lease revoked by the poller")
             elif ren.expires_at is not None:
+                run.adrift = False
                 self._extend(run, lease_deadline(ren.expires_at))
             elif sent is not None:  # an older poller: the TTL counts from the heartbeat
                 self._extend(run, sent + ttl)
 
-    def _extend(self, run: _Run, deadline: float) -> None:
+    def _move(self, run: HeldRun, link: PollerLink) -> None:
+        """The run's shard moved to ``link``'s poller, which renewed its lease."""
+        log.info("run %s (token %d) now held by poller %s", run.ctx.run_id, run.token, link.address)
+        self.stats["moved"] += 1
+        run.link.held_slots -= run.slots
+        link.held_slots += run.slots
+        run.link = link
+        run.adrift = False
+        run.pending_renewals.clear()
+        self.rebalance()
+
+    def _extend(self, run: HeldRun, deadline: float) -> None:
         """A renewal moves the run's deadline (never back), here and in the reaper."""
         self.stats["renewed"] += 1
         if deadline <= run.deadline:
@@ -500,14 +521,23 @@ class Worker:
 
     def on_acks(self, link: PollerLink, acks: Sequence[ResultAck]) -> None:
         for a in acks:
-            if link.unacked.pop((a.run_id, a.fencing_token), None) is None:
+            key = (a.run_id, a.fencing_token)
+            if a.not_owner:
+                # the run's shard moved: the result goes to whichever poller serves it
+                home = link.unacked.pop(key, None)
+                if home is not None:
+                    log.info("result of run %s: its shard moved, offered elsewhere", a.run_id)
+                    self._adrift.add(home)
+                self._adrift.not_here(link, link.streams, key)
+                continue
+            if link.unacked.pop(key, None) is None and not self._adrift.settle(key):
                 continue
             self.stats["results_accepted" if a.accepted else "results_rejected"] += 1
             if not a.accepted:
                 log.info("result of run %s rejected: %s", a.run_id, a.reason or "stale token")
 
     # -- runs ---------------------------------------------------------------------------
-    def _lose(self, run: _Run, why: str) -> None:
+    def _lose(self, run: HeldRun, why: str) -> None:
         """The lease is gone: kill the run now; its result will not be reported."""
         if run.lost:
             return
@@ -534,7 +564,7 @@ class Worker:
                 self.rebalance()  # shares left unused move on
             await asyncio.sleep(max(0.0, wake - time.monotonic()))
 
-    async def _execute(self, run: _Run, prev: _Run | None) -> None:
+    async def _execute(self, run: HeldRun, prev: HeldRun | None) -> None:
         ctx = run.ctx
         try:
             if prev is not None and prev.task is not None:
@@ -558,6 +588,12 @@ class Worker:
             return
         self.stats[res.state.value.lower()] += 1
         outcome = run.outcome(res)
+        if run.seeking:  # no poller renews its lease now: offered to every one
+            self._adrift.add(outcome)
+            for link in self._links.values():
+                if link.connected:
+                    self._offer_adrift(link)
+            return
         run.link.unacked[(ctx.run_id, run.token)] = outcome
         run.link.outbox.result(outcome)
 

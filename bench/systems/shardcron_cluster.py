@@ -8,21 +8,24 @@
 - CPU is metered for the shardcron nodes, the workers, Cassandra, ZooKeeper and the
   client; everything shares the machine's cores, Cassandra's JVM included.
 
-The ports are ``make cluster``'s (api 7401-7403, metrics 9465-9467, ZooKeeper 2191):
+The client connects with the cluster's own client certificate (mTLS, as every
+connection of ``make cluster``). The ports are ``make cluster``'s (api 7401-7403, metrics 9465-9467, ZooKeeper 2191):
 stop a cluster started by hand first.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import contextlib
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from bench.common import CpuMeter, Result, per_1000, wait_ended, wait_until_metric
 from bench.systems.shardcron_embedded import BATCH, submit
+from deploy.cluster import client_env
 from shardcron.client.types import HandlerTask, JobSpec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,6 +45,21 @@ def _cluster(command: str, state: Path) -> None:
         subprocess.run(args, check=True, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
     finally:
         log.close()
+
+
+@contextlib.contextmanager
+def _environment(variables: dict[str, str]) -> Iterator[None]:
+    """``variables`` set in this process's environment, for the block only."""
+    saved = {k: os.environ.get(k) for k in variables}
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _pid(path: Path) -> list[int]:
@@ -75,8 +93,8 @@ def _w1(out_dir: Path, n: int) -> Result:
         spec = JobSpec(name="w1", task=HandlerTask(name="noop"))
         meter.start()
         targets = [f"127.0.0.1:{7400 + i}" for i in range(1, NODES + 1)]
-        token = json.loads((state / "tokens.json").read_text())["admin"]  # tokens are on
-        first, last_ack = asyncio.run(submit(targets, [spec] * n, IN_FLIGHT, token=token))
+        with _environment(client_env(state)):  # the SDK's clients read them
+            first, last_ack = asyncio.run(submit(targets, [spec] * n, IN_FLIGHT))
         done, last_done = wait_ended(METRICS, n, TIMEOUT, 0.1)
         cpu = meter.stop()
     finally:

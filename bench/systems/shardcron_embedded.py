@@ -60,7 +60,7 @@ class _Node:
         self.node = Proc(
             [
                 exe, "dev", "--listen", self.target, "--data-dir", str(self.dir / "data"),
-                "--metrics-listen", f"127.0.0.1:{self.metrics_port}", "--workers", "0",
+                "--metrics-listen", f"127.0.0.1:{self.metrics_port}", "--http-listen", "", "--workers", "0",
                 "--log-level", "warning",
             ],
             self.dir / "node.log",

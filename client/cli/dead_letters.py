@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from shardcron.client.cli.output import print_runs
+from shardcron.client.cli.output import print_runs_by_job
 from shardcron.client.cli.params import usage_error
 from shardcron.client.cli.state import CliState, pass_state
 
@@ -28,7 +28,7 @@ def dead_letters() -> None:
 def dead_letters_list(state: CliState, job_id: str, limit: int) -> None:
     """List dead letters, newest first."""
     page = state.client().list_dead_letters(job_id=job_id, page_size=limit)
-    state.emit(page.items, lambda: print_runs(page.items))
+    state.emit(page.items, lambda: print_runs_by_job(page.items, utc=state.utc))
 
 
 _ALL_OF_JOB = click.option("--job", "job_id", default="", help="Every dead letter of this job.")
@@ -49,7 +49,7 @@ def dead_letters_replay(state: CliState, job_id: str, run_ids: tuple[str, ...]) 
     """Start a new run for each dead letter; print the new runs."""
     targets = _dead_letter_targets(job_id, run_ids)
     runs = state.client().replay_dead_letters(**targets)
-    state.emit(runs, lambda: print_runs(runs))
+    state.emit(runs, lambda: print_runs_by_job(runs, utc=state.utc))
 
 
 @dead_letters.command("drop")

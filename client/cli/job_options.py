@@ -23,8 +23,10 @@ import click
 from shardcron.client import limits
 from shardcron.client.cli.params import (
     DURATION,
+    ENV_FILE,
     KEY_VALUE,
     PAYLOAD,
+    SECRET_KEY_VALUE,
     TIME,
     EnumChoice,
     usage_error,
@@ -81,6 +83,8 @@ class JobOptions:
     handler: str | None = None
     payload: bytes | None = None
     env: tuple[tuple[str, str], ...] = ()
+    secret_env: tuple[tuple[str, str], ...] = ()
+    secret_env_files: tuple[tuple[tuple[str, str], ...], ...] = ()
     cwd: str | None = None
 
 
@@ -118,7 +122,7 @@ JOB_FLAGS = [
     click.option(
         "--max-attempts",
         type=click.IntRange(1, limits.MAX_ATTEMPTS),
-        help="Total attempts (1 = no retry).",
+        help="Total attempts (1 = no retry) [3].",
     ),
     click.option("--backoff", type=DURATION, help="Delay before the first retry [1s]."),
     click.option(
@@ -169,6 +173,19 @@ JOB_FLAGS = [
     click.option("--handler", metavar="NAME", help="Run the worker handler NAME (no ARGV)."),
     click.option("--payload", type=PAYLOAD, help="Handler payload: TEXT or @FILE."),
     click.option("--env", type=KEY_VALUE, multiple=True, help="Command environment (repeatable)."),
+    click.option(
+        "--secret-env",
+        type=SECRET_KEY_VALUE,
+        multiple=True,
+        help="Command environment never shown back (repeatable); KEY= removes it on update.",
+    ),
+    click.option(
+        "--secret-env-file",
+        "secret_env_files",
+        type=ENV_FILE,
+        multiple=True,
+        help="Secret environment from a file of KEY=VALUE lines (keeps values off the command line).",
+    ),
     click.option("--cwd", metavar="DIR", help="Command working directory."),
 ]
 
@@ -264,9 +281,12 @@ def _given(obj: D, **changes: Any) -> D:
 def _task_from_options(current: Task | None, o: JobOptions) -> Task:
     if o.argv and o.handler is not None:
         raise usage_error("give either a command after -- or --handler, not both")
+    secrets = {k: v for pairs in (*o.secret_env_files, o.secret_env) for k, v in pairs}
     if o.handler is not None or (not o.argv and isinstance(current, HandlerTask)):
-        if o.env or o.cwd is not None:
-            raise usage_error("--env and --cwd apply to a command, not to a --handler task")
+        if o.env or o.cwd is not None or secrets:
+            raise usage_error(
+                "--env, --secret-env and --cwd apply to a command, not to a --handler task"
+            )
         base = current if isinstance(current, HandlerTask) else HandlerTask(name=o.handler or "")
         return _given(base, name=o.handler, payload=o.payload)
     if o.payload is not None:
@@ -274,10 +294,13 @@ def _task_from_options(current: Task | None, o: JobOptions) -> Task:
     env = dict(o.env) if o.env else None
     if o.argv:
         base_cmd = current if isinstance(current, CommandTask) else CommandTask(argv=o.argv)
-        return _given(base_cmd, argv=tuple(o.argv), env=env, cwd=o.cwd)
-    if current is None:
+    elif isinstance(current, CommandTask):
+        base_cmd = current
+    else:
         raise usage_error("give the command to run after --, or --handler NAME")
-    return _given(current, env=env, cwd=o.cwd)
+    # an update sends back the placeholders it read (kept) with the keys given here
+    secret_env = {**base_cmd.secret_env, **secrets} if secrets else None
+    return _given(base_cmd, argv=tuple(o.argv) or None, env=env, cwd=o.cwd, secret_env=secret_env)
 
 
 def schedule_from_options(current: Schedule, o: JobOptions) -> Schedule:

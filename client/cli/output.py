@@ -3,7 +3,9 @@
 ``to_jsonable`` is the JSON shape of every domain value (dataclasses as objects, times
 as ISO strings, durations as seconds, bytes as base64, enums by value). The ``print_*``
 functions write one job, run, list or cluster status as a table (columns two spaces
-apart) or as ``name  value`` lines; times are shown in the local zone.
+apart, at most ``TABLE_WIDTH`` wide: the columns of free text are cut to fit) or as
+``name  value`` lines. Times of runs and jobs are shown through a ``times.TimeView``
+(a cron job's zone, else local time, or UTC), the rest in the local zone.
 """
 
 from __future__ import annotations
@@ -12,13 +14,14 @@ import base64
 import dataclasses
 import shlex
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from enum import Enum
 from typing import Any
 
 import click
 
+from shardcron.client.cli.times import TimeView, took, view
 from shardcron.client.schedule import format_duration
 from shardcron.client.types import (
     ClusterStatus,
@@ -28,6 +31,7 @@ from shardcron.client.types import (
     Fire,
     Job,
     Run,
+    RunState,
     Schedule,
     ScheduleKind,
     Task,
@@ -54,12 +58,30 @@ def to_jsonable(value: Any) -> Any:
     return value
 
 
-def print_table(rows: Iterable[Sequence[Any]], headers: Sequence[str]) -> None:
-    """Print ``rows`` under ``headers`` in left-aligned columns two spaces apart."""
+TABLE_WIDTH = 120  # columns a table may take
+_CUT_TO = 8  # a column cut to fit keeps at least this many characters
+
+
+def print_table(
+    rows: Iterable[Sequence[Any]], headers: Sequence[str], *, cut: Sequence[int] = ()
+) -> None:
+    """Print ``rows`` under ``headers`` in left-aligned columns two spaces apart. While the
+    table is wider than ``TABLE_WIDTH``, the widest of the columns ``cut`` (their
+    indexes) is narrowed, its long cells ending in "…"."""
     cells = [list(headers), *([str(c) for c in row] for row in rows)]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    over = sum(widths) + 2 * (len(widths) - 1) - TABLE_WIDTH
+    while over > 0 and cut:
+        widest = max(cut, key=lambda i: widths[i])
+        floor = max(_CUT_TO, len(headers[widest]))
+        if widths[widest] <= floor:
+            break
+        narrower = max(floor, widths[widest] - over)
+        over -= widths[widest] - narrower
+        widths[widest] = narrower
     for row in cells:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+        fitted = (c if len(c) <= w else c[: w - 1] + "…" for c, w in zip(row, widths, strict=True))
+        click.echo("  ".join(c.ljust(w) for c, w in zip(fitted, widths, strict=True)).rstrip())
 
 
 def print_fields(pairs: Iterable[tuple[str, Any]]) -> None:
@@ -116,23 +138,29 @@ def _task_text(task: Task) -> str:
     return f"handler {task.name} ({len(task.payload)} bytes of payload)"
 
 
-def print_job(job: Job) -> None:
-    """Every setting of one job as aligned ``name  value`` lines."""
+def print_job(job: Job, last: Run | None = None, *, utc: bool = False) -> None:
+    """Every setting of one job as aligned ``name  value`` lines, with its ``last`` run's
+    outcome; times in the job's zone (``times.view``)."""
     spec = job.spec
+    tv = view(spec.schedule, utc=utc)
     r, c, res = spec.retry, spec.concurrency, spec.resources
     pairs: list[tuple[str, Any]] = [
         ("id", job.id),
         ("name", spec.name),
         ("owner", job.owner),
         ("state", job.state.value + (f" ({job.pause_reason})" if job.pause_reason else "")),
+        ("last run", _outcome_text(last, tv)),
         ("version", job.version),
         ("schedule", _schedule_text(spec.schedule)),
         ("task", _task_text(spec.task)),
     ]
     if isinstance(spec.task, CommandTask):
-        pairs += [("env", _labels(spec.task.env)), ("cwd", spec.task.cwd or "-")]
+        pairs += [("env", _labels(spec.task.env))]
+        if spec.task.secret_env:  # the server shows keys only; never print a value
+            pairs += [("secret env", ", ".join(f"{k}=***" for k in sorted(spec.task.secret_env)))]
+        pairs += [("cwd", spec.task.cwd or "-")]
     pairs += [
-        ("next fire", f"{_time(job.next_fire_at)} {job.next_fire_key}".rstrip()),
+        ("next fire", tv.when(job.next_fire_at, with_zone=True)),
         ("priority", spec.priority),
         (
             "retry",
@@ -155,10 +183,24 @@ def print_job(job: Job) -> None:
         ("failures in a row", job.consecutive_failures),
         ("labels", _labels(spec.labels)),
         ("idempotency key", job.idempotency_key or "-"),
-        ("created", _time(job.created_at)),
-        ("updated", _time(job.updated_at)),
+        ("created", tv.when(job.created_at, with_zone=True)),
+        ("updated", tv.when(job.updated_at, with_zone=True)),
     ]
     print_fields(pairs)
+
+
+def _outcome_text(run: Run | None, tv: TimeView) -> str:
+    """``FAILED (NON_ZERO_EXIT, exit 3) 2026-11-26 15:00:10 CET, run ID``, or ``-``."""
+    if run is None:
+        return "-"
+    details = [d for d in (run.reason.value, _exit_text(run)) if d]
+    text = run.state.value + (f" ({', '.join(details)})" if details else "")
+    when = run.ended_at or run.started_at
+    return f"{text} {tv.when(when, with_zone=True)}, run {run.id}"
+
+
+def _exit_text(run: Run) -> str:
+    return "" if run.exit_code is None else f"exit {run.exit_code}"
 
 
 def print_job_state(job: Job) -> None:
@@ -166,22 +208,38 @@ def print_job_state(job: Job) -> None:
     click.echo(f"{job.id} {job.state.value} version {job.version}")
 
 
-def print_jobs(jobs: Sequence[Job]) -> None:
-    """One row per job: id, name, state, schedule, next fire, version."""
+def print_jobs(
+    jobs: Sequence[Job], last: Mapping[str, Run | None] | None = None, *, utc: bool = False
+) -> None:
+    """One row per job: id, name, state, its last run's state (``last`` by job id),
+    schedule, and next fire in the job's zone (``times.view``)."""
+    last = last or {}
     print_table(
         (
             (
                 j.id,
                 j.spec.name,
                 j.state.value,
-                _schedule_text(j.spec.schedule),
-                _time(j.next_fire_at),
-                j.version,
+                run.state.value if (run := last.get(j.id)) else "-",
+                _schedule_brief(j.spec.schedule),
+                view(j.spec.schedule, utc=utc).when(j.next_fire_at, with_zone=True, short=True),
             )
             for j in jobs
         ),
-        ["ID", "NAME", "STATE", "SCHEDULE", "NEXT FIRE", "VERSION"],
+        ["JOB ID", "NAME", "STATE", "LAST RUN", "SCHEDULE", "NEXT FIRE"],
+        cut=(1, 4),
     )
+
+
+def _schedule_brief(s: Schedule) -> str:
+    """The schedule in a few words: its zone shows in the next fire beside it."""
+    if s.kind is ScheduleKind.CRON:
+        return f"cron {s.cron}"
+    if s.kind is ScheduleKind.INTERVAL:
+        return f"every {_duration(s.interval)}"
+    if s.kind is ScheduleKind.AT:
+        return "at " + view(s, utc=False).when(s.at)
+    return "now"
 
 
 def print_fires(fires: Sequence[Fire]) -> None:
@@ -200,54 +258,75 @@ def print_fires(fires: Sequence[Fire]) -> None:
     )
 
 
-def print_run(run: Run) -> None:
-    """Everything about one run as aligned ``name  value`` lines."""
-    print_fields(
-        [
-            ("id", run.id),
-            ("job", run.job_id),
-            ("state", run.state.value),
-            ("reason", run.reason.value or "-"),
-            ("waiting", run.waiting_reason or "-"),
-            ("error", run.error or "-"),
-            ("attempt", run.attempt),
-            ("fire", f"{_time(run.fire_at)} {run.fire_key}".rstrip()),
-            ("due", _time(run.due_at)),
-            ("created", _time(run.created_at)),
-            ("started", _time(run.started_at)),
-            ("ended", _time(run.ended_at)),
-            ("exit code", "-" if run.exit_code is None else run.exit_code),
-            ("worker", run.worker_id or "-"),
-            ("lease", f"token {run.lease_token} until {_time(run.lease_expires_at)}"),
-            ("output", f"{run.output_bytes} bytes"),
-            ("priority", run.priority),
-            ("shard", run.shard),
-            ("replayed from", run.replayed_from or "-"),
-            ("dead letter", "yes" if run.dead_letter else "no"),
-        ]
-    )
+def print_run(run: Run, tv: TimeView) -> None:
+    """Everything about one run as aligned ``name  value`` lines, times through ``tv`` to
+    the millisecond. A lease shows only while the run holds one (LEASED, RUNNING)."""
+
+    def at(dt: datetime | None) -> str:
+        return "-" if dt is None else f"{tv.precise(dt)} {dt.astimezone(tv.zone).tzname()}"
+
+    pairs: list[tuple[str, Any]] = [
+        ("id", run.id),
+        ("job", run.job_id),
+        ("state", run.state.value),
+        ("reason", run.reason.value or "-"),
+        ("waiting", run.waiting_reason or "-"),
+        ("error", run.error or "-"),
+        ("attempt", run.attempt),
+        ("fire", f"{at(run.fire_at)} ({run.fire_key})"),
+        ("due", at(run.due_at)),
+        ("started", at(run.started_at)),
+        ("ended", at(run.ended_at)),
+        ("took", took(run.started_at, run.ended_at)),
+        ("exit code", "-" if run.exit_code is None else run.exit_code),
+        ("worker", run.worker_id or "-"),
+    ]
+    if run.state in (RunState.LEASED, RunState.RUNNING):
+        pairs.append(("lease", f"token {run.lease_token} until {at(run.lease_expires_at)}"))
+    pairs += [
+        ("output", f"{run.output_bytes} bytes"),
+        ("priority", run.priority),
+        ("shard", run.shard),
+        ("replayed from", run.replayed_from or "-"),
+        ("dead letter", "yes" if run.dead_letter else "no"),
+    ]
+    print_fields(pairs)
 
 
-def print_runs(runs: Sequence[Run]) -> None:
-    """One row per run: ids, state, attempt, times, exit code and reason (for a run
-    due and not yet leased, why it waits)."""
+def print_runs(runs: Sequence[Run], tv: TimeView) -> None:
+    """One row per run of one job: id, state, attempt, fire time, start (to the
+    millisecond), how long it took, exit code and reason (for a run due and not yet
+    leased, why it waits); times through ``tv``, whose zone the header names."""
     print_table(
         (
             (
                 r.id,
-                r.job_id,
                 r.state.value,
                 r.attempt,
-                _time(r.fire_at),
-                _time(r.started_at),
-                _time(r.ended_at),
+                tv.when(r.fire_at, short=True),
+                tv.precise(r.started_at, day_of=r.fire_at),
+                took(r.started_at, r.ended_at),
                 "-" if r.exit_code is None else r.exit_code,
-                r.reason.value or r.waiting_reason or "-",
+                r.reason.value or r.waiting_reason or r.error or "-",
             )
             for r in runs
         ),
-        ["ID", "JOB", "STATE", "ATTEMPT", "FIRE AT", "STARTED", "ENDED", "EXIT", "REASON"],
+        ["RUN ID", "STATE", "TRY", f"FIRE ({tv.label})", "STARTED", "TOOK", "EXIT", "REASON"],
+        cut=(7,),
     )
+
+
+def print_runs_by_job(runs: Sequence[Run], *, utc: bool) -> None:
+    """Runs of several jobs (dead letters, `run list` with no job): a ``job ID`` line, then
+    that job's runs."""
+    by_job: dict[str, list[Run]] = {}
+    for r in runs:
+        by_job.setdefault(r.job_id, []).append(r)
+    for i, (job_id, of_job) in enumerate(by_job.items()):
+        if i:
+            click.echo()
+        click.echo(f"job {job_id}")
+        print_runs(of_job, view(None, utc=utc))
 
 
 def print_cluster(status: ClusterStatus) -> None:

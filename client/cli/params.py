@@ -74,17 +74,47 @@ class TimeParam(click.ParamType):
 
 
 class KeyValueParam(click.ParamType):
-    """``KEY=VALUE`` -> ``(KEY, VALUE)``; the key must not be empty."""
+    """``KEY=VALUE`` -> ``(KEY, VALUE)``; the key must not be empty. A ``secret`` one never
+    echoes what it was given (it may be the value alone)."""
 
     name = "key=value"
+
+    def __init__(self, *, secret: bool = False) -> None:
+        self.secret = secret
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, tuple):
             return value
         key, sep, val = value.partition("=")
         if not sep or not key.strip():
-            self.fail(f"expected KEY=VALUE, got {value!r}", param, ctx)
+            got = "" if self.secret else f", got {value!r}"
+            self.fail(f"expected KEY=VALUE{got}", param, ctx)
         return key.strip(), val
+
+
+class EnvFileParam(click.ParamType):
+    """A file of ``KEY=VALUE`` lines (blank lines and ``#`` comments skipped) -> a tuple
+    of ``(KEY, VALUE)``. Errors name the line, never its text: the values are secrets."""
+
+    name = "file"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, tuple):
+            return value
+        try:
+            with open(value, encoding="utf-8") as f:
+                lines = f.read().splitlines()
+        except (OSError, UnicodeDecodeError) as e:
+            self.fail(f"cannot read {value!r}: {getattr(e, 'strerror', None) or e}", param, ctx)
+        pairs = []
+        for number, line in enumerate(lines, 1):
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            key, sep, val = line.partition("=")
+            if not sep or not key.strip():
+                self.fail(f"{value}:{number}: expected KEY=VALUE", param, ctx)
+            pairs.append((key.strip(), val))
+        return tuple(pairs)
 
 
 class PayloadParam(click.ParamType):
@@ -123,6 +153,8 @@ class EnumChoice(click.Choice):
 DURATION = DurationParam()
 TIME = TimeParam()
 KEY_VALUE = KeyValueParam()
+SECRET_KEY_VALUE = KeyValueParam(secret=True)
+ENV_FILE = EnvFileParam()
 PAYLOAD = PayloadParam()
 
 

@@ -1,7 +1,10 @@
 """``shardcron run ...``: list a job's runs, show, cancel and wait for one, read its output.
 
-``run logs`` writes the output's bytes as they are (a pipe closed early ends it
-quietly); ``run wait`` exits 0 only for a SUCCEEDED run, so scripts can chain on it.
+``run get``, ``run logs``, ``run wait`` and ``run cancel`` take a run id or a job id
+(its latest run: ``lookups.run_named``). ``run logs`` writes the output's bytes as they
+are (a pipe closed early ends it quietly); ``run wait`` follows the run through its
+retries and exits 0 only for a SUCCEEDED run, so scripts can chain on it. Times show in the job's
+zone (a cron job's), else in local time, or in UTC with ``--utc``.
 """
 
 from __future__ import annotations
@@ -14,9 +17,13 @@ from itertools import islice
 import click
 
 from shardcron.client import limits
-from shardcron.client.cli.output import print_run, print_runs
+from shardcron.client.cli.lookups import run_named
+from shardcron.client.cli.output import print_run, print_runs, print_runs_by_job
 from shardcron.client.cli.params import DURATION, EnumChoice
 from shardcron.client.cli.state import CliState, pass_state
+from shardcron.client.cli.times import TimeView, view
+from shardcron.client.cli.waiting import wait_and_exit
+from shardcron.client.errors import NotFound
 from shardcron.client.types import RunState
 
 
@@ -25,39 +32,58 @@ def run() -> None:
     """Inspect runs, read their output, cancel them."""
 
 
+def _job_view(state: CliState, job_id: str) -> TimeView:
+    """How the job's times read: in its zone (see ``times.view``)."""
+    try:
+        schedule = state.client().get_job(job_id).spec.schedule
+    except NotFound:
+        schedule = None
+    return view(schedule, utc=state.utc)
+
+
 @run.command("list")
-@click.argument("job_id")
+@click.argument("job_id", required=False, default="")
 @click.option("--state", "states", type=EnumChoice(RunState), multiple=True, help="Repeatable.")
 @click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
 @pass_state
 def run_list(state: CliState, job_id: str, states: tuple[RunState, ...], limit: int) -> None:
-    """The job's runs, newest first."""
+    """The job's runs, newest first; with no JOB_ID, the runs of every job (e.g.
+    `--state RUNNING`), by job, newest first within a job."""
     runs = list(
         islice(state.client().iter_runs(job_id, states=states, page_size=min(limit, 1000)), limit)
     )
-    state.emit(runs, lambda: print_runs(runs))
+    if state.json_output:
+        state.emit(runs, lambda: None)
+    elif job_id:
+        print_runs(runs, _job_view(state, job_id))
+    else:  # several jobs: one block per job, as dead letters are shown
+        print_runs_by_job(runs, utc=state.utc)
 
 
 @run.command("get")
-@click.argument("run_id")
+@click.argument("run_id", metavar="RUN_ID|JOB_ID")
 @pass_state
 def run_get(state: CliState, run_id: str) -> None:
-    """Show one run."""
-    found = state.client().get_run(run_id)
-    state.emit(found, lambda: print_run(found))
+    """Show one run: RUN_ID, or the latest run of JOB_ID."""
+    found = run_named(state.client(), run_id)
+    if state.json_output:
+        state.emit(found, lambda: None)
+        return
+    print_run(found, _job_view(state, found.job_id))
 
 
 @run.command("cancel")
-@click.argument("run_id")
+@click.argument("run_id", metavar="RUN_ID|JOB_ID")
 @pass_state
 def run_cancel(state: CliState, run_id: str) -> None:
-    """Cancel a pending or running run."""
-    cancelled = state.client().cancel_run(run_id)
+    """Cancel a pending or running run: RUN_ID, or the latest run of JOB_ID."""
+    client = state.client()
+    cancelled = client.cancel_run(run_named(client, run_id).id)
     state.emit(cancelled, lambda: click.echo(f"{cancelled.id} {cancelled.state.value}"))
 
 
 @run.command("logs")
-@click.argument("run_id")
+@click.argument("run_id", metavar="RUN_ID|JOB_ID")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing until the run is final.")
 @click.option(
     "--offset",
@@ -67,8 +93,11 @@ def run_cancel(state: CliState, run_id: str) -> None:
 )
 @pass_state
 def run_logs(state: CliState, run_id: str, follow: bool, offset: int) -> None:
-    """Write the run's output (stdout and stderr as kept) to stdout."""
-    chunks = state.client().read_output(run_id, offset=offset, follow=follow)
+    """Write a run's output (stdout and stderr as kept) to stdout: of RUN_ID, or of the
+    latest run of JOB_ID."""
+    client = state.client()
+    found = run_named(client, run_id)
+    chunks = client.read_output(found.id, offset=offset, follow=follow)
     if state.json_output:
         state.emit(list(chunks), lambda: None)
         return
@@ -83,16 +112,10 @@ def run_logs(state: CliState, run_id: str, follow: bool, offset: int) -> None:
 
 
 @run.command("wait")
-@click.argument("run_id")
+@click.argument("run_id", metavar="RUN_ID|JOB_ID")
 @click.option("--timeout", "wait_timeout", type=DURATION, help="Give up after DUR [never].")
 @pass_state
 def run_wait(state: CliState, run_id: str, wait_timeout: timedelta | None) -> None:
-    """Wait until the run is final; exit 0 if it SUCCEEDED, 1 otherwise."""
-    seconds = None if wait_timeout is None else wait_timeout.total_seconds()
-    try:
-        final = state.client().wait_run(run_id, timeout=seconds)
-    except TimeoutError as e:
-        click.echo(f"error: DEADLINE_EXCEEDED: {e}", err=True)
-        raise click.exceptions.Exit(1) from None
-    state.emit(final, lambda: click.echo(f"{final.id} {final.state.value}"))
-    raise click.exceptions.Exit(0 if final.state is RunState.SUCCEEDED else 1)
+    """Wait until a run (RUN_ID, or the latest of JOB_ID) and its retries end; exit 0 if
+    it SUCCEEDED, 1 otherwise."""
+    wait_and_exit(state, run_named(state.client(), run_id), wait_timeout)

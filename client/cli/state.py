@@ -16,6 +16,7 @@ import click
 
 from shardcron.client.cli.output import to_jsonable
 from shardcron.client.sdk import Client
+from shardcron.client.tls import ClientTls
 
 
 @dataclass
@@ -26,13 +27,26 @@ class CliState:
     owner: str | None
     json_output: bool
     timeout: float
+    utc: bool = False  # times in UTC, not in a cron job's zone or local time
     connect: Callable[..., Client] = Client
     token: str = ""
+    tls: ClientTls = ClientTls()
     _client: Client | None = None
 
     def client(self) -> Client:
         if self._client is None:
-            credentials = {"token": self.token} if self.token else {}
+            # the token and TLS files go only when given, so a client factory need not
+            # know of them
+            credentials: dict[str, Any] = {"token": self.token} if self.token else {}
+            credentials.update(
+                (f"tls_{name}", value)
+                for name, value in (
+                    ("ca", self.tls.ca),
+                    ("cert", self.tls.cert),
+                    ("key", self.tls.key),
+                )
+                if value is not None
+            )
             self._client = self.connect(
                 self.target, owner=self.owner, timeout=self.timeout, **credentials
             )

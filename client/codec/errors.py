@@ -16,6 +16,7 @@ from shardcron.client.errors import (
     InvalidArgument,
     NotFound,
     PermissionDenied,
+    ResourceExhausted,
     ShardcronError,
     StaleLease,
     Unauthenticated,
@@ -36,6 +37,7 @@ ERROR_CODES: dict[type[ShardcronError], grpc.StatusCode] = {
     Unavailable: grpc.StatusCode.UNAVAILABLE,
     Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
     PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
+    ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
 
 # Reverse of ERROR_CODES (the first class listed for a code wins), plus the codes the

@@ -36,6 +36,7 @@ from shardcron.client.codec.common import (
 )
 from shardcron.client.errors import InvalidArgument
 from shardcron.client.types import (
+    SECRET_PLACEHOLDER,
     ClusterStatus,
     CommandTask,
     ConcurrencyPolicy,
@@ -169,7 +170,8 @@ def schedule_from_proto(msg: types_pb2.Schedule, field: str = "schedule") -> Sch
 # --------------------------------------------------------------------------- task and policies
 
 
-def task_to_proto(task: Task, field: str = "task") -> types_pb2.Task:
+def task_to_proto(task: Task, field: str = "task", *, redact: bool = False) -> types_pb2.Task:
+    """With ``redact`` every secret env value is ``SECRET_PLACEHOLDER`` (replies to users)."""
     if isinstance(task, CommandTask):
         command = build(
             types_pb2.CommandTask,
@@ -177,6 +179,9 @@ def task_to_proto(task: Task, field: str = "task") -> types_pb2.Task:
             argv=list(task.argv),
             env=task.env,
             cwd=task.cwd,
+            secret_env=(
+                dict.fromkeys(task.secret_env, SECRET_PLACEHOLDER) if redact else task.secret_env
+            ),
         )
         return types_pb2.Task(command=command)
     if isinstance(task, HandlerTask):
@@ -194,7 +199,10 @@ def task_from_proto(msg: types_pb2.Task, field: str = "task") -> Task:
         if not msg.command.argv:
             raise InvalidArgument(f"{field}.command.argv", "must not be empty")
         return CommandTask(
-            argv=tuple(msg.command.argv), env=dict(msg.command.env), cwd=msg.command.cwd
+            argv=tuple(msg.command.argv),
+            env=dict(msg.command.env),
+            cwd=msg.command.cwd,
+            secret_env=dict(msg.command.secret_env),
         )
     if which == "handler":
         if not msg.handler.name:
@@ -204,6 +212,8 @@ def task_from_proto(msg: types_pb2.Task, field: str = "task") -> Task:
 
 
 def retry_to_proto(r: RetryPolicy, field: str = "retry") -> types_pb2.RetryPolicy:
+    if r.max_attempts == 0:  # on the wire 0 means the default, 3: never send it for "none"
+        raise InvalidArgument(f"{field}.max_attempts", "must be 1 to 100 (1 = no retry)")
     msg = build(
         types_pb2.RetryPolicy,
         field,
@@ -217,7 +227,7 @@ def retry_to_proto(r: RetryPolicy, field: str = "retry") -> types_pb2.RetryPolic
 
 
 def retry_from_proto(msg: types_pb2.RetryPolicy, field: str = "retry") -> RetryPolicy:
-    """0 and unset read as the defaults: max_attempts 1, multiplier 2.0, backoffs 1s and 5m."""
+    """0 and unset read as the defaults: max_attempts 3, multiplier 2.0, backoffs 1s and 5m."""
     d = RetryPolicy()
     if not math.isfinite(msg.multiplier) or msg.multiplier < 0:
         raise InvalidArgument(f"{field}.multiplier", "must be a non-negative number")
@@ -277,14 +287,17 @@ def resources_from_proto(msg: types_pb2.Resources, field: str = "resources") -> 
 # --------------------------------------------------------------------------- job spec, job
 
 
-def job_spec_to_proto(spec: JobSpec, field: str = "spec") -> types_pb2.JobSpec:
+def job_spec_to_proto(
+    spec: JobSpec, field: str = "spec", *, redact: bool = False
+) -> types_pb2.JobSpec:
     """Raises InvalidArgument naming the field (``spec.priority``) for a value protobuf
-    cannot hold; what the server would refuse is left to the server."""
+    cannot hold; what the server would refuse is left to the server. With ``redact``
+    secret env values are ``SECRET_PLACEHOLDER``."""
     msg = build(
         types_pb2.JobSpec,
         field,
         name=spec.name,
-        task=task_to_proto(spec.task, f"{field}.task"),
+        task=task_to_proto(spec.task, f"{field}.task", redact=redact),
         schedule=schedule_to_proto(spec.schedule, f"{field}.schedule"),
         priority=spec.priority,
         retry=retry_to_proto(spec.retry, f"{field}.retry"),
@@ -331,11 +344,13 @@ def job_spec_from_proto(msg: types_pb2.JobSpec, field: str = "spec") -> JobSpec:
     )
 
 
-def job_to_proto(job: Job) -> types_pb2.Job:
+def job_to_proto(job: Job, *, redact: bool = True) -> types_pb2.Job:
+    """The job as replies show it: secret env values redacted unless ``redact`` is False
+    (only for what stays between nodes)."""
     msg = types_pb2.Job(
         id=job.id,
         owner=job.owner,
-        spec=job_spec_to_proto(job.spec),
+        spec=job_spec_to_proto(job.spec, redact=redact),
         state=job_state_to_proto(job.state),
         version=job.version,
         next_fire_key=job.next_fire_key,

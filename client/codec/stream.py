@@ -90,12 +90,16 @@ def _token(value: int, path: str) -> int:
 
 def _ref_from_proto(msg: worker_pb2.LeaseRef, path: str) -> LeaseRef:
     return LeaseRef(
-        run_id=required_text(msg.run_id, f"{path}.run_id"), fencing_token=msg.fencing_token
+        run_id=required_text(msg.run_id, f"{path}.run_id"),
+        fencing_token=msg.fencing_token,
+        job_id=msg.job_id,
     )
 
 
 def _ref_to_proto(ref: LeaseRef, path: str) -> worker_pb2.LeaseRef:
-    return worker_pb2.LeaseRef(run_id=ref.run_id, fencing_token=_token(ref.fencing_token, path))
+    return worker_pb2.LeaseRef(
+        run_id=ref.run_id, fencing_token=_token(ref.fencing_token, path), job_id=ref.job_id
+    )
 
 
 def _refs_to_proto(refs: Sequence[LeaseRef], path: str) -> list[worker_pb2.LeaseRef]:
@@ -121,6 +125,7 @@ def _outcome_from_proto(msg: worker_pb2.RunResult, path: str) -> RunOutcome:
         error=msg.error,
         started_at=get_time(msg, "started_at", path),
         ended_at=get_time(msg, "ended_at", path),
+        job_id=msg.job_id,
     )
 
 
@@ -133,6 +138,7 @@ def _outcome_to_proto(outcome: RunOutcome, path: str) -> worker_pb2.RunResult:
         error=outcome.error,
         has_exit_code=outcome.exit_code is not None,
         exit_code=outcome.exit_code or 0,
+        job_id=outcome.job_id,
     )
     set_time(msg, "started_at", outcome.started_at)
     set_time(msg, "ended_at", outcome.ended_at)
@@ -354,12 +360,16 @@ def _renewal_from_proto(msg: worker_pb2.Renewal, path: str) -> Renewal:
         fencing_token=msg.fencing_token,
         ok=msg.ok,
         expires_at=get_time(msg, "expires_at", path),
+        not_owner=msg.not_owner and not msg.ok,
     )
 
 
 def _renewal_to_proto(renewal: Renewal, path: str) -> worker_pb2.Renewal:
     msg = worker_pb2.Renewal(
-        run_id=renewal.run_id, fencing_token=_token(renewal.fencing_token, path), ok=renewal.ok
+        run_id=renewal.run_id,
+        fencing_token=_token(renewal.fencing_token, path),
+        ok=renewal.ok,
+        not_owner=renewal.not_owner,
     )
     set_time(msg, "expires_at", renewal.expires_at, path)
     return msg
@@ -371,6 +381,7 @@ def _ack_from_proto(msg: worker_pb2.ResultAck, path: str) -> ResultAck:
         fencing_token=msg.fencing_token,
         accepted=msg.accepted,
         reason=msg.reason,
+        not_owner=msg.not_owner and not msg.accepted,
     )
 
 
@@ -449,6 +460,7 @@ def encode_poller_message(event: PollerEvent) -> worker_pb2.PollerMessage:
                 fencing_token=_token(a.fencing_token, f"acks.acks[{i}]"),
                 accepted=a.accepted,
                 reason=a.reason,
+                not_owner=a.not_owner,
             )
             for i, a in enumerate(event.acks)
         ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -23,9 +24,20 @@ from shardcron.client.codec import (
     run_from_proto,
 )
 from shardcron.client.sdk import messages
-from shardcron.client.sdk.connection import ClientChannels, call_metadata, resolve_target
+from shardcron.client.sdk.connection import (
+    ClientChannels,
+    call_metadata,
+    resolve_target,
+    resolve_token,
+)
 from shardcron.client.sdk.messages import JobSpecArg
-from shardcron.client.sdk.waiting import DEFAULT_POLL_INTERVAL, Waiter, final_runs_wanted
+from shardcron.client.sdk.waiting import (
+    DEFAULT_POLL_INTERVAL,
+    ServerWait,
+    Waiter,
+    final_runs_wanted,
+)
+from shardcron.client.tls import channel_credentials
 from shardcron.client.types import (
     FINAL_RUN_STATES,
     ClusterStatus,
@@ -46,7 +58,8 @@ class AsyncClient:
     """``Client`` for asyncio: the same methods, as coroutines; ``read_output``,
     ``iter_jobs`` and ``iter_runs`` are async iterators. Use ``async with`` or
     ``await close()``. The channel is opened on the first call, so the client may be
-    built outside the event loop it is used in. ``owner`` and ``token`` as ``Client``."""
+    built outside the event loop it is used in. ``owner``, ``token`` and TLS (``tls_ca``,
+    ``tls_cert``, ``tls_key`` or ``credentials``) as for ``Client``."""
 
     def __init__(
         self,
@@ -57,14 +70,20 @@ class AsyncClient:
         channel_options: Sequence[tuple[str, Any]] = (),
         credentials: grpc.ChannelCredentials | None = None,
         token: str | None = None,
+        tls_ca: str | Path | None = None,
+        tls_cert: str | Path | None = None,
+        tls_key: str | Path | None = None,
     ) -> None:
         self.target = resolve_target(target)
         self.owner = owner
         self.timeout = timeout
         self._channels = ClientChannels(
-            self.target, credentials=credentials, options=channel_options, asyncio=True
+            self.target,
+            credentials=channel_credentials(credentials, ca=tls_ca, cert=tls_cert, key=tls_key),
+            options=channel_options,
+            asyncio=True,
         )
-        self._metadata = call_metadata(owner, token)
+        self._metadata = call_metadata(owner, resolve_token(token))
         self._channel: grpc.aio.Channel | None = None
         self._job_stub: jobs_pb2_grpc.JobServiceStub | None = None
         self._cluster_stub: cluster_pb2_grpc.ClusterServiceStub | None = None
@@ -200,7 +219,7 @@ class AsyncClient:
 
     async def list_runs(
         self,
-        job_id: str,
+        job_id: str = "",
         *,
         states: Iterable[RunState] = (),
         page_size: int = 100,
@@ -211,7 +230,7 @@ class AsyncClient:
         return messages.runs_page(await self._call(self._jobs.ListRuns, req))
 
     async def iter_runs(
-        self, job_id: str, *, states: Iterable[RunState] = (), page_size: int = 100
+        self, job_id: str = "", *, states: Iterable[RunState] = (), page_size: int = 100
     ) -> AsyncIterator[Run]:
         """See ``Client.iter_runs``."""
         states, token = tuple(states), ""
@@ -255,6 +274,16 @@ class AsyncClient:
         poll_interval: float = DEFAULT_POLL_INTERVAL,
     ) -> Run:
         """See ``Client.wait_run``."""
+        wait = ServerWait(run_id, timeout, self.timeout)
+        while wait.supported:
+            request, deadline = wait.next_call()
+            try:
+                reply = await self._jobs.WaitRun(request, timeout=deadline, metadata=self._metadata)
+            except grpc.RpcError as e:
+                wait.failed(e)
+            else:
+                if (final := wait.answered(reply)) is not None:
+                    return final
         waiter = Waiter(timeout, poll_interval)
         while True:
             run = await self.get_run(run_id)

@@ -40,6 +40,7 @@ from shardcron.v1 import jobs_pb2_grpc
 
 DEFAULT_TARGET = "127.0.0.1:7400"
 TARGET_ENV = "SHARDCRON_TARGET"
+TOKEN_ENV = "SHARDCRON_TOKEN"
 OWNER_METADATA_KEY = "x-shardcron-owner"
 AUTHORIZATION_METADATA_KEY = "authorization"
 
@@ -134,6 +135,11 @@ def service_config(*, retry_creates: bool = False) -> str:
             ],
         }
     )
+
+
+def resolve_token(token: str | None) -> str | None:
+    """``token``, else ``$SHARDCRON_TOKEN`` (an SDK client's; a worker's is given)."""
+    return token if token is not None else os.environ.get(TOKEN_ENV)
 
 
 def call_metadata(owner: str | None, token: str | None = None) -> tuple[tuple[str, str], ...]:

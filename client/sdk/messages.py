@@ -11,7 +11,7 @@ naming the field before anything is sent.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from shardcron.client.codec import (
     fire_from_proto,
@@ -22,7 +22,7 @@ from shardcron.client.codec import (
     run_state_to_proto,
     schedule_to_proto,
 )
-from shardcron.client.codec.common import build, set_time
+from shardcron.client.codec.common import build, set_duration, set_time
 from shardcron.client.errors import InvalidArgument
 from shardcron.client.types import Fire, Job, JobSpec, JobState, Page, Run, RunState, Schedule
 from shardcron.v1 import cluster_pb2, jobs_pb2
@@ -154,6 +154,13 @@ def runs(resp: jobs_pb2.ListRunsResponse) -> list[Run]:
 
 def run_request(run_id: str) -> jobs_pb2.GetRunRequest:
     return build(jobs_pb2.GetRunRequest, "", run_id=run_id)
+
+
+def wait_run_request(run_id: str, seconds: float) -> jobs_pb2.WaitRunRequest:
+    """WaitRun for at most ``seconds`` (above 0: the server reads 0 as its default)."""
+    msg = build(jobs_pb2.WaitRunRequest, "", run_id=run_id)
+    set_duration(msg, "timeout", timedelta(seconds=max(seconds, 0.001)))
+    return msg
 
 
 def read_output_request(run_id: str, offset: int, follow: bool) -> jobs_pb2.ReadRunOutputRequest:

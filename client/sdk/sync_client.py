@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -23,9 +24,20 @@ from shardcron.client.codec import (
     run_from_proto,
 )
 from shardcron.client.sdk import messages
-from shardcron.client.sdk.connection import ClientChannels, call_metadata, resolve_target
+from shardcron.client.sdk.connection import (
+    ClientChannels,
+    call_metadata,
+    resolve_target,
+    resolve_token,
+)
 from shardcron.client.sdk.messages import JobSpecArg
-from shardcron.client.sdk.waiting import DEFAULT_POLL_INTERVAL, Waiter, final_runs_wanted
+from shardcron.client.sdk.waiting import (
+    DEFAULT_POLL_INTERVAL,
+    ServerWait,
+    Waiter,
+    final_runs_wanted,
+)
+from shardcron.client.tls import channel_credentials
 from shardcron.client.types import (
     FINAL_RUN_STATES,
     ClusterStatus,
@@ -49,9 +61,13 @@ class Client:
     among (``connection`` says which calls are retried on another); it defaults to
     ``$SHARDCRON_TARGET`` or ``127.0.0.1:7400``; every call is scoped to ``owner``
     (None: the one owner of the token's principal, or ``default``) and given ``timeout``
-    seconds (except followed output). ``token`` is sent as ``authorization: Bearer
-    TOKEN`` to a node with an auth file. ``credentials`` switches to a TLS channel. Use
-    as a context manager or ``close()``.
+    seconds (except followed output). ``token`` (else ``$SHARDCRON_TOKEN``) is sent as
+    ``authorization: Bearer TOKEN`` to a node with an auth file.
+    TLS: ``tls_ca`` (the CA that signed the nodes' certificates), plus ``tls_cert`` and
+    ``tls_key`` where nodes require client certificates; each one not given is read from
+    ``$SHARDCRON_TLS_CA``, ``$SHARDCRON_TLS_CERT``, ``$SHARDCRON_TLS_KEY``
+    (``shardcron.client.tls``), and ready ``credentials`` replace them all. Plaintext when
+    none is set. Use as a context manager or ``close()``.
     """
 
     def __init__(
@@ -63,15 +79,20 @@ class Client:
         channel_options: Sequence[tuple[str, Any]] = (),
         credentials: grpc.ChannelCredentials | None = None,
         token: str | None = None,
+        tls_ca: str | Path | None = None,
+        tls_cert: str | Path | None = None,
+        tls_key: str | Path | None = None,
     ) -> None:
         self.target = resolve_target(target)
         self.owner = owner
         self.timeout = timeout
         self._channels = ClientChannels(
-            self.target, credentials=credentials, options=channel_options
+            self.target,
+            credentials=channel_credentials(credentials, ca=tls_ca, cert=tls_cert, key=tls_key),
+            options=channel_options,
         )
         self._channel: grpc.Channel = self._channels.calls()
-        self._metadata = call_metadata(owner, token)
+        self._metadata = call_metadata(owner, resolve_token(token))
         self._jobs = jobs_pb2_grpc.JobServiceStub(self._channel)
         self._cluster = cluster_pb2_grpc.ClusterServiceStub(self._channel)
 
@@ -198,18 +219,21 @@ class Client:
 
     def list_runs(
         self,
-        job_id: str,
+        job_id: str = "",
         *,
         states: Iterable[RunState] = (),
         page_size: int = 100,
         page_token: str = "",
     ) -> Page[Run]:
-        """One page of the job's runs, newest first; no ``states`` = all."""
+        """One page of the job's runs, newest first; no ``states`` = all. With no
+        ``job_id``, the runs of every job of the owner (``states={RunState.RUNNING}``: all
+        that run now), by job id, then newest first; such a page may be short, even
+        empty, while it has a next token (``iter_runs`` follows them)."""
         req = messages.list_runs_request(job_id, states, page_size, page_token)
         return messages.runs_page(self._call(self._jobs.ListRuns, req))
 
     def iter_runs(
-        self, job_id: str, *, states: Iterable[RunState] = (), page_size: int = 100
+        self, job_id: str = "", *, states: Iterable[RunState] = (), page_size: int = 100
     ) -> Iterator[Run]:
         """Every run ``list_runs`` would list, fetching pages as needed."""
         states, token = tuple(states), ""
@@ -251,8 +275,20 @@ class Client:
         timeout: float | None = None,
         poll_interval: float = DEFAULT_POLL_INTERVAL,
     ) -> Run:
-        """Poll until the run is final and return it. Raises TimeoutError after ``timeout``
-        seconds (None = no limit)."""
+        """Wait until the run (one attempt) is final and return it. Raises TimeoutError
+        after ``timeout`` seconds (None = no limit). The server wakes the call when the
+        run ends (``WaitRun``); a node without ``WaitRun`` is polled every
+        ``poll_interval`` seconds at most."""
+        wait = ServerWait(run_id, timeout, self.timeout)
+        while wait.supported:
+            request, deadline = wait.next_call()
+            try:
+                reply = self._jobs.WaitRun(request, timeout=deadline, metadata=self._metadata)
+            except grpc.RpcError as e:
+                wait.failed(e)
+            else:
+                if (final := wait.answered(reply)) is not None:
+                    return final
         waiter = Waiter(timeout, poll_interval)
         while True:
             run = self.get_run(run_id)

@@ -11,18 +11,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 
 from shardcron.client.errors import Unavailable
-from shardcron.client.types import Job, RunState
+from shardcron.client.types import Job, JobState, RunState
 from shardcron.coordinator.cassandra.reads import job_rows
 from shardcron.coordinator.cassandra.session import Cql
 from shardcron.coordinator.cassandra.statements import ROWS
 from shardcron.coordinator.cassandra.writes import WritePlanner, Writes
 from shardcron.coordinator.store import NewJob
 
+log = logging.getLogger(__name__)
 _CLAIM_STALE = timedelta(seconds=60)  # an idempotency claim without its job, this old, is dead
 _CLAIM_WAIT = 5.0  # seconds to wait for a concurrent create of the same key to land
 
@@ -77,7 +79,25 @@ async def create_jobs(
     except BaseException:
         await settle_failed_create(cql, [i.job for i in created if i.job.idempotency_key])
         raise
+    added: dict[str, int] = {}
+    for item in created:
+        if item.job.state != JobState.DELETED:
+            added[item.job.owner] = added.get(item.job.owner, 0) + 1
+    await count_jobs_change(cql, added)
     return results
+
+
+async def count_jobs_change(cql: Cql, changes: dict[str, int]) -> None:
+    """Adds each owner's change to its count of live jobs (``JobStore.count_jobs``).
+    After the writes it counts: a count may lag a job, never run ahead of one. Best
+    effort: the jobs are written either way, and a counter update is not retried (a
+    retry of one that landed would count twice), so a failure leaves the count off."""
+    try:
+        await cql.gather(
+            cql.exec(cql.ps["count_jobs_add"], (n, owner)) for owner, n in changes.items() if n
+        )
+    except Exception as e:  # noqa: BLE001 - the jobs are written; only the count is off
+        log.warning("job counts of %s not updated: %s", sorted(changes), e)
 
 
 async def settle_failed_create(cql: Cql, jobs: list[Job]) -> None:

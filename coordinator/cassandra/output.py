@@ -22,17 +22,18 @@ from shardcron.coordinator.store_rules import (
 )
 
 
-async def append_output(cql: Cql, chunks: Sequence[OutputChunk], *, cap: int) -> None:
+async def append_output(cql: Cql, chunks: Sequence[OutputChunk], *, cap: int, ttl: int = 0) -> None:
     """Appends the chunks, keeping at most ``cap`` bytes per run, the newest, from where
-    ``store_rules.output_head`` says; what falls before that is never written."""
+    ``store_rules.output_head`` says; what falls before that is never written. Chunks
+    and ends written live ``ttl`` seconds (0 = for ever: see ``schema``, retention)."""
     by_run: dict[str, list[OutputChunk]] = {}
     for chunk in chunks:
         if chunk.data:
             by_run.setdefault(chunk.run_id, []).append(chunk)
-    await cql.gather(_append(cql, run_id, cs, cap) for run_id, cs in by_run.items())
+    await cql.gather(_append(cql, run_id, cs, cap, ttl) for run_id, cs in by_run.items())
 
 
-async def _append(cql: Cql, run_id: str, chunks: list[OutputChunk], cap: int) -> None:
+async def _append(cql: Cql, run_id: str, chunks: list[OutputChunk], cap: int, ttl: int) -> None:
     ends = (await cql.exec(cql.ps["output_ends"], (run_id,))).rows
     head, end = ends[0] if ends and ends[0][1] is not None else (0, 0)
     head = head or 0
@@ -45,9 +46,9 @@ async def _append(cql: Cql, run_id: str, chunks: list[OutputChunk], cap: int) ->
         new_head = output_head(new_end, cap, near_cut, window[0])
         # The stored chunk holding the new head is written again, cut to start there.
         new = cut_pieces([*stored, *new], new_head)
-    inserts = [cql.bind("output_insert", (run_id, o, s, d)) for o, s, d in new]
+    inserts = [cql.bind("output_insert", (run_id, o, s, d, ttl)) for o, s, d in new]
     ends_after = [cql.bind("output_trim", (run_id, new_head))] if new_head > head else []
-    ends_after.append(cql.bind("output_set_ends", (new_head, new_end, run_id)))
+    ends_after.append(cql.bind("output_set_ends", (ttl, new_head, new_end, run_id)))
     if sum(len(d) + 64 for _, _, d in new) + 200 <= BATCH_BYTES:
         await cql.send([*inserts, *ends_after])  # one partition: atomic, isolated
     else:  # too big for a batch: chunks first, then the ends that make them visible

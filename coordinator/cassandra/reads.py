@@ -10,7 +10,7 @@ raise ``UnreadableRow``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -27,6 +27,8 @@ from shardcron.coordinator.store_rules import (
     PageKind,
     clamp_page_size,
     make_page,
+    owner_runs_after,
+    owner_runs_token,
     page_token_after,
     run_state_wanted,
 )
@@ -133,6 +135,66 @@ async def list_runs(
         if len(found) > size:
             break
     return make_page(PageKind.RUNS, found, size, _id)
+
+
+# How many (id, state) rows of runs one ``list_owner_runs`` call reads, at most, before
+# it answers with what it found and a token to go on from (checked between jobs, so a
+# job's whole history may pass it once).
+OWNER_RUNS_SCAN_ROWS = 20_000
+_OWNER_IDS_CHUNK = 100
+
+
+async def _owner_job_ids(cql: Cql, owner: str, after: str) -> AsyncIterator[str]:
+    while True:
+        rows = (await cql.exec(cql.ps["owner_ids"], (owner, after, _OWNER_IDS_CHUNK))).rows
+        for row in rows:
+            yield row[0]
+        if len(rows) < _OWNER_IDS_CHUNK:
+            return
+        after = rows[-1][0]
+
+
+async def list_owner_runs(
+    cql: Cql,
+    owner: str,
+    *,
+    states: frozenset[RunState],
+    page_size: int,
+    page_token: str,
+    bad_rows: BadRowLog,
+    scan_rows: int = OWNER_RUNS_SCAN_ROWS,
+) -> Page[Run]:
+    """A bounded scan, there being no index of runs by owner and state: the owner's jobs
+    in id order (``jobs_by_owner``), each job's partition read as (id, state) only, and
+    the runs wanted read whole. A call reads about ``scan_rows`` rows at most, so a page
+    may be short, or empty, and still carry a token."""
+    size = clamp_page_size(page_size)
+    after = owner_runs_after(page_token)
+
+    async def positions() -> AsyncIterator[tuple[str, str]]:
+        if after is not None and after[1]:  # the rest of the job the last page ended in
+            yield after
+        async for job_id in _owner_job_ids(cql, owner, after[0] if after else ""):
+            yield job_id, ""
+
+    found: list[Run] = []
+    scanned = 0
+    async for job_id, before in positions():
+        if before:
+            rows = await cql.all(cql.ps["job_run_states_before"], (job_id, before))
+        else:
+            rows = await cql.all(cql.ps["job_run_states"], (job_id,))
+        scanned += len(rows)
+        ids = [rid for rid, state in rows if run_state_wanted(states, state)]
+        if ids:
+            decoded = bad_rows.decoded(await cql.in_("select_runs", ids, job_id), ROWS.row_run)
+            found += sorted((r for r in decoded if r.owner == owner), key=_id, reverse=True)
+        if len(found) > size:
+            last = found[size - 1]
+            return Page(items=found[:size], next_page_token=owner_runs_token(last.job_id, last.id))
+        if scanned >= scan_rows:
+            return Page(items=found, next_page_token=owner_runs_token(job_id))
+    return Page(items=found)
 
 
 async def list_active_runs(cql: Cql, job_id: str, bad_rows: BadRowLog) -> list[Run]:

@@ -12,10 +12,20 @@ Layout and why:
 - ``jobs`` by id; ``jobs_by_owner`` ((owner), id) holds only ids (immutable), so a
   job's progress or update never has to rewrite an index row; listings read the
   jobs of a page by id and filter them.
+- ``job_counts`` (owner) -> a counter of the owner's jobs that are not DELETED, what a
+  ``max_jobs`` quota reads (one row, instead of counting a partition of ids and
+  reading each job's state).
 - ``idempotency`` ((owner, key)) -> job_id, claimed with ``INSERT ... IF NOT EXISTS``.
 - ``runs`` ((job_id), id DESC): a job's history is one partition, newest first (run
   ids start with their due time). ``runs_by_id`` (id) -> job_id, owner, written once
   when a run is first written, so a run is found by its id alone.
+- Runs across an owner's jobs by state (``list_owner_runs``, e.g. every RUNNING run)
+  have no index: one would be written and deleted on every state change of every
+  run (a tombstone each). The listing is a bounded scan instead: ``jobs_by_owner``,
+  then each job's ``runs`` partition read as (id, state) only, then the runs wanted
+  read whole; a call stops after about ``reads.OWNER_RUNS_SCAN_ROWS`` rows and
+  answers with a token. Its cost is the owner's runs kept, not the runs wanted: fine
+  for a dashboard or a CLI call, not for polling at a high rate.
 - ``dead_letters`` ((owner), run_id DESC) -> job_id: an index, checked against
   ``runs`` when read.
 - ``due_runs`` ((shard, bucket), due_at, run_id): insert-only, every row with a TTL
@@ -27,6 +37,17 @@ Layout and why:
   the highest cursor wins without a read or a lightweight transaction.
 - ``run_output`` ((run_id), byte_offset): chunks keyed by their absolute offset, with
   the kept head and the end as static columns.
+- Retention (``CassandraStore(retention=...)``) is TTLs, not a sweep: a final run
+  that is not a dead letter is written with a TTL that ends ``retention`` after it
+  ended, and its ``runs_by_id`` row with it; output chunks and their ends live
+  ``retention`` from when they are written (so never longer than their run; a run
+  running longer than the retention loses its oldest kept output first). A sweep
+  would read every job's partition to find old runs and write a tombstone per row;
+  the TTL costs one ``runs_by_id`` rewrite per finished run and no read.
+
+A table added after a keyspace was created (``job_counts``) is created by
+``shardcron store init`` on the existing keyspace; a node refuses to open a keyspace
+that lacks one.
 
 Times are bigint microseconds since the epoch (``timestamp`` holds milliseconds only);
 "no value" is a sentinel, never a null, so rewriting a record writes no tombstones.
@@ -50,6 +71,7 @@ DEFAULT_DUE_TTL = timedelta(days=7)
 TABLES = (
     "jobs",
     "jobs_by_owner",
+    "job_counts",
     "idempotency",
     "runs",
     "runs_by_id",
@@ -106,6 +128,8 @@ def schema_cql(keyspace: str, *, due_ttl: timedelta = DEFAULT_DUE_TTL) -> list[s
             created_at bigint, updated_at bigint)""",
         f"""CREATE TABLE IF NOT EXISTS {ks}.jobs_by_owner (
             owner text, id text, PRIMARY KEY ((owner), id)) WITH CLUSTERING ORDER BY (id ASC)""",
+        f"""CREATE TABLE IF NOT EXISTS {ks}.job_counts (
+            owner text PRIMARY KEY, live counter)""",
         f"""CREATE TABLE IF NOT EXISTS {ks}.idempotency (
             owner text, key text, job_id text, claimed_at bigint, PRIMARY KEY ((owner, key)))""",
         f"""CREATE TABLE IF NOT EXISTS {ks}.runs (
@@ -158,10 +182,19 @@ def ensure_schema(
     tables = session.execute(
         "SELECT table_name FROM system_schema.tables WHERE keyspace_name = %s", (ks,)
     )
-    if "schema_version" in {r[0] for r in tables}:
+    present = {r[0] for r in tables}
+    if "schema_version" in present:
         row = session.execute(version_sql).one()
     if row is None and not create:
         raise SchemaMismatch(f"keyspace {ks} has no shardcron schema: run `shardcron store init`")
+    missing = sorted(set(TABLES) - present)
+    if row is not None and missing and not create:
+        raise SchemaMismatch(
+            f"keyspace {ks} lacks table(s) {', '.join(missing)}: run `shardcron store init`"
+        )
+    if row is not None and missing:  # tables added since the keyspace was made
+        for ddl in schema_cql(ks, due_ttl=due_ttl):
+            session.execute(ddl)
     if row is None:  # no schema yet, or one whose creation did not finish
         session.execute(keyspace_cql(ks, replication))
         for ddl in schema_cql(ks, due_ttl=due_ttl):

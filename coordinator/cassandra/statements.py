@@ -23,6 +23,8 @@ STATEMENTS: dict[str, str] = {
     # jobs
     "insert_job": f"INSERT INTO jobs ({_JOB_COLS}) VALUES ({', '.join('?' * 14)})",
     "insert_owner": "INSERT INTO jobs_by_owner (owner, id) VALUES (?, ?)",
+    "count_jobs": "SELECT live FROM job_counts WHERE owner = ?",
+    "count_jobs_add": "UPDATE job_counts SET live = live + ? WHERE owner = ?",
     "select_job": f"SELECT {_JOB_COLS} FROM jobs WHERE id = ?",
     "select_jobs": f"SELECT {_JOB_COLS} FROM jobs WHERE id IN ?",
     "job_states": (
@@ -54,15 +56,16 @@ STATEMENTS: dict[str, str] = {
     "drop_owner": "DELETE FROM jobs_by_owner WHERE owner = ? AND id = ?",
     # runs
     "insert_run": (
-        f"INSERT INTO runs ({_RUN_COLS}) VALUES ({', '.join('?' * 23)}) USING TIMESTAMP ?"
+        f"INSERT INTO runs ({_RUN_COLS}) VALUES ({', '.join('?' * 23)}) USING TIMESTAMP ? AND TTL ?"
     ),
-    "insert_run_id": "INSERT INTO runs_by_id (id, job_id, owner) VALUES (?, ?, ?)",
+    "insert_run_id": "INSERT INTO runs_by_id (id, job_id, owner) VALUES (?, ?, ?) USING TTL ?",
     "run_ids": "SELECT id, job_id, owner FROM runs_by_id WHERE id IN ?",
     "run_states": "SELECT id, state, dead_letter FROM runs WHERE job_id IN ? AND id IN ?",
     "select_runs": f"SELECT {_RUN_COLS} FROM runs WHERE job_id = ? AND id IN ?",
     "job_runs": f"SELECT {_RUN_COLS} FROM runs WHERE job_id = ?",
     "job_runs_before": f"SELECT {_RUN_COLS} FROM runs WHERE job_id = ? AND id < ?",
     "job_run_states": "SELECT id, state FROM runs WHERE job_id = ?",
+    "job_run_states_before": "SELECT id, state FROM runs WHERE job_id = ? AND id < ?",
     "insert_dead": "INSERT INTO dead_letters (owner, run_id, job_id) VALUES (?, ?, ?)",
     "delete_dead": "DELETE FROM dead_letters WHERE owner = ? AND run_id = ?",
     "dead": "SELECT run_id, job_id FROM dead_letters WHERE owner = ? AND run_id < ? LIMIT ?",
@@ -96,10 +99,12 @@ STATEMENTS: dict[str, str] = {
         "SELECT byte_offset FROM run_output WHERE run_id = ? AND byte_offset >= ? LIMIT 1"
     ),
     "output_insert": (
-        "INSERT INTO run_output (run_id, byte_offset, stream, data) VALUES (?, ?, ?, ?)"
+        "INSERT INTO run_output (run_id, byte_offset, stream, data) VALUES (?, ?, ?, ?) USING TTL ?"
     ),
     "output_trim": "DELETE FROM run_output WHERE run_id = ? AND byte_offset < ?",
-    "output_set_ends": ("UPDATE run_output SET head_offset = ?, end_offset = ? WHERE run_id = ?"),
+    "output_set_ends": (
+        "UPDATE run_output USING TTL ? SET head_offset = ?, end_offset = ? WHERE run_id = ?"
+    ),
     "output_at": (
         "SELECT byte_offset, stream, data FROM run_output WHERE run_id = ?"
         " AND byte_offset <= ? ORDER BY byte_offset DESC LIMIT 1"
@@ -109,10 +114,17 @@ STATEMENTS: dict[str, str] = {
     ),
 }
 
-# Not idempotent: never retried (their caller reads the outcome).
-LWT = ("update_job", "claim", "take_over", "release")
+# Not idempotent: never retried (their caller reads the outcome; a counter update
+# retried after a timeout that had landed would count twice).
+LWT = ("update_job", "claim", "take_over", "release", "count_jobs_add")
 # Partition scans, read page by page.
-_PAGED = ("job_runs", "job_runs_before", "job_run_states", "output_from")
+_PAGED = (
+    "job_runs",
+    "job_runs_before",
+    "job_run_states",
+    "job_run_states_before",
+    "output_from",
+)
 
 
 def prepare(session: Session) -> dict[str, PreparedStatement]:

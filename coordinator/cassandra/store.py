@@ -82,6 +82,7 @@ from shardcron.coordinator.cassandra.schema import (
 from shardcron.coordinator.cassandra.session import Cql
 from shardcron.coordinator.cassandra.statements import LWT, ROWS, prepare
 from shardcron.coordinator.cassandra.writes import (
+    MAX_TTL,
     P_RUNS,
     WritePlanner,
     Writes,
@@ -119,6 +120,7 @@ class CassandraStore:
         port: int = 9042,
         request_timeout: float = 12.0,
         create_schema: bool = True,
+        retention: timedelta | None = None,
     ) -> None:
         self.layout = StoreLayout(
             shard_count=shard_count,
@@ -129,6 +131,8 @@ class CassandraStore:
             raise ValueError("max_concurrency must be >= 1 and due_ttl positive")
         self.contact_points = list(contact_points)
         self.keyspace = keyspace
+        # rows one list_owner_runs call scans at most (reads.OWNER_RUNS_SCAN_ROWS)
+        self.owner_runs_scan_rows = reads.OWNER_RUNS_SCAN_ROWS
         self.consistency = ConsistencyLevel.name_to_value[consistency.upper()]
         self.serial_consistency = (
             ConsistencyLevel.LOCAL_SERIAL
@@ -145,11 +149,15 @@ class CassandraStore:
         # False for cluster nodes: the schema comes from `shardcron store init`, run once,
         # because nodes creating the same tables at the same moment can disagree on them.
         self.create_schema = create_schema
+        # Final runs and output expire by TTL (schema docstring); expire_runs does nothing.
+        self.retention = retention
         self._cluster: Cluster | None = None
         self._session: Session | None = None
         self._cql = Cql(consistency=self.consistency, max_concurrency=max_concurrency)
         self.bad_rows = BadRowLog()
-        self._planner = WritePlanner(self._cql, bucket_seconds=bucket_seconds, due_ttl=due_ttl)
+        self._planner = WritePlanner(
+            self._cql, bucket_seconds=bucket_seconds, due_ttl=due_ttl, retention=retention
+        )
 
     # --- lifecycle ----------------------------------------------------------
 
@@ -206,6 +214,10 @@ class CassandraStore:
 
     async def create_jobs(self, items: Sequence[NewJob]) -> list[tuple[Job, bool]]:
         return await creates.create_jobs(self._cql, self._planner, items, flush=self._flush)
+
+    async def count_jobs(self, owner: str) -> int:
+        rows = (await self._cql.exec(self._cql.ps["count_jobs"], (owner,))).rows
+        return max(0, rows[0][0] or 0) if rows else 0
 
     async def get_job(self, owner: str, job_id: str) -> Job:
         return await reads.get_job(self._cql, owner, job_id)
@@ -265,6 +277,10 @@ class CassandraStore:
         writes = Writes()
         await self._planner.put_runs(writes, list(runs), list(due), known_new=False)
         await self._flush(writes)
+        if job.state == JobState.DELETED:
+            # only a job that was not DELETED is updated (the api refuses the others),
+            # and this compare-and-set applied: it left the count of live jobs
+            await creates.count_jobs_change(self._cql, {job.owner: -1})
         return await self.get_job(job.owner, job.id)
 
     # --- runs -------------------------------------------------------------
@@ -327,6 +343,24 @@ class CassandraStore:
             bad_rows=self.bad_rows,
         )
 
+    async def list_owner_runs(
+        self,
+        owner: str,
+        *,
+        states: frozenset[RunState] = frozenset(),
+        page_size: int = 100,
+        page_token: str = "",
+    ) -> Page[Run]:
+        return await reads.list_owner_runs(
+            self._cql,
+            owner,
+            states=states,
+            page_size=page_size,
+            page_token=page_token,
+            bad_rows=self.bad_rows,
+            scan_rows=self.owner_runs_scan_rows,
+        )
+
     async def list_active_runs(self, job_id: str) -> list[Run]:
         return await reads.list_active_runs(self._cql, job_id, self.bad_rows)
 
@@ -383,7 +417,18 @@ class CassandraStore:
     # --- output -------------------------------------------------------------
 
     async def append_output(self, chunks: Sequence[OutputChunk]) -> None:
-        await output.append_output(self._cql, chunks, cap=self.output_cap_bytes)
+        await output.append_output(
+            self._cql, chunks, cap=self.output_cap_bytes, ttl=self._output_ttl()
+        )
+
+    def _output_ttl(self) -> int:
+        if self.retention is None:
+            return 0
+        ttl = max(1, int(self.retention.total_seconds()))
+        return 0 if ttl > MAX_TTL else ttl
+
+    async def expire_runs(self, now: datetime) -> int:
+        return 0  # the rows carry their TTL (schema docstring)
 
     async def read_output(
         self, run_id: str, *, offset: int = 0, limit: int = 1 << 16

@@ -42,6 +42,7 @@ apart; a state moved by progress carries the write time of the state it read + 1
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
@@ -55,9 +56,9 @@ from shardcron.coordinator.cassandra.statements import NONE, ROWS
 from shardcron.coordinator.ids import bucket_for
 from shardcron.coordinator.rows import _us
 from shardcron.coordinator.store import JobProgress
-from shardcron.coordinator.store_rules import progress_write, run_state_order
+from shardcron.coordinator.store_rules import progress_write, run_expires_at, run_state_order
 
-_MAX_TTL = 630_720_000  # Cassandra's maximum TTL (20 years); longer rows get no TTL
+MAX_TTL = 630_720_000  # Cassandra's maximum TTL (20 years); longer rows get no TTL
 # A batch stays under Cassandra's default batch_size_fail_threshold (50 KiB), by the
 # estimate of _size, which is within a few % of what Cassandra counts.
 BATCH_BYTES = 20_000
@@ -138,10 +139,18 @@ class WritePlanner:
     which ``shard_buckets`` rows this process already wrote, so that a bucket's row
     is not rewritten with every due row."""
 
-    def __init__(self, cql: Cql, *, bucket_seconds: int, due_ttl: timedelta) -> None:
+    def __init__(
+        self,
+        cql: Cql,
+        *,
+        bucket_seconds: int,
+        due_ttl: timedelta,
+        retention: timedelta | None = None,
+    ) -> None:
         self._cql = cql
         self._bucket_seconds = bucket_seconds
         self._due_ttl = due_ttl
+        self._retention = retention
         # (shard, bucket) -> until when (epoch seconds) its shard_buckets row is known to live
         self._buckets_written: dict[tuple[int, int], float] = {}
 
@@ -168,11 +177,12 @@ class WritePlanner:
         backdate = _CREATE_BACKDATE_US if new else 0
         ts = write_us if write_us is not None else now_us() - backdate
         phase = P_RUNS if new or indexed else P_STATES
-        stmt = self._cql.bind("insert_run", (*row, ts))
+        ttl = self.run_ttl(run, time.time())
+        stmt = self._cql.bind("insert_run", (*row, ts, ttl))
         writes.add(phase, ("runs", run.job_id), stmt, _size(row))
-        if new:
-            stmt = self._cql.bind("insert_run_id", (run.id, run.job_id, run.owner))
-            writes.add(P_RUNS, ("runs_by_id", run.id), stmt, 120)
+        if new or ttl:  # the id's row expires with the run
+            stmt = self._cql.bind("insert_run_id", (run.id, run.job_id, run.owner, ttl))
+            writes.add(P_RUNS if new else phase, ("runs_by_id", run.id), stmt, 120)
         if run.dead_letter:
             stmt = self._cql.bind("insert_dead", (run.owner, run.id, run.job_id))
             writes.add(P_JOBS, ("dead_letters", run.owner), stmt, 120)
@@ -180,10 +190,26 @@ class WritePlanner:
             stmt = self._cql.bind("delete_dead", (run.owner, run.id))
             writes.add(P_UNINDEX, ("dead_letters", run.owner), stmt, 80)
 
+    def run_ttl(self, run: Run, now: float) -> int:
+        """The TTL (seconds) of a run's rows: until the retention after it ended
+        (``store_rules.run_expires_at``), at least 1 s; 0 = none (not final, a dead
+        letter, no retention, or longer than Cassandra's longest TTL)."""
+        at = run_expires_at(
+            state=run.state,
+            dead_letter=run.dead_letter,
+            ended_at=run.ended_at,
+            due_at=run.due_at,
+            retention=self._retention,
+        )
+        if at is None:
+            return 0
+        ttl = max(1, math.ceil(at.timestamp() - now))
+        return 0 if ttl > MAX_TTL else ttl
+
     def _ttl(self, until: float, now: float) -> int:
         """A TTL (seconds) keeping a row until ``until`` (epoch seconds) + due_ttl; 0 = none."""
         ttl = int(max(until, now) - now + self._due_ttl.total_seconds()) + 1
-        return 0 if ttl > _MAX_TTL else ttl
+        return 0 if ttl > MAX_TTL else ttl
 
     def _plan_due(self, writes: Writes, run: Run, now: float) -> None:
         b = bucket_for(run.due_at, self._bucket_seconds)

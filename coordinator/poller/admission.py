@@ -6,6 +6,11 @@
   running run cancelled; QUEUE and ALLOW — queued behind the others. Runs that are
   not fresh fires (retries, manual runs) always queue. A queued run is admitted
   when a run of its job ends (``unblock``), in queue order.
+- **Skipped only while a run is really going**: under FORBID, a fresh fire whose
+  job's runs are all unclaimed orphans (leased by an earlier owner of the shard, no
+  worker has renewed them here yet: maybe nothing runs) is held back (HOLD), not
+  skipped, until one is claimed by its worker or ends; then it is admitted again
+  (``release_held``): skipped if a run is going, else run.
 - **Starting deadline**: a run not started within ``starting_deadline`` of its due
   time is missed, whether it waits for a slot or for its job's limit (``missed``),
   or is about to be placed (``place``); exactly at the deadline it is still on time.
@@ -50,6 +55,7 @@ class Verdict(Enum):
     BLOCKED = 2  # waits for its job's concurrency limit
     SKIP = 3  # FORBID: the fire is skipped (OVERLAP)
     REPLACE = 4  # queued first; cancel ``Admission.replaced(job)`` to make room
+    HOLD = 5  # FORBID, and only unclaimed orphans run: decided again (``release_held``)
 
 
 def concurrency_limit(job: Job) -> float:
@@ -79,7 +85,15 @@ class Admission:
     """Runs due and admitted (READY, by placement class), queued behind their job's
     limit (BLOCKED), and their starting deadlines."""
 
-    __slots__ = ("_admitted", "_blocked", "_blocked_runs", "_deadlines", "_ready", "_slots")
+    __slots__ = (
+        "_admitted",
+        "_blocked",
+        "_blocked_runs",
+        "_deadlines",
+        "_held",
+        "_ready",
+        "_slots",
+    )
 
     def __init__(self, slots: dict[str, Slot]) -> None:
         self._slots = slots  # the loop's runs held, by run id (read only here)
@@ -88,6 +102,8 @@ class Admission:
         self._deadlines: list[tuple[datetime, str]] = []  # (starting deadline, run id)
         self._admitted: dict[str, set[str]] = {}  # job id -> run ids READY or LEASED
         self._blocked: dict[str, deque[Slot]] = {}  # job id -> runs BLOCKED, in order
+        # job id -> fresh fires held back (BLOCKED) while its runs are unclaimed orphans
+        self._held: dict[str, deque[Slot]] = {}
 
     def __len__(self) -> int:
         """Runs READY."""
@@ -99,6 +115,7 @@ class Admission:
         self._deadlines.clear()
         self._admitted.clear()
         self._blocked.clear()
+        self._held.clear()
 
     # --- admitting -----------------------------------------------------------------
 
@@ -115,7 +132,12 @@ class Admission:
             return Verdict.READY
         policy = job.spec.concurrency.overlap
         if fresh_fire and policy == OverlapPolicy.FORBID:
-            return Verdict.SKIP
+            if not self._unclaimed_only(admitted):
+                return Verdict.SKIP
+            slot.phase = Phase.BLOCKED
+            self._blocked_runs.add(slot.run.id)
+            self._held.setdefault(job.id, deque()).append(slot)
+            return Verdict.HOLD
         slot.phase = Phase.BLOCKED
         self._blocked_runs.add(slot.run.id)
         queue = self._blocked.setdefault(job.id, deque())
@@ -124,6 +146,23 @@ class Admission:
             return Verdict.REPLACE
         queue.append(slot)
         return Verdict.BLOCKED
+
+    def _unclaimed_only(self, run_ids: Collection[str]) -> bool:
+        """Every one of these runs is an orphan no worker has renewed here yet."""
+        return all(
+            (s := self._slots.get(r)) is not None and s.phase == Phase.LEASED and s.worker is None
+            for r in run_ids
+        )
+
+    def release_held(self, job_id: str) -> list[Slot]:
+        """The fires of the job held back, to admit again in order (an orphan of the
+        job was claimed by its worker, or ended): no longer BLOCKED."""
+        out = []
+        for slot in self._held.pop(job_id, ()):
+            if self._slots.get(slot.run.id) is slot and slot.phase == Phase.BLOCKED:
+                self._blocked_runs.discard(slot.run.id)
+                out.append(slot)
+        return out
 
     def replaced(self, job_id: str) -> Slot | None:
         """The run a REPLACE cancels: the oldest admitted run of the job not already
@@ -245,6 +284,8 @@ class Admission:
     def waiting_reason(self, slot: Slot, workers: Collection[WorkerBook]) -> str:
         """Why this held run is not on a worker yet ("" unless READY or BLOCKED)."""
         if slot.phase == Phase.BLOCKED:
+            if slot in self._held.get(slot.run.job_id, ()):
+                return "waiting to learn whether a run taken over from another poller still goes"
             running = len(self._admitted.get(slot.run.job_id, ()))
             return f"waiting for the job's concurrency limit ({running} running)"
         cls = self._ready.class_of(slot.run.id)

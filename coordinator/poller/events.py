@@ -3,8 +3,8 @@
 Worker streams, the api's hints and cancels and coordination's assignments all
 run on other tasks; they hand the loop one of these and never touch its state.
 A future in an event is completed by the loop: ``CancelRun.done`` with the run
-as it stands after the cancel, ``AssignmentChanged.applied`` once the turn in
-flight (and its commit) is over.
+as it stands after the cancel, ``AssignmentChanged.applied`` once the turn that
+applied it (and its commit) is over.
 """
 
 from __future__ import annotations

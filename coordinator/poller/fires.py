@@ -37,7 +37,8 @@ MISFIRE_GRACE = timedelta(seconds=5)
 MAX_BACKFILL = 100
 # At most this many SKIPPED records are written for one catch-up; the rest are counted.
 MAX_SKIP_RECORDS = 1000
-# A run lost with its worker is tried again at least this many times in all.
+# A run lost with its worker is tried again at least this many times in all, unless
+# it is a scheduled fire of a recurring job (its next fire comes anyway).
 WORKER_LOST_ATTEMPTS = 3
 
 
@@ -212,10 +213,32 @@ def _skip_fires(
             out.runs.append(skipped_run(job, fire, why, shard_count=shard_count, now=now))
 
 
+def is_scheduled_fire(job: Job, run: Run) -> bool:
+    """The run is an attempt at a fire of a recurring job's schedule (not a manual run
+    or a replay): a later fire of the same schedule makes it late."""
+    return job.spec.schedule.recurring and run.schedule_version > 0 and not is_extra_run(run)
+
+
+def retry_misfired(job: Job, run: Run, *, now: datetime, grace: timedelta = MISFIRE_GRACE) -> bool:
+    """A retry (attempt 2 or later) of a scheduled fire comes due: it is dropped
+    (SKIPPED, MISFIRE) when a later fire of the job has come due by ``now`` — a retry
+    never runs after a later fire of its job — or, under misfire policy SKIP, when it
+    is more than ``grace`` late itself (the cluster was down or saturated)."""
+    if run.attempt <= 1 or not is_scheduled_fire(job, run):
+        return False
+    if job.spec.misfire == MisfirePolicy.SKIP and now - run.due_at > grace:
+        return True
+    later = next_fire(job.spec.schedule, run.fire_at)
+    return later is not None and later.at <= now
+
+
 def retry_run(job: Job, failed: Run, *, now: datetime) -> Run | None:
-    """The next attempt of a failed run, or None when its attempts are used up."""
+    """The next attempt of a failed run, or None when its attempts are used up. A run
+    lost with its worker may be tried ``WORKER_LOST_ATTEMPTS`` times whatever the
+    policy (it may never have run), except a scheduled fire of a recurring job, which
+    gets the attempts its policy allows: a job allowing 1 attempt runs no attempt 2."""
     allowed = job.spec.retry.max_attempts
-    if failed.reason == RunReason.WORKER_LOST:
+    if failed.reason == RunReason.WORKER_LOST and not is_scheduled_fire(job, failed):
         allowed = max(allowed, WORKER_LOST_ATTEMPTS)
     if failed.attempt >= allowed or failed.state not in (RunState.FAILED, RunState.TIMED_OUT):
         return None

@@ -35,13 +35,13 @@ from shardcron.coordinator.poller.admission import Admission, Verdict, past_dead
 from shardcron.coordinator.poller.clock import Clock
 from shardcron.coordinator.poller.config import JOB_ROW_GRACE, JOB_ROW_RETRY, PollerConfig
 from shardcron.coordinator.poller.endings import final_run, follow_up
-from shardcron.coordinator.poller.fires import on_fire_due
+from shardcron.coordinator.poller.fires import on_fire_due, retry_misfired
 from shardcron.coordinator.poller.leases import LeaseBook
 from shardcron.coordinator.poller.state import Phase, Slot
 from shardcron.coordinator.poller.turn import Turn
 from shardcron.coordinator.poller.workers import WorkerBook
 
-_SKIPS = (RunState.SKIPPED, RunState.MISSED)
+_REPORTED = (RunState.SUCCEEDED, RunState.FAILED, RunState.TIMED_OUT)  # ends a worker says
 WAITING_GAUGE_EVERY = 1.0  # seconds between counts of the runs waiting, by reason
 
 log = logging.getLogger("shardcron.poller")
@@ -236,6 +236,9 @@ class RunKeeper:
             # ResumeJob indexes it again
             self.forget(slot)
             return
+        if retry_misfired(job, run, now=now, grace=self.config.misfire_grace):
+            self.finish(slot, RunState.SKIPPED, RunReason.MISFIRE, turn, now)
+            return
         if past_deadline(job, run, now):
             self.finish(slot, RunState.MISSED, RunReason.DEADLINE, turn, now)
             return
@@ -283,11 +286,24 @@ class RunKeeper:
         verdict = self.admission.admit(slot, fresh_fire=fresh_fire)
         if verdict == Verdict.SKIP:
             self.finish(slot, RunState.SKIPPED, RunReason.OVERLAP, turn, now)
-            self.metrics.fires_skipped.labels(reason=RunReason.OVERLAP.value).inc()
         elif verdict == Verdict.REPLACE:
             victim = self.admission.replaced(slot.run.job_id)
             if victim is not None:
                 self.cancel(victim, RunReason.REPLACED, turn, now)
+
+    def reconsider_held(
+        self, job_id: str, turn: Turn, now: datetime, *, ran_until: datetime | None = None
+    ) -> None:
+        """A run of the job taken over from an earlier owner was claimed by its worker
+        (it is going: the fires held back are skipped), or ended: the fires due before
+        ``ran_until`` (when its worker says it ended) overlapped it and are skipped, the
+        others may run."""
+        for slot in self.admission.release_held(job_id):
+            with self.isolated(slot, turn, now, where="admit"):
+                if ran_until is not None and slot.run.due_at < ran_until:
+                    self.finish(slot, RunState.SKIPPED, RunReason.OVERLAP, turn, now)
+                else:
+                    self._admit(slot, True, turn, now)
 
     def miss_deadlines(self, now: datetime, turn: Turn) -> None:
         for slot in self.admission.missed(now):
@@ -335,14 +351,18 @@ class RunKeeper:
                 reasons[rid] = reason
         return reasons
 
-    def count_waiting(self, workers: Collection[WorkerBook]) -> None:
-        """Sets the waiting-runs gauge, at most once a second (it looks at every class)."""
+    def count_waiting(self, workers: Collection[WorkerBook], now: datetime) -> None:
+        """Sets the waiting-runs and shard-lag gauges, at most once a second (they look
+        at every class and every run held)."""
         at = self._clock.monotonic()
         if at - self._waiting_counted_at < WAITING_GAUGE_EVERY:
             return
         self._waiting_counted_at = at
         for reason, n in self.admission.waiting_counts(workers).items():
             self.metrics.waiting_runs.labels(reason=reason.value).set(n)
+        oldest = self.oldest_due((Phase.READY, Phase.BLOCKED)).values()
+        lag = (now - min(oldest)).total_seconds() if oldest else 0.0
+        self.metrics.shard_lag.set(max(0.0, lag))
 
     def send_lease(self, slot: Slot, now: datetime) -> None:
         """Sends a lease once it is durable; its TTL counts from now, as the worker's will."""
@@ -446,15 +466,17 @@ class RunKeeper:
         )
         self.forget(slot)
         self.ended_here(final.id)
-        self.metrics.runs_final.labels(state=state.value, reason=reason.value).inc()
-        if state in _SKIPS:
-            self.metrics.fires_skipped.labels(reason=reason.value).inc()
+        self.metrics.run_ended(final)
         if job is not None:
             try:
                 final = self._follow_up(job, final, turn, now)
             except Exception as error:  # its retry rules: the run's own end stands
                 self.job_rules_failed(job, error, turn, where="ending")
+            self.metrics.dead_lettered(final)
             self.admission.unblock(job.id)
+            # a result its worker reported says until when the run really went
+            reported = state in _REPORTED and reason != RunReason.WORKER_LOST
+            self.reconsider_held(job.id, turn, now, ran_until=final.ended_at if reported else None)
         turn.runs[final.id] = final
         for fut in slot.cancel_waiters:
             turn.answers.append(fut)
@@ -514,8 +536,9 @@ class RunKeeper:
         )
         self.forget(slot)
         self.ended_here(final.id)
-        self.metrics.runs_final.labels(state=final.state.value, reason=final.reason.value).inc()
+        self.metrics.run_ended(final)
         self.admission.unblock(final.job_id)
+        self.reconsider_held(final.job_id, turn, now)
         turn.runs[final.id] = final
         for fut in slot.cancel_waiters:
             turn.answers.append(fut)

@@ -42,6 +42,7 @@ from shardcron.client.errors import FailedPrecondition, NotFound, ShardcronError
 from shardcron.client.saturating import saturating_add
 from shardcron.client.types import Job, Run, RunReason, RunState, ShardInfo, WorkerInfo
 from shardcron.coordinator.coordination import Assignment
+from shardcron.coordinator.ids import shard_for
 from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.poller.admission import free_slots
 from shardcron.coordinator.poller.clock import Clock, SystemClock
@@ -82,8 +83,11 @@ class Poller:
         ownership_valid: Callable[[], bool] = lambda: True,
         session_generation: Callable[[], int] = lambda: 0,
         clock: Clock | None = None,
+        runs_ended: Callable[[list[Run]], object] | None = None,
     ) -> None:
         self.store = store
+        # told the runs each turn made final, once they are durable (WaitRun wakes on it)
+        self._runs_ended = runs_ended
         self.poller_id = poller_id
         self.config = config
         self.metrics = metrics
@@ -102,6 +106,7 @@ class Poller:
             poller_id=poller_id,
             settled=self._settled,
             active=lambda: self.active,
+            serves=lambda job_id: self.owns(shard_for(job_id, store.shard_count)),
             output_cap=store.output_cap_bytes,
         )
         self._inbox: deque[InboxEvent] = deque()
@@ -117,9 +122,9 @@ class Poller:
         self._wake.set()
 
     def on_assignment(self, assignment: Assignment) -> asyncio.Future[None]:
-        """Takes a new assignment; the future is done once it is applied, that is
-        after the turn in flight (and its commit) finished: only then may a shard
-        taken away be handed to another poller."""
+        """Takes a new assignment; the future is done once it is applied and what the
+        turn decided before it is written (or failed): only then may a shard taken
+        away be handed to another poller, which reads what this one wrote."""
         applied: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.submit(AssignmentChanged(assignment=assignment, applied=applied))
         return applied
@@ -235,6 +240,9 @@ class Poller:
             for fut in turn.answers:  # not written, or failed: the caller tries again
                 if not fut.done():
                     fut.set_exception(Unavailable("the poller could not record it; try again"))
+            for fut in turn.applied:  # the turn's writes landed or never will
+                if not fut.done():
+                    fut.set_result(None)
 
     async def _run_turn(self, turn: Turn) -> None:
         runs = self._runs
@@ -274,6 +282,9 @@ class Poller:
                 progress=list(turn.progress.values()),
                 write_time=confirmed,
             )
+            ended = [r for r in turn.runs.values() if r.state.is_final]
+            if ended and self._runs_ended is not None:
+                self._runs_ended(ended)
         if self._stand_still():
             return  # frozen or cut off during the turn: send nothing it decided
         sent_at = self._clock.now()
@@ -343,7 +354,12 @@ class Poller:
                 runs.cancel_job(job_id, reason, turn, now)
             case AssignmentChanged(assignment=assignment, applied=applied):
                 self._on_assignment(assignment, now)
-                if not applied.done():
+                if not turn.empty():
+                    # done once this turn's commit is over: what it decided before
+                    # (a result of a shard taken away) is in the store before the next
+                    # owner reads the shard, or was never acknowledged to its worker
+                    turn.applied.append(applied)
+                elif not applied.done():
                     applied.set_result(None)
 
     def _on_assignment(self, a: Assignment, now: datetime) -> None:
@@ -508,7 +524,7 @@ class Poller:
             )
             turn.runs[final.id] = final
             self._runs.ended_here(final.id)
-            self.metrics.runs_final.labels(state=final.state.value, reason=reason.value).inc()
+            self.metrics.run_ended(final)
             turn.answers.append(fut)
             turn.after.append(lambda: fut.done() or fut.set_result(final))
 
@@ -518,7 +534,7 @@ class Poller:
         workers = self._streams.workers.values()
         self.metrics.active_leases.set(sum(len(w.leases) for w in workers))
         self.metrics.ready_runs.set(len(self._runs.admission))
-        self._runs.count_waiting(workers)
+        self._runs.count_waiting(workers, self._clock.now())
         used = sum(w.used for w in workers)
         total = sum(w.slots for w in workers)
         self.metrics.worker_slots.labels(use="used").set(used)

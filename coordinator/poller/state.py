@@ -31,6 +31,7 @@ class Slot:
     run: Run
     job: Job | None = None
     phase: Phase = Phase.WAITING
+    # None while LEASED: an orphan adopted from an earlier owner, not renewed here yet
     worker: WorkerBook | None = None
     cancel_reason: RunReason | None = None  # a cancel was sent to its worker
     cancel_waiters: list[asyncio.Future[Run]] = field(default_factory=list)

@@ -27,6 +27,14 @@ worker says to the runs held (``RunKeeper``):
   output is never held whole). Credits set the stream's slot limit.
 - A held lease or result naming a run not held while some owned shard is not
   loaded yet is kept (up to ``MAX_DEFERRED``) and answered once every shard is.
+- A shard move costs no re-execution: a lease or result naming a job whose shard
+  this poller does not serve (it moved away, or not here yet) is answered
+  ``not_owner`` — neither renewed nor revoked, nor refused as stale — and the worker
+  offers it to its other pollers; so is a renewal while this poller is suspended.
+  The new owner adopted the run from the store under the previous owner's token
+  (``RunKeeper.adopt_orphan``), and renews it and records its result for the worker
+  it was granted to (``_holds``). A lease truly stale (re-leased, or ended) is still
+  refused by the shard's owner.
 
 A result whose handling raises fails its run alone (``RunKeeper.isolated``) and is
 acknowledged; anything else that raises while applying a message is a fault of
@@ -77,6 +85,7 @@ class WorkerStreams:
         poller_id: str,
         settled: Callable[[], bool],
         active: Callable[[], bool],
+        serves: Callable[[str], bool],
         output_cap: int,
     ) -> None:
         self._keeper = keeper
@@ -85,6 +94,7 @@ class WorkerStreams:
         self._metrics = keeper.metrics
         self._settled = settled  # every owned shard loaded: a run not held is not ours
         self._active = active  # the poller holds its shards (renewals may be granted)
+        self._serves = serves  # the shard of this job id is one of this poller's
         self._output_cap = output_cap  # bytes of output the store keeps per run
         self.workers: dict[str, WorkerBook] = {}  # by worker id: the latest stream of each
         self._books: dict[WorkerLink, WorkerBook] = {}  # every open stream
@@ -256,6 +266,10 @@ class WorkerStreams:
 
     # --- the rules ------------------------------------------------------------------------
 
+    def _elsewhere(self, job_id: str) -> bool:
+        """The job's shard is not this poller's (an older worker names no job: it is)."""
+        return bool(job_id) and not self._serves(job_id)
+
     def _holds(self, book: WorkerBook, slot: Slot) -> bool:
         """The stream holds the run's lease: it was granted or renewed on it; or the
         stream it was on closed and this one is the same worker process's (a
@@ -299,6 +313,13 @@ class WorkerStreams:
         for ref in refs:
             run_id, token = ref.run_id, ref.fencing_token
             slot = keeper.held_slot(run_id, token)
+            if (slot is None and self._elsewhere(ref.job_id)) or (slot is not None and not active):
+                # not this poller's to renew or revoke now: its shard moved (the new
+                # owner adopts the lease), or this poller is suspended
+                answers.append(
+                    Renewal(run_id=run_id, fencing_token=token, ok=False, not_owner=True)
+                )
+                continue
             if slot is None and not settled and len(self._deferred) < MAX_DEFERRED:
                 # maybe a lease of a shard not loaded yet: answer once it is
                 self._deferred.append((book, ref))
@@ -310,11 +331,14 @@ class WorkerStreams:
             )
             if slot is not None and expires is not None:
                 if slot.worker is not book:
+                    claimed = slot.worker is None  # an orphan's worker: the run goes on
                     if slot.worker is not None:
                         slot.worker.release(run_id)
                     assert slot.job is not None
                     book.hold(run_id, slot.job.spec.resources)
                     slot.worker = book
+                    if claimed:
+                        keeper.reconsider_held(slot.run.job_id, turn, now)
                 slot.run = dataclasses.replace(slot.run, lease_expires_at=expires)
                 if slot.cancel_reason is not None:
                     book.link.cancel(
@@ -330,6 +354,18 @@ class WorkerStreams:
 
     def _on_result(self, book: WorkerBook, outcome: RunOutcome, turn: Turn, now: datetime) -> None:
         slot = self._keeper.held_slot(outcome.run_id, outcome.fencing_token)
+        if slot is None and self._elsewhere(outcome.job_id):
+            # its shard moved: the worker offers the result to the new owner
+            book.link.ack(
+                ResultAck(
+                    run_id=outcome.run_id,
+                    fencing_token=outcome.fencing_token,
+                    accepted=False,
+                    reason="the run's shard is not served here",
+                    not_owner=True,
+                )
+            )
+            return
         if slot is None and not self._settled() and len(self._deferred) < MAX_DEFERRED:
             self._deferred.append((book, outcome))
             return

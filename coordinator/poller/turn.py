@@ -33,6 +33,8 @@ class Turn:
     after: list[Callable[[], object]] = field(default_factory=list)  # run after it
     retries: list[Slot] = field(default_factory=list)  # decided, not yet placed
     answers: list[asyncio.Future[Any]] = field(default_factory=list)  # answered after it
+    # assignments applied in the turn: done once its commit is over (or failed)
+    applied: list[asyncio.Future[None]] = field(default_factory=list)
 
     def set_progress(self, job_id: str, **changes: Any) -> None:
         have = self.progress.get(job_id) or JobProgress(job_id=job_id)

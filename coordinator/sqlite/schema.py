@@ -35,6 +35,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     consecutive_failures INTEGER NOT NULL, pause_reason TEXT NOT NULL,
     created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS jobs_by_owner ON jobs (owner, id);
+-- count_jobs reads only this index (a job's state changes rarely: pause, delete)
+CREATE INDEX IF NOT EXISTS jobs_by_owner_state ON jobs (owner, state);
 CREATE UNIQUE INDEX IF NOT EXISTS jobs_by_idempotency_key
     ON jobs (owner, idempotency_key) WHERE idempotency_key != '';
 CREATE TABLE IF NOT EXISTS runs (
@@ -47,6 +49,7 @@ CREATE TABLE IF NOT EXISTS runs (
     output_bytes INTEGER NOT NULL, replayed_from TEXT NOT NULL,
     schedule_version INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS runs_by_job ON runs (job_id, id DESC);
+CREATE INDEX IF NOT EXISTS runs_by_owner ON runs (owner, job_id, id DESC);
 CREATE INDEX IF NOT EXISTS runs_dead_letters ON runs (owner, dead_letter, id)
     WHERE dead_letter = 1;
 CREATE TABLE IF NOT EXISTS due_runs (
@@ -92,6 +95,13 @@ SAVE_CURSOR = (
     "INSERT INTO shard_cursors (shard, bucket_start) VALUES (?, ?) ON CONFLICT(shard)"
     " DO UPDATE SET bucket_start = excluded.bucket_start"
     " WHERE excluded.bucket_start > shard_cursors.bucket_start"  # never backwards
+)
+COUNT_JOBS = "SELECT count(*) FROM jobs WHERE owner = ? AND state != 'DELETED'"
+# Retention walks every run in id order, a chunk per write transaction; no index on
+# end times (one more index on every run write costs the hot path), so a sweep reads
+# the table once.
+RUNS_AFTER = (
+    "SELECT id, state, dead_letter, ended_at, due_at FROM runs WHERE id > ? ORDER BY id LIMIT ?"
 )
 PRUNE_DUE = (
     "DELETE FROM due_runs WHERE shard = ? AND bucket <"

@@ -13,7 +13,7 @@ import dataclasses
 import functools
 import os
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from shardcron.client.errors import NotFound, VersionConflict
@@ -22,9 +22,11 @@ from shardcron.coordinator.ids import bucket_for
 from shardcron.coordinator.rows import BadRowLog, RowCodec, _dt, _spec_to_json, _us
 from shardcron.coordinator.sqlite.group_commit import Conn, GroupCommitDb
 from shardcron.coordinator.sqlite.schema import (
+    COUNT_JOBS,
     INSERT_DUE,
     INSERT_JOB,
     PRUNE_DUE,
+    RUNS_AFTER,
     SAVE_CURSOR,
     SELECT_ACTIVE_RUNS,
     SELECT_JOB,
@@ -53,9 +55,12 @@ from shardcron.coordinator.store_rules import (
     make_row_page,
     output_head,
     output_window,
+    owner_runs_after,
+    owner_runs_token,
     page_token_after,
     place_output,
     progress_write,
+    run_expires_at,
 )
 
 _ROWS = RowCodec(null=None)
@@ -93,6 +98,7 @@ class SqliteStore:
         shard_count: int = DEFAULT_SHARD_COUNT,
         bucket_seconds: int = DEFAULT_BUCKET_SECONDS,
         output_cap_bytes: int = DEFAULT_OUTPUT_CAP_BYTES,
+        retention: timedelta | None = None,
     ) -> None:
         layout = StoreLayout(
             shard_count=shard_count,
@@ -104,6 +110,7 @@ class SqliteStore:
         self.shard_count = layout.shard_count
         self.bucket_seconds = layout.bucket_seconds
         self.output_cap_bytes = layout.output_cap_bytes
+        self.retention = retention
         self._db = GroupCommitDb(self.path)
         self.bad_rows = BadRowLog()
 
@@ -168,6 +175,9 @@ class SqliteStore:
                 for r in due
             ],
         )
+
+    async def count_jobs(self, owner: str) -> int:
+        return int((await self._one(COUNT_JOBS, (owner,)))[0])
 
     async def get_job(self, owner: str, job_id: str) -> Job:
         row = await self._one(SELECT_JOB + " WHERE id = ? AND owner = ?", (job_id, owner))
@@ -292,6 +302,35 @@ class SqliteStore:
             raise NotFound(f"job {job_id} not found")
         return make_row_page(PageKind.RUNS, rows, size, _row_run, self.bad_rows)
 
+    async def list_owner_runs(
+        self,
+        owner: str,
+        *,
+        states: frozenset[RunState] = frozenset(),
+        page_size: int = 100,
+        page_token: str = "",
+    ) -> Page[Run]:
+        # One read over the runs_by_owner index: pages are always full here.
+        size = clamp_page_size(page_size)
+        where, args = ["owner = ?"], [owner]
+        _state_filter(states, where, args)
+        after = owner_runs_after(page_token)
+        if after is not None:
+            job_id, run_id = after
+            if run_id:
+                where.append("(job_id > ? OR (job_id = ? AND id < ?))")
+                args += [job_id, job_id, run_id]
+            else:
+                where.append("job_id > ?")
+                args.append(job_id)
+        sql = f"{SELECT_RUN} WHERE {' AND '.join(where)} ORDER BY job_id, id DESC LIMIT ?"
+        rows = await self._all(sql, [*args, size + 1])
+        runs = self.bad_rows.decoded(rows[:size], _row_run)
+        if len(rows) <= size:
+            return Page(items=runs)
+        last = rows[size - 1]  # (id, job_id, ...): the token comes from rows, not runs
+        return Page(items=runs, next_page_token=owner_runs_token(last[1], last[0]))
+
     async def list_active_runs(self, job_id: str) -> list[Run]:
         return self.bad_rows.decoded(await self._all(SELECT_ACTIVE_RUNS, (job_id,)), _row_run)
 
@@ -347,6 +386,37 @@ class SqliteStore:
             conn.executemany(PRUNE_DUE, [(shard, shard) for shard, _ in rows]).close()
 
         await self._db.write(op, len(rows))
+
+    async def expire_runs(self, now: datetime, *, chunk: int = 2000) -> int:
+        retention = self.retention
+        if retention is None:
+            return 0
+
+        def expired(row: tuple[Any, ...]) -> bool:
+            run_id, state, dead, ended, due = row
+            at = run_expires_at(
+                state=state,
+                dead_letter=bool(dead),
+                ended_at=_dt(ended),
+                due_at=_dt(due),
+                retention=retention,
+            )
+            return at is not None and at <= now
+
+        def op(conn: Conn, after: str) -> tuple[str | None, int]:
+            rows = conn.execute(RUNS_AFTER, (after, chunk)).fetchall()
+            gone = [(r[0],) for r in rows if expired(r)]
+            conn.executemany("DELETE FROM run_output WHERE run_id = ?", gone)
+            conn.executemany("DELETE FROM runs WHERE id = ?", gone)
+            return (rows[-1][0] if len(rows) == chunk else None), len(gone)
+
+        deleted, after = 0, ""
+        while True:  # one write per chunk: the writer is never held for a whole sweep
+            last, count = await self._db.write(functools.partial(op, after=after), chunk)
+            deleted += count
+            if last is None:
+                return deleted
+            after = last
 
     async def oldest_due(self, shard: int) -> datetime | None:
         sql = "SELECT due_at FROM due_runs WHERE shard = ? ORDER BY bucket, due_at LIMIT 1"

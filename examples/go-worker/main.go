@@ -47,6 +47,7 @@ func main() {
 	noCommands := flag.Bool("no-commands", false, "serve handlers only, never run command tasks")
 	killGrace := flag.Duration("kill-grace", 5*time.Second, "SIGTERM to SIGKILL grace for stopped commands and handlers")
 	drainTimeout := flag.Duration("drain-timeout", 30*time.Second, "on SIGINT/SIGTERM, wait this long for running runs")
+	inheritEnv := flag.Bool("inherit-env", false, "commands get this process's whole environment, not only PATH, HOME and LANG")
 	logLevel := flag.String("log-level", "info", "debug|info|warn|error")
 	flag.Var(labels, "label", "KEY=VALUE advertised to the scheduler (repeatable)")
 	flag.Parse()
@@ -66,6 +67,7 @@ func main() {
 		Labels:      labels,
 		RunCommands: !*noCommands,
 		KillGrace:   *killGrace,
+		InheritEnv:  *inheritEnv,
 		Logger:      logger,
 	})
 	w.Handle("upper", upper)

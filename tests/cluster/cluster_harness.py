@@ -2,7 +2,10 @@
 
 Everything is a real process, started the way an operator would start it
 (``shardcron store init``, ``shardcron node``, ``shardcron worker``), with its own
-log under the test's ``tmp_path``, and killed for real (SIGKILL, SIGSTOP).
+log under the test's ``tmp_path``, and killed for real (SIGKILL, SIGSTOP). Given a
+``Pki`` (``tests/support/certs.py``; the suite always gives one), every connection is
+mTLS: the nodes serve and call each other with the node certificate, workers present
+``CN=cluster-worker`` and the harness's clients ``CN=cluster-client``.
 
 Pieces:
 
@@ -53,17 +56,20 @@ from kazoo.exceptions import NoNodeError
 from deploy import Cassandra
 from shardcron.client.errors import ShardcronError
 from shardcron.client.sdk import Client
+from shardcron.client.tls import ClientTls
 from shardcron.client.types import (
     ClusterStatus,
     CommandTask,
     JobSpec,
     JobState,
     Run,
+    RunReason,
     RunState,
 )
 from shardcron.v1 import worker_pb2, worker_pb2_grpc
-from tests.e2e.harness import Proc, free_port, heartbeat_empty, wait_healthy
+from tests.e2e.harness import Proc, channel_to, free_port, heartbeat_empty, wait_healthy
 from tests.support.auth import principal_toml
+from tests.support.certs import Pki
 from tests.support.zookeeper import ZkProxy
 
 REPO = Path(__file__).resolve().parents[2]
@@ -228,8 +234,11 @@ class ShardcronCluster:
         lease_ttl: float = LEASE_TTL,
         misfire_grace: float = MISFIRE_GRACE,
         zk_proxies: bool = False,
+        pki: Pki | None = None,
     ) -> None:
         self.root = root
+        self.pki = pki
+        self.client_tls = pki.client_tls("cluster-client") if pki is not None else ClientTls()
         self.root.mkdir(parents=True, exist_ok=True)
         self.zk_hosts = zk_hosts
         self.contact = ",".join(contact_points)
@@ -293,6 +302,7 @@ class ShardcronCluster:
             f"{self.misfire_grace:g}s",
             "--auth-file",
             str(self.auth_file),
+            *(self.pki.node_args(mtls=True) if self.pki is not None else []),
         ]
 
     def add_node(self, node_id: str | None = None) -> NodeHandle:
@@ -315,6 +325,8 @@ class ShardcronCluster:
         worker_id = worker_id or f"w{len(self.workers) + 1}"
         args = ["worker", "--zk", self.zk_hosts, "--cluster", self.name]
         args += ["--id", worker_id, "--slots", str(slots)]
+        if self.pki is not None:
+            args += self.pki.client_args("cluster-worker")
         proc = ClusterProc(
             args,
             self.root / f"worker-{worker_id}.log",
@@ -329,7 +341,7 @@ class ShardcronCluster:
         fails this test, and every later cluster of the session fails at once
         (``START_FAILURE``) instead of waiting again for the same reason."""
         try:
-            wait_healthy(handle.target, timeout=timeout, proc=handle.proc.proc)
+            wait_healthy(handle.target, timeout=timeout, proc=handle.proc.proc, tls=self.client_tls)
         except Exception as e:
             message = f"`shardcron node` {handle.id} did not become SERVING: {e}"
             START_FAILURE.append(message)
@@ -395,10 +407,23 @@ class ShardcronCluster:
 
     # --- views -------------------------------------------------------------------
 
-    def client(self, node_id: str, owner: str, timeout: float = 10.0) -> Client:
-        c = Client(
-            self.nodes[node_id].target, owner=owner, timeout=timeout, token=self.tokens["admin"]
+    def connect(self, node_id: str, *, owner: str = "default", timeout: float = 10.0) -> Client:
+        """A new client of one node, with the harness's certificate and the admin token; the
+        caller closes it."""
+        tls = self.client_tls
+        return Client(
+            self.nodes[node_id].target,
+            owner=owner,
+            timeout=timeout,
+            token=self.tokens["admin"],
+            tls_ca=tls.ca,
+            tls_cert=tls.cert,
+            tls_key=tls.key,
         )
+
+    def client(self, node_id: str, owner: str, timeout: float = 10.0) -> Client:
+        """A client of one node, closed with the cluster."""
+        c = self.connect(node_id, owner=owner, timeout=timeout)
         self._clients.append(c)
         return c
 
@@ -407,9 +432,7 @@ class ShardcronCluster:
         vias = [via] if via else [n.id for n in self.live_nodes()]
         for node_id in vias:
             try:
-                with Client(
-                    self.nodes[node_id].target, timeout=timeout, token=self.tokens["admin"]
-                ) as c:
+                with self.connect(node_id, timeout=timeout) as c:
                     return c.cluster_status()
             except (ShardcronError, grpc.RpcError):
                 continue
@@ -713,11 +736,42 @@ def check_fire_attempts(checks: Checks, runs: Iterable[Run], *, one_success: boo
     return repeated
 
 
+def check_runs_once(
+    checks: Checks, runs: Iterable[Run], executions: Sequence[Execution]
+) -> tuple[int, int]:
+    """No finished run executes again, and none is recorded failed after it succeeded:
+    no execution of a fire (any attempt) starts after one of its executions ended
+    (its command exited 0: the end record), and a run with a complete execution is
+    recorded SUCCEEDED. Returns (fires executed again after one finished, fires run)."""
+    stored = {r.id: r for r in runs}
+    fire_of = {r.id: (r.job_id, r.fire_key) for r in stored.values()}
+    by_fire: dict[Any, list[Execution]] = defaultdict(list)
+    for e in executions:
+        if e.run_id in fire_of:
+            by_fire[fire_of[e.run_id]].append(e)
+    again = 0
+    for fire, execs in by_fire.items():
+        execs.sort(key=lambda e: e.start)
+        ended = [e for e in execs if e.end is not None]
+        later = [e for e in execs if ended and e.start >= min(x.end or 0 for x in ended)]
+        again += bool(later)
+        checks.expect(not later, f"fire {fire} executed again after it finished: {execs}")
+        for e in ended:
+            run = stored[e.run_id]
+            checks.expect(
+                run.state == RunState.SUCCEEDED,
+                f"run {run.id} (fire {fire}) exited 0 but is recorded "
+                f"{run.state.value}/{run.reason.value}: {e}",
+            )
+    return again, len(by_fire)
+
+
 def check_cron_coverage(
     checks: Checks, job_id: str, runs: Sequence[Run], window: tuple[float, float]
 ) -> dict[str, int]:
     """Every nominal second in ``window`` has a record, and the last attempt of each is
-    final (SUCCEEDED, or SKIPPED/MISSED with a reason); returns the outcome counts."""
+    final (SUCCEEDED, or SKIPPED/MISSED with a reason, or FAILED/WORKER_LOST: a lost
+    attempt its job, allowing one attempt, does not repeat); returns the outcome counts."""
     by_second: dict[int, list[Run]] = defaultdict(list)
     for r in runs:
         by_second[int(r.fire_at.timestamp())].append(r)
@@ -730,8 +784,9 @@ def check_cron_coverage(
             continue
         last = max(fire_runs, key=lambda r: r.attempt)
         outcomes[last.state.value] += 1
+        lost = (last.state, last.reason) == (RunState.FAILED, RunReason.WORKER_LOST)
         checks.expect(
-            last.state in (RunState.SUCCEEDED, RunState.SKIPPED, RunState.MISSED),
+            last.state in (RunState.SUCCEEDED, RunState.SKIPPED, RunState.MISSED) or lost,
             f"cron job {job_id}: fire {datetime.fromtimestamp(second, UTC):%H:%M:%S} ended "
             f"{last.state.value}/{last.reason.value} (attempt {last.attempt})",
         )
@@ -797,7 +852,7 @@ class JobFeeder(threading.Thread):
         self._halt = threading.Event()
 
     def run(self) -> None:
-        client = self.cluster.client(self.via, self.owner, timeout=5)
+        client = self.cluster.connect(self.via, owner=self.owner, timeout=5)
         n = 0
         try:
             while not self._halt.is_set():
@@ -840,8 +895,10 @@ class RawWorker:
     worker would not (never renew a lease, send a result after its lease was lost). It
     sends empty heartbeats: a worker silent while it holds a lease is taken for frozen."""
 
-    def __init__(self, target: str, worker_id: str, handler: str, *, token: str) -> None:
-        self.channel = grpc.insecure_channel(target)
+    def __init__(
+        self, target: str, worker_id: str, handler: str, tls: ClientTls | None = None, *, token: str
+    ) -> None:
+        self.channel = channel_to(target, tls)
         self._out: queue.Queue[worker_pb2.WorkerMessage | None] = queue.Queue()
         self._out.put(
             worker_pb2.WorkerMessage(

@@ -9,7 +9,8 @@
   ``SHARDCRON_TEST_CLUSTER_CASSANDRA_DIR=DIR`` keeps the ring running in DIR after the
   session and reuses it in the next one (stop it with ``python3 -m deploy stop --dir DIR``).
 - ``cluster``: a factory of ``ShardcronCluster`` (own keyspace, cluster name, chroot,
-  logs under tmp_path); every process it started is stopped at teardown, even when
+  logs under tmp_path), mTLS on every connection (``cluster_pki``: certificates made
+  for the session); every process it started is stopped at teardown, even when
   the test failed or was interrupted by its timeout.
 
 At the end of the session the figures the tests measured (failover times, re-lease
@@ -30,6 +31,7 @@ import pytest
 
 from tests.cluster import cluster_harness
 from tests.cluster.cluster_harness import ClusterCassandra, ShardcronCluster, store_init
+from tests.support.certs import Pki, make_pki
 
 _BEGUN: list[float] = []
 _ENDED: list[float] = []
@@ -50,6 +52,7 @@ _ORDER = [
     "test_poller_freeze.py",
     "test_worker_loss.py",
     "test_worker_capacity.py",
+    "test_shard_moves.py",
     "test_store_node_loss.py",
 ]
 
@@ -110,6 +113,12 @@ def cluster_keyspace(cassandra3: ClusterCassandra, tmp_path_factory: pytest.Temp
     return name
 
 
+@pytest.fixture(scope="session")
+def cluster_pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    """The session's CA, node certificate and client certificates."""
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
 @pytest.fixture
 def cluster(
     request: pytest.FixtureRequest,
@@ -117,6 +126,7 @@ def cluster(
     zk_hosts: str,
     cassandra3: ClusterCassandra,
     cluster_keyspace: str,
+    cluster_pki: Pki,
 ) -> Iterator[Callable[..., ShardcronCluster]]:
     """``cluster(nodes=3, workers=2)`` -> a started ShardcronCluster, stopped at teardown."""
     made: list[ShardcronCluster] = []
@@ -128,6 +138,7 @@ def cluster(
             contact_points=cassandra3.contact_points,
             name=request.node.name,
             keyspace=cluster_keyspace,
+            pki=cluster_pki,
             **kw,  # type: ignore[arg-type]
         )
         made.append(c)

@@ -21,6 +21,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from shardcron.client.sdk import Client
+from shardcron.client.tls import TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, ClientTls
 from shardcron.v1 import worker_pb2
 
 REPO = Path(__file__).resolve().parents[2]
@@ -32,11 +33,22 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def channel_to(target: str, tls: ClientTls | None = None) -> grpc.Channel:
+    """A blocking channel to ``target``: TLS with ``tls`` (files given), else plaintext."""
+    credentials = tls.credentials() if tls is not None else None
+    if credentials is not None:
+        return grpc.secure_channel(target, credentials)
+    return grpc.insecure_channel(target)
+
+
 def wait_healthy(
-    target: str, timeout: float = 30.0, proc: subprocess.Popen[bytes] | None = None
+    target: str,
+    timeout: float = 30.0,
+    proc: subprocess.Popen[bytes] | None = None,
+    tls: ClientTls | None = None,
 ) -> None:
     deadline = time.monotonic() + timeout
-    with grpc.insecure_channel(target) as channel:
+    with channel_to(target, tls) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while True:
             if proc is not None and proc.poll() is not None:
@@ -108,13 +120,20 @@ class Proc:
 
 
 class DevServer:
-    """``shardcron dev`` on a free port with its own data dir."""
+    """``shardcron dev`` on a free port with its own data dir. With ``tls`` (the
+    server's TLS flags go in ``extra``) the harness's health checks, clients and CLI
+    runs connect with those files."""
 
-    def __init__(self, data_dir: Path, *, extra: list[str] | None = None) -> None:
+    def __init__(
+        self, data_dir: Path, *, extra: list[str] | None = None, tls: ClientTls | None = None
+    ) -> None:
         self.data_dir = data_dir
+        self.tls = tls or ClientTls()
         self.port = free_port()
         self.metrics_port = free_port()
+        self.http_port = free_port()
         self.target = f"127.0.0.1:{self.port}"
+        self.http_url = f"http://127.0.0.1:{self.http_port}"
         self.extra = extra or []
         self.proc: Proc | None = None
         self.starts = 0
@@ -129,13 +148,15 @@ class DevServer:
             str(self.data_dir),
             "--metrics-listen",
             f"127.0.0.1:{self.metrics_port}",
+            "--http-listen",
+            f"127.0.0.1:{self.http_port}",
             *self.extra,
         ]
         self.proc = Proc(
             args, self.data_dir.parent / f"{self.data_dir.name}-dev-{self.starts}.log"
         ).start()
         try:
-            wait_healthy(self.target, proc=self.proc.proc)
+            wait_healthy(self.target, proc=self.proc.proc, tls=self.tls)
         except Exception:
             print(self.proc.output())
             raise
@@ -150,7 +171,14 @@ class DevServer:
             self.proc.stop()
 
     def client(self, owner: str | None = None) -> Client:
-        return Client(self.target, owner=owner or f"t-{uuid.uuid4().hex[:10]}", timeout=15)
+        return Client(
+            self.target,
+            owner=owner or f"t-{uuid.uuid4().hex[:10]}",
+            timeout=15,
+            tls_ca=self.tls.ca,
+            tls_cert=self.tls.cert,
+            tls_key=self.tls.key,
+        )
 
     def metrics(self) -> str:
         import urllib.request
@@ -164,6 +192,13 @@ class DevServer:
         self, *args: str, owner: str = "default", check: bool = True
     ) -> subprocess.CompletedProcess[str]:
         env = {**os.environ, "SHARDCRON_TARGET": self.target, "SHARDCRON_OWNER": owner}
+        for name, path in (
+            (TLS_CA_ENV, self.tls.ca),
+            (TLS_CERT_ENV, self.tls.cert),
+            (TLS_KEY_ENV, self.tls.key),
+        ):
+            if path is not None:
+                env[name] = str(path)
         result = subprocess.run(
             [sys.executable, "-m", "shardcron", *args],
             capture_output=True,

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import uuid
 
 from tests.e2e.harness import DevServer
@@ -16,7 +20,17 @@ def owner() -> str:
 def test_cron_job_tour(dev: DevServer) -> None:
     o = owner()
     job_id = dev.cli(
-        "job", "create", "tick", "--cron", "* * * * * *", "--", "sh", "-c", "echo tick", owner=o
+        "job",
+        "create",
+        "-q",
+        "tick",
+        "--cron",
+        "* * * * * *",
+        "--",
+        "sh",
+        "-c",
+        "echo tick",
+        owner=o,
     ).stdout.strip()
     assert len(job_id) == 36
 
@@ -44,7 +58,7 @@ def test_cron_job_tour(dev: DevServer) -> None:
 def test_follow_and_cancel_a_running_command(dev: DevServer) -> None:
     o = owner()
     job_id = dev.cli(
-        "job", "create", "long", "--", "sh", "-c", "echo begin; sleep 60", owner=o
+        "job", "create", "-q", "long", "--", "sh", "-c", "echo begin; sleep 60", owner=o
     ).stdout.strip()
 
     def running() -> str:
@@ -88,3 +102,48 @@ def test_cluster_status_shows_the_dev_node(dev: DevServer) -> None:
     assert status["epoch"] >= 1
     assert len(status["shards"]) == 64
     assert {w["id"] for w in status["workers"]} == {"dev-worker-0", "dev-worker-1"}
+
+
+def test_create_wait_then_logs_and_list_by_job_id(dev: DevServer) -> None:
+    o = owner()
+    created = dev.cli(
+        "job", "create", "hi", "--wait", "--", "sh", "-c", "echo hi; sleep 0.2", owner=o
+    )  # fmt: skip
+    lines = created.stdout.splitlines()
+    job_id = lines[0].split()[1]
+    run_id = lines[1].split()[2]
+    assert lines[-1] == f"{run_id} SUCCEEDED"
+    assert dev.cli("run", "logs", job_id, owner=o).stdout == "hi\n"
+    assert dev.cli("run", "wait", job_id, owner=o).stdout == f"{run_id} SUCCEEDED\n"
+    table = dev.cli("run", "list", job_id, owner=o).stdout.splitlines()
+    assert max(len(line) for line in table) <= 120 and job_id not in "\n".join(table)
+    assert json.loads(dev.cli("run", "list", job_id, "--json", owner=o).stdout)[0]["id"] == run_id
+    failed = dev.cli(
+        "job", "create", "-q", "no", "--wait", "--max-attempts", "1", "--", "false",
+        owner=o, check=False,
+    )  # fmt: skip
+    assert failed.returncode == 1 and failed.stdout.splitlines()[-1].endswith(" FAILED")
+    listed = dev.cli("job", "list", owner=o).stdout
+    assert "COMPLETED" in listed and "FAILED" in listed
+
+
+def test_ctrl_c_while_following_exits_130_quietly(dev: DevServer) -> None:
+    """Regression: Ctrl-C in ``run logs -f`` printed "Aborted!" and exited 1."""
+    o = owner()
+    job_id = dev.cli(
+        "job", "create", "-q", "long", "--", "sh", "-c", "echo begin; sleep 60", owner=o
+    ).stdout.strip()
+    env = {**os.environ, "SHARDCRON_TARGET": dev.target, "SHARDCRON_OWNER": o}
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "shardcron", "run", "logs", "-f", job_id],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    assert follow.stdout is not None
+    assert follow.stdout.readline() == b"begin\n"  # following, past the start-up
+    follow.send_signal(signal.SIGINT)
+    _, err = follow.communicate(timeout=30)
+    assert follow.returncode == 130
+    assert b"Aborted" not in err and b"Traceback" not in err
+    dev.cli("job", "delete", job_id, "--cancel-running", owner=o)

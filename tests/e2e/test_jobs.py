@@ -342,5 +342,6 @@ def test_metrics_show_lag_and_final_states(dev, client) -> None:  # type: ignore
     client.wait_job_runs(job.id, count=1, timeout=20)
     text = dev.metrics()
     assert "shardcron_schedule_lag_seconds_count" in text
-    assert 'shardcron_runs_final_total{reason="",state="SUCCEEDED"}' in text
+    assert 'shardcron_runs_final_total{reason="NONE",state="SUCCEEDED"}' in text
     assert "shardcron_worker_slots" in text
+    assert 'shardcron_worker_runs_total{outcome="SUCCEEDED"}' in text  # its in-process worker

@@ -41,7 +41,7 @@ def test_runs_nobody_can_take_never_delay_runs_that_can(dev: DevServer) -> None:
 def test_a_waiting_run_says_why(dev: DevServer) -> None:
     o = "why"
     job_id = dev.cli(
-        "job", "create", "gpu", "--require-label", "gpu=a100", "--", "true", owner=o
+        "job", "create", "-q", "gpu", "--require-label", "gpu=a100", "--", "true", owner=o
     ).stdout.strip()
 
     def waiting() -> str:

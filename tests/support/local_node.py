@@ -4,6 +4,8 @@ and local coordination under one data directory, gRPC on a free port (port 0).
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from shardcron.coordinator.coordination import LocalCoordination
@@ -18,3 +20,14 @@ def sqlite_node(data: Path, node_id: str) -> Node:
     store = SqliteStore(data / "shardcron.db", shard_count=SHARDS)
     coordination = LocalCoordination(data, shard_count=SHARDS, node_id=node_id)
     return Node(store, coordination, NodeConfig(listen="127.0.0.1:0", node_id=node_id))
+
+
+@contextlib.asynccontextmanager
+async def started_node(data: Path, node_id: str) -> AsyncIterator[Node]:
+    """``sqlite_node`` started, and stopped on the way out."""
+    node = sqlite_node(data, node_id)
+    await node.start()
+    try:
+        yield node
+    finally:
+        await node.stop()

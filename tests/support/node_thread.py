@@ -128,7 +128,11 @@ class NodeThread:
         self.codes[code.name] += 1
 
     def unary(
-        self, path: str, data: bytes, metadata: Iterable[tuple[str, str]] = ()
+        self,
+        path: str,
+        data: bytes,
+        metadata: Iterable[tuple[str, str]] = (),
+        timeout: float = CALL_TIMEOUT,
     ) -> tuple[grpc.StatusCode, str]:
         """The status of calling unary ``path`` (``/pkg.Service/Method``) with ``data``."""
         assert self.channel is not None
@@ -136,7 +140,7 @@ class NodeThread:
             path, request_serializer=_identity, response_deserializer=_identity
         )
         try:
-            call(data, metadata=tuple(metadata), timeout=CALL_TIMEOUT)
+            call(data, metadata=tuple(metadata), timeout=timeout)
             status = grpc.StatusCode.OK, ""
         except grpc.RpcError as e:
             status = e.code(), e.details() or ""  # type: ignore[attr-defined]

@@ -85,7 +85,10 @@ def rich_spec() -> JobSpec:
     berlin = datetime(2030, 3, 31, 0, 30, tzinfo=UTC).astimezone(ZoneInfo("Europe/Berlin"))
     return JobSpec(
         name="nightly-report",
-        task=CommandTask(argv=("python", "-c", "print('ü')"), env={"A": "1", "B": ""}, cwd="/srv"),
+        task=CommandTask(
+            argv=("python", "-c", "print('ü')"), env={"A": "1", "B": ""}, cwd="/srv",
+            secret_env={"TOKEN": "s3cr3t"},  # kept as written: only replies redact it
+        ),
         schedule=Schedule(  # the store keeps what it is given, whatever the kind uses
             kind=ScheduleKind.CRON, at=T0 + timedelta(microseconds=5), cron="30 2 * * *",
             timezone="Europe/Berlin", interval=timedelta(minutes=7, microseconds=11),

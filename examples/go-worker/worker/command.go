@@ -13,11 +13,34 @@ import (
 	pb "github.com/shardcron/shardcron/gen/go/shardcron/v1"
 )
 
-// commandEnv is the environment of a command run: the worker's, then the task's,
-// then the SHARDCRON_* variables (exec uses the last value of a repeated key).
-func commandEnv(r *run, task *pb.CommandTask) []string {
-	env := os.Environ()
+// baseEnvKeys are what a command gets of the worker's environment, unless the worker
+// inherits it all: enough to find programs and speak the locale, nothing the worker
+// holds (its credentials, its settings).
+var baseEnvKeys = []string{"PATH", "HOME", "LANG"}
+
+const defaultPath = "/usr/local/bin:/usr/bin:/bin"
+
+// commandEnv is the environment of a command run: PATH, HOME and LANG of the worker's
+// (all of it when inherit), then the task's env and secret_env, then the SHARDCRON_*
+// variables (exec uses the last value of a repeated key).
+func commandEnv(r *run, task *pb.CommandTask, inherit bool) []string {
+	var env []string
+	if inherit {
+		env = os.Environ()
+	} else {
+		for _, k := range baseEnvKeys {
+			if v, ok := os.LookupEnv(k); ok {
+				env = append(env, k+"="+v)
+			}
+		}
+		if _, ok := os.LookupEnv("PATH"); !ok {
+			env = append(env, "PATH="+defaultPath)
+		}
+	}
 	for k, v := range task.Env {
+		env = append(env, k+"="+v)
+	}
+	for k, v := range task.SecretEnv {
 		env = append(env, k+"="+v)
 	}
 	return append(env,
@@ -56,7 +79,7 @@ func (w *Worker) runCommand(r *run, task *pb.CommandTask) outcome {
 		return failed(pb.RunReason_RUN_REASON_SPAWN_FAILED, err.Error())
 	}
 	cmd := exec.Command(task.Argv[0], task.Argv[1:]...)
-	cmd.Env = commandEnv(r, task)
+	cmd.Env = commandEnv(r, task, w.cfg.InheritEnv)
 	cmd.Dir = task.Cwd
 	cmd.Stdout, cmd.Stderr = outW, errW // *os.File: the child writes to them directly
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

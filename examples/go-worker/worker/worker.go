@@ -98,6 +98,7 @@ type Config struct {
 	MemoryMB    int32
 	RunCommands bool          // serve CommandTask runs (Hello.runs_commands)
 	KillGrace   time.Duration // SIGTERM -> SIGKILL, and how long a cancelled handler may take
+	InheritEnv  bool          // commands get the whole environment, not only PATH, HOME, LANG
 	Logger      *slog.Logger
 	DialOptions []grpc.DialOption // extra options for every link
 }

@@ -22,11 +22,12 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 from shardcron.v1 import types_pb2 as shardcron_dot_v1_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17shardcron/v1/jobs.proto\x12\x0cshardcron.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18shardcron/v1/types.proto\"P\n\x10\x43reateJobRequest\x12#\n\x04spec\x18\x01 \x01(\x0b\x32\x15.shardcron.v1.JobSpec\x12\x17\n\x0fidempotency_key\x18\x02 \x01(\t\"D\n\x11\x43reateJobResponse\x12\x1e\n\x03job\x18\x01 \x01(\x0b\x32\x11.shardcron.v1.Job\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\"A\n\x11\x43reateJobsRequest\x12,\n\x04jobs\x18\x01 \x03(\x0b\x32\x1e.shardcron.v1.CreateJobRequest\"C\n\x12\x43reateJobsResponse\x12-\n\x04jobs\x18\x01 \x03(\x0b\x32\x1f.shardcron.v1.CreateJobResponse\"\x1f\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\xdf\x01\n\x0fListJobsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12&\n\x06states\x18\x03 \x03(\x0e\x32\x16.shardcron.v1.JobState\x12\x13\n\x0bname_prefix\x18\x04 \x01(\t\x12\x39\n\x06labels\x18\x05 \x03(\x0b\x32).shardcron.v1.ListJobsRequest.LabelsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"L\n\x10ListJobsResponse\x12\x1f\n\x04jobs\x18\x01 \x03(\x0b\x32\x11.shardcron.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"a\n\x10UpdateJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x18\n\x10\x65xpected_version\x18\x02 \x01(\x03\x12#\n\x04spec\x18\x03 \x01(\x0b\x32\x15.shardcron.v1.JobSpec\"2\n\x06JobRef\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x18\n\x10\x65xpected_version\x18\x02 \x01(\x03\"T\n\x10\x44\x65leteJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x18\n\x10\x65xpected_version\x18\x02 \x01(\x03\x12\x16\n\x0e\x63\x61ncel_running\x18\x03 \x01(\x08\"\x97\x01\n\x13PreviewFiresRequest\x12\x10\n\x06job_id\x18\x01 \x01(\tH\x00\x12*\n\x08schedule\x18\x02 \x01(\x0b\x32\x16.shardcron.v1.ScheduleH\x00\x12\r\n\x05\x63ount\x18\x03 \x01(\x05\x12)\n\x05\x61\x66ter\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x08\n\x06source\"9\n\x14PreviewFiresResponse\x12!\n\x05\x66ires\x18\x01 \x03(\x0b\x32\x12.shardcron.v1.Fire\"p\n\x0fListRunsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\x12&\n\x06states\x18\x04 \x03(\x0e\x32\x16.shardcron.v1.RunState\"L\n\x10ListRunsResponse\x12\x1f\n\x04runs\x18\x01 \x03(\x0b\x32\x11.shardcron.v1.Run\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x1f\n\rGetRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\"F\n\x14ReadRunOutputRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\x0e\n\x06\x66ollow\x18\x03 \x01(\x08\"O\n\x16ListDeadLettersRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"5\n\x12\x44\x65\x61\x64LettersRequest\x12\x0f\n\x07run_ids\x18\x01 \x03(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\"*\n\x17\x44ropDeadLettersResponse\x12\x0f\n\x07\x64ropped\x18\x01 \x01(\x05\x32\xc8\t\n\nJobService\x12L\n\tCreateJob\x12\x1e.shardcron.v1.CreateJobRequest\x1a\x1f.shardcron.v1.CreateJobResponse\x12O\n\nCreateJobs\x12\x1f.shardcron.v1.CreateJobsRequest\x1a .shardcron.v1.CreateJobsResponse\x12\x38\n\x06GetJob\x12\x1b.shardcron.v1.GetJobRequest\x1a\x11.shardcron.v1.Job\x12I\n\x08ListJobs\x12\x1d.shardcron.v1.ListJobsRequest\x1a\x1e.shardcron.v1.ListJobsResponse\x12>\n\tUpdateJob\x12\x1e.shardcron.v1.UpdateJobRequest\x1a\x11.shardcron.v1.Job\x12\x33\n\x08PauseJob\x12\x14.shardcron.v1.JobRef\x1a\x11.shardcron.v1.Job\x12\x34\n\tResumeJob\x12\x14.shardcron.v1.JobRef\x1a\x11.shardcron.v1.Job\x12\x34\n\tRunJobNow\x12\x14.shardcron.v1.JobRef\x1a\x11.shardcron.v1.Run\x12>\n\tDeleteJob\x12\x1e.shardcron.v1.DeleteJobRequest\x1a\x11.shardcron.v1.Job\x12U\n\x0cPreviewFires\x12!.shardcron.v1.PreviewFiresRequest\x1a\".shardcron.v1.PreviewFiresResponse\x12I\n\x08ListRuns\x12\x1d.shardcron.v1.ListRunsRequest\x1a\x1e.shardcron.v1.ListRunsResponse\x12\x38\n\x06GetRun\x12\x1b.shardcron.v1.GetRunRequest\x1a\x11.shardcron.v1.Run\x12;\n\tCancelRun\x12\x1b.shardcron.v1.GetRunRequest\x1a\x11.shardcron.v1.Run\x12P\n\rReadRunOutput\x12\".shardcron.v1.ReadRunOutputRequest\x1a\x19.shardcron.v1.OutputChunk0\x01\x12W\n\x0fListDeadLetters\x12$.shardcron.v1.ListDeadLettersRequest\x1a\x1e.shardcron.v1.ListRunsResponse\x12U\n\x11ReplayDeadLetters\x12 .shardcron.v1.DeadLettersRequest\x1a\x1e.shardcron.v1.ListRunsResponse\x12Z\n\x0f\x44ropDeadLetters\x12 .shardcron.v1.DeadLettersRequest\x1a%.shardcron.v1.DropDeadLettersResponseBS\n\x0fio.shardcron.v1P\x01Z>github.com/shardcron/shardcron/gen/go/shardcron/v1;shardcronv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17shardcron/v1/jobs.proto\x12\x0cshardcron.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18shardcron/v1/types.proto\"P\n\x10\x43reateJobRequest\x12#\n\x04spec\x18\x01 \x01(\x0b\x32\x15.shardcron.v1.JobSpec\x12\x17\n\x0fidempotency_key\x18\x02 \x01(\t\"D\n\x11\x43reateJobResponse\x12\x1e\n\x03job\x18\x01 \x01(\x0b\x32\x11.shardcron.v1.Job\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\"A\n\x11\x43reateJobsRequest\x12,\n\x04jobs\x18\x01 \x03(\x0b\x32\x1e.shardcron.v1.CreateJobRequest\"C\n\x12\x43reateJobsResponse\x12-\n\x04jobs\x18\x01 \x03(\x0b\x32\x1f.shardcron.v1.CreateJobResponse\"\x1f\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\xdf\x01\n\x0fListJobsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12&\n\x06states\x18\x03 \x03(\x0e\x32\x16.shardcron.v1.JobState\x12\x13\n\x0bname_prefix\x18\x04 \x01(\t\x12\x39\n\x06labels\x18\x05 \x03(\x0b\x32).shardcron.v1.ListJobsRequest.LabelsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"L\n\x10ListJobsResponse\x12\x1f\n\x04jobs\x18\x01 \x03(\x0b\x32\x11.shardcron.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"a\n\x10UpdateJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x18\n\x10\x65xpected_version\x18\x02 \x01(\x03\x12#\n\x04spec\x18\x03 \x01(\x0b\x32\x15.shardcron.v1.JobSpec\"2\n\x06JobRef\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x18\n\x10\x65xpected_version\x18\x02 \x01(\x03\"T\n\x10\x44\x65leteJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x18\n\x10\x65xpected_version\x18\x02 \x01(\x03\x12\x16\n\x0e\x63\x61ncel_running\x18\x03 \x01(\x08\"\x97\x01\n\x13PreviewFiresRequest\x12\x10\n\x06job_id\x18\x01 \x01(\tH\x00\x12*\n\x08schedule\x18\x02 \x01(\x0b\x32\x16.shardcron.v1.ScheduleH\x00\x12\r\n\x05\x63ount\x18\x03 \x01(\x05\x12)\n\x05\x61\x66ter\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x08\n\x06source\"9\n\x14PreviewFiresResponse\x12!\n\x05\x66ires\x18\x01 \x03(\x0b\x32\x12.shardcron.v1.Fire\"L\n\x0eWaitRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12*\n\x07timeout\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"p\n\x0fListRunsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\x12&\n\x06states\x18\x04 \x03(\x0e\x32\x16.shardcron.v1.RunState\"L\n\x10ListRunsResponse\x12\x1f\n\x04runs\x18\x01 \x03(\x0b\x32\x11.shardcron.v1.Run\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x1f\n\rGetRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\"F\n\x14ReadRunOutputRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\x0e\n\x06\x66ollow\x18\x03 \x01(\x08\"O\n\x16ListDeadLettersRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"5\n\x12\x44\x65\x61\x64LettersRequest\x12\x0f\n\x07run_ids\x18\x01 \x03(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\"*\n\x17\x44ropDeadLettersResponse\x12\x0f\n\x07\x64ropped\x18\x01 \x01(\x05\x32\x84\n\n\nJobService\x12L\n\tCreateJob\x12\x1e.shardcron.v1.CreateJobRequest\x1a\x1f.shardcron.v1.CreateJobResponse\x12O\n\nCreateJobs\x12\x1f.shardcron.v1.CreateJobsRequest\x1a .shardcron.v1.CreateJobsResponse\x12\x38\n\x06GetJob\x12\x1b.shardcron.v1.GetJobRequest\x1a\x11.shardcron.v1.Job\x12I\n\x08ListJobs\x12\x1d.shardcron.v1.ListJobsRequest\x1a\x1e.shardcron.v1.ListJobsResponse\x12>\n\tUpdateJob\x12\x1e.shardcron.v1.UpdateJobRequest\x1a\x11.shardcron.v1.Job\x12\x33\n\x08PauseJob\x12\x14.shardcron.v1.JobRef\x1a\x11.shardcron.v1.Job\x12\x34\n\tResumeJob\x12\x14.shardcron.v1.JobRef\x1a\x11.shardcron.v1.Job\x12\x34\n\tRunJobNow\x12\x14.shardcron.v1.JobRef\x1a\x11.shardcron.v1.Run\x12>\n\tDeleteJob\x12\x1e.shardcron.v1.DeleteJobRequest\x1a\x11.shardcron.v1.Job\x12U\n\x0cPreviewFires\x12!.shardcron.v1.PreviewFiresRequest\x1a\".shardcron.v1.PreviewFiresResponse\x12I\n\x08ListRuns\x12\x1d.shardcron.v1.ListRunsRequest\x1a\x1e.shardcron.v1.ListRunsResponse\x12\x38\n\x06GetRun\x12\x1b.shardcron.v1.GetRunRequest\x1a\x11.shardcron.v1.Run\x12;\n\tCancelRun\x12\x1b.shardcron.v1.GetRunRequest\x1a\x11.shardcron.v1.Run\x12:\n\x07WaitRun\x12\x1c.shardcron.v1.WaitRunRequest\x1a\x11.shardcron.v1.Run\x12P\n\rReadRunOutput\x12\".shardcron.v1.ReadRunOutputRequest\x1a\x19.shardcron.v1.OutputChunk0\x01\x12W\n\x0fListDeadLetters\x12$.shardcron.v1.ListDeadLettersRequest\x1a\x1e.shardcron.v1.ListRunsResponse\x12U\n\x11ReplayDeadLetters\x12 .shardcron.v1.DeadLettersRequest\x1a\x1e.shardcron.v1.ListRunsResponse\x12Z\n\x0f\x44ropDeadLetters\x12 .shardcron.v1.DeadLettersRequest\x1a%.shardcron.v1.DropDeadLettersResponseBS\n\x0fio.shardcron.v1P\x01Z>github.com/shardcron/shardcron/gen/go/shardcron/v1;shardcronv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,46 +37,48 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._serialized_options = b'\n\017io.shardcron.v1P\001Z>github.com/shardcron/shardcron/gen/go/shardcron/v1;shardcronv1'
   _globals['_LISTJOBSREQUEST_LABELSENTRY']._loaded_options = None
   _globals['_LISTJOBSREQUEST_LABELSENTRY']._serialized_options = b'8\001'
-  _globals['_CREATEJOBREQUEST']._serialized_start=100
-  _globals['_CREATEJOBREQUEST']._serialized_end=180
-  _globals['_CREATEJOBRESPONSE']._serialized_start=182
-  _globals['_CREATEJOBRESPONSE']._serialized_end=250
-  _globals['_CREATEJOBSREQUEST']._serialized_start=252
-  _globals['_CREATEJOBSREQUEST']._serialized_end=317
-  _globals['_CREATEJOBSRESPONSE']._serialized_start=319
-  _globals['_CREATEJOBSRESPONSE']._serialized_end=386
-  _globals['_GETJOBREQUEST']._serialized_start=388
-  _globals['_GETJOBREQUEST']._serialized_end=419
-  _globals['_LISTJOBSREQUEST']._serialized_start=422
-  _globals['_LISTJOBSREQUEST']._serialized_end=645
-  _globals['_LISTJOBSREQUEST_LABELSENTRY']._serialized_start=600
-  _globals['_LISTJOBSREQUEST_LABELSENTRY']._serialized_end=645
-  _globals['_LISTJOBSRESPONSE']._serialized_start=647
-  _globals['_LISTJOBSRESPONSE']._serialized_end=723
-  _globals['_UPDATEJOBREQUEST']._serialized_start=725
-  _globals['_UPDATEJOBREQUEST']._serialized_end=822
-  _globals['_JOBREF']._serialized_start=824
-  _globals['_JOBREF']._serialized_end=874
-  _globals['_DELETEJOBREQUEST']._serialized_start=876
-  _globals['_DELETEJOBREQUEST']._serialized_end=960
-  _globals['_PREVIEWFIRESREQUEST']._serialized_start=963
-  _globals['_PREVIEWFIRESREQUEST']._serialized_end=1114
-  _globals['_PREVIEWFIRESRESPONSE']._serialized_start=1116
-  _globals['_PREVIEWFIRESRESPONSE']._serialized_end=1173
-  _globals['_LISTRUNSREQUEST']._serialized_start=1175
-  _globals['_LISTRUNSREQUEST']._serialized_end=1287
-  _globals['_LISTRUNSRESPONSE']._serialized_start=1289
-  _globals['_LISTRUNSRESPONSE']._serialized_end=1365
-  _globals['_GETRUNREQUEST']._serialized_start=1367
-  _globals['_GETRUNREQUEST']._serialized_end=1398
-  _globals['_READRUNOUTPUTREQUEST']._serialized_start=1400
-  _globals['_READRUNOUTPUTREQUEST']._serialized_end=1470
-  _globals['_LISTDEADLETTERSREQUEST']._serialized_start=1472
-  _globals['_LISTDEADLETTERSREQUEST']._serialized_end=1551
-  _globals['_DEADLETTERSREQUEST']._serialized_start=1553
-  _globals['_DEADLETTERSREQUEST']._serialized_end=1606
-  _globals['_DROPDEADLETTERSRESPONSE']._serialized_start=1608
-  _globals['_DROPDEADLETTERSRESPONSE']._serialized_end=1650
-  _globals['_JOBSERVICE']._serialized_start=1653
-  _globals['_JOBSERVICE']._serialized_end=2877
+  _globals['_CREATEJOBREQUEST']._serialized_start=132
+  _globals['_CREATEJOBREQUEST']._serialized_end=212
+  _globals['_CREATEJOBRESPONSE']._serialized_start=214
+  _globals['_CREATEJOBRESPONSE']._serialized_end=282
+  _globals['_CREATEJOBSREQUEST']._serialized_start=284
+  _globals['_CREATEJOBSREQUEST']._serialized_end=349
+  _globals['_CREATEJOBSRESPONSE']._serialized_start=351
+  _globals['_CREATEJOBSRESPONSE']._serialized_end=418
+  _globals['_GETJOBREQUEST']._serialized_start=420
+  _globals['_GETJOBREQUEST']._serialized_end=451
+  _globals['_LISTJOBSREQUEST']._serialized_start=454
+  _globals['_LISTJOBSREQUEST']._serialized_end=677
+  _globals['_LISTJOBSREQUEST_LABELSENTRY']._serialized_start=632
+  _globals['_LISTJOBSREQUEST_LABELSENTRY']._serialized_end=677
+  _globals['_LISTJOBSRESPONSE']._serialized_start=679
+  _globals['_LISTJOBSRESPONSE']._serialized_end=755
+  _globals['_UPDATEJOBREQUEST']._serialized_start=757
+  _globals['_UPDATEJOBREQUEST']._serialized_end=854
+  _globals['_JOBREF']._serialized_start=856
+  _globals['_JOBREF']._serialized_end=906
+  _globals['_DELETEJOBREQUEST']._serialized_start=908
+  _globals['_DELETEJOBREQUEST']._serialized_end=992
+  _globals['_PREVIEWFIRESREQUEST']._serialized_start=995
+  _globals['_PREVIEWFIRESREQUEST']._serialized_end=1146
+  _globals['_PREVIEWFIRESRESPONSE']._serialized_start=1148
+  _globals['_PREVIEWFIRESRESPONSE']._serialized_end=1205
+  _globals['_WAITRUNREQUEST']._serialized_start=1207
+  _globals['_WAITRUNREQUEST']._serialized_end=1283
+  _globals['_LISTRUNSREQUEST']._serialized_start=1285
+  _globals['_LISTRUNSREQUEST']._serialized_end=1397
+  _globals['_LISTRUNSRESPONSE']._serialized_start=1399
+  _globals['_LISTRUNSRESPONSE']._serialized_end=1475
+  _globals['_GETRUNREQUEST']._serialized_start=1477
+  _globals['_GETRUNREQUEST']._serialized_end=1508
+  _globals['_READRUNOUTPUTREQUEST']._serialized_start=1510
+  _globals['_READRUNOUTPUTREQUEST']._serialized_end=1580
+  _globals['_LISTDEADLETTERSREQUEST']._serialized_start=1582
+  _globals['_LISTDEADLETTERSREQUEST']._serialized_end=1661
+  _globals['_DEADLETTERSREQUEST']._serialized_start=1663
+  _globals['_DEADLETTERSREQUEST']._serialized_end=1716
+  _globals['_DROPDEADLETTERSRESPONSE']._serialized_start=1718
+  _globals['_DROPDEADLETTERSRESPONSE']._serialized_end=1760
+  _globals['_JOBSERVICE']._serialized_start=1763
+  _globals['_JOBSERVICE']._serialized_end=3047
 # @@protoc_insertion_point(module_scope)

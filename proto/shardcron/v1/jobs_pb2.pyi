@@ -1,5 +1,6 @@
 import datetime
 
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from shardcron.v1 import types_pb2 as _types_pb2
 from google.protobuf.internal import containers as _containers
@@ -118,6 +119,14 @@ class PreviewFiresResponse(_message.Message):
     FIRES_FIELD_NUMBER: _ClassVar[int]
     fires: _containers.RepeatedCompositeFieldContainer[_types_pb2.Fire]
     def __init__(self, fires: _Optional[_Iterable[_Union[_types_pb2.Fire, _Mapping]]] = ...) -> None: ...
+
+class WaitRunRequest(_message.Message):
+    __slots__ = ("run_id", "timeout")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    timeout: _duration_pb2.Duration
+    def __init__(self, run_id: _Optional[str] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class ListRunsRequest(_message.Message):
     __slots__ = ("job_id", "page_size", "page_token", "states")

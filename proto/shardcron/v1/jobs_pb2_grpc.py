@@ -100,6 +100,11 @@ class JobServiceStub:
                 request_serializer=shardcron_dot_v1_dot_jobs__pb2.GetRunRequest.SerializeToString,
                 response_deserializer=shardcron_dot_v1_dot_types__pb2.Run.FromString,
                 _registered_method=True)
+        self.WaitRun = channel.unary_unary(
+                '/shardcron.v1.JobService/WaitRun',
+                request_serializer=shardcron_dot_v1_dot_jobs__pb2.WaitRunRequest.SerializeToString,
+                response_deserializer=shardcron_dot_v1_dot_types__pb2.Run.FromString,
+                _registered_method=True)
         self.ReadRunOutput = channel.unary_stream(
                 '/shardcron.v1.JobService/ReadRunOutput',
                 request_serializer=shardcron_dot_v1_dot_jobs__pb2.ReadRunOutputRequest.SerializeToString,
@@ -188,7 +193,8 @@ class JobServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListRuns(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """A job's runs, newest first (by due time, then id).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -200,7 +206,22 @@ class JobServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def CancelRun(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Cancels a PENDING, LEASED or RUNNING run; FAILED_PRECONDITION if it is final.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WaitRun(self, request, context):
+        """Waits until the run is final (SUCCEEDED, FAILED, TIMED_OUT, CANCELLED, SKIPPED or
+        MISSED) or the timeout passes, and returns it as it then stands: a run that is
+        not final means the timeout passed (the status is OK either way). A wait ends
+        early enough to answer within the call's own deadline. One run is one attempt: a
+        FAILED run with attempts left is followed by a new run (attempt + 1, same
+        fire_key), which this call does not wait for. The node wakes the call as soon as
+        its own poller ends the run; a run served by another node's poller is seen by
+        re-reading the store every half second.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -213,7 +234,7 @@ class JobServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListDeadLetters(self, request, context):
-        """Runs that failed with no attempt left.
+        """Runs that failed with no attempt left, newest first.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -297,6 +318,11 @@ def add_JobServiceServicer_to_server(servicer, server):
             'CancelRun': grpc.unary_unary_rpc_method_handler(
                     servicer.CancelRun,
                     request_deserializer=shardcron_dot_v1_dot_jobs__pb2.GetRunRequest.FromString,
+                    response_serializer=shardcron_dot_v1_dot_types__pb2.Run.SerializeToString,
+            ),
+            'WaitRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.WaitRun,
+                    request_deserializer=shardcron_dot_v1_dot_jobs__pb2.WaitRunRequest.FromString,
                     response_serializer=shardcron_dot_v1_dot_types__pb2.Run.SerializeToString,
             ),
             'ReadRunOutput': grpc.unary_stream_rpc_method_handler(
@@ -670,6 +696,33 @@ class JobService:
             target,
             '/shardcron.v1.JobService/CancelRun',
             shardcron_dot_v1_dot_jobs__pb2.GetRunRequest.SerializeToString,
+            shardcron_dot_v1_dot_types__pb2.Run.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WaitRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardcron.v1.JobService/WaitRun',
+            shardcron_dot_v1_dot_jobs__pb2.WaitRunRequest.SerializeToString,
             shardcron_dot_v1_dot_types__pb2.Run.FromString,
             options,
             channel_credentials,

@@ -27,7 +27,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from shardcron.v1 import types_pb2 as shardcron_dot_v1_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19shardcron/v1/worker.proto\x12\x0cshardcron.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18shardcron/v1/types.proto\"\xbb\x02\n\rWorkerMessage\x12$\n\x05hello\x18\x01 \x01(\x0b\x32\x13.shardcron.v1.HelloH\x00\x12(\n\x07\x63redits\x18\x02 \x01(\x0b\x32\x15.shardcron.v1.CreditsH\x00\x12,\n\theartbeat\x18\x03 \x01(\x0b\x32\x17.shardcron.v1.HeartbeatH\x00\x12(\n\x07started\x18\x04 \x01(\x0b\x32\x15.shardcron.v1.StartedH\x00\x12(\n\x07results\x18\x05 \x01(\x0b\x32\x15.shardcron.v1.ResultsH\x00\x12&\n\x06output\x18\x06 \x01(\x0b\x32\x14.shardcron.v1.OutputH\x00\x12(\n\x07refused\x18\x07 \x01(\x0b\x32\x15.shardcron.v1.RefusedH\x00\x42\x06\n\x04\x62ody\"\x91\x02\n\rPollerMessage\x12(\n\x07welcome\x18\x01 \x01(\x0b\x32\x15.shardcron.v1.WelcomeH\x00\x12&\n\x06leases\x18\x02 \x01(\x0b\x32\x14.shardcron.v1.LeasesH\x00\x12(\n\x07\x63\x61ncels\x18\x03 \x01(\x0b\x32\x15.shardcron.v1.CancelsH\x00\x12*\n\x08renewals\x18\x04 \x01(\x0b\x32\x16.shardcron.v1.RenewalsH\x00\x12(\n\x04\x61\x63ks\x18\x05 \x01(\x0b\x32\x18.shardcron.v1.ResultAcksH\x00\x12&\n\x06\x64\x65mand\x18\x06 \x01(\x0b\x32\x14.shardcron.v1.DemandH\x00\x42\x06\n\x04\x62ody\"\x83\x03\n\x05Hello\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\r\n\x05slots\x18\x02 \x01(\x05\x12\x12\n\ncpu_millis\x18\x03 \x01(\x05\x12\x11\n\tmemory_mb\x18\x04 \x01(\x05\x12/\n\x06labels\x18\x05 \x03(\x0b\x32\x1f.shardcron.v1.Hello.LabelsEntry\x12\x10\n\x08handlers\x18\x06 \x03(\t\x12\x15\n\rruns_commands\x18\x07 \x01(\x08\x12\x0f\n\x07version\x18\x08 \x01(\t\x12\x30\n\x0fpending_results\x18\t \x03(\x0b\x32\x17.shardcron.v1.RunResult\x12$\n\x04held\x18\n \x03(\x0b\x32\x16.shardcron.v1.LeaseRef\x12\x19\n\x0c\x63redit_limit\x18\x0b \x01(\x05H\x00\x88\x01\x01\x12\x13\n\x0binstance_id\x18\x0c \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x0f\n\r_credit_limit\"\x18\n\x07\x43redits\x12\r\n\x05limit\x18\x01 \x01(\x05\"1\n\x07Refused\x12&\n\x06leases\x18\x01 \x03(\x0b\x32\x16.shardcron.v1.LeaseRef\"1\n\x08LeaseRef\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x15\n\rfencing_token\x18\x02 \x01(\x04\"3\n\tHeartbeat\x12&\n\x06leases\x18\x01 \x03(\x0b\x32\x16.shardcron.v1.LeaseRef\"Y\n\x07Started\x12&\n\x06leases\x18\x01 \x03(\x0b\x32\x16.shardcron.v1.LeaseRef\x12&\n\x02\x61t\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x99\x02\n\tRunResult\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x15\n\rfencing_token\x18\x02 \x01(\x04\x12%\n\x05state\x18\x03 \x01(\x0e\x32\x16.shardcron.v1.RunState\x12\x15\n\rhas_exit_code\x18\x04 \x01(\x08\x12\x11\n\texit_code\x18\x05 \x01(\x11\x12\'\n\x06reason\x18\x06 \x01(\x0e\x32\x17.shardcron.v1.RunReason\x12\r\n\x05\x65rror\x18\x07 \x01(\t\x12.\n\nstarted_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nded_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"3\n\x07Results\x12(\n\x07results\x18\x01 \x03(\x0b\x32\x17.shardcron.v1.RunResult\"3\n\x06Output\x12)\n\x06\x63hunks\x18\x01 \x03(\x0b\x32\x19.shardcron.v1.OutputChunk\"\x90\x01\n\x07Welcome\x12\x11\n\tpoller_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12,\n\tlease_ttl\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x35\n\x12heartbeat_interval\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\"\xa1\x03\n\x05Lease\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\r\n\x05owner\x18\x03 \x01(\t\x12\x15\n\rfencing_token\x18\x04 \x01(\x04\x12\x0f\n\x07\x61ttempt\x18\x05 \x01(\x05\x12+\n\x07\x66ire_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12*\n\x06\x64ue_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12 \n\x04task\x18\x08 \x01(\x0b\x32\x12.shardcron.v1.Task\x12*\n\x07timeout\x18\t \x01(\x0b\x32\x19.google.protobuf.Duration\x12,\n\tlease_ttl\x18\n \x01(\x0b\x32\x19.google.protobuf.Duration\x12*\n\tresources\x18\x0b \x01(\x0b\x32\x17.shardcron.v1.Resources\x12\x10\n\x08job_name\x18\x0c \x01(\t\x12.\n\nexpires_at\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"-\n\x06Leases\x12#\n\x06leases\x18\x01 \x03(\x0b\x32\x13.shardcron.v1.Lease\"X\n\x06\x43\x61ncel\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x15\n\rfencing_token\x18\x02 \x01(\x04\x12\'\n\x06reason\x18\x03 \x01(\x0e\x32\x17.shardcron.v1.RunReason\"0\n\x07\x43\x61ncels\x12%\n\x07\x63\x61ncels\x18\x01 \x03(\x0b\x32\x14.shardcron.v1.Cancel\"l\n\x07Renewal\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x15\n\rfencing_token\x18\x02 \x01(\x04\x12\n\n\x02ok\x18\x03 \x01(\x08\x12.\n\nexpires_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"a\n\x08Renewals\x12\'\n\x08renewals\x18\x01 \x03(\x0b\x32\x15.shardcron.v1.Renewal\x12,\n\tlease_ttl\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"T\n\tResultAck\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x15\n\rfencing_token\x18\x02 \x01(\x04\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x03 \x01(\x08\x12\x0e\n\x06reason\x18\x04 \x01(\t\"3\n\nResultAcks\x12%\n\x04\x61\x63ks\x18\x01 \x03(\x0b\x32\x17.shardcron.v1.ResultAck\"\x17\n\x06\x44\x65mand\x12\r\n\x05slots\x18\x01 \x01(\x05\x32X\n\rWorkerService\x12G\n\x07\x43onnect\x12\x1b.shardcron.v1.WorkerMessage\x1a\x1b.shardcron.v1.PollerMessage(\x01\x30\x01\x42S\n\x0fio.shardcron.v1P\x01Z>github.com/shardcron/shardcron/gen/go/shardcron/v1;shardcronv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19shardcron/v1/worker.proto\x12\x0cshardcron.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18shardcron/v1/types.proto\"\xbb\x02\n\rWorkerMessage\x12$\n\x05hello\x18\x01 \x01(\x0b\x32\x13.shardcron.v1.HelloH\x00\x12(\n\x07\x63redits\x18\x02 \x01(\x0b\x32\x15.shardcron.v1.CreditsH\x00\x12,\n\theartbeat\x18\x03 \x01(\x0b\x32\x17.shardcron.v1.HeartbeatH\x00\x12(\n\x07started\x18\x04 \x01(\x0b\x32\x15.shardcron.v1.StartedH\x00\x12(\n\x07results\x18\x05 \x01(\x0b\x32\x15.shardcron.v1.ResultsH\x00\x12&\n\x06output\x18\x06 \x01(\x0b\x32\x14.shardcron.v1.OutputH\x00\x12(\n\x07refused\x18\x07 \x01(\x0b\x32\x15.shardcron.v1.RefusedH\x00\x42\x06\n\x04\x62ody\"\x91\x02\n\rPollerMessage\x12(\n\x07welcome\x18\x01 \x01(\x0b\x32\x15.shardcron.v1.WelcomeH\x00\x12&\n\x06leases\x18\x02 \x01(\x0b\x32\x14.shardcron.v1.LeasesH\x00\x12(\n\x07\x63\x61ncels\x18\x03 \x01(\x0b\x32\x15.shardcron.v1.CancelsH\x00\x12*\n\x08renewals\x18\x04 \x01(\x0b\x32\x16.shardcron.v1.RenewalsH\x00\x12(\n\x04\x61\x63ks\x18\x05 \x01(\x0b\x32\x18.shardcron.v1.ResultAcksH\x00\x12&\n\x06\x64\x65mand\x18\x06 \x01(\x0b\x32\x14.shardcron.v1.DemandH\x00\x42\x06\n\x04\x62ody\"\x83\x03\n\x05Hello\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\r\n\x05slots\x18\x02 \x01(\x05\x12\x12\n\ncpu_millis\x18\x03 \x01(\x05\x12\x11\n\tmemory_mb\x18\x04 \x01(\x05\x12/\n\x06labels\x18\x05 \x03(\x0b\x32\x1f.shardcron.v1.Hello.LabelsEntry\x12\x10\n\x08handlers\x18\x06 \x03(\t\x12\x15\n\rruns_commands\x18\x07 \x01(\x08\x12\x0f\n\x07version\x18\x08 \x01(\t\x12\x30\n\x0fpending_results\x18\t \x03(\x0b\x32\x17.shardcron.v1.RunResult\x12$\n\x04held\x18\n \x03(\x0b\x32\x16.shardcron.v1.LeaseRef\x12\x19\n\x0c\x63redit_limit\x18\x0b \x01(\x05H\x00\x88\x01\x01\x12\x13\n\x0binstance_id\x18\x0c \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x0f\n\r_credit_limit\"\x18\n\x07\x43redits\x12\r\n\x05limit\x18\x01 \x01(\x05\"1\n\x07Refused\x12&\n\x06leases\x18\x01 \x03(\x0b\x32\x16.shardcron.v1.LeaseRef\"A\n\x08LeaseRef\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x15\n\rfencing_token\x18\x02 \x01(\x04\x12\x0e\n\x06job_id\x18\x03 \x01(\t\"3\n\tHeartbeat\x12&\n\x06leases\x18\x01 \x03(\x0b\x32\x16.shardcron.v1.LeaseRef\"Y\n\x07Started\x12&\n\x06leases\x18\x01 \x03(\x0b\x32\x16.shardcron.v1.LeaseRef\x12&\n\x02\x61t\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xa9\x02\n\tRunResult\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x15\n\rfencing_token\x18\x02 \x01(\x04\x12%\n\x05state\x18\x03 \x01(\x0e\x32\x16.shardcron.v1.RunState\x12\x15\n\rhas_exit_code\x18\x04 \x01(\x08\x12\x11\n\texit_code\x18\x05 \x01(\x11\x12\'\n\x06reason\x18\x06 \x01(\x0e\x32\x17.shardcron.v1.RunReason\x12\r\n\x05\x65rror\x18\x07 \x01(\t\x12.\n\nstarted_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nded_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06job_id\x18\n \x01(\t\"3\n\x07Results\x12(\n\x07results\x18\x01 \x03(\x0b\x32\x17.shardcron.v1.RunResult\"3\n\x06Output\x12)\n\x06\x63hunks\x18\x01 \x03(\x0b\x32\x19.shardcron.v1.OutputChunk\"\x90\x01\n\x07Welcome\x12\x11\n\tpoller_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12,\n\tlease_ttl\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x35\n\x12heartbeat_interval\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\"\xa1\x03\n\x05Lease\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\r\n\x05owner\x18\x03 \x01(\t\x12\x15\n\rfencing_token\x18\x04 \x01(\x04\x12\x0f\n\x07\x61ttempt\x18\x05 \x01(\x05\x12+\n\x07\x66ire_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12*\n\x06\x64ue_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12 \n\x04task\x18\x08 \x01(\x0b\x32\x12.shardcron.v1.Task\x12*\n\x07timeout\x18\t \x01(\x0b\x32\x19.google.protobuf.Duration\x12,\n\tlease_ttl\x18\n \x01(\x0b\x32\x19.google.protobuf.Duration\x12*\n\tresources\x18\x0b \x01(\x0b\x32\x17.shardcron.v1.Resources\x12\x10\n\x08job_name\x18\x0c \x01(\t\x12.\n\nexpires_at\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"-\n\x06Leases\x12#\n\x06leases\x18\x01 \x03(\x0b\x32\x13.shardcron.v1.Lease\"X\n\x06\x43\x61ncel\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x15\n\rfencing_token\x18\x02 \x01(\x04\x12\'\n\x06reason\x18\x03 \x01(\x0e\x32\x17.shardcron.v1.RunReason\"0\n\x07\x43\x61ncels\x12%\n\x07\x63\x61ncels\x18\x01 \x03(\x0b\x32\x14.shardcron.v1.Cancel\"\x7f\n\x07Renewal\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x15\n\rfencing_token\x18\x02 \x01(\x04\x12\n\n\x02ok\x18\x03 \x01(\x08\x12.\n\nexpires_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tnot_owner\x18\x05 \x01(\x08\"a\n\x08Renewals\x12\'\n\x08renewals\x18\x01 \x03(\x0b\x32\x15.shardcron.v1.Renewal\x12,\n\tlease_ttl\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"g\n\tResultAck\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x15\n\rfencing_token\x18\x02 \x01(\x04\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x03 \x01(\x08\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x11\n\tnot_owner\x18\x05 \x01(\x08\"3\n\nResultAcks\x12%\n\x04\x61\x63ks\x18\x01 \x03(\x0b\x32\x17.shardcron.v1.ResultAck\"\x17\n\x06\x44\x65mand\x12\r\n\x05slots\x18\x01 \x01(\x05\x32X\n\rWorkerService\x12G\n\x07\x43onnect\x12\x1b.shardcron.v1.WorkerMessage\x1a\x1b.shardcron.v1.PollerMessage(\x01\x30\x01\x42S\n\x0fio.shardcron.v1P\x01Z>github.com/shardcron/shardcron/gen/go/shardcron/v1;shardcronv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -50,37 +50,37 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_REFUSED']._serialized_start=1144
   _globals['_REFUSED']._serialized_end=1193
   _globals['_LEASEREF']._serialized_start=1195
-  _globals['_LEASEREF']._serialized_end=1244
-  _globals['_HEARTBEAT']._serialized_start=1246
-  _globals['_HEARTBEAT']._serialized_end=1297
-  _globals['_STARTED']._serialized_start=1299
-  _globals['_STARTED']._serialized_end=1388
-  _globals['_RUNRESULT']._serialized_start=1391
-  _globals['_RUNRESULT']._serialized_end=1672
-  _globals['_RESULTS']._serialized_start=1674
-  _globals['_RESULTS']._serialized_end=1725
-  _globals['_OUTPUT']._serialized_start=1727
-  _globals['_OUTPUT']._serialized_end=1778
-  _globals['_WELCOME']._serialized_start=1781
-  _globals['_WELCOME']._serialized_end=1925
-  _globals['_LEASE']._serialized_start=1928
-  _globals['_LEASE']._serialized_end=2345
-  _globals['_LEASES']._serialized_start=2347
-  _globals['_LEASES']._serialized_end=2392
-  _globals['_CANCEL']._serialized_start=2394
-  _globals['_CANCEL']._serialized_end=2482
-  _globals['_CANCELS']._serialized_start=2484
-  _globals['_CANCELS']._serialized_end=2532
-  _globals['_RENEWAL']._serialized_start=2534
-  _globals['_RENEWAL']._serialized_end=2642
-  _globals['_RENEWALS']._serialized_start=2644
-  _globals['_RENEWALS']._serialized_end=2741
-  _globals['_RESULTACK']._serialized_start=2743
-  _globals['_RESULTACK']._serialized_end=2827
-  _globals['_RESULTACKS']._serialized_start=2829
-  _globals['_RESULTACKS']._serialized_end=2880
-  _globals['_DEMAND']._serialized_start=2882
-  _globals['_DEMAND']._serialized_end=2905
-  _globals['_WORKERSERVICE']._serialized_start=2907
-  _globals['_WORKERSERVICE']._serialized_end=2995
+  _globals['_LEASEREF']._serialized_end=1260
+  _globals['_HEARTBEAT']._serialized_start=1262
+  _globals['_HEARTBEAT']._serialized_end=1313
+  _globals['_STARTED']._serialized_start=1315
+  _globals['_STARTED']._serialized_end=1404
+  _globals['_RUNRESULT']._serialized_start=1407
+  _globals['_RUNRESULT']._serialized_end=1704
+  _globals['_RESULTS']._serialized_start=1706
+  _globals['_RESULTS']._serialized_end=1757
+  _globals['_OUTPUT']._serialized_start=1759
+  _globals['_OUTPUT']._serialized_end=1810
+  _globals['_WELCOME']._serialized_start=1813
+  _globals['_WELCOME']._serialized_end=1957
+  _globals['_LEASE']._serialized_start=1960
+  _globals['_LEASE']._serialized_end=2377
+  _globals['_LEASES']._serialized_start=2379
+  _globals['_LEASES']._serialized_end=2424
+  _globals['_CANCEL']._serialized_start=2426
+  _globals['_CANCEL']._serialized_end=2514
+  _globals['_CANCELS']._serialized_start=2516
+  _globals['_CANCELS']._serialized_end=2564
+  _globals['_RENEWAL']._serialized_start=2566
+  _globals['_RENEWAL']._serialized_end=2693
+  _globals['_RENEWALS']._serialized_start=2695
+  _globals['_RENEWALS']._serialized_end=2792
+  _globals['_RESULTACK']._serialized_start=2794
+  _globals['_RESULTACK']._serialized_end=2897
+  _globals['_RESULTACKS']._serialized_start=2899
+  _globals['_RESULTACKS']._serialized_end=2950
+  _globals['_DEMAND']._serialized_start=2952
+  _globals['_DEMAND']._serialized_end=2975
+  _globals['_WORKERSERVICE']._serialized_start=2977
+  _globals['_WORKERSERVICE']._serialized_end=3065
 # @@protoc_insertion_point(module_scope)

@@ -93,12 +93,14 @@ class Refused(_message.Message):
     def __init__(self, leases: _Optional[_Iterable[_Union[LeaseRef, _Mapping]]] = ...) -> None: ...
 
 class LeaseRef(_message.Message):
-    __slots__ = ("run_id", "fencing_token")
+    __slots__ = ("run_id", "fencing_token", "job_id")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     fencing_token: int
-    def __init__(self, run_id: _Optional[str] = ..., fencing_token: _Optional[int] = ...) -> None: ...
+    job_id: str
+    def __init__(self, run_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., job_id: _Optional[str] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
     __slots__ = ("leases",)
@@ -115,7 +117,7 @@ class Started(_message.Message):
     def __init__(self, leases: _Optional[_Iterable[_Union[LeaseRef, _Mapping]]] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class RunResult(_message.Message):
-    __slots__ = ("run_id", "fencing_token", "state", "has_exit_code", "exit_code", "reason", "error", "started_at", "ended_at")
+    __slots__ = ("run_id", "fencing_token", "state", "has_exit_code", "exit_code", "reason", "error", "started_at", "ended_at", "job_id")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -125,6 +127,7 @@ class RunResult(_message.Message):
     ERROR_FIELD_NUMBER: _ClassVar[int]
     STARTED_AT_FIELD_NUMBER: _ClassVar[int]
     ENDED_AT_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     fencing_token: int
     state: _types_pb2.RunState
@@ -134,7 +137,8 @@ class RunResult(_message.Message):
     error: str
     started_at: _timestamp_pb2.Timestamp
     ended_at: _timestamp_pb2.Timestamp
-    def __init__(self, run_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., state: _Optional[_Union[_types_pb2.RunState, str]] = ..., has_exit_code: _Optional[bool] = ..., exit_code: _Optional[int] = ..., reason: _Optional[_Union[_types_pb2.RunReason, str]] = ..., error: _Optional[str] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ended_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    job_id: str
+    def __init__(self, run_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., state: _Optional[_Union[_types_pb2.RunState, str]] = ..., has_exit_code: _Optional[bool] = ..., exit_code: _Optional[int] = ..., reason: _Optional[_Union[_types_pb2.RunReason, str]] = ..., error: _Optional[str] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ended_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., job_id: _Optional[str] = ...) -> None: ...
 
 class Results(_message.Message):
     __slots__ = ("results",)
@@ -213,16 +217,18 @@ class Cancels(_message.Message):
     def __init__(self, cancels: _Optional[_Iterable[_Union[Cancel, _Mapping]]] = ...) -> None: ...
 
 class Renewal(_message.Message):
-    __slots__ = ("run_id", "fencing_token", "ok", "expires_at")
+    __slots__ = ("run_id", "fencing_token", "ok", "expires_at", "not_owner")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
     OK_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    NOT_OWNER_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     fencing_token: int
     ok: bool
     expires_at: _timestamp_pb2.Timestamp
-    def __init__(self, run_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., ok: _Optional[bool] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    not_owner: bool
+    def __init__(self, run_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., ok: _Optional[bool] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., not_owner: _Optional[bool] = ...) -> None: ...
 
 class Renewals(_message.Message):
     __slots__ = ("renewals", "lease_ttl")
@@ -233,16 +239,18 @@ class Renewals(_message.Message):
     def __init__(self, renewals: _Optional[_Iterable[_Union[Renewal, _Mapping]]] = ..., lease_ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class ResultAck(_message.Message):
-    __slots__ = ("run_id", "fencing_token", "accepted", "reason")
+    __slots__ = ("run_id", "fencing_token", "accepted", "reason", "not_owner")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
     ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    NOT_OWNER_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     fencing_token: int
     accepted: bool
     reason: str
-    def __init__(self, run_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., accepted: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
+    not_owner: bool
+    def __init__(self, run_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., accepted: _Optional[bool] = ..., reason: _Optional[str] = ..., not_owner: _Optional[bool] = ...) -> None: ...
 
 class ResultAcks(_message.Message):
     __slots__ = ("acks",)

@@ -1,0 +1,184 @@
+"""The audit log: one structured line for every write to the job API.
+
+Every call of a write method (``WRITES``: create, update, delete, cancel, pause,
+resume, replay, drop, run-now) logs exactly one line on the ``shardcron.audit``
+logger, at INFO, whatever its outcome: a JSON object with
+
+- ``at``: when the call ended (UTC, ISO 8601 with microseconds),
+- ``principal``: who called (``principal_of(context)``; until authentication is
+  configured, ``"anonymous"``),
+- ``owner``: the owner the call acted for (``owner_of(context)``; the raw header,
+  clipped, when it is not a valid owner),
+- ``method``: the gRPC method name (``CreateJob``),
+- ``job_ids`` / ``run_ids``: the ids the request named and the reply created,
+- ``outcome``: ``"OK"`` or the status code's name (``"INVALID_ARGUMENT"``).
+
+Nothing else of a request is logged (never a spec), so no secret env value can reach
+the log. ``AuditInterceptor`` must be the outermost interceptor: it sees the raw
+request bytes and decodes the ids itself, so even a request that does not decode is
+logged, with its status.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import grpc
+import grpc.aio
+from google.protobuf.message import Message
+
+from shardcron.client.errors import ShardcronError
+from shardcron.client.limits import clip
+from shardcron.coordinator.ids import utcnow
+from shardcron.coordinator.interceptors import Behavior, UnaryJobServiceInterceptor
+from shardcron.v1 import jobs_pb2
+
+audit_log = logging.getLogger("shardcron.audit")
+
+WRITES = frozenset(
+    {
+        "CreateJob",
+        "CreateJobs",
+        "UpdateJob",
+        "DeleteJob",
+        "PauseJob",
+        "ResumeJob",
+        "RunJobNow",
+        "CancelRun",
+        "ReplayDeadLetters",
+        "DropDeadLetters",
+    }
+)
+MAX_LOGGED_IDS = 100  # per list: a batch of 10,000 creates logs its first ids and a count
+ANONYMOUS = "anonymous"
+
+Who = Callable[[grpc.aio.ServicerContext], str]
+
+
+def anonymous(context: grpc.aio.ServicerContext) -> str:
+    """The principal of a call while no credentials are configured."""
+    return ANONYMOUS
+
+
+def _request_class(method: str) -> type[Message]:
+    descriptor = jobs_pb2.DESCRIPTOR.services_by_name["JobService"].methods_by_name[method]
+    return getattr(jobs_pb2, descriptor.input_type.name)  # type: ignore[no-any-return]
+
+
+def _ids(messages: Iterable[Message | None]) -> tuple[list[str], list[str]]:
+    """The job and run ids named in these requests and replies, each once, in order."""
+    jobs: dict[str, None] = {}
+    runs: dict[str, None] = {}
+    for msg in messages:
+        if msg is None:
+            continue
+        name = msg.DESCRIPTOR.name
+        fields = {f.name for f in msg.DESCRIPTOR.fields}
+        if name == "Job":
+            jobs[msg.id] = None  # type: ignore[attr-defined]
+        elif name == "Run":
+            jobs[msg.job_id] = None  # type: ignore[attr-defined]
+            runs[msg.id] = None  # type: ignore[attr-defined]
+        if "job_id" in fields and name != "Run":
+            jobs[msg.job_id] = None  # type: ignore[attr-defined]
+        if "run_id" in fields:
+            runs[msg.run_id] = None  # type: ignore[attr-defined]
+        if "run_ids" in fields:
+            runs.update(dict.fromkeys(msg.run_ids))  # type: ignore[attr-defined]
+        if name == "CreateJobResponse":
+            jobs[msg.job.id] = None  # type: ignore[attr-defined]
+        if name == "CreateJobsResponse":
+            jobs.update(dict.fromkeys(r.job.id for r in msg.jobs))  # type: ignore[attr-defined]
+        if name == "ListRunsResponse":
+            runs.update(dict.fromkeys(r.id for r in msg.runs))  # type: ignore[attr-defined]
+    return [j for j in jobs if j], [r for r in runs if r]
+
+
+def _listed(key: str, ids: list[str], line: dict[str, Any]) -> None:
+    line[key] = [clip(i) for i in ids[:MAX_LOGGED_IDS]]
+    if len(ids) > MAX_LOGGED_IDS:
+        line[f"{key}_count"] = len(ids)
+
+
+def audit_line(
+    *,
+    principal: str,
+    owner: str,
+    method: str,
+    job_ids: list[str],
+    run_ids: list[str],
+    outcome: str,
+) -> str:
+    """The JSON text of one audit line."""
+    line: dict[str, Any] = {"at": utcnow().isoformat(), "principal": principal}
+    line.update(owner=owner, method=method)
+    _listed("job_ids", job_ids, line)
+    _listed("run_ids", run_ids, line)
+    line["outcome"] = outcome
+    return json.dumps(line, separators=(",", ":"), ensure_ascii=False)
+
+
+class AuditInterceptor(UnaryJobServiceInterceptor):
+    """Logs one audit line per call of a write method; see the module docstring."""
+
+    def __init__(self, *, owner_of: Who, principal_of: Who = anonymous) -> None:
+        self.owner_of = owner_of
+        self.principal_of = principal_of
+
+    def wrap(self, method: str, behavior: Behavior) -> Behavior | None:
+        if method not in WRITES:
+            return None
+        request_class = _request_class(method)
+
+        async def audited(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            response = None
+            try:
+                response = await behavior(request, context)
+                return response
+            finally:
+                self._log(method, request_class, request, response, context)
+
+        return audited
+
+    def _log(
+        self,
+        method: str,
+        request_class: type[Message],
+        request: Any,
+        response: Any,
+        context: grpc.aio.ServicerContext,
+    ) -> None:
+        if isinstance(request, bytes):  # the decoding interceptor runs inside this one
+            try:
+                request = request_class.FromString(request)
+            except Exception:
+                request = None
+        code = context.code()
+        outcome = "OK" if code in (None, grpc.StatusCode.OK) else code.name
+        if response is None and outcome == "OK":
+            outcome = "CANCELLED"  # ended with neither a reply nor a status: the caller left
+        job_ids, run_ids = _ids([request, response])
+        audit_log.info(
+            "%s",
+            audit_line(
+                principal=self._who(self.principal_of, context),
+                owner=self._who(self.owner_of, context),
+                method=method,
+                job_ids=job_ids,
+                run_ids=run_ids,
+                outcome=outcome,
+            ),
+        )
+
+    @staticmethod
+    def _who(read: Who, context: grpc.aio.ServicerContext) -> str:
+        try:
+            return read(context)
+        except ShardcronError:
+            for key, value in context.invocation_metadata() or ():
+                if key == "x-shardcron-owner":
+                    return f"invalid:{clip(str(value))}"
+            return "invalid"

@@ -1,0 +1,385 @@
+// The shardcron dashboard: pages drawn from the HTTP/JSON API, routed by the URL's hash.
+// Every call sends the owner typed in the header (kept in localStorage) as
+// x-shardcron-owner, as the CLI and the SDK do. No build step, no dependencies.
+"use strict";
+
+const main = document.getElementById("main");
+const ownerInput = document.getElementById("owner");
+ownerInput.value = localStorage.getItem("shardcron.owner") || "default";
+ownerInput.addEventListener("change", () => {
+  localStorage.setItem("shardcron.owner", ownerInput.value.trim() || "default");
+  route();
+});
+
+let pageTimer = null; // the refresh of the page shown, stopped when the page changes
+let outputAbort = null; // the output stream of the run page shown
+
+// --- the API -------------------------------------------------------------------------
+
+async function api(method, path, body) {
+  const headers = { "x-shardcron-owner": ownerInput.value.trim() || "default" };
+  if (body !== undefined) headers["content-type"] = "application/json";
+  const resp = await fetch(path, {
+    method, headers, body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const data = await resp.json();
+  if (!resp.ok) {
+    throw new Error(`${data.code}: ${data.message}`);
+  }
+  return data;
+}
+
+function showError(e) {
+  const box = document.getElementById("error");
+  box.textContent = String(e.message || e);
+  box.hidden = false;
+  setTimeout(() => { box.hidden = true; }, 6000);
+}
+
+// --- formatting --------------------------------------------------------------------------
+
+function esc(value) {
+  return String(value ?? "").replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+}
+
+// "RUN_STATE_RUNNING" -> "RUNNING"
+function short(name, prefix) {
+  return (name || `${prefix}UNSPECIFIED`).replace(prefix, "");
+}
+
+function stateCell(name, prefix) {
+  const s = short(name, prefix);
+  return `<span class="state state-${esc(s)}">${esc(s)}</span>`;
+}
+
+function when(ts) {
+  return ts ? new Date(ts).toLocaleString() : "–";
+}
+
+function duration(run) {
+  if (!run.startedAt) return "–";
+  const end = run.endedAt ? new Date(run.endedAt) : new Date();
+  const ms = end - new Date(run.startedAt);
+  return ms < 1000 ? `${ms} ms` : ms < 120000 ? `${(ms / 1000).toFixed(1)} s` : `${Math.round(ms / 60000)} min`;
+}
+
+function reason(run) {
+  const r = short(run.reason, "RUN_REASON_");
+  return r === "UNSPECIFIED" ? (run.waitingReason || "") : r;
+}
+
+function schedule(spec) {
+  const s = spec.schedule || {};
+  const kind = short(s.kind, "SCHEDULE_KIND_");
+  if (kind === "CRON") return `cron ${s.cron} (${s.timezone || "UTC"})`;
+  if (kind === "INTERVAL") return `every ${s.interval}`;
+  if (kind === "AT") return `at ${when(s.at)}`;
+  return kind.toLowerCase();
+}
+
+function setPage(name) {
+  for (const a of document.querySelectorAll("nav a")) {
+    a.classList.toggle("active", a.dataset.page === name);
+  }
+}
+
+function refresh(fn, ms) {
+  pageTimer = setInterval(() => fn().catch(showError), ms);
+}
+
+// --- pages ---------------------------------------------------------------------------------
+
+async function jobsPage(params) {
+  setPage("jobs");
+  const state = params.get("state") || "";
+  const q = params.get("q") || "";
+  const token = params.get("token") || "";
+  const query = new URLSearchParams({ pageSize: "20" });
+  if (state) query.append("state", state);
+  if (q) query.set("namePrefix", q);
+  if (token) query.set("pageToken", token);
+  const data = await api("GET", `/v1/jobs?${query}`);
+  const states = ["", "ACTIVE", "PAUSED", "COMPLETED", "DELETED"];
+  const rows = (data.jobs || []).map((j) => `
+    <tr data-job-id="${esc(j.id)}">
+      <td><a href="#/jobs/${esc(j.id)}">${esc(j.spec.name)}</a></td>
+      <td>${stateCell(j.state, "JOB_STATE_")}</td>
+      <td>${esc(schedule(j.spec))}</td>
+      <td>${esc(when(j.nextFireAt))}</td>
+      <td class="mono">${esc(j.id)}</td>
+    </tr>`).join("");
+  main.innerHTML = `
+    <h1>Jobs</h1>
+    <div class="toolbar">
+      <select id="state-filter">${states.map((s) => `<option value="${s}" ${s === state ? "selected" : ""}>${s || "all but deleted"}</option>`).join("")}</select>
+      <input id="name-search" placeholder="name starts with…" value="${esc(q)}">
+      <button id="search">Search</button>
+      ${token ? `<button id="first-page">First page</button>` : ""}
+      ${data.nextPageToken ? `<button id="next-page">Next page</button>` : ""}
+    </div>
+    <table id="jobs-table">
+      <thead><tr><th>Name</th><th>State</th><th>Schedule</th><th>Next fire</th><th>Id</th></tr></thead>
+      <tbody>${rows || `<tr><td colspan="5" class="muted">No jobs.</td></tr>`}</tbody>
+    </table>`;
+  const go = (extra) => {
+    const p = new URLSearchParams();
+    const s = document.getElementById("state-filter").value;
+    const n = document.getElementById("name-search").value.trim();
+    if (s) p.set("state", s);
+    if (n) p.set("q", n);
+    if (extra) p.set("token", extra);
+    location.hash = `#/jobs?${p}`;
+  };
+  document.getElementById("search").onclick = () => go();
+  document.getElementById("state-filter").onchange = () => go();
+  document.getElementById("name-search").onkeydown = (e) => { if (e.key === "Enter") go(); };
+  const next = document.getElementById("next-page");
+  if (next) next.onclick = () => go(data.nextPageToken);
+  const first = document.getElementById("first-page");
+  if (first) first.onclick = () => go();
+}
+
+function runsTable(runs, withJob) {
+  const rows = runs.map((r) => `
+    <tr data-run-id="${esc(r.id)}">
+      <td class="mono"><a href="#/runs/${esc(r.id)}">${esc(r.id)}</a></td>
+      ${withJob ? `<td class="mono"><a href="#/jobs/${esc(r.jobId)}">${esc(r.jobId)}</a></td>` : ""}
+      <td>${stateCell(r.state, "RUN_STATE_")}</td>
+      <td>${esc(r.attempt || 1)}</td>
+      <td>${esc(when(r.dueAt))}</td>
+      <td>${esc(duration(r))}</td>
+      <td>${esc(reason(r))}</td>
+    </tr>`).join("");
+  const cols = withJob ? 7 : 6;
+  return `<table class="runs">
+    <thead><tr><th>Run</th>${withJob ? "<th>Job</th>" : ""}<th>State</th><th>Attempt</th><th>Due</th><th>Duration</th><th>Reason</th></tr></thead>
+    <tbody>${rows || `<tr><td colspan="${cols}" class="muted">No runs.</td></tr>`}</tbody></table>`;
+}
+
+// A fire whose UTC offset differs from the one before it crossed a DST change.
+function dstNotes(fires) {
+  let prev = null;
+  return fires.map((f) => {
+    const offset = (f.localTime || "").slice(-6);
+    const notes = [];
+    if (prev !== null && offset !== prev) notes.push(`UTC offset ${prev} → ${offset} (DST change)`);
+    if (f.skipReason) notes.push(`skipped: ${short(f.skipReason, "RUN_REASON_")}`);
+    prev = offset;
+    return notes.join("; ");
+  });
+}
+
+async function jobPage(jobId) {
+  setPage("jobs");
+  const draw = async () => {
+    const [job, runs] = await Promise.all([
+      api("GET", `/v1/jobs/${encodeURIComponent(jobId)}`),
+      api("GET", `/v1/jobs/${encodeURIComponent(jobId)}/runs?pageSize=25`),
+    ]);
+    const state = short(job.state, "JOB_STATE_");
+    const kind = short((job.spec.schedule || {}).kind, "SCHEDULE_KIND_");
+    let fires = [];
+    if (!["COMPLETED", "DELETED"].includes(state) && kind !== "IMMEDIATE") {
+      fires = (await api("POST", "/v1/preview", { jobId, count: 5 })).fires || [];
+    }
+    const notes = dstNotes(fires);
+    main.innerHTML = `
+      <h1>${esc(job.spec.name)} ${stateCell(job.state, "JOB_STATE_")}</h1>
+      <div class="toolbar">
+        ${state === "ACTIVE" ? `<button id="pause-job">Pause</button>` : ""}
+        ${state === "PAUSED" ? `<button id="resume-job">Resume</button>` : ""}
+        ${state === "ACTIVE" || state === "COMPLETED" ? `<button id="run-now">Run now</button>` : ""}
+        ${state !== "DELETED" ? `<button id="delete-job" class="danger">Delete</button>` : ""}
+        ${job.pauseReason ? `<span class="muted">paused: ${esc(job.pauseReason)}</span>` : ""}
+      </div>
+      <dl>
+        <dt>Id</dt><dd class="mono">${esc(job.id)}</dd>
+        <dt>Schedule</dt><dd>${esc(schedule(job.spec))}</dd>
+        <dt>Version</dt><dd>${esc(job.version)}</dd>
+        <dt>Created</dt><dd>${esc(when(job.createdAt))}</dd>
+      </dl>
+      <h2>Next fires</h2>
+      <table id="next-fires"><thead><tr><th>Local time</th><th>UTC</th><th>Note</th></tr></thead><tbody>
+      ${fires.map((f, i) => `<tr><td>${esc(f.localTime)}</td><td>${esc(f.at)}</td><td class="note">${esc(notes[i])}</td></tr>`).join("") || `<tr><td colspan="3" class="muted">None.</td></tr>`}
+      </tbody></table>
+      <h2>Runs</h2>
+      <div id="job-runs">${runsTable(runs.runs || [], false)}</div>
+      <h2>Spec</h2>
+      <pre class="spec">${esc(JSON.stringify(job.spec, null, 2))}</pre>`;
+    const act = (id, fn) => {
+      const b = document.getElementById(id);
+      if (b) b.onclick = () => fn().then(draw).catch(showError);
+    };
+    const path = `/v1/jobs/${encodeURIComponent(jobId)}`;
+    act("pause-job", () => api("POST", `${path}/pause`, {}));
+    act("resume-job", () => api("POST", `${path}/resume`, {}));
+    act("run-now", () => api("POST", `${path}/runNow`, {}));
+    act("delete-job", async () => {
+      if (confirm(`Delete job ${job.spec.name}?`)) await api("DELETE", path);
+    });
+  };
+  await draw();
+  refresh(async () => {
+    const runs = await api("GET", `/v1/jobs/${encodeURIComponent(jobId)}/runs?pageSize=25`);
+    const box = document.getElementById("job-runs");
+    const html = runsTable(runs.runs || [], false);
+    if (box && box.dataset.drawn !== html) { // unchanged rows stay the same elements
+      box.innerHTML = html;
+      box.dataset.drawn = html;
+    }
+  }, 2000);
+}
+
+async function followOutput(runId, pre) {
+  outputAbort = new AbortController();
+  const resp = await fetch(`/v1/runs/${encodeURIComponent(runId)}/output?format=text&follow=true`, {
+    headers: { "x-shardcron-owner": ownerInput.value.trim() || "default" },
+    signal: outputAbort.signal,
+  });
+  if (!resp.ok) throw new Error((await resp.json()).message);
+  const reader = resp.body.getReader();
+  const decoder = new TextDecoder();
+  pre.textContent = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    pre.textContent += decoder.decode(value, { stream: true });
+    pre.scrollTop = pre.scrollHeight;
+  }
+  pre.dataset.ended = "true";
+}
+
+async function runPage(runId) {
+  setPage("running");
+  const path = `/v1/runs/${encodeURIComponent(runId)}`;
+  const run = await api("GET", path);
+  main.innerHTML = `
+    <h1>Run <span class="mono">${esc(run.id)}</span></h1>
+    <div class="toolbar">
+      <span id="run-state">${stateCell(run.state, "RUN_STATE_")}</span>
+      <button id="cancel-run" class="danger">Cancel</button>
+      <a href="#/jobs/${esc(run.jobId)}">its job</a>
+    </div>
+    <dl id="run-fields"></dl>
+    <h2>Output</h2>
+    <pre id="run-output"></pre>`;
+  const draw = (r) => {
+    document.getElementById("run-state").innerHTML = stateCell(r.state, "RUN_STATE_");
+    const final = !["RUN_STATE_PENDING", "RUN_STATE_LEASED", "RUN_STATE_RUNNING"].includes(r.state);
+    document.getElementById("cancel-run").hidden = final;
+    document.getElementById("run-fields").innerHTML = `
+      <dt>Job</dt><dd class="mono">${esc(r.jobId)}</dd>
+      <dt>Attempt</dt><dd>${esc(r.attempt || 1)}</dd>
+      <dt>Due</dt><dd>${esc(when(r.dueAt))}</dd>
+      <dt>Started</dt><dd>${esc(when(r.startedAt))}</dd>
+      <dt>Ended</dt><dd>${esc(when(r.endedAt))}</dd>
+      <dt>Duration</dt><dd>${esc(duration(r))}</dd>
+      <dt>Worker</dt><dd>${esc(r.workerId || "–")}</dd>
+      <dt>Exit code</dt><dd>${r.hasExitCode ? esc(r.exitCode || 0) : "–"}</dd>
+      <dt>Reason</dt><dd>${esc(reason(r) || "–")}${r.error ? ` <span class="muted">${esc(r.error)}</span>` : ""}</dd>`;
+  };
+  draw(run);
+  document.getElementById("cancel-run").onclick = () =>
+    api("POST", `${path}/cancel`).then(draw).catch(showError);
+  refresh(async () => draw(await api("GET", path)), 1000);
+  followOutput(runId, document.getElementById("run-output")).catch((e) => {
+    if (e.name !== "AbortError") showError(e);
+  });
+}
+
+async function runningPage() {
+  setPage("running");
+  const draw = async () => {
+    let runs = [];
+    let token = "";
+    do { // a page may be short while a token follows: read on to 100 runs
+      const q = new URLSearchParams({ state: "RUNNING", pageSize: "100" });
+      if (token) q.set("pageToken", token);
+      const page = await api("GET", `/v1/runs?${q}`);
+      runs = runs.concat(page.runs || []);
+      token = page.nextPageToken || "";
+    } while (token && runs.length < 100);
+    main.innerHTML = `<h1>Running now</h1>${runsTable(runs, true)}`;
+  };
+  await draw();
+  refresh(draw, 2000);
+}
+
+async function deadPage() {
+  setPage("dead");
+  const data = await api("GET", "/v1/deadLetters?pageSize=100");
+  const rows = (data.runs || []).map((r) => `
+    <tr data-run-id="${esc(r.id)}">
+      <td class="mono"><a href="#/runs/${esc(r.id)}">${esc(r.id)}</a></td>
+      <td class="mono"><a href="#/jobs/${esc(r.jobId)}">${esc(r.jobId)}</a></td>
+      <td>${stateCell(r.state, "RUN_STATE_")}</td><td>${esc(r.attempt || 1)}</td>
+      <td>${esc(reason(r))}</td><td>${esc(when(r.endedAt))}</td>
+      <td><button class="replay" data-run-id="${esc(r.id)}">Replay</button>
+          <button class="drop danger" data-run-id="${esc(r.id)}">Drop</button></td>
+    </tr>`).join("");
+  main.innerHTML = `<h1>Dead letters</h1>
+    <table id="dead-table"><thead><tr><th>Run</th><th>Job</th><th>State</th><th>Attempt</th><th>Reason</th><th>Ended</th><th></th></tr></thead>
+    <tbody>${rows || `<tr><td colspan="7" class="muted">No dead letters.</td></tr>`}</tbody></table>`;
+  for (const b of main.querySelectorAll("button.replay, button.drop")) {
+    const verb = b.classList.contains("replay") ? "replay" : "drop";
+    b.onclick = () => api("POST", `/v1/deadLetters/${verb}`, { runIds: [b.dataset.runId] })
+      .then(deadPage).catch(showError);
+  }
+}
+
+async function clusterPage() {
+  setPage("cluster");
+  const draw = async () => {
+    const c = await api("GET", "/v1/cluster");
+    const byOwner = {};
+    for (const s of c.shards || []) {
+      const o = s.owner || "(none)";
+      byOwner[o] = byOwner[o] || { shards: [], lag: 0 };
+      byOwner[o].shards.push(s.shard || 0);
+      byOwner[o].lag = Math.max(byOwner[o].lag, s.lagSeconds || 0);
+    }
+    main.innerHTML = `
+      <h1>Cluster</h1>
+      <dl id="cluster-fields">
+        <dt>Mode</dt><dd>${esc(c.mode)}</dd>
+        <dt>Leader</dt><dd id="leader">${esc(c.leader || "none")}</dd>
+        <dt>Epoch</dt><dd>${esc(c.epoch || 0)}</dd>
+        <dt>Members</dt><dd>${esc((c.members || []).join(", "))}</dd>
+      </dl>
+      <h2>Pollers</h2>
+      <table><thead><tr><th>Poller</th><th>Shards</th><th>Count</th><th>Max lag</th></tr></thead><tbody>
+      ${Object.entries(byOwner).map(([o, v]) => `<tr><td>${esc(o)}</td><td class="mono">${esc(v.shards.join(" "))}</td><td>${v.shards.length}</td><td>${v.lag.toFixed(2)} s</td></tr>`).join("")}
+      </tbody></table>
+      <h2>Workers</h2>
+      <table id="workers"><thead><tr><th>Worker</th><th>Slots used</th><th>Slots free</th><th>Handlers</th><th>Pollers</th><th>Connected</th></tr></thead><tbody>
+      ${(c.workers || []).map((w) => `<tr><td>${esc(w.id)}</td><td>${w.slotsUsed || 0}</td><td>${(w.slotsTotal || 0) - (w.slotsUsed || 0)}</td><td>${esc((w.handlers || []).join(", "))}</td><td>${esc((w.pollers || []).join(", "))}</td><td>${esc(when(w.connectedAt))}</td></tr>`).join("") || `<tr><td colspan="6" class="muted">No workers.</td></tr>`}
+      </tbody></table>`;
+  };
+  await draw();
+  refresh(draw, 3000);
+}
+
+// --- routing ------------------------------------------------------------------------------
+
+function route() {
+  clearInterval(pageTimer);
+  if (outputAbort) outputAbort.abort();
+  outputAbort = null;
+  const [path, query] = (location.hash.slice(1) || "/jobs").split("?");
+  const params = new URLSearchParams(query || "");
+  const parts = path.split("/").filter(Boolean).map(decodeURIComponent);
+  let page;
+  if (parts[0] === "jobs" && parts[1]) page = jobPage(parts[1]);
+  else if (parts[0] === "runs" && parts[1]) page = runPage(parts[1]);
+  else if (parts[0] === "running") page = runningPage();
+  else if (parts[0] === "dead") page = deadPage();
+  else if (parts[0] === "cluster") page = clusterPage();
+  else page = jobsPage(params);
+  page.catch((e) => {
+    main.innerHTML = `<p class="error-inline">${esc(e.message)}</p>`;
+    showError(e);
+  });
+}
+
+window.addEventListener("hashchange", route);
+route();

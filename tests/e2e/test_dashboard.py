@@ -1,0 +1,164 @@
+"""The dashboard in headless Chromium (Debian's ``chromium`` and ``chromium-driver``,
+installed by ``make test``), driven with Selenium against a real ``shardcron dev``.
+
+It opens the jobs list, sees a job created through the API appear, opens the job and
+its run, sees the run's output arrive, cancels the run and sees CANCELLED. Every page
+is saved as a screenshot under ``tests/output/dashboard/`` (not versioned).
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from selenium import webdriver
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import Select, WebDriverWait
+
+from tests.e2e.harness import REPO, DevServer
+from tests.support.http_client import HttpApi
+
+pytestmark = pytest.mark.e2e
+
+SCREENSHOTS = REPO / "tests" / "output" / "dashboard"
+WAIT = 30.0  # seconds a page may take to show what a step awaits: a hang, not a pace
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[WebDriver]:
+    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    assert chromium and driver, "chromium and chromium-driver are needed: run `make browser`"
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage"):
+        options.add_argument(arg)
+    options.add_argument("--window-size=1280,900")
+    browser = webdriver.Chrome(options=options, service=Service(driver))
+    yield browser
+    browser.quit()
+
+
+def shoot(browser: WebDriver, name: str) -> Path:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"{name}.png"
+    browser.save_screenshot(str(path))
+    return path
+
+
+def text_of(browser: WebDriver, css: str) -> str:
+    found = browser.find_elements(By.CSS_SELECTOR, css)
+    return found[0].text if found else ""
+
+
+def wait_for(browser: WebDriver, css: str, text: str = "") -> None:
+    WebDriverWait(browser, WAIT, poll_frequency=0.2).until(
+        lambda b: text in text_of(b, css) if text else b.find_elements(By.CSS_SELECTOR, css),
+        message=f"{css} showing {text!r}",
+    )
+
+
+def click(browser: WebDriver, by: str, value: str) -> None:
+    """Clicks the element, found again if a refresh of the page replaced it meanwhile."""
+
+    def clicked(b: WebDriver) -> bool:
+        try:
+            b.find_element(by, value).click()
+        except (StaleElementReferenceException, NoSuchElementException):
+            return False
+        return True
+
+    WebDriverWait(browser, WAIT, poll_frequency=0.2).until(clicked, message=f"click {value}")
+
+
+def test_jobs_job_run_output_and_cancel_in_the_browser(dev: DevServer, browser: WebDriver) -> None:
+    owner = f"ui-{uuid.uuid4().hex[:8]}"
+    http = HttpApi(dev.http_url, owner=owner)
+    browser.get(dev.http_url + "/#/jobs")
+    field = browser.find_element(By.ID, "owner")
+    field.clear()
+    field.send_keys(owner + Keys.ENTER)  # the dashboard keeps it, as a user's choice
+    wait_for(browser, "#jobs-table", "No jobs.")
+    assert browser.execute_script("return localStorage.getItem('shardcron.owner')") == owner
+    shoot(browser, "jobs-empty")
+
+    spec = {
+        "name": "hello-dashboard",
+        "task": {"command": {"argv": ["sh", "-c", "echo hello from the dashboard; sleep 300"]}},
+        "schedule": {"kind": "SCHEDULE_KIND_IMMEDIATE"},
+    }
+    created = http.read("POST", "/v1/jobs", {"spec": spec})
+    assert created.status == 202
+    job_id = created.json["job"]["id"]
+    browser.refresh()
+    wait_for(browser, f'tr[data-job-id="{job_id}"]', "hello-dashboard")
+    shoot(browser, "jobs")
+
+    click(browser, By.LINK_TEXT, "hello-dashboard")
+    wait_for(browser, "#job-runs tr[data-run-id]", "RUNNING")
+    shoot(browser, "job")
+
+    run_id = created.json["firstRunId"]
+    click(browser, By.LINK_TEXT, run_id)
+    wait_for(browser, "#run-output", "hello from the dashboard")
+    wait_for(browser, "#run-state", "RUNNING")
+    shoot(browser, "run")
+
+    click(browser, By.ID, "cancel-run")
+    wait_for(browser, "#run-state", "CANCELLED")
+    WebDriverWait(browser, WAIT).until(
+        lambda b: b.find_element(By.ID, "run-output").get_attribute("data-ended") == "true",
+        message="the output stream ends with the run",
+    )
+    shoot(browser, "run-cancelled")
+    assert http.call("GET", f"/v1/runs/{run_id}")[1]["state"] == "RUN_STATE_CANCELLED"
+
+    for page, ready in [
+        ("running", "No runs."),
+        ("dead", "Dead letters"),
+        ("cluster", "dev-worker-0"),
+    ]:
+        browser.get(f"{dev.http_url}/#/{page}")
+        wait_for(browser, "#main", ready)
+        shoot(browser, page)
+    browser.get(f"{dev.http_url}/#/jobs/{job_id}")
+    wait_for(browser, "#job-runs", "CANCELLED")
+    shoot(browser, "job-after-cancel")
+    logs = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert logs == []
+
+
+def test_jobs_list_filters_by_state_searches_by_name_and_pages(
+    dev: DevServer, browser: WebDriver
+) -> None:
+    owner = f"ui-{uuid.uuid4().hex[:8]}"
+    http = HttpApi(dev.http_url, owner=owner)
+    yearly = {"kind": "SCHEDULE_KIND_CRON", "cron": "0 0 1 1 *"}
+    task = {"command": {"argv": ["true"]}}
+    ids = [
+        http.read("POST", "/v1/jobs", {"spec": {"name": f"bulk-{i:02}", "task": task, "schedule": yearly}}).json["job"]["id"]
+        for i in range(21)
+    ]  # fmt: skip
+    http.read("POST", "/v1/jobs", {"spec": {"name": "other", "task": task, "schedule": yearly}})
+    assert http.call("POST", f"/v1/jobs/{ids[3]}/pause")[0] == 200
+    browser.get(dev.http_url + "/")
+    browser.execute_script("localStorage.setItem('shardcron.owner', arguments[0])", owner)
+    browser.get(dev.http_url + "/#/jobs?q=bulk")
+    browser.refresh()
+    wait_for(browser, "#jobs-table", "bulk-19")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#jobs-table tr[data-job-id]")) == 20
+    assert "other" not in text_of(browser, "#jobs-table")
+    click(browser, By.ID, "next-page")
+    wait_for(browser, "#jobs-table", "bulk-20")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#jobs-table tr[data-job-id]")) == 1
+    shoot(browser, "jobs-page-2")
+    Select(browser.find_element(By.ID, "state-filter")).select_by_value("PAUSED")
+    wait_for(browser, f'tr[data-job-id="{ids[3]}"]', "PAUSED")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#jobs-table tr[data-job-id]")) == 1
+    shoot(browser, "jobs-paused")

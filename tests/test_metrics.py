@@ -1,0 +1,229 @@
+"""What a node and a worker export to Prometheus, and the README's table of it.
+
+The README's metrics table is compared with the registries themselves (names, types,
+labels, help texts), so it cannot drift from the code. The counting rules (one count
+per skipped fire, ``reason="NONE"`` for a success, no ``_created`` series) are checked
+on the real ``Metrics`` and the real ``RunKeeper``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from datetime import timedelta
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+import shardcron
+from shardcron.client.types import (
+    ConcurrencyPolicy,
+    HandlerTask,
+    JobSpec,
+    OverlapPolicy,
+    RunReason,
+    RunState,
+    Schedule,
+)
+from shardcron.coordinator.ids import utcnow
+from shardcron.coordinator.metrics import Metrics
+from shardcron.coordinator.poller import PollerConfig
+from shardcron.coordinator.poller.clock import SystemClock
+from shardcron.coordinator.poller.keeper import RunKeeper
+from shardcron.coordinator.poller.state import Phase, Slot
+from shardcron.coordinator.poller.turn import Turn
+from shardcron.worker import Worker
+from shardcron.worker.metrics import worker_registry
+from tests.support.store_builders import SHARDS, make_job, make_run
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+TABLE_START = "<!-- metrics table: checked by tests/test_metrics.py -->"
+TABLE_END = "<!-- end of metrics table -->"
+HISTOGRAM_LABELS = {"le", "quantile"}
+
+
+def families(registry: CollectorRegistry) -> dict[str, tuple[str, str, frozenset[str]]]:
+    """name -> (type, help, label names) of every family a scrape of ``registry`` shows.
+    Label names of a family with no series yet come from the metric object."""
+    out: dict[str, tuple[str, str, frozenset[str]]] = {}
+    declared: dict[str, tuple[str, ...]] = {}
+    for collector in list(registry._collector_to_names):  # noqa: SLF001
+        names = getattr(collector, "_labelnames", None)
+        if names is not None:
+            declared[collector._name] = tuple(names)  # noqa: SLF001
+    text = generate_latest(registry).decode()
+    for family in text_string_to_metric_families(text):
+        labels = {k for s in family.samples for k in s.labels} - HISTOGRAM_LABELS
+        labels |= set(declared.get(family.name, ()))
+        name = family.name + ("_total" if family.type == "counter" else "")
+        out[name] = (family.type, family.documentation, frozenset(labels))
+    return out
+
+
+Row = tuple[str, str, frozenset[str], str]  # type, help, labels, exported by
+
+
+def exported() -> dict[str, Row]:
+    """Every family a node or a worker exports, and which of them does (a dev node,
+    with its workers in process, exports both)."""
+    worker = Worker("127.0.0.1:1")
+    node_families = families(Metrics().registry)
+    worker_families = families(worker_registry(lambda: [worker]))
+    out: dict[str, Row] = {}
+    for name in node_families.keys() | worker_families.keys():
+        kind, meaning, labels = node_families.get(name) or worker_families[name]
+        by = [who for who, f in (("node", node_families), ("worker", worker_families)) if name in f]
+        out[name] = (kind, meaning, labels, ", ".join(by))
+    return out
+
+
+def readme_table() -> dict[str, Row]:
+    text = README.read_text()
+    assert TABLE_START in text and TABLE_END in text, "README has no metrics table"
+    body = text.split(TABLE_START, 1)[1].split(TABLE_END, 1)[0]
+    rows: dict[str, Row] = {}
+    for line in body.strip().splitlines()[2:]:  # after the header and its rule
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        name, kind, labels, by, meaning = (c.strip("`") for c in cells)
+        label_set = frozenset(x.strip(" `") for x in labels.split(",") if x.strip(" `"))
+        rows[name] = (kind, meaning, label_set, by)
+    return rows
+
+
+def table_markdown(rows: dict[str, Row]) -> str:
+    lines = ["| metric | type | labels | exported by | meaning |", "|---|---|---|---|---|"]
+    for name, (kind, meaning, labels, by) in sorted(rows.items()):
+        label_text = ", ".join(f"`{x}`" for x in sorted(labels))
+        lines.append(f"| `{name}` | {kind} | {label_text} | {by} | {meaning} |")
+    return "\n".join(lines)
+
+
+def test_the_readme_lists_every_metric_as_exported() -> None:
+    want = exported()
+    assert readme_table() == want, (
+        "README.md's metrics table differs from what is exported (python -m tests.test_metrics "
+        "rewrites it); the table should read:\n" + table_markdown(want)
+    )
+
+
+def test_no_created_series_are_exported() -> None:
+    metrics = Metrics()
+    metrics.runs_leased.inc()
+    metrics.schedule_lag.observe(0.1)
+    text = generate_latest(metrics.registry).decode()
+    assert "shardcron_runs_leased_total 1.0" in text
+    assert not re.search(r"^\w+_created[{ ]", text, re.M), text
+
+
+def test_build_info_names_the_version_and_python() -> None:
+    for registry in (Metrics().registry, worker_registry(lambda: [])):
+        info = [
+            s.labels
+            for f in text_string_to_metric_families(generate_latest(registry).decode())
+            for s in f.samples
+            if s.name == "shardcron_build_info"
+        ]
+        assert len(info) == 1
+        assert info[0]["version"] == shardcron.__version__
+        assert re.fullmatch(r"3\.\d+\.\d+.*", info[0]["python"])
+
+
+def test_a_success_is_counted_with_reason_none_and_its_duration() -> None:
+    metrics = Metrics()
+    job = make_job()
+    start = utcnow()
+    run = make_run(
+        job,
+        state=RunState.SUCCEEDED,
+        started_at=start,
+        ended_at=start + timedelta(seconds=2),
+    )
+    metrics.run_ended(run)
+    value = metrics.registry.get_sample_value
+    assert value("shardcron_runs_final_total", {"state": "SUCCEEDED", "reason": "NONE"}) == 1
+    assert value("shardcron_run_seconds_count", {"state": "SUCCEEDED"}) == 1
+    assert value("shardcron_run_seconds_sum", {"state": "SUCCEEDED"}) == 2
+
+
+def test_skipped_and_missed_are_counted_apart() -> None:
+    metrics = Metrics()
+    job = make_job()
+    metrics.run_ended(make_run(job, state=RunState.SKIPPED, reason=RunReason.PAUSED))
+    metrics.run_ended(make_run(job, state=RunState.MISSED, reason=RunReason.DEADLINE))
+    value = metrics.registry.get_sample_value
+    assert value("shardcron_fires_skipped_total", {"reason": "PAUSED"}) == 1
+    assert value("shardcron_fires_skipped_total", {"reason": "DEADLINE"}) is None
+    assert value("shardcron_fires_missed_total", {"reason": "DEADLINE"}) == 1
+    assert value("shardcron_run_seconds_count", {"state": "MISSED"}) is None
+
+
+def test_a_dead_letter_is_counted_by_reason_and_a_retried_failure_is_not() -> None:
+    metrics = Metrics()
+    job = make_job()
+    failed = make_run(job, state=RunState.FAILED, reason=RunReason.NON_ZERO_EXIT)
+    metrics.dead_lettered(failed)
+    metrics.dead_lettered(dataclasses.replace(failed, dead_letter=True))
+    value = metrics.registry.get_sample_value
+    assert value("shardcron_dead_letters_total", {"reason": "NON_ZERO_EXIT"}) == 1
+
+
+def test_an_overlap_skip_is_counted_once_regression() -> None:
+    """A fire skipped under FORBID (a run of its job still going) was counted twice in
+    shardcron_fires_skipped_total: once where the run ended, once more where admission
+    said SKIP."""
+    metrics = Metrics()
+    keeper = RunKeeper(
+        config=PollerConfig(), metrics=metrics, clock=SystemClock(), shard_count=SHARDS
+    )
+    spec = JobSpec(
+        name="every-minute",
+        task=HandlerTask(name="noop"),
+        schedule=Schedule.cron_expr("* * * * *"),
+        concurrency=ConcurrencyPolicy(overlap=OverlapPolicy.FORBID),
+    )
+    now = utcnow()
+    job = dataclasses.replace(make_job(spec=spec), schedule_version=1)
+    running = Slot(
+        run=make_run(job, due_at=now - timedelta(minutes=1), fire_key="a", schedule_version=1),
+        job=job,
+        phase=Phase.LEASED,
+    )
+    keeper.track(running)
+    keeper.admission.adopt(running)
+    due = make_run(job, due_at=now, fire_key="b", schedule_version=1)
+    keeper.cache_job(dataclasses.replace(job, next_fire_key="b", next_fire_at=now))
+    slot = Slot(run=due, job=job)
+    keeper.add_waiting(slot)
+    turn = Turn()
+    keeper.trigger(slot, now, turn)
+    assert turn.runs[due.id].state == RunState.SKIPPED
+    assert turn.runs[due.id].reason == RunReason.OVERLAP
+    value = metrics.registry.get_sample_value
+    assert value("shardcron_fires_skipped_total", {"reason": "OVERLAP"}) == 1
+    assert value("shardcron_runs_final_total", {"state": "SKIPPED", "reason": "OVERLAP"}) == 1
+
+
+def test_shard_lag_is_the_age_of_the_oldest_due_run_not_on_a_worker() -> None:
+    metrics = Metrics()
+    keeper = RunKeeper(
+        config=PollerConfig(), metrics=metrics, clock=SystemClock(), shard_count=SHARDS
+    )
+    job, now = make_job(), utcnow()
+    for phase, age, key in ((Phase.READY, 10, "a"), (Phase.LEASED, 60, "b")):
+        run = make_run(job, due_at=now - timedelta(seconds=age), fire_key=key)
+        keeper.track(Slot(run=run, job=job, phase=phase))
+    keeper.count_waiting([], now)
+    assert metrics.registry.get_sample_value("shardcron_shard_lag_seconds") == 10
+
+
+def write_readme_table() -> None:
+    """Rewrites README.md's metrics table from the registries (``python -m tests.test_metrics``)."""
+    text = README.read_text()
+    head, rest = text.split(TABLE_START, 1)
+    tail = rest.split(TABLE_END, 1)[1]
+    README.write_text(f"{head}{TABLE_START}\n{table_markdown(exported())}\n{TABLE_END}{tail}")
+
+
+if __name__ == "__main__":
+    write_readme_table()
