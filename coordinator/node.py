@@ -25,12 +25,13 @@ import grpc
 from shardcron.client.tls import ServerTls, check_listen
 from shardcron.coordinator.api import JobsApi
 from shardcron.coordinator.auth import AuthSource
+from shardcron.coordinator.auth.file_quotas import quota_guard
 from shardcron.coordinator.coordination import Coordination
 from shardcron.coordinator.http.server import HttpServer, start_http
 from shardcron.coordinator.http.services import Services
 from shardcron.coordinator.metrics import Metrics, TimedStore, serve_metrics
 from shardcron.coordinator.poller import Poller, PollerConfig
-from shardcron.coordinator.quotas import QuotaGuard, Quotas
+from shardcron.coordinator.quotas import Quotas
 from shardcron.coordinator.retention import RetentionSweeper, sweep_interval
 from shardcron.coordinator.router import ShardRouter
 from shardcron.coordinator.run_waits import RunEndings
@@ -132,7 +133,7 @@ class Node:
                 self.metrics,
                 endings=endings,
                 served_here=self.poller.owns if self.poller else lambda shard: False,
-                quotas=QuotaGuard(self.config.quotas, self.store.count_jobs),
+                quotas=quota_guard(self.auth, self.config.quotas, self.store.count_jobs),
             )
         self.server, self.port = build_server(
             self.config.listen,
@@ -151,6 +152,7 @@ class Node:
                 Services(
                     jobs=JobServiceServicer(self.api),
                     cluster=ClusterServiceServicer(self.coordination, self.router),
+                    auth=self.auth,
                 ),
             )
             self.http_port = self.http.port

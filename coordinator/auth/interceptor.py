@@ -11,7 +11,7 @@ starts inherit it.
 
 ``AuthSource`` holds the auth file's principals and reads the file again on
 ``reload()`` (SIGHUP): a file that fails to load is logged and the principals in
-force are kept. A node's own principals (``extra``: the token of ``dev``'s
+force are kept; one that loads is handed to the ``on_reload`` followers (the quotas). A node's own principals (``extra``: the token of ``dev``'s
 in-process workers) survive every reload. A call judged before a reload is not
 judged again, except the lease stream, which lasts for hours: its servicer asks its
 ``CallerWatch`` before it sends anything, and ends the stream of a principal a
@@ -51,6 +51,7 @@ class AuthSource:
         self._extra = tuple(extra)
         self.table = self._load()  # raises AuthFileError: a bad file at start is fatal
         self.generation = 0  # bumped by every reload that took effect
+        self._followers: list[Callable[[AuthTable], None]] = []
         log.info("auth file %s: %d principals", self.path, len(self.table.principals))
 
     def _load(self) -> AuthTable:
@@ -62,6 +63,10 @@ class AuthSource:
     def watch(self, caller: Caller) -> CallerWatch:
         return CallerWatch(self, caller)
 
+    def on_reload(self, follower: Callable[[AuthTable], None]) -> None:
+        """Calls ``follower`` with the new table after each reload that took effect."""
+        self._followers.append(follower)
+
     def reload(self) -> bool:
         """Reads the file again; True if its principals are now in force."""
         try:
@@ -72,6 +77,8 @@ class AuthSource:
         self.table = table
         self.generation += 1
         log.info("auth file %s reloaded: %d principals", self.path, len(table.principals))
+        for follower in self._followers:
+            follower(table)
         return True
 
 

@@ -14,10 +14,15 @@ parse, or a principal with a missing, unknown or ill-typed field, raises
 field. Names are unique, and so are token digests and certificate subjects: one
 credential is one principal. ``admin`` and ``node`` principals need no ``owners``
 (an admin acts for any owner; a node acts for none).
+
+The same file may hold the per-owner quotas, as ``[quota.default]`` and
+``[quota.owner."NAME"]`` tables (the form of ``coordinator.quotas``, checked the same
+way): ``AuthTable.quotas``, which a node puts in force over ``--quota-file``'s.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import tomllib
 from dataclasses import dataclass
@@ -25,6 +30,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from shardcron.client.errors import InvalidArgument
+from shardcron.coordinator.quotas import QuotaFileError, Quotas, quotas_from_toml
 from shardcron.coordinator.validation import validate_owner
 
 ANY_OWNER = "*"
@@ -65,10 +71,11 @@ class AuthTable:
 
     principals: tuple[Principal, ...]
     source: str = ""  # where they were read from, for log lines
+    quotas: Quotas | None = None  # the file's [quota.*] tables; None: it has none
 
     def with_principal(self, principal: Principal) -> AuthTable:
         """This table plus ``principal`` (a node's own, which no file reload removes)."""
-        return AuthTable(principals=(*self.principals, principal), source=self.source)
+        return dataclasses.replace(self, principals=(*self.principals, principal))
 
 
 class AuthFileError(Exception):
@@ -99,9 +106,15 @@ def parse_auth_file(text: str, *, source: str = "auth file") -> AuthTable:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise AuthFileError(f"{source}: not valid TOML: {e}") from None
-    unknown = sorted(set(data) - {"principal"})
+    unknown = sorted(set(data) - {"principal", "quota"})
     if unknown:
-        raise AuthFileError(f"{source}: unknown table or key {unknown[0]!r} (only [[principal]])")
+        raise AuthFileError(
+            f"{source}: unknown table or key {unknown[0]!r} (only [[principal]] and [quota.*])"
+        )
+    try:
+        quotas = quotas_from_toml(data) if "quota" in data else None
+    except QuotaFileError as e:
+        raise AuthFileError(f"{source}: {e}") from None
     entries = data.get("principal", [])
     if not isinstance(entries, list):
         raise AuthFileError(f"{source}: principal: must be an array of tables ([[principal]])")
@@ -111,7 +124,7 @@ def parse_auth_file(text: str, *, source: str = "auth file") -> AuthTable:
         where = f"{source} line {lines[i]}" if i < len(lines) else source
         principals.append(_principal(entry, f"{where}, principal[{i}]"))
     _check_unique(principals, source)
-    return AuthTable(principals=tuple(principals), source=source)
+    return AuthTable(principals=tuple(principals), source=source, quotas=quotas)
 
 
 def _principal(entry: object, where: str) -> Principal:

@@ -65,14 +65,19 @@ def bearer(name: str) -> tuple[tuple[str, str], ...]:
 
 
 @contextlib.asynccontextmanager
-async def auth_node(data: Path, names: list[str] | None = None) -> AsyncIterator[Node]:
+async def auth_node(
+    data: Path, names: list[str] | None = None, *, http: bool = False, more_toml: str = ""
+) -> AsyncIterator[Node]:
     """A started in-process node (every role, SQLite, port 0) whose auth file holds the
-    principals named (all by default); stopped on exit."""
+    principals named (all by default), then ``more_toml`` (quota tables); with ``http``
+    it serves the HTTP/JSON API too (port 0). Stopped on exit."""
     auth_file = data / "auth.toml"
-    auth_file.write_text(auth_file_text(names))
+    auth_file.write_text(auth_file_text(names) + more_toml)
     store = SqliteStore(data / "shardcron.db", shard_count=4)
     coordination = LocalCoordination(data, shard_count=4, node_id="n")
-    config = NodeConfig(listen="127.0.0.1:0", node_id="n")
+    config = NodeConfig(
+        listen="127.0.0.1:0", node_id="n", http_listen="127.0.0.1:0" if http else ""
+    )
     node = Node(store, coordination, config, auth=AuthSource(auth_file))
     await node.start()
     try:
