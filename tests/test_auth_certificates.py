@@ -1,116 +1,72 @@
-"""A principal named by its client certificate (``cert_subject``): over a real mTLS
-listener, the subject the handshake verified picks the principal, an unknown subject is
-UNAUTHENTICATED, and a bearer token still works on the same listener.
+"""A principal named by its client certificate (``cert_subject``): over a node's real
+mTLS listener, the subject the handshake verified picks the principal, an unknown
+subject is UNAUTHENTICATED, and a bearer token still works on the same listener.
 
-The certificates are made with the ``openssl`` command (skipped without it); the
-listener is added here to a node's gRPC server as the TLS flags will add it.
+The certificates come from the test CA (``tests.support.certs.Pki``), made at test time;
+the node serves with the TLS of ``NodeConfig.tls``, as ``--tls-cert --tls-key
+--tls-client-ca`` set it. (The order of a subject's parts is ``test_auth``'s.)
 """
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import grpc
 import pytest
 
 from shardcron.client.errors import ShardcronError
 from shardcron.client.sdk import AsyncClient
+from shardcron.client.tls import server_tls
 from shardcron.client.types import HandlerTask, JobSpec, Schedule
-from shardcron.coordinator.api import JobsApi
 from shardcron.coordinator.auth import AuthSource
 from shardcron.coordinator.coordination import LocalCoordination
-from shardcron.coordinator.metrics import Metrics
-from shardcron.coordinator.router import ShardRouter
-from shardcron.coordinator.service import build_server
+from shardcron.coordinator.node import Node, NodeConfig
 from shardcron.coordinator.sqlite.store import SqliteStore
 from tests.support.auth import TOKENS, auth_file_text
+from tests.support.certs import Pki
 
-pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
 SHARDS = 4
 SPEC = JobSpec(name="c", task=HandlerTask(name="noop"), schedule=Schedule.cron_expr("0 0 1 1 *"))
 
 
-def openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
-
-
-def make_certificates(d: Path) -> None:
-    """A CA, a server certificate for localhost, and client certificates for carol
-    (O=Example) and for a stranger, signed by the CA."""
-    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out",
-            "ca.crt", "-days", "1", "-subj", "/CN=test-ca", cwd=d)  # fmt: skip
-    (d / "san.cnf").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
-    for name, subject in (
-        ("server", "/CN=localhost"),
-        ("carol", "/O=Example/CN=carol"),
-        ("stranger", "/CN=stranger"),
-    ):
-        openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out",
-                f"{name}.csr", "-subj", subject, cwd=d)  # fmt: skip
-        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-                "-CAcreateserial", "-out", f"{name}.crt", "-days", "1", "-extfile", "san.cnf",
-                cwd=d)  # fmt: skip
-
-
 @pytest.fixture
-async def mtls_target(tmp_path: Path) -> AsyncIterator[tuple[str, Path]]:
-    make_certificates(tmp_path)
+async def mtls_node(tmp_path: Path) -> AsyncIterator[tuple[str, Pki]]:
+    pki = Pki(tmp_path / "pki")
     auth_file = tmp_path / "auth.toml"
     auth_file.write_text(
-        auth_file_text(["writer"])
-        + '\n[[principal]]\nname = "carol"\ncert_subject = "O=Example, CN=carol"\n'
+        auth_file_text(["writer"]) + '\n[[principal]]\nname = "carol"\ncert_subject = "CN=carol"\n'
         'role = "writer"\nowners = ["team-c"]\n'
     )
-    store = SqliteStore(tmp_path / "db", shard_count=SHARDS)
-    await store.open()
-    coordination = LocalCoordination(tmp_path, shard_count=SHARDS, node_id="n")
-    router = ShardRouter(coordination, None, SHARDS)
-    server, _ = build_server(
-        "127.0.0.1:0",
-        api=JobsApi(store, router, Metrics()),
-        poller=None,
-        coordination=coordination,
-        router=router,
+    tls = server_tls(pki.node.cert, pki.node.key, client_ca=pki.ca, ca=pki.ca)
+    node = Node(
+        SqliteStore(tmp_path / "db", shard_count=SHARDS),
+        LocalCoordination(tmp_path, shard_count=SHARDS, node_id="n"),
+        NodeConfig(listen="127.0.0.1:0", node_id="n", tls=tls),
         auth=AuthSource(auth_file),
     )
-    credentials = grpc.ssl_server_credentials(
-        [((tmp_path / "server.key").read_bytes(), (tmp_path / "server.crt").read_bytes())],
-        root_certificates=(tmp_path / "ca.crt").read_bytes(),
-        require_client_auth=True,
-    )
-    port = server.add_secure_port("127.0.0.1:0", credentials)
-    await server.start()
+    await node.start()
     try:
-        yield f"localhost:{port}", tmp_path
+        yield f"127.0.0.1:{node.port}", pki
     finally:
-        await server.stop(0)
-        await router.close()
-        await store.close()
+        await node.stop(0)
 
 
-def client_of(target: str, d: Path, name: str, **kw: object) -> AsyncClient:
-    credentials = grpc.ssl_channel_credentials(
-        (d / "ca.crt").read_bytes(),
-        (d / f"{name}.key").read_bytes(),
-        (d / f"{name}.crt").read_bytes(),
-    )
-    return AsyncClient(target, credentials=credentials, timeout=10, **kw)  # type: ignore[arg-type]
+def client_of(target: str, pki: Pki, name: str, **kw: object) -> AsyncClient:
+    tls = pki.client_tls(name)
+    return AsyncClient(target, tls_ca=tls.ca, tls_cert=tls.cert, tls_key=tls.key, timeout=10, **kw)  # type: ignore[arg-type]
 
 
 async def test_a_verified_certificate_subject_names_its_principal(
-    mtls_target: tuple[str, Path],
+    mtls_node: tuple[str, Pki],
 ) -> None:
-    target, d = mtls_target
-    async with client_of(target, d, "carol") as carol:
+    target, pki = mtls_node
+    async with client_of(target, pki, "carol") as carol:
         job = await carol.create_job(SPEC)
         assert job.owner == "team-c"  # carol's one owner, from her certificate
-    async with client_of(target, d, "stranger") as stranger:
+    async with client_of(target, pki, "stranger") as stranger:
         with pytest.raises(ShardcronError) as refused:
             await stranger.list_jobs()
         assert refused.value.code == "UNAUTHENTICATED"
     # a token on the same listener is judged by the token alone
-    async with client_of(target, d, "carol", token=TOKENS["writer"]) as writer:
+    async with client_of(target, pki, "carol", token=TOKENS["writer"]) as writer:
         assert (await writer.create_job(SPEC)).owner == "a"
