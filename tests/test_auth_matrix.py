@@ -21,6 +21,7 @@ import grpc
 import grpc.aio
 import pytest
 from google.protobuf import descriptor_pool
+from google.protobuf.duration_pb2 import Duration
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
@@ -168,6 +169,13 @@ CALLS: dict[str, tuple[dict[str, tuple[str, str]], Call]] = {
     "/shardcron.v1.JobService/CancelRun": (
         WRITE,
         lambda s, md, o: s.jobs.CancelRun(jobs_pb2.GetRunRequest(run_id=o.run_id), metadata=md),
+    ),
+    "/shardcron.v1.JobService/WaitRun": (
+        READ,
+        lambda s, md, o: s.jobs.WaitRun(
+            jobs_pb2.WaitRunRequest(run_id=o.run_id, timeout=Duration(nanos=50_000_000)),
+            metadata=md,
+        ),
     ),
     "/shardcron.v1.JobService/ReadRunOutput": (
         READ,

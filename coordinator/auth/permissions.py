@@ -77,6 +77,7 @@ METHOD_ACCESS: dict[str, Access] = {
         "PreviewFires",
         "ListRuns",
         "GetRun",
+        "WaitRun",
         "ReadRunOutput",
         "ListDeadLetters",
     ),
