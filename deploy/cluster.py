@@ -103,14 +103,17 @@ def spawn(name: str, cmd: list[str], state: Path, env: dict[str, str] | None = N
 
 def client_env(state: Path) -> dict[str, str]:
     """The variables that make the CLI and SDK connect to the cluster as its user: the
-    client certificate and the admin token."""
+    client certificate and the admin token (once ``up`` has made the tokens)."""
     tls = state / "tls"
-    return {
+    env = {
         "SHARDCRON_TLS_CA": str(tls / "ca.crt"),
         "SHARDCRON_TLS_CERT": str(tls / "client.crt"),
         "SHARDCRON_TLS_KEY": str(tls / "client.key"),
-        "SHARDCRON_TOKEN": json.loads((state / "tokens.json").read_text())["admin"],
     }
+    tokens = state / "tokens.json"
+    if tokens.exists():
+        env["SHARDCRON_TOKEN"] = json.loads(tokens.read_text())["admin"]
+    return env
 
 
 def node_tls_args(tls: Path) -> list[str]:
