@@ -158,3 +158,13 @@ def test_make_cluster_writes_tokens_its_auth_file_accepts(tmp_path) -> None:  # 
     assert worker.worker_pool is None  # the cluster's workers take every owner's runs
     assert authorize(table, GET_JOB, {**bearer_of("admin"), "x-shardcron-owner": "x"}).owner == "x"
     assert write_tokens(tmp_path) == tokens
+
+
+def test_wait_run_is_a_read_regression() -> None:
+    """WaitRun came with the merge of main and was in no row of the permission table,
+    so a node with an auth file refused it to every role."""
+    wait_run = "/shardcron.v1.JobService/WaitRun"
+    for name in ("reader", "writer", "admin"):
+        assert authorize(TABLE, wait_run, as_(name, "a")).owner == "a"
+    with pytest.raises(PermissionDenied):
+        authorize(TABLE, wait_run, as_("worker"))
