@@ -3,11 +3,16 @@ and its peers, one after the other in the same run, and writes the report.
 
 Systems run one at a time (never side by side: they would share the two cores), each
 workload on a fresh instance. ``--quick`` uses job counts that finish in minutes;
-the default counts are BENCHMARKS.md's.
+the default counts are BENCHMARKS.md's (``bench.workloads``). A system that fails, to
+start mostly, is tried once more and then reported as failed; the others still run.
+Every runner module has ``run(workloads, n, out_dir, *, plan)`` returning ``Result``s
+(workloads it cannot express are left out) and ``CONFIGS`` (workload -> configuration
+names), which names the entries of a system that failed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import shutil
 import sys
@@ -17,30 +22,54 @@ from pathlib import Path
 import click
 
 from bench import report
-from bench.common import Result
+from bench.outcomes import Result, failed_results, twice
+from bench.workloads import FULL, QUICK, WORKLOADS, Plan
 
 SYSTEMS = {
     "shardcron": "bench.systems.shardcron_embedded",
     "shardcron-cluster": "bench.systems.shardcron_cluster",
-    "celery": "bench.systems.celery_redis",
+    "celery": "bench.systems.celery_peer",
     "temporal": "bench.systems.temporal",
 }
-WORKLOADS = ("W1", "W2")
-FULL = {"W1": 100_000, "W2": 50_000}
-QUICK = {"W1": 10_000, "W2": 5_000}
 # The Temporal dev server runs about 10 jobs/s here: its counts are capped so a run
 # ends in minutes; its figures are rates and percentiles, comparable all the same.
-CAP = {"temporal": 300}
+CAPS = {"temporal": {"W1": 300, "W2": 300, "W6": 300}}
 
 
-def _counts(quick: bool, overrides: tuple[str, ...]) -> dict[str, int]:
-    counts = dict(QUICK if quick else FULL)
+def _plan(quick: bool, overrides: tuple[str, ...]) -> Plan:
+    base = QUICK if quick else FULL
+    counts = dict(base.n)
     for item in overrides:
         workload, _, value = item.partition("=")
-        if workload not in WORKLOADS or not value.isdigit() or int(value) < 1:
-            raise click.BadParameter(f"{item!r}: expected W1=N or W2=N, N >= 1", param_hint="--n")
+        if workload not in counts or not value.isdigit() or int(value) < 1:
+            raise click.BadParameter(
+                f"{item!r}: expected one of {sorted(counts)}=N, N >= 1", param_hint="--n"
+            )
         counts[workload] = int(value)
-    return counts
+    return dataclasses.replace(base, n=counts)
+
+
+def _run_system(key: str, wanted: list[str], plan: Plan, scratch: Path) -> list[Result]:
+    """One system's workloads; a system that fails (to start, mostly) is tried once more,
+    then reported as failed, so the other systems' figures are still written."""
+    module = importlib.import_module(SYSTEMS[key])
+    capped = dataclasses.replace(plan, caps=CAPS.get(key, {}))
+    n = {w: capped.jobs(w, capped=True) for w in capped.n}
+    tries = iter(range(2))
+
+    def attempt() -> list[Result]:
+        return list(module.run(wanted, n, scratch / f"{key}-{next(tries)}", plan=capped))
+
+    def retry(number: int, error: Exception) -> None:
+        then = "trying once more" if number == 1 else "reported as failed"
+        click.echo(f"[bench]   {key} failed ({error!r}); {then}", err=True)
+
+    results, error = twice(attempt, retry)
+    if results is None:
+        return failed_results(key, module.CONFIGS, n, wanted, repr(error))
+    for r in results:
+        r.key = key
+    return results
 
 
 @click.command()
@@ -52,11 +81,11 @@ def _counts(quick: bool, overrides: tuple[str, ...]) -> dict[str, int]:
 )
 @click.option(
     "--workloads",
-    default="W1,W2",
+    default="W1,W2,W3,W4,W6",
     show_default=True,
-    help="Comma-separated: W1 (burst), W2 (storm).",
+    help="Comma-separated: W1 (burst), W2 (storm), W3 (steady), W4 (cron fleet), W6 (commands).",
 )
-@click.option("--quick", is_flag=True, help=f"Smaller job counts: {QUICK}.")
+@click.option("--quick", is_flag=True, help=f"Smaller workloads: {QUICK}.")
 @click.option("--n", "overrides", multiple=True, help="A job count, e.g. --n W1=50000.")
 @click.option("--repeat", default=1, show_default=True, type=click.IntRange(1, 9))
 @click.option(
@@ -84,17 +113,15 @@ def main(
     wanted = [w.strip() for w in workloads.split(",") if w.strip()]
     if not wanted or any(w not in WORKLOADS for w in wanted):
         raise click.BadParameter(f"expected some of {list(WORKLOADS)}", param_hint="--workloads")
-    counts = _counts(quick, overrides)
+    plan = _plan(quick, overrides)
     started = report.now()
     results: list[Result] = []
     scratch = Path(tempfile.mkdtemp(prefix="shardcron-bench-"))
     try:
         for round_ in range(repeat):
             for system in chosen:
-                module = importlib.import_module(SYSTEMS[system])
-                n = {w: min(c, CAP.get(system, c)) for w, c in counts.items()}
-                click.echo(f"[bench] round {round_ + 1}/{repeat}: {system} {wanted} {n}", err=True)
-                for r in module.run(wanted, n, scratch / f"{system}-{round_}"):
+                click.echo(f"[bench] round {round_ + 1}/{repeat}: {system} {wanted}", err=True)
+                for r in _run_system(system, wanted, plan, scratch / str(round_)):
                     click.echo(f"[bench]   {r.system} {r.workload}: {_summary(r)}", err=True)
                     results.append(r)
     finally:
@@ -105,6 +132,14 @@ def main(
 
 
 def _summary(r: Result) -> str:
+    if r.failed:
+        return f"failed: {r.failed}"
+    if r.workload == "W3":
+        lag = ", ".join(f"{k} {v:.3f}s" for k, v in r.lag.items())
+        return f"{r.rate:,.0f}/s offered: {r.completed}/{r.n} ended; lag {lag}; {r.notes}"
+    if r.workload == "W4":
+        lag = ", ".join(f"{k} {v:.3f}s" for k, v in r.lag.items())
+        return f"{r.completed}/{r.n} fired, missed {r.missed}, dup {r.duplicates}; error {lag}"
     if r.workload == "W2":
         lag = ", ".join(f"{k} {v:.3f}s" for k, v in r.lag.items())
         return f"{r.completed}/{r.n} ended; lag {lag}; {r.notes}"

@@ -17,11 +17,12 @@ import subprocess
 import time
 import urllib.request
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
+
+from bench.outcomes import Result as Result  # re-exported: the runners import it from here
 
 
 def metric_total(urls: Iterable[str], name: str) -> float:
@@ -57,21 +58,6 @@ def wait_ended(
             break
         time.sleep(poll)
     return done, at
-
-
-@dataclass(slots=True)
-class Result:
-    system: str  # e.g. "shardcron (embedded)", "celery+redis prefork x2, prefetch 1"
-    workload: str  # "W1", "W2", ...
-    n: int  # jobs
-    config: str = ""  # how the system was configured, one line
-    submit_rate: float | None = None  # acknowledged submits per second
-    e2e_rate: float | None = None  # jobs completed per second, first submit to last completion
-    drain_s: float | None = None  # last acknowledged submit to last completion
-    lag: dict[str, float] = field(default_factory=dict)  # start lag (s): p50, p95, p99, max
-    cpu_per_1000: dict[str, float] = field(default_factory=dict)  # role -> CPU-s per 1000 jobs
-    completed: int = 0  # jobs seen completed (== n unless something was lost or timed out)
-    notes: str = ""
 
 
 def percentiles(values: Sequence[float]) -> dict[str, float]:

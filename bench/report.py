@@ -1,5 +1,7 @@
 """The run's report: a Markdown table per workload, ratios against the peers of the
-same run, and PNG plots, under ``bench/results/``.
+same run, PNG plots, and the same figures as JSON (``bench.outcomes.entries``: stable
+names for scripts), under ``bench/results/<stamp>.{md,json}``. A system that failed
+twice is named with its error; the others' figures are written all the same.
 
 With several repetitions, each figure is the median of its runs and the table says
 the spread (min-max) beside it: the machines are shared and noisy, so a single
@@ -8,8 +10,8 @@ figure means little and a ratio taken across runs means less.
 
 from __future__ import annotations
 
+import json
 import platform
-import statistics
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -17,7 +19,8 @@ from pathlib import Path
 
 import psutil
 
-from bench.common import Result
+from bench.outcomes import Result, entries, spread
+from bench.workloads import highest_held
 
 OURS = "shardcron"
 
@@ -25,10 +28,8 @@ OURS = "shardcron"
 def _median(
     results: Sequence[Result], get: Callable[[Result], float | None]
 ) -> tuple[float, float, float] | None:
-    values = [v for v in (get(r) for r in results) if v is not None]
-    if not values:
-        return None
-    return statistics.median(values), min(values), max(values)
+    s = spread(get(r) for r in results if not r.failed)
+    return None if s is None else (s.median, s.low, s.high)
 
 
 def _fmt(m: tuple[float, float, float] | None, unit: str = "", digits: int = 0) -> str:
@@ -83,7 +84,15 @@ def markdown(results: Sequence[Result], started: datetime, repeat: int) -> str:
     for workload, runs in group(results).items():
         lines.append(f"## {workload}")
         lines.append("")
-        if workload == "W2":
+        failed = {s: rs[0].failed for s, rs in runs.items() if all(r.failed for r in rs)}
+        runs = {s: rs for s, rs in runs.items() if s not in failed}
+        ratio: list[str] = []
+        label = ""
+        if workload == "W3":
+            lines += _w3_table(runs)
+        elif workload == "W4":
+            lines += _w4_table(runs)
+        elif workload == "W2":
             lines.append(
                 "| system | jobs | ended | start lag p50 | p95 | p99 | max | all done after T | CPU-s / 1000 jobs |"
             )
@@ -117,6 +126,8 @@ def markdown(results: Sequence[Result], started: datetime, repeat: int) -> str:
             label = "end-to-end jobs/s, higher is better"
         if ratio:
             lines += ["", f"Ratios ({label}):", *ratio]
+        for system, why in failed.items():
+            lines.append(f"- **{system}: failed** (tried twice): {why}")
         lines += ["", "CPU-s per 1000 jobs by process (median):", ""]
         for system, rs in runs.items():
             roles = sorted({k for r in rs for k in r.cpu_per_1000})
@@ -131,6 +142,50 @@ def markdown(results: Sequence[Result], started: datetime, repeat: int) -> str:
             lines.append(f"- **{system}**: {rs[0].config}" + (f". {notes}" if notes else ""))
         lines.append("")
     return "\n".join(lines)
+
+
+def _w3_table(runs: dict[str, list[Result]]) -> list[str]:
+    lines = [
+        "| system | offered jobs/s | jobs | ended | start lag p50 | p95 | p99 | max | CPU-s / 1000 jobs |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    held_lines = []
+    for system, rs in runs.items():
+        by_rate: dict[float, list[Result]] = {}
+        for r in rs:
+            by_rate.setdefault(r.rate or 0.0, []).append(r)
+        summary = {}
+        for rate, at in sorted(by_rate.items()):
+            lag = [_median(at, lambda r, k=k: r.lag.get(k)) for k in ("p50", "p95", "p99", "max")]
+            ended = min(r.completed for r in at)
+            summary[rate] = (lag[2][0] if lag[2] else None, ended, at[0].n)
+            lines.append(
+                f"| {system} | {rate:,.0f} | {at[0].n:,} | {ended:,} | "
+                + " | ".join(_fmt(m, " s", 3) for m in lag)
+                + f" | {_fmt(_median(at, lambda r: r.cpu_per_1000.get('total')), '', 2)} |"
+            )
+        best = highest_held(summary)
+        shown = "none" if best is None else f"{best:,.0f} jobs/s"
+        held_lines.append(f"- {system}: highest rate held with p99 < 1 s: **{shown}**")
+    return [*lines, "", *held_lines]
+
+
+def _w4_table(runs: dict[str, list[Result]]) -> list[str]:
+    lines = [
+        "| system | fires expected | fired | missed | duplicate | error p50 | p95 | p99 | max "
+        "| CPU-s / 1000 fires |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for system, rs in runs.items():
+        lag = [_median(rs, lambda r, k=k: r.lag.get(k)) for k in ("p50", "p95", "p99", "max")]
+        missed = max(r.missed or 0 for r in rs)
+        dup = max(r.duplicates or 0 for r in rs)
+        lines.append(
+            f"| {system} | {rs[0].n:,} | {min(r.completed for r in rs):,} | {missed:,} | {dup:,} | "
+            + " | ".join(_fmt(m, " s", 3) for m in lag)
+            + f" | {_fmt(_median(rs, lambda r: r.cpu_per_1000.get('total')), '', 2)} |"
+        )
+    return lines
 
 
 def plots(results: Sequence[Result], out: Path) -> list[Path]:
@@ -185,6 +240,7 @@ def write(results: Sequence[Result], results_dir: Path, started: datetime, repea
     if made:
         text += "\n" + "\n".join(f"![{p.stem}]({p.name})" for p in made) + "\n"
     path.write_text(text)
+    stem.with_suffix(".json").write_text(json.dumps(entries(results), indent=1) + "\n")
     return path
 
 

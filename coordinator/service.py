@@ -29,7 +29,7 @@ from grpc_reflection.v1alpha import reflection
 from shardcron.client import codec, limits
 from shardcron.client.codec.common import get_duration, get_time
 from shardcron.client.errors import InvalidArgument, ShardcronError
-from shardcron.client.types import DEFAULT_OWNER, ClusterStatus, Page, ShardInfo, WorkerInfo
+from shardcron.client.types import DEFAULT_OWNER, ClusterStatus, Job, Page, ShardInfo, WorkerInfo
 from shardcron.coordinator.api import JobsApi
 from shardcron.coordinator.audit import ANONYMOUS, AuditInterceptor
 from shardcron.coordinator.auth import AuthInterceptor, AuthSource, current_caller
@@ -73,6 +73,11 @@ MAX_MESSAGE_BYTES = 4 << 20
 # server-set fields (id, state, versions, three times, next fire key, the anchor of an
 # interval) and framing; tests/e2e/test_limits.py checks it bounds the real reply.
 JOB_REPLY_OVERHEAD = 320
+ID_REPLY_OVERHEAD = 160  # a CreateJobResponse with the job's id alone, at most
+
+
+def _job_id_only(job: Job) -> types_pb2.Job:
+    return types_pb2.Job(id=job.id)
 
 
 def owner_of(context: grpc.aio.ServicerContext) -> str:
@@ -170,7 +175,10 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
         ]
         if not items:
             raise InvalidArgument("jobs", "must not be empty")
-        reply = request.ByteSize() + len(items) * (JOB_REPLY_OVERHEAD + len(owner))
+        if request.ids_only:
+            reply = len(items) * ID_REPLY_OVERHEAD
+        else:
+            reply = request.ByteSize() + len(items) * (JOB_REPLY_OVERHEAD + len(owner))
         if reply > PAGE_BYTES:  # refused before any write: never acknowledge less than written
             raise InvalidArgument(
                 "jobs",
@@ -178,10 +186,9 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
                 " send fewer or smaller jobs per call",
             )
         results = await self.api.create_jobs(owner, items)
+        encode = _job_id_only if request.ids_only else codec.job_to_proto
         return jobs_pb2.CreateJobsResponse(
-            jobs=[
-                jobs_pb2.CreateJobResponse(job=codec.job_to_proto(j), created=c) for j, c in results
-            ]
+            jobs=[jobs_pb2.CreateJobResponse(job=encode(j), created=c) for j, c in results]
         )
 
     @rpc

@@ -36,6 +36,7 @@ from shardcron.coordinator.poller.turn import Turn
 from shardcron.worker import Worker
 from shardcron.worker.metrics import worker_registry
 from tests.support.store_builders import SHARDS, make_job, make_run
+from tests.test_poller_admission import worker
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 TABLE_START = "<!-- metrics table: checked by tests/test_metrics.py -->"
@@ -188,6 +189,7 @@ def test_an_overlap_skip_is_counted_once_regression() -> None:
         run=make_run(job, due_at=now - timedelta(minutes=1), fire_key="a", schedule_version=1),
         job=job,
         phase=Phase.LEASED,
+        worker=worker("w1"),  # claimed by its worker: the run really goes
     )
     keeper.track(running)
     keeper.admission.adopt(running)

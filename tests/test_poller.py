@@ -521,6 +521,9 @@ async def test_a_forbid_fire_is_not_skipped_for_a_taken_over_run_nobody_claims(
         worker_id="w-gone",
         lease_token=(1 << 32) | 1,
         lease_expires_at=taken - timedelta(seconds=1),
+        # due within the recheck window whatever the second of the minute, so the
+        # re-read finds it (the poller's first scan ran before it was written)
+        due_at=max(prev.at, taken - timedelta(seconds=5)),
     )
     fire = fires.make_run(job, nxt, shard_count=SHARDS, now=taken)
     await store.create_jobs([NewJob(job=job)])
@@ -537,3 +540,26 @@ async def test_a_forbid_fire_is_not_skipped_for_a_taken_over_run_nobody_claims(
     assert (await stored(store, fire)()).state == RunState.PENDING
     retry = fires.retry_run(job, ended, now=ended.ended_at or taken)
     assert retry is None
+
+
+async def test_a_hinted_run_due_past_the_loaded_window_is_held_not_read_back(
+    store: SqliteStore, poller: Poller, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    read: list[str] = []
+    get_runs = store.get_runs
+
+    async def counting_get_runs(run_ids):  # type: ignore[no-untyped-def]
+        read.extend(run_ids)
+        return await get_runs(run_ids)
+
+    monkeypatch.setattr(store, "get_runs", counting_get_runs)
+    await rescan(poller, clock)  # every shard loaded up to now + lookahead
+    due_in = PollerConfig().lookahead * 6
+    run = await _with_deadline(store, timedelta(minutes=5), due_in, clock.now())
+    poller.runs_created([run], list((await store.get_jobs([run.job_id])).values()))
+    await turns_until(lambda: poller.phase_of(run.id) == Phase.WAITING, poller)
+    await clock.move(due_in - TICK)  # scans pass over its due time: it is known
+    await rescan(poller, clock)
+    assert run.id not in read, "the scan read back a run its hint had given"
+    await clock.move_to(run.due_at)
+    await turns_until(lambda: poller.phase_of(run.id) == Phase.READY, poller)

@@ -99,6 +99,19 @@ def test_a_success_resets_the_streak_and_a_cancel_leaves_it() -> None:
     assert follow_up(j, ended(j, RunState.CANCELLED), T0, current=j, runs_left=1).progress == {}
 
 
+def test_a_retry_dropped_for_a_later_fire_counts_in_the_streak_regression() -> None:
+    """A per-second cron failing with retries: each retry is dropped (SKIPPED, MISFIRE)
+    as the next fire comes due first, so no attempt ever ran out and the job was never
+    paused after its failures."""
+    j = job(pause_after_failures=2)
+    current = dataclasses.replace(j, consecutive_failures=1)
+    dropped = ended(j, RunState.SKIPPED, RunReason.MISFIRE, attempt=2)
+    out = follow_up(j, dropped, T0, current=current, runs_left=1)
+    assert out.progress["consecutive_failures"] == 2 and out.progress["state"] == JobState.PAUSED
+    fresh_skip = ended(j, RunState.SKIPPED, RunReason.MISFIRE, attempt=1)
+    assert follow_up(j, fresh_skip, T0, current=current, runs_left=1).progress == {}
+
+
 def test_a_one_off_job_completes_with_its_run() -> None:
     j = job(Schedule.immediate())
     out = follow_up(j, ended(j, RunState.SUCCEEDED), T0, current=j, runs_left=0)

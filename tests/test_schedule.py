@@ -543,3 +543,17 @@ def test_parse_duration_errors(text):
 def test_format_duration_round_trips(d, text):
     assert format_duration(d) == text
     assert parse_duration(text) == d
+
+
+def test_a_fleet_on_one_cron_shares_the_next_fire_it_asks_for():
+    # thousands of jobs on one expression come due together; croniter runs once
+    after = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
+    first = next_fire(Schedule.cron_expr("* * * * *"), after)
+    again = next_fire(Schedule.cron_expr("* * * * *"), after)
+    assert first is again
+    assert first is not None and first.at == after + timedelta(minutes=1)
+    # the same instant in another zone names the same fire
+    assert (
+        next_fire(Schedule.cron_expr("* * * * *"), after.astimezone(ZoneInfo("Asia/Tokyo")))
+        == first
+    )

@@ -1,4 +1,6 @@
-"""Celery + Redis, the usual Python peer: W1 (burst) and W2 (due storm).
+"""Celery + Redis, the usual Python peer: W1 (burst), W2 (due storm) and W6 (``true``
+commands: each task runs it with ``subprocess.run``). ``celery_peer`` runs every
+variant on every workload; W3 and W4 are in ``celery_timed``.
 
 Every (variant, workload) run gets its own redis-server (a free port, no persistence,
 a temporary directory under ``out_dir``) and its own ``celery worker``, both stopped
@@ -75,22 +77,38 @@ RESERVED_PORTS = (
 class Variant:
     system: str  # Result.system
     slug: str  # names the run's log directory
+    config_id: str  # Result.config_id, the JSON's "config"
     prefetch: int | None  # worker_prefetch_multiplier; None keeps Celery's default (4)
     chunk: int | None = None  # jobs per chunk task; None: one task per job
-    workloads: tuple[str, ...] = ("W1", "W2")
+    workloads: tuple[str, ...] = ("W1", "W2", "W3", "W6")
 
 
 VARIANTS = (
-    Variant("celery+redis, prefork x2, prefetch 1", "prefetch1", prefetch=1),
-    Variant("celery+redis, prefork x2, default prefetch", "prefetch-default", prefetch=None),
+    Variant(
+        "celery+redis, prefork x2, prefetch 1",
+        "prefetch1",
+        "celery-prefetch1",
+        prefetch=1,
+        workloads=("W1", "W2", "W3", "W4", "W6"),
+    ),
+    Variant(
+        "celery+redis, prefork x2, default prefetch",
+        "prefetch-default",
+        "celery-default",
+        prefetch=None,
+    ),
     Variant(
         "celery+redis, chunks(100), prefork x2, prefetch 1",
         "chunks100",
+        "celery-chunks100",
         prefetch=1,
         chunk=100,
         workloads=("W1",),
     ),
 )
+CONFIGS = {
+    w: [v.config_id for v in VARIANTS if w in v.workloads] for w in ("W1", "W2", "W3", "W4", "W6")
+}
 
 
 @dataclass(slots=True)
@@ -127,30 +145,6 @@ def missing_requirements() -> list[str]:
         if importlib.util.find_spec(module) is None:
             missing.append(f"Python package {pin} (pip install '{pin}')")
     return missing
-
-
-def run(workloads: list[str], n: dict[str, int], out_dir: Path) -> list[Result]:
-    """Run W1 and W2 (others are ignored) for every variant; one Result per run."""
-    wanted = [w for w in workloads if w in ("W1", "W2")]
-    if not wanted:
-        return []
-    if missing := missing_requirements():
-        raise RuntimeError("celery+redis peer cannot run, missing: " + "; ".join(missing))
-    out_dir = out_dir / "celery_redis"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    results: list[Result] = []
-    for variant in VARIANTS:
-        w1_submit_rate: float | None = None
-        for workload in (w for w in wanted if w in variant.workloads):
-            log_dir = out_dir / f"{variant.slug}-{workload}"
-            with servers(variant, out_dir, log_dir) as srv:
-                if workload == "W1":
-                    result = run_w1(variant, srv, n[workload])
-                    w1_submit_rate = result.submit_rate
-                else:
-                    result = run_w2(variant, srv, n[workload], w1_submit_rate)
-            results.append(result)
-    return results
 
 
 # --- servers -------------------------------------------------------------------------
@@ -250,26 +244,31 @@ def redis_server_version() -> str:
 # --- workloads -----------------------------------------------------------------------
 
 
-def measure(variant: Variant, srv: Servers, n: int, eta: float | None) -> tuple[Any, Any, Any]:
+def measure(
+    variant: Variant, srv: Servers, n: int, eta: float | None, task: str = "bench.noop"
+) -> tuple[Any, Any, Any]:
     """Submits ``n`` tasks and waits for them, CPU metered over exactly that span;
     returns (submission, outcome, CPU seconds by role)."""
     deadline = time.monotonic() + TIMEOUT_S
     meter = cpu_meter(srv)
     meter.start()
-    sub = submit(srv.app, variant, n, eta=eta, deadline=deadline)
+    sub = submit(srv.app, variant, n, eta=eta, deadline=deadline, task_name=task)
     stopped_early = wait_counted(srv, len(sub.ids), deadline)
     cpu = meter.stop()
     return sub, read_outcome(srv.app, sub.ids, variant, stopped_early), cpu
 
 
-def run_w1(variant: Variant, srv: Servers, n: int) -> Result:
-    sub, out, cpu = measure(variant, srv, n, None)
+def run_w1(variant: Variant, srv: Servers, n: int, workload: str = "W1") -> Result:
+    """W1 (no-op tasks) or W6 (each task runs the `true` command)."""
+    from bench.systems.celery_tasks import NOOP, TRUE
+
+    sub, out, cpu = measure(variant, srv, n, None, TRUE if workload == "W6" else NOOP)
 
     result = Result(
         system=variant.system,
-        workload="W1",
+        workload=workload,
         n=n,
-        config=config_line(variant, srv, "W1"),
+        config=config_line(variant, srv, workload),
         completed=len(out.starts),
         cpu_per_1000=per_1000(cpu, n),
     )
@@ -315,11 +314,16 @@ def cpu_meter(srv: Servers) -> CpuMeter:
     )
 
 
-def submit(app: Celery, variant: Variant, n: int, eta: float | None, deadline: float) -> Submitted:
+def submit(
+    app: Celery,
+    variant: Variant,
+    n: int,
+    eta: float | None,
+    deadline: float,
+    task_name: str = "bench.noop",
+) -> Submitted:
     """Submit ``n`` jobs, stopping early (with what was sent) if the deadline passes."""
-    from bench.systems.celery_tasks import NOOP
-
-    task = app.tasks[NOOP]
+    task = app.tasks[task_name]
     options: dict[str, Any] = {}
     if eta is not None:
         options["eta"] = datetime.fromtimestamp(eta, tz=UTC)
@@ -384,6 +388,12 @@ def config_line(variant: Variant, srv: Servers, workload: str) -> str:
         jobs = "one task per job, apply_async in a loop on one producer"
     if workload == "W2":
         jobs += ", eta=T"
+    if workload == "W3":
+        jobs += ", eta = submit + 0-5 s, submitted on a timetable"
+    if workload == "W4":
+        jobs = "celery beat (crontab(), one entry per job) sending bench.fire(i)"
+    if workload == "W6":
+        jobs += "; the task runs `true` with subprocess.run"
     return (
         f"celery {celery.__version__}, redis-server {srv.redis_version} (save '', appendonly no, "
         f"pubsub output buffer unlimited) as broker (db {BROKER_DB}) and result backend "
@@ -408,6 +418,8 @@ def notes(sub: Submitted, n: int, out: Outcome) -> str:
 
 if __name__ == "__main__":
     from dataclasses import asdict
+
+    from bench.systems.celery_peer import run
 
     for res in run(["W1", "W2"], {"W1": 2000, "W2": 2000}, Path("/tmp/bench-celery")):
         print(asdict(res))

@@ -103,6 +103,7 @@ def _w1(out_dir: Path, n: int) -> Result:
         system="shardcron (ZooKeeper + Cassandra)",
         workload="W1",
         n=n,
+        config_id="zookeeper-cassandra",
         config=f"`make cluster` layout: ZooKeeper, 1 Cassandra node (heap 512M), {NODES} nodes, "
         f"{WORKERS} workers x {SLOTS} slots; CreateJobs x {BATCH} jobs, {IN_FLIGHT} calls in "
         "flight over the three api nodes",
@@ -116,5 +117,10 @@ def _w1(out_dir: Path, n: int) -> Result:
     )
 
 
-def run(workloads: list[str], n: dict[str, int], out_dir: Path) -> list[Result]:
+CONFIGS = {"W1": ["zookeeper-cassandra"]}
+
+
+def run(
+    workloads: list[str], n: dict[str, int], out_dir: Path, *, plan: object = None
+) -> list[Result]:
     return [_w1(out_dir, n["W1"])] if "W1" in workloads else []

@@ -15,6 +15,8 @@ the scheduler is measured, not process start-up.
   were due.
 - The node runs api, poller and store in one process; workers are separate
   processes (``shardcron worker``), so the two cores are both used.
+- W6 is W1 with ``true`` as a command job, on a worker that runs commands; W3 and W4
+  (open-loop arrivals, the cron fleet) are in ``shardcron_timed``.
 """
 
 from __future__ import annotations
@@ -39,20 +41,26 @@ from bench.common import (
     wait_port,
     wait_until_metric,
 )
+from bench.systems import shardcron_timed
+from bench.workloads import QUICK, Plan
 from shardcron.client import AsyncClient
-from shardcron.client.types import HandlerTask, JobSpec, Schedule
+from shardcron.client.types import CommandTask, HandlerTask, JobSpec, Schedule
 
 BATCH = 1000  # jobs per CreateJobs call
 IN_FLIGHT = 4  # CreateJobs calls at once
 POLL = 0.05  # seconds between scrapes of the completion counter
 WORKERS = 1  # worker processes
-SLOTS = 256  # slots per worker: no-op runs are short, slots only bound what is in flight
+# Slots per worker: a no-op run holds one for microseconds, so slots only bound what
+# is in flight; with 256, a storm of 2,000 runs (W2, W4's fleet) was leased in eight
+# rounds of a commit each and started 0.7 s late at the median, with 2,048 in one.
+SLOTS = 2048
+COMMAND_SLOTS = 64  # W6: slots per worker for `true` commands (each a child process)
 TIMEOUT = 600.0  # seconds a workload may take
 STORM_LEAD = 5.0  # W2: the storm instant is this long after the estimated end of submits
 
 
 class _Node:
-    def __init__(self, out_dir: Path, name: str) -> None:
+    def __init__(self, out_dir: Path, name: str, *, commands: bool = False) -> None:
         self.dir = out_dir / name
         self.port, self.metrics_port = free_port(), free_port()
         self.target = f"127.0.0.1:{self.port}"
@@ -75,8 +83,8 @@ class _Node:
                     "--id",
                     f"bench-w{i}",
                     "--slots",
-                    str(SLOTS),
-                    "--no-commands",
+                    str(COMMAND_SLOTS if commands else SLOTS),
+                    *([] if commands else ["--no-commands"]),
                     "--log-level",
                     "warning",
                 ],
@@ -115,12 +123,12 @@ class _Node:
 
 
 async def submit(
-    targets: Sequence[str], specs: list[JobSpec], in_flight: int, *, token: str | None = None
+    targets: Sequence[str], specs: list[JobSpec], in_flight: int
 ) -> tuple[float, float]:
     """Submits every spec in ``BATCH``-job CreateJobs calls, ``in_flight`` at once, the
-    k-th call to ``targets[k % len(targets)]`` (with ``token`` for nodes with an auth
-    file); returns (first call sent, last acked)."""
-    clients = [AsyncClient(t, owner="bench", timeout=120, token=token) for t in targets]
+    k-th call to ``targets[k % len(targets)]`` (as ``SHARDCRON_TOKEN``'s principal, if
+    set); returns (first call sent, last acked)."""
+    clients = [AsyncClient(t, owner="bench", timeout=120) for t in targets]
     queue: asyncio.Queue[tuple[int, list[JobSpec]]] = asyncio.Queue()
     for k, i in enumerate(range(0, len(specs), BATCH)):
         queue.put_nowait((k, specs[i : i + BATCH]))
@@ -128,7 +136,7 @@ async def submit(
     async def caller() -> None:
         while not queue.empty():
             k, batch = queue.get_nowait()
-            await clients[k % len(clients)].create_jobs(batch)
+            await clients[k % len(clients)].create_job_ids(batch)
 
     try:
         first = time.time()
@@ -139,9 +147,13 @@ async def submit(
             await c.close()
 
 
-def _config() -> str:
+SYSTEM = "shardcron (embedded)"
+CONFIGS = {w: ["embedded"] for w in ("W1", "W2", "W3", "W4", "W6")}
+
+
+def _config(slots: int = SLOTS) -> str:
     return (
-        f"`shardcron dev` (api, poller, SQLite WAL) + {WORKERS} worker process x {SLOTS} slots; "
+        f"`shardcron dev` (api, poller, SQLite WAL) + {WORKERS} worker process x {slots} slots; "
         f"submits: CreateJobs x {BATCH} jobs, {IN_FLIGHT} calls in flight"
     )
 
@@ -158,9 +170,12 @@ def _measure(
     return first, last_ack, done, last_done, meter.stop()
 
 
-def _w1(out_dir: Path, n: int) -> Result:
-    node = _Node(out_dir, "w1")
-    spec = JobSpec(name="w1", task=HandlerTask(name="noop"))
+def _burst(out_dir: Path, n: int, workload: str) -> Result:
+    """W1 (no-op handler jobs) or W6 (`true` commands): ``n`` immediate jobs."""
+    commands = workload == "W6"
+    node = _Node(out_dir, workload.lower(), commands=commands)
+    task = CommandTask(argv=("true",)) if commands else HandlerTask(name="noop")
+    spec = JobSpec(name=workload.lower(), task=task)
     try:
         node.start()
         node.wait_workers()
@@ -168,10 +183,11 @@ def _w1(out_dir: Path, n: int) -> Result:
     finally:
         node.stop()
     return Result(
-        system="shardcron (embedded)",
-        workload="W1",
+        system=SYSTEM,
+        workload=workload,
         n=n,
-        config=_config(),
+        config=_config(COMMAND_SLOTS if commands else SLOTS),
+        config_id="embedded",
         submit_rate=n / max(last_ack - first, 1e-9),
         e2e_rate=done / max(last_done - first, 1e-9),
         drain_s=max(0.0, last_done - last_ack),
@@ -201,10 +217,11 @@ def _w2(out_dir: Path, n: int) -> Result:
     if done < n:
         notes += f"; timed out, {done} of {n} ended"
     return Result(
-        system="shardcron (embedded)",
+        system=SYSTEM,
         workload="W2",
         n=n,
         config=_config(),
+        config_id="embedded",
         submit_rate=n / max(last_ack - first, 1e-9),
         drain_s=max(0.0, last_done - at.timestamp()),
         lag=percentiles(lags),
@@ -225,12 +242,19 @@ def _start_lags(db: Path) -> list[float]:
     return [r[0] / 1e6 for r in rows]
 
 
-def run(workloads: list[str], n: dict[str, int], out_dir: Path) -> list[Result]:
+def run(
+    workloads: list[str], n: dict[str, int], out_dir: Path, *, plan: Plan = QUICK
+) -> list[Result]:
     results = []
-    if "W1" in workloads:
-        results.append(_w1(out_dir, n["W1"]))
-    if "W2" in workloads:
-        results.append(_w2(out_dir, n["W2"]))
+    for workload in workloads:
+        if workload in ("W1", "W6"):
+            results.append(_burst(out_dir, n[workload], workload))
+        elif workload == "W2":
+            results.append(_w2(out_dir, n["W2"]))
+        elif workload == "W3":
+            results += shardcron_timed.w3(_Node(out_dir, "w3"), plan)
+        elif workload == "W4":
+            results.append(shardcron_timed.w4(_Node(out_dir, "w4"), plan.jobs("W4"), plan))
     return results
 
 

@@ -3,8 +3,8 @@
 Each job is one ``NoopJob`` workflow whose only step is one ``noop_job`` activity; the
 activity returns its own start time (``time.time()``), which the workflow returns as its
 result, so the client learns when every job's handler ran without any side channel.
-Delayed jobs (W2) are started with ``start_delay``, Temporal's own way to schedule a
-workflow for later.
+Delayed jobs (W2, W3) are started with ``start_delay``, Temporal's own way to schedule
+a workflow for later; W3 stops at the first rate not held.
 
 Choices, and why:
 
@@ -62,8 +62,12 @@ from temporalio.client import Client
 from temporalio.worker import PollerBehaviorAutoscaling, Worker
 
 from bench.common import CpuMeter, Proc, Result, free_port, per_1000, percentiles, wait_port
+from bench.workloads import QUICK, Plan, arrivals, due_batches, held
 
 SYSTEM = "temporal dev server"
+CONFIGS = {"W1": ["dev-server"], "W2": ["dev-server"], "W3": ["dev-server"]}
+W3_TICK_S = 0.02  # between submit rounds
+W3_SETTLE_S = 30.0  # a rate's jobs may end this long after its last arrival
 TASK_QUEUE = "bench"
 START_CONCURRENCY = 100  # start_workflow calls in flight
 WAIT_CONCURRENCY = 1000  # result() long polls in flight
@@ -280,6 +284,7 @@ def _common_notes(out: _Outcome, n: int, timeout_s: float) -> list[str]:
 
 def _w1_result(out: _Outcome, n: int, config: str, timeout_s: float) -> Result:
     res = Result(system=SYSTEM, workload="W1", n=n, config=config, completed=len(out.done))
+    res.config_id = "dev-server"
     notes = _common_notes(out, n, timeout_s)
     if out.acks:
         last_ack = max(out.acks)
@@ -297,6 +302,7 @@ def _w1_result(out: _Outcome, n: int, config: str, timeout_s: float) -> Result:
 
 def _w2_result(out: _Outcome, n: int, due_at: float, config: str, timeout_s: float) -> Result:
     res = Result(system=SYSTEM, workload="W2", n=n, config=config, completed=len(out.done))
+    res.config_id = "dev-server"
     notes = _common_notes(out, n, timeout_s)
     notes.append("lag = activity start - T; start_delay = T - now, computed per start")
     res.lag = percentiles([started - due_at for _, started in out.done])
@@ -325,18 +331,85 @@ async def _drive(
     config: str,
     submit_rate: float | None,
     timeout_s: float,
-) -> Result:
+    plan: Plan,
+) -> list[Result]:
     client = await Client.connect(address)
     await _wait_for_pollers(client, TASK_QUEUE, worker.alive, worker.log)
     meter = _Meter(server.pid, worker.pid)
     prefix = f"{workload}-{uuid.uuid4().hex[:8]}"
+    if workload == "W3":
+        return await _w3(client, prefix, meter, config, plan)
     if workload == "W1":
         out = await _run_jobs(client, n, prefix, None, timeout_s, meter)
-        return _w1_result(out, n, config, timeout_s)
+        return [_w1_result(out, n, config, timeout_s)]
     rate = submit_rate or W2_DEFAULT_SUBMIT_RATE
     due_at = time.time() + n / rate + W2_MARGIN_S
     out = await _run_jobs(client, n, prefix, due_at, timeout_s, meter)
-    return _w2_result(out, n, due_at, config, timeout_s)
+    return [_w2_result(out, n, due_at, config, timeout_s)]
+
+
+async def _w3_rate(
+    client: Client, rate: int, seconds: float, prefix: str, meter: _Meter, config: str
+) -> Result:
+    """W3 at one rate: workflows started on the arrival timetable, each with
+    ``start_delay`` until its due instant, never waiting for one start before the next."""
+    schedule = arrivals(rate, seconds)
+    lags: list[float] = []
+    acks: list[float] = []
+
+    async def job(i: int, due: float) -> None:
+        delay = due - time.time()
+        handle = await client.start_workflow(
+            NoopJob.run,
+            id=f"{prefix}-{rate}-{i}",
+            task_queue=TASK_QUEUE,
+            start_delay=timedelta(seconds=delay) if delay > 0 else None,
+        )
+        acks.append(time.time())
+        lags.append(await handle.result() - due)
+
+    meter.start()
+    start, sent, tasks = time.time(), 0, []
+    while sent < len(schedule):
+        batch, now_sent = due_batches(schedule, time.time() - start, sent)
+        tasks += [
+            asyncio.create_task(job(sent + k, start + due)) for k, (_, due) in enumerate(batch)
+        ]
+        sent = now_sent
+        await asyncio.sleep(W3_TICK_S)
+    _, pending = await asyncio.wait(
+        tasks, timeout=max(0.0, start + seconds + W3_SETTLE_S - time.time())
+    )
+    cpu = meter.stop()
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    return Result(
+        system=SYSTEM,
+        workload="W3",
+        n=len(schedule),
+        rate=float(rate),
+        config=config,
+        config_id="dev-server",
+        submit_rate=len(acks) / max((max(acks) if acks else start) - start, 1e-9),
+        lag=percentiles(lags),
+        cpu_per_1000=per_1000(cpu, len(schedule)),
+        completed=len(lags),
+        notes=f"lag = activity start - due instant; {len(pending)} not done "
+        f"{W3_SETTLE_S:.0f}s after the last arrival",
+    )
+
+
+async def _w3(client: Client, prefix: str, meter: _Meter, config: str, plan: Plan) -> list[Result]:
+    """Each rate in turn, up to the first one not held (a higher one would not be
+    either, and each takes minutes at this server's pace)."""
+    results = []
+    for rate in plan.w3_rates:
+        r = await _w3_rate(client, rate, plan.w3_seconds, prefix, meter, config)
+        results.append(r)
+        if not held(r.lag.get("p99"), r.completed, r.n):
+            break
+    return results
 
 
 def _run_workload(
@@ -347,7 +420,8 @@ def _run_workload(
     config: str,
     submit_rate: float | None,
     timeout_s: float,
-) -> Result:
+    plan: Plan,
+) -> list[Result]:
     port = free_port()
     address = f"127.0.0.1:{port}"
     server = Proc(
@@ -389,7 +463,7 @@ def _run_workload(
         wait_port(port, timeout=READY_TIMEOUT_S)
         worker.start()
         return asyncio.run(
-            _drive(workload, n, address, server, worker, config, submit_rate, timeout_s)
+            _drive(workload, n, address, server, worker, config, submit_rate, timeout_s, plan)
         )
     finally:
         worker.stop()
@@ -401,22 +475,26 @@ def run(
     n: dict[str, int],
     out_dir: Path,
     *,
+    plan: Plan = QUICK,
     timeout_s: float = WORKLOAD_TIMEOUT_S,
 ) -> list[Result]:
-    """Run the requested workloads among W1 and W2 (others are ignored), each on a fresh
-    dev server and worker, and return one ``Result`` per workload run."""
+    """Run the requested workloads among W1, W2 and W3 (others are ignored), each on a
+    fresh dev server and worker, and return one ``Result`` per workload run (W3: per
+    rate)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     binary = temporal_binary()
     config = _config(_temporal_version(binary))
     results: list[Result] = []
     submit_rate: float | None = None  # W1's, to place W2's due instant
     for workload in workloads:
-        if workload not in ("W1", "W2"):
+        if workload not in CONFIGS:
             continue
-        res = _run_workload(workload, n[workload], out_dir, binary, config, submit_rate, timeout_s)
-        if workload == "W1" and res.submit_rate:
-            submit_rate = res.submit_rate
-        results.append(res)
+        runs = _run_workload(
+            workload, n.get(workload, 0), out_dir, binary, config, submit_rate, timeout_s, plan
+        )
+        if workload == "W1" and runs[0].submit_rate:
+            submit_rate = runs[0].submit_rate
+        results += runs
     return results
 
 

@@ -144,6 +144,13 @@ class AsyncClient:
             await self._call(self._channels.jobs_for_create(specs, self._jobs).CreateJobs, req)
         )
 
+    async def create_job_ids(self, specs: Sequence[JobSpecArg]) -> list[str]:
+        """See ``Client.create_job_ids``."""
+        req = messages.create_jobs_request(specs, ids_only=True)
+        return messages.created_job_ids(
+            await self._call(self._channels.jobs_for_create(specs, self._jobs).CreateJobs, req)
+        )
+
     async def get_job(self, job_id: str) -> Job:
         return job_from_proto(await self._call(self._jobs.GetJob, messages.get_job_request(job_id)))
 

@@ -47,15 +47,22 @@ def created_job(resp: jobs_pb2.CreateJobResponse) -> tuple[Job, bool]:
     return job_from_proto(resp.job), resp.created
 
 
-def create_jobs_request(specs: Sequence[JobSpecArg]) -> jobs_pb2.CreateJobsRequest:
+def create_jobs_request(
+    specs: Sequence[JobSpecArg], *, ids_only: bool = False
+) -> jobs_pb2.CreateJobsRequest:
     items = [(s, "") if isinstance(s, JobSpec) else s for s in specs]
     return jobs_pb2.CreateJobsRequest(
-        jobs=[create_job_request(s, key, f"jobs[{i}]") for i, (s, key) in enumerate(items)]
+        jobs=[create_job_request(s, key, f"jobs[{i}]") for i, (s, key) in enumerate(items)],
+        ids_only=ids_only,
     )
 
 
 def created_jobs(resp: jobs_pb2.CreateJobsResponse) -> list[Job]:
     return [job_from_proto(r.job, f"jobs[{i}].job") for i, r in enumerate(resp.jobs)]
+
+
+def created_job_ids(resp: jobs_pb2.CreateJobsResponse) -> list[str]:
+    return [r.job.id for r in resp.jobs]
 
 
 def get_job_request(job_id: str) -> jobs_pb2.GetJobRequest:

@@ -1,6 +1,7 @@
 """Cassandra requests from asyncio: one statement, its pages, concurrent chunks, batches.
 
-A request runs with at most ``max_concurrency`` in flight per store. Every statement
+A request runs with at most ``max_concurrency`` in flight per store and caller: the
+poller's requests have a limit of their own (``store_lanes``). Every statement
 but a lightweight transaction (LWT) is idempotent here (upserts of whole values,
 reads), so a timeout or a missing replica is retried after a short backoff (a read
 a few times, a plain write for a few seconds of trouble); an LWT is never retried:
@@ -20,6 +21,7 @@ from cassandra import Unavailable as CassandraUnavailable
 from cassandra.cluster import Session
 from cassandra.query import BatchStatement, BatchType, BoundStatement, PreparedStatement
 
+from shardcron.coordinator.store_lanes import Lanes
 from shardcron.coordinator.store_rules import resolve_future
 
 T = TypeVar("T")
@@ -59,7 +61,7 @@ class Cql:
         self.max_concurrency = max_concurrency
         self.ps: dict[str, PreparedStatement] = {}
         self._session: Session | None = None
-        self._sem: asyncio.Semaphore | None = None
+        self._lanes: Lanes | None = None
         self._lwt: list[PreparedStatement] = []
 
     def attach(
@@ -67,7 +69,7 @@ class Cql:
     ) -> None:
         self.ps = prepared
         self._lwt = [prepared[name] for name in lwt]
-        self._sem = asyncio.Semaphore(self.max_concurrency)  # bound to a loop on first use
+        self._lanes = Lanes(self.max_concurrency)  # bound to a loop on first use
         self._session = session
 
     def detach(self) -> None:
@@ -97,11 +99,11 @@ class Cql:
         raise AssertionError("unreachable")
 
     async def _exec_once(self, stmt: Any, params: Any, paging_state: bytes | None) -> Result:
-        session, sem = self._session, self._sem
-        if session is None or sem is None:
+        session, lanes = self._session, self._lanes
+        if session is None or lanes is None:
             raise RuntimeError("CassandraStore is not open")
         loop = asyncio.get_running_loop()
-        async with sem:
+        async with lanes.current():
             future: asyncio.Future[Result] = loop.create_future()
             rf = session.execute_async(stmt, params, paging_state=paging_state)
 

@@ -18,6 +18,8 @@ class PollerConfig:
     lease_ttl: timedelta = timedelta(seconds=10)
     heartbeat_interval: timedelta = timedelta(seconds=3)
     lookahead: timedelta = timedelta(seconds=5)  # load runs this far ahead of due
+    # A created run due within this is held from its hint, even past the loaded edge.
+    hint_horizon: timedelta = timedelta(minutes=1)
     scan_interval: timedelta = timedelta(seconds=1)
     # Also re-read the recent past of the due index this often, for runs whose
     # creation hint never arrived (api on another node). None: hints are reliable.

@@ -57,6 +57,13 @@ class Ending:
     progress: dict[str, Any] = field(default_factory=dict)  # the job's progress changes
 
 
+def dropped_retry(run: Run) -> bool:
+    """A retry skipped because a later fire of its job came due first (``fires.retry_misfired``):
+    its fire failed and is not tried again, so it counts in the failure streak as a failed
+    run would (a per-second cron whose retries never run still pauses after its failures)."""
+    return run.state == RunState.SKIPPED and run.reason == RunReason.MISFIRE and run.attempt > 1
+
+
 def follow_up(job: Job, final: Run, now: datetime, *, current: Job, runs_left: int) -> Ending:
     """Retries, dead letters, failure streaks, auto-pause and completion after ``final``
     ended. ``job`` is the copy the run was triggered with; ``current`` the newest copy
@@ -69,7 +76,7 @@ def follow_up(job: Job, final: Run, now: datetime, *, current: Job, runs_left: i
         final = dataclasses.replace(final, dead_letter=True)
     out = Ending(final=final)
     job = current
-    if final.state in _COUNTED:
+    if final.state in _COUNTED or dropped_retry(final):
         streak = 0 if final.state == RunState.SUCCEEDED else job.consecutive_failures + 1
         if streak != job.consecutive_failures:
             job = dataclasses.replace(job, consecutive_failures=streak)

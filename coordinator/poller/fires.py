@@ -106,6 +106,9 @@ def first_fire(job: Job, *, now: datetime, shard_count: int) -> tuple[Fire | Non
 def _next_runnable(
     job: Job, *, after: datetime, now: datetime, shard_count: int
 ) -> tuple[Fire | None, list[Run]]:
+    first = next_fire(job.spec.schedule, after)  # remembered: shared by a fleet
+    if first is None or first.skip_reason == RunReason.NONE:
+        return first, []
     skips: list[Run] = []
     for fire in iter_fires(job.spec.schedule, after):
         if fire.skip_reason == RunReason.NONE:

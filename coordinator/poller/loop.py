@@ -65,6 +65,7 @@ from shardcron.coordinator.poller.streams import WorkerStreams
 from shardcron.coordinator.poller.turn import Turn
 from shardcron.coordinator.poller.windows import ShardWindows
 from shardcron.coordinator.store import JobStore
+from shardcron.coordinator.store_lanes import mark_poller
 
 log = logging.getLogger("shardcron.poller")
 
@@ -179,6 +180,7 @@ class Poller:
         self._streams.close_all()
 
     async def _loop(self) -> None:
+        mark_poller()  # its store calls never queue behind the api's (store_lanes)
         while not self._stopping:
             try:
                 await self._turn()
@@ -384,8 +386,15 @@ class Poller:
             or run.state != RunState.PENDING
         ):
             return
-        if run.due_at >= (self._windows.loaded_until(run.shard) or now):
+        edge = self._windows.loaded_until(run.shard)
+        if run.due_at >= (edge or now) and (
+            edge is None  # the shard's first scan will load it
+            or run.due_at >= saturating_add(now, self.config.hint_horizon)
+            or len(self._runs.slots) >= self.config.max_loaded
+        ):
             return  # the scan will load it in time
+        # held now, also beyond the loaded edge: the scan then skips it (known) instead
+        # of reading it and its job back from the store
         self._runs.add_waiting(Slot(run=run))
 
     # --- loading -----------------------------------------------------------------

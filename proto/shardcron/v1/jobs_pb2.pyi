@@ -28,10 +28,12 @@ class CreateJobResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[_types_pb2.Job, _Mapping]] = ..., created: _Optional[bool] = ...) -> None: ...
 
 class CreateJobsRequest(_message.Message):
-    __slots__ = ("jobs",)
+    __slots__ = ("jobs", "ids_only")
     JOBS_FIELD_NUMBER: _ClassVar[int]
+    IDS_ONLY_FIELD_NUMBER: _ClassVar[int]
     jobs: _containers.RepeatedCompositeFieldContainer[CreateJobRequest]
-    def __init__(self, jobs: _Optional[_Iterable[_Union[CreateJobRequest, _Mapping]]] = ...) -> None: ...
+    ids_only: bool
+    def __init__(self, jobs: _Optional[_Iterable[_Union[CreateJobRequest, _Mapping]]] = ..., ids_only: _Optional[bool] = ...) -> None: ...
 
 class CreateJobsResponse(_message.Message):
     __slots__ = ("jobs",)

@@ -1,0 +1,88 @@
+"""The workloads of BENCHMARKS.md as plain numbers (``Plan``), and the pure parts every
+system's runner shares: W3's open-loop arrival schedule and W4's expected fires.
+
+Standard library only: the tests import it without the peers.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+WORKLOADS = ("W1", "W2", "W3", "W4", "W6")
+W3_SPREAD_S = 5.0  # W3: each job is due 0 to this many seconds after it is submitted
+W3_HELD_P99_S = 1.0  # W3: a rate is held when start lag p99 stays under this
+W4_CRON = "* * * * *"  # W4: every minute, on the minute (UTC)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Plan:
+    """How big each workload is: jobs for W1, W2, W4 (cron jobs) and W6; for W3 the
+    offered rates and how long each is held; for W4 how many minutes are watched."""
+
+    n: dict[str, int]
+    w3_rates: tuple[int, ...]
+    w3_seconds: float
+    w4_minutes: int
+    caps: dict[str, int] = field(default_factory=dict)  # jobs, at most, for a slow peer
+
+    def jobs(self, workload: str, capped: bool = False) -> int:
+        n = self.n[workload]
+        return min(n, self.caps.get(workload, n)) if capped else n
+
+
+FULL = Plan(
+    n={"W1": 100_000, "W2": 50_000, "W4": 10_000, "W6": 10_000},
+    w3_rates=(100, 1_000, 5_000, 10_000),
+    w3_seconds=60.0,
+    w4_minutes=5,
+)
+QUICK = Plan(
+    n={"W1": 10_000, "W2": 5_000, "W4": 2_000, "W6": 10_000},
+    w3_rates=(100, 1_000),
+    w3_seconds=10.0,
+    w4_minutes=2,
+)
+
+
+def arrivals(rate: float, seconds: float, seed: int = 0) -> list[tuple[float, float]]:
+    """W3's open-loop schedule: (submit offset, due offset) in seconds from the start,
+    ``rate`` jobs per second evenly spaced for ``seconds``, each due 0 to
+    ``W3_SPREAD_S`` after its submit (uniform, seeded so runs compare)."""
+    rng = random.Random(seed)
+    count = int(rate * seconds)
+    return [(i / rate, i / rate + rng.uniform(0.0, W3_SPREAD_S)) for i in range(count)]
+
+
+def due_batches(
+    schedule: list[tuple[float, float]], elapsed: float, sent: int
+) -> tuple[list[tuple[float, float]], int]:
+    """The arrivals whose submit offset has come by ``elapsed``, beyond the ``sent``
+    first ones: (what to send now, how many are sent after it)."""
+    end = sent
+    while end < len(schedule) and schedule[end][0] <= elapsed:
+        end += 1
+    return schedule[sent:end], end
+
+
+def minute_marks(start: float, minutes: int) -> list[float]:
+    """W4's expected fires of an every-minute cron: the first ``minutes`` whole minutes
+    (epoch seconds) strictly after ``start``."""
+    first = (int(start) // 60 + 1) * 60
+    return [float(first + 60 * i) for i in range(minutes)]
+
+
+def held(lag_p99: float | None, ended: int, jobs: int) -> bool:
+    """W3: a rate is held when every job ran and start lag p99 stayed under 1 s."""
+    return lag_p99 is not None and lag_p99 < W3_HELD_P99_S and ended >= jobs
+
+
+def highest_held(by_rate: dict[float, tuple[float | None, int, int]]) -> float | None:
+    """The highest rate held (rate -> (lag p99, ended, jobs)), None if none was: a rate
+    counts only if every lower rate measured was held too."""
+    best = None
+    for rate in sorted(by_rate):
+        if not held(*by_rate[rate]):
+            break
+        best = rate
+    return best

@@ -1,0 +1,125 @@
+"""The benchmark harness's pure parts: the JSON entries, medians with spread, a peer
+tried once more before it is reported failed, W3's timetable and W4's minutes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench.outcomes import ENTRY_FIELDS, Result, entries, failed_results, spread, twice
+from bench.workloads import arrivals, due_batches, highest_held, minute_marks
+
+
+def _w1(rate: float, cpu: float, completed: int = 100, config_id: str = "celery-prefetch1"):
+    return Result(
+        system="celery+redis, prefork x2, prefetch 1",
+        workload="W1",
+        n=100,
+        key="celery",
+        config_id=config_id,
+        e2e_rate=rate,
+        submit_rate=rate * 2,
+        cpu_per_1000={"workers": cpu, "total": cpu},
+        completed=completed,
+    )
+
+
+def test_entries_have_exactly_the_issue_fields_and_fold_repeats_into_medians() -> None:
+    got = entries([_w1(10.0, 1.0), _w1(30.0, 3.0, completed=99), _w1(20.0, 2.0)])
+    assert len(got) == 1
+    [entry] = json.loads(json.dumps(got))
+    assert tuple(entry) == ENTRY_FIELDS
+    assert entry["system"] == "celery" and entry["config"] == "celery-prefetch1"
+    assert entry["workload"] == "W1" and entry["jobs"] == 100
+    assert entry["ended"] == 99  # the fewest any repetition saw end
+    assert entry["e2e_per_s"] == 20.0 and entry["submit_per_s"] == 40.0
+    assert entry["cpu_s_per_1000"] == 2.0
+    assert entry["lag_p99_s"] is None  # not measured in W1: null
+
+
+def test_one_entry_per_configuration_and_per_w3_rate() -> None:
+    results = [_w1(1.0, 1.0), _w1(2.0, 1.0, config_id="celery-chunks100")]
+    for rate in (100.0, 1000.0):
+        results.append(Result(system="s", workload="W3", n=10, key="shardcron", rate=rate))
+    got = entries(results)
+    assert [(e["config"], e["workload"]) for e in got] == [
+        ("celery-prefetch1", "W1"),
+        ("celery-chunks100", "W1"),
+        ("", "W3"),
+        ("", "W3"),
+    ]
+
+
+def test_a_failed_system_has_an_entry_per_configuration_with_null_figures() -> None:
+    configs = {"W1": ["celery-prefetch1", "celery-chunks100"], "W2": ["celery-prefetch1"]}
+    failed = failed_results("celery", configs, {"W1": 10, "W2": 5}, ["W1"], "no redis")
+    got = entries(failed)
+    assert [e["config"] for e in got] == ["celery-prefetch1", "celery-chunks100"]
+    assert all(e["ended"] == 0 and e["e2e_per_s"] is None for e in got)
+
+
+def test_spread_is_median_min_max_of_the_values_present() -> None:
+    s = spread([3.0, None, 1.0, 2.0, 10.0])
+    assert s is not None and (s.median, s.low, s.high) == (2.5, 1.0, 10.0)
+    assert spread([None]) is None
+
+
+def test_a_peer_that_fails_once_is_tried_again() -> None:
+    calls, failures = [], []
+
+    def attempt() -> str:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("Frontend is not healthy yet")
+        return "figures"
+
+    value, error = twice(attempt, lambda n, e: failures.append((n, str(e))))
+    assert (value, error) == ("figures", None)
+    assert failures == [(1, "Frontend is not healthy yet")]
+
+
+def test_a_peer_that_fails_twice_is_reported_not_raised() -> None:
+    failures = []
+
+    def attempt() -> str:
+        raise TimeoutError(f"attempt {len(failures) + 1}")
+
+    value, error = twice(attempt, lambda n, e: failures.append(n))
+    assert value is None and str(error) == "attempt 2"
+    assert failures == [1, 2]
+
+
+def test_arrivals_are_evenly_spaced_and_due_within_five_seconds() -> None:
+    plan = arrivals(100, 2.0, seed=1)
+    assert len(plan) == 200
+    assert plan[1][0] == pytest.approx(0.01)
+    assert all(0.0 <= due - submit <= 5.0 for submit, due in plan)
+    assert arrivals(100, 2.0, seed=1) == plan  # seeded: runs compare
+
+
+def test_due_batches_take_what_has_come_due_once() -> None:
+    plan = [(0.0, 1.0), (0.5, 1.0), (1.0, 2.0)]
+    batch, sent = due_batches(plan, 0.6, 0)
+    assert (len(batch), sent) == (2, 2)
+    batch, sent = due_batches(plan, 0.7, sent)
+    assert (batch, sent) == ([], 2)
+    assert due_batches(plan, 5.0, sent) == ([(1.0, 2.0)], 3)
+
+
+def test_minute_marks_are_the_whole_minutes_after_start() -> None:
+    assert minute_marks(119.5, 2) == [120.0, 180.0]
+    assert minute_marks(120.0, 1) == [180.0]  # strictly after
+
+
+def test_highest_held_rate_stops_at_the_first_rate_not_held() -> None:
+    by_rate = {100: (0.01, 10, 10), 1000: (2.0, 100, 100), 5000: (0.5, 500, 500)}
+    assert highest_held(by_rate) == 100
+    assert highest_held({100: (0.01, 9, 10)}) is None  # a job that never ran
+    assert highest_held({100: (None, 0, 10)}) is None
+
+
+def test_a_failed_w3_has_an_entry_though_w3_has_no_job_count() -> None:
+    failed = failed_results("temporal", {"W3": ["dev-server"]}, {"W1": 10}, ["W3"], "down")
+    [entry] = entries(failed)
+    assert (entry["workload"], entry["jobs"], entry["lag_p99_s"]) == ("W3", 0, None)
