@@ -1,9 +1,9 @@
 """The ``shardcron`` group: its options, its error exits and its command groups.
 
 The root options (``root_options``: ``--target``, ``--owner``, ``--token``, ``--json``,
-``--utc``, ``--timeout``) and the TLS flags (``--tls-ca``, ``--tls-cert``, ``--tls-key``,
-before the subcommand) become the ``CliState`` every command reads; all root options but
-``--timeout`` may also come after the subcommand. ``--target`` may name several api nodes
+``--utc``, ``--timeout``) and the TLS flags (``--tls-ca``, ``--tls-cert``, ``--tls-key``)
+become the ``CliState`` every command reads; all but ``--timeout`` may also come after
+the subcommand. ``--target`` may name several api nodes
 (``host1:7400,host2:7400``), which the client fails over among. A ``ShardcronError``
 raised by any subcommand (those added from outside too) prints ``error: CODE: message``
 on stderr, or with ``--json`` one JSON document there (``{"error": {"code", "message",
@@ -95,7 +95,8 @@ def cli(
 ) -> None:
     """shardcron: a distributed job scheduler.
 
-    --target, --owner, --token, --json and --utc may also come after the subcommand.
+    --target, --owner, --token, --json, --utc and the --tls-* flags may also come
+    after the subcommand.
     \f
     An ``obj`` given to ``cli.main`` that is callable replaces ``Client`` as the client
     factory (tests pass a fake).

@@ -31,6 +31,10 @@ class CliState:
     connect: Callable[..., Client] = Client
     token: str = ""
     tls: ClientTls = ClientTls()
+    # TLS files given after the subcommand, each replacing its own in ``tls``
+    late_tls_ca: str | None = None
+    late_tls_cert: str | None = None
+    late_tls_key: str | None = None
     _client: Client | None = None
 
     def client(self) -> Client:
@@ -41,9 +45,9 @@ class CliState:
             credentials.update(
                 (f"tls_{name}", value)
                 for name, value in (
-                    ("ca", self.tls.ca),
-                    ("cert", self.tls.cert),
-                    ("key", self.tls.key),
+                    ("ca", self.late_tls_ca or self.tls.ca),
+                    ("cert", self.late_tls_cert or self.tls.cert),
+                    ("key", self.late_tls_key or self.tls.key),
                 )
                 if value is not None
             )
