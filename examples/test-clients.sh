@@ -9,7 +9,10 @@
 #  3. starts `shardcron dev --workers 0` on a free port and the Go worker (which
 #     serves handlers AND command tasks: it is the only worker, so every run below
 #     goes through the Go implementation of the lease stream);
-#  4. runs the checks, prints one line per check and a closing line
+#  4. moves a shard between two real pollers (in-process, on one SQLite store)
+#     while the Go worker runs a command leased by the first
+#     (checks/test_go_shard_move.py, with pytest);
+#  5. runs the checks, prints one line per check and a closing line
 #     "N passed, M failed"; exits non-zero on any failure.
 #
 # Everything it starts is stopped on exit. Downloads are cached (Go module cache,
@@ -194,6 +197,11 @@ if [ "$FAILED" -gt 0 ]; then
   echo "a generation or build step failed: not starting the live checks"
   finish
 fi
+
+# --- shard moves: two pollers on one store, the Go worker connected to both -------------
+# (pytest from the root: the check reuses tests/test_shard_move.py's pollers)
+check go-shard-move bash -c "cd '$ROOT' && SHARDCRON_GO_WORKER='$BUILD/go-worker' \
+  exec '$PY' -m pytest -q -p no:cacheprovider --basetemp '$WORK/pytest' examples/checks/test_go_shard_move.py"
 
 # --- live: shardcron dev + the Go worker ----------------------------------------------
 PORT="$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"

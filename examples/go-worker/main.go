@@ -3,6 +3,7 @@
 // and command tasks unless --no-commands is given.
 //
 //	go-worker --target 127.0.0.1:7400 --id go-1 --slots 4
+//	go-worker --target node1:7400 --tls-ca ca.crt --token "$SHARDCRON_TOKEN"
 //
 // SIGINT/SIGTERM drains (no new leases, running runs finish and are reported, up to
 // --drain-timeout); a second signal stops at once.
@@ -23,6 +24,7 @@ import (
 	"time"
 
 	"github.com/shardcron/shardcron/examples/go-worker/worker"
+	"google.golang.org/grpc/credentials"
 )
 
 type labelFlags map[string]string
@@ -48,6 +50,10 @@ func main() {
 	killGrace := flag.Duration("kill-grace", 5*time.Second, "SIGTERM to SIGKILL grace for stopped commands and handlers")
 	drainTimeout := flag.Duration("drain-timeout", 30*time.Second, "on SIGINT/SIGTERM, wait this long for running runs")
 	inheritEnv := flag.Bool("inherit-env", false, "commands get this process's whole environment, not only PATH, HOME and LANG")
+	token := flag.String("token", "", "bearer token sent as authorization metadata on every stream (default $SHARDCRON_TOKEN)")
+	tlsCA := flag.String("tls-ca", os.Getenv("SHARDCRON_TLS_CA"), "connect with TLS, trusting the CA in this PEM file")
+	tlsCert := flag.String("tls-cert", os.Getenv("SHARDCRON_TLS_CERT"), "this worker's certificate (PEM), for pollers that require one (mTLS); needs -tls-key")
+	tlsKey := flag.String("tls-key", os.Getenv("SHARDCRON_TLS_KEY"), "the key of -tls-cert (PEM)")
 	logLevel := flag.String("log-level", "info", "debug|info|warn|error")
 	flag.Var(labels, "label", "KEY=VALUE advertised to the scheduler (repeatable)")
 	flag.Parse()
@@ -58,6 +64,17 @@ func main() {
 		os.Exit(2)
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if *token == "" {
+		*token = os.Getenv("SHARDCRON_TOKEN") // not a flag default: -help would print it
+	}
+	var creds credentials.TransportCredentials // nil: plaintext
+	if *tlsCA != "" || *tlsCert != "" || *tlsKey != "" {
+		var err error
+		if creds, err = worker.ClientTLS(*tlsCA, *tlsCert, *tlsKey); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+	}
 
 	w := worker.New(worker.Config{
 		Targets:     strings.Split(*target, ","),
@@ -69,6 +86,9 @@ func main() {
 		KillGrace:   *killGrace,
 		InheritEnv:  *inheritEnv,
 		Logger:      logger,
+
+		TransportCredentials: creds,
+		Token:                *token,
 	})
 	w.Handle("upper", upper)
 	w.Handle("sleep", sleep)
@@ -89,7 +109,8 @@ func main() {
 		cancel()
 		stop()
 	}()
-	logger.Info("go-worker starting", "id", w.ID(), "target", *target, "slots", *slots, "commands", !*noCommands)
+	logger.Info("go-worker starting", "id", w.ID(), "target", *target, "slots", *slots, "commands", !*noCommands,
+		"tls", creds != nil, "token", *token != "")
 	if err := w.Run(ctx); err != nil {
 		logger.Error("worker failed", "err", err)
 		os.Exit(1)

@@ -43,6 +43,7 @@ type link struct {
 	heartbeatInterval time.Duration
 	pollerID          string
 	connected         bool
+	streams           int // streams opened so far: an adrift result is offered once per stream
 }
 
 func newLink(w *Worker, addr string) *link {
@@ -67,8 +68,12 @@ func backoff(failures int) time.Duration {
 }
 
 func (l *link) run(ctx context.Context) {
+	creds := l.w.cfg.TransportCredentials
+	if creds == nil {
+		creds = insecure.NewCredentials()
+	}
 	opts := append([]grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{
 			Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true,
 		}),
@@ -115,6 +120,9 @@ func (l *link) session(parent context.Context, client pb.WorkerServiceClient) (w
 	defer cancel()
 	if owner := l.w.cfg.Owner; owner != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, OwnerMetadataKey, owner)
+	}
+	if token := l.w.cfg.Token; token != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, AuthorizationMetadataKey, "Bearer "+token)
 	}
 	stream, err := client.Connect(ctx)
 	if err != nil {

@@ -2,7 +2,9 @@
 // alone: it connects to pollers over WorkerService.Connect, runs what they lease
 // (registered Go handlers, and command tasks as subprocesses), heartbeats the
 // leases it holds, stops a run the moment its lease is revoked or its deadline
-// passes, reports results and resends unacknowledged ones after a reconnect.
+// passes, reports results and resends unacknowledged ones after a reconnect. When
+// a run's shard moves to another poller, its lease and result follow it there
+// (shardmove.go), so a shard move costs no second execution.
 //
 // The protocol it implements is described in proto/README.md.
 package worker
@@ -17,13 +19,13 @@ import (
 	"log/slog"
 	"os"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	pb "github.com/shardcron/shardcron/gen/go/shardcron/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -101,6 +103,9 @@ type Config struct {
 	InheritEnv  bool          // commands get the whole environment, not only PATH, HOME, LANG
 	Logger      *slog.Logger
 	DialOptions []grpc.DialOption // extra options for every link
+	// TLS for every stream (ClientTLS); nil = plaintext.
+	TransportCredentials credentials.TransportCredentials
+	Token                string // sent as "authorization: Bearer Token" on every stream; "" = none
 }
 
 type stopKind int
@@ -128,6 +133,10 @@ type run struct {
 	cancel  context.CancelFunc
 	killNow chan struct{} // closed when the lease is lost: no grace period
 
+	// its poller said it does not serve the run's shard: the lease is named to every
+	// poller until one renews it (seeking, shardmove.go)
+	adrift bool
+
 	stop      stopKind
 	reason    pb.RunReason // of a cancel
 	started   bool
@@ -135,8 +144,12 @@ type run struct {
 	done      chan struct{} // closed when the execution goroutine has finished
 }
 
-func (r *run) ref() *pb.LeaseRef { return &pb.LeaseRef{RunId: r.lease.RunId, FencingToken: r.token} }
-func (r *run) lost() bool        { return r.stop == stopLost || r.stop == stopAbandoned }
+// ref names the lease, with its job: a poller maps the job to a shard, and answers
+// not_owner for a shard it does not serve.
+func (r *run) ref() *pb.LeaseRef {
+	return &pb.LeaseRef{RunId: r.lease.RunId, FencingToken: r.token, JobId: r.lease.JobId}
+}
+func (r *run) lost() bool { return r.stop == stopLost || r.stop == stopAbandoned }
 
 type resultKey struct {
 	runID string
@@ -155,7 +168,8 @@ type Worker struct {
 	mu      sync.Mutex
 	runs    map[string]*run
 	links   []*link
-	credits *int32 // last Credits limit sent (0 while draining); nil = none
+	adrift  *adriftResults // results whose poller no longer serves their shard
+	credits *int32         // last Credits limit sent (0 while draining); nil = none
 	active  sync.WaitGroup
 	running atomic.Bool
 
@@ -165,7 +179,7 @@ type Worker struct {
 // Stats counts what happened, for logs and tests.
 type Stats struct {
 	Leased, Refused, Started, Renewed, Revoked, Expired, Cancels atomic.Int64
-	Reported, Accepted, Rejected, Dropped, Reconnects            atomic.Int64
+	Reported, Accepted, Rejected, Dropped, Reconnects, Moved     atomic.Int64
 }
 
 // New returns a worker; register handlers with Handle before Run.
@@ -190,6 +204,7 @@ func New(cfg Config) *Worker {
 		handlers: map[string]Handler{},
 		pool:     newSlotPool(cfg.Slots),
 		runs:     map[string]*run{},
+		adrift:   newAdriftResults(),
 	}
 }
 
@@ -270,7 +285,7 @@ func (w *Worker) Drain(ctx context.Context) error {
 	for {
 		w.mu.Lock()
 		running := len(w.runs)
-		unacked := 0
+		unacked := w.adrift.len()
 		for _, l := range w.links {
 			unacked += len(l.unacked)
 		}
@@ -300,6 +315,7 @@ func (w *Worker) drainPending() string {
 			results = append(results, k.runID)
 		}
 	}
+	results = append(results, w.adrift.runIDs()...)
 	sort.Strings(results)
 	return fmt.Sprintf("%d runs still running %v, %d results not acknowledged %v",
 		len(runs), runs, len(results), results)
@@ -333,6 +349,7 @@ func waitTimeout(wg *sync.WaitGroup, d time.Duration) {
 func (w *Worker) helloLocked(l *link) *pb.Hello {
 	now := time.Now()
 	l.out.reset()
+	l.streams++
 	hello := &pb.Hello{
 		WorkerId:     w.cfg.ID,
 		Slots:        int32(w.cfg.Slots),
@@ -356,6 +373,7 @@ func (w *Worker) helloLocked(l *link) *pb.Hello {
 			l.out.addStarted(r.ref(), r.startedAt)
 		}
 	}
+	hello.Held = append(hello.Held, w.seekingRefsLocked(l)...)
 	keys := make([]resultKey, 0, len(l.unacked))
 	for k := range l.unacked {
 		keys = append(keys, k)
@@ -371,6 +389,7 @@ func (w *Worker) helloLocked(l *link) *pb.Hello {
 			hello.PendingResults = append(hello.PendingResults, res)
 		}
 	}
+	hello.PendingResults = append(hello.PendingResults, w.adrift.offer(streamKey{l, l.streams})...)
 	if w.credits != nil {
 		l.out.setCredits(*w.credits)
 	}
@@ -387,7 +406,9 @@ func (w *Worker) sortedRuns() []*run {
 }
 
 // heartbeat names every lease of l still held, and remembers when it was sent:
-// the Renewal that answers it extends the lease from that instant. It is sent
+// the Renewal that answers it extends the lease from that instant. It names the
+// seeking leases of other links too, and queues the adrift results l was not asked
+// about (shardmove.go). It is sent
 // even empty: a poller closes the stream of a worker silent past 2.5 heartbeat
 // intervals, and one that heartbeats while idle is never leased to when frozen.
 func (w *Worker) heartbeat(l *link) *pb.Heartbeat {
@@ -404,399 +425,7 @@ func (w *Worker) heartbeat(l *link) *pb.Heartbeat {
 		}
 		hb.Leases = append(hb.Leases, r.ref())
 	}
+	hb.Leases = append(hb.Leases, w.seekingRefsLocked(l)...)
+	w.offerAdriftLocked(l)
 	return hb
-}
-
-// --- messages received ---------------------------------------------------------------
-
-func (w *Worker) dispatch(l *link, msg *pb.PollerMessage) {
-	now := time.Now()
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	switch body := msg.Body.(type) {
-	case *pb.PollerMessage_Leases:
-		for _, lease := range body.Leases.Leases {
-			w.onLeaseLocked(l, lease, now)
-		}
-	case *pb.PollerMessage_Renewals:
-		w.onRenewalsLocked(l, body.Renewals, now)
-	case *pb.PollerMessage_Cancels:
-		for _, c := range body.Cancels.Cancels {
-			w.onCancelLocked(l, c)
-		}
-	case *pb.PollerMessage_Acks:
-		for _, a := range body.Acks.Acks {
-			key := resultKey{a.RunId, a.FencingToken}
-			if _, ok := l.unacked[key]; !ok {
-				continue
-			}
-			delete(l.unacked, key)
-			if a.Accepted {
-				w.Stats.Accepted.Add(1)
-			} else {
-				w.Stats.Rejected.Add(1)
-				w.log.Info("result rejected", "run", a.RunId, "token", a.FencingToken, "reason", a.Reason)
-			}
-		}
-	case *pb.PollerMessage_Welcome:
-		l.welcomeLocked(body.Welcome) // a repeated Welcome only updates the timings
-	default:
-		w.log.Warn("unknown message from poller", "poller", l.addr, "type", fmt.Sprintf("%T", msg.Body))
-	}
-}
-
-func (w *Worker) onLeaseLocked(l *link, lease *pb.Lease, now time.Time) {
-	w.Stats.Leased.Add(1)
-	prev := w.runs[lease.RunId]
-	if prev != nil && !prev.lost() && prev.token == lease.FencingToken {
-		w.log.Warn("duplicate lease ignored", "run", lease.RunId, "token", lease.FencingToken)
-		return
-	}
-	if prev != nil { // an older attempt of the same run: its lease is gone
-		w.stopRun(prev, stopLost, 0, "re-leased with a new fencing token")
-	}
-	deadline := leaseDeadline(lease.ExpiresAt, now, durationOr(lease.LeaseTtl, l.leaseTTL))
-	if !deadline.After(now) {
-		// It reached us late (we were frozen, or the clocks disagree): the poller
-		// may already be giving the run to another worker. Nothing of it runs.
-		w.Stats.Refused.Add(1)
-		w.log.Warn("lease refused: already past its deadline", "run", lease.RunId, "token", lease.FencingToken,
-			"late_by", now.Sub(deadline))
-		l.out.addRefused(&pb.LeaseRef{RunId: lease.RunId, FencingToken: lease.FencingToken})
-		return
-	}
-	slots := int(lease.GetResources().GetSlots())
-	slots = max(1, min(slots, w.cfg.Slots))
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &run{
-		lease:    lease,
-		link:     l,
-		token:    lease.FencingToken,
-		slots:    slots,
-		deadline: deadline,
-		ctx:      ctx,
-		cancel:   cancel,
-		killNow:  make(chan struct{}),
-		done:     make(chan struct{}),
-	}
-	r.watchdog = time.AfterFunc(deadline.Sub(now), func() { w.checkDeadline(r) })
-	w.runs[lease.RunId] = r
-	w.active.Add(1)
-	go w.execute(r, prev)
-}
-
-func (w *Worker) onRenewalsLocked(l *link, rs *pb.Renewals, now time.Time) {
-	ttl := durationOr(rs.LeaseTtl, l.leaseTTL)
-	for _, ren := range rs.Renewals {
-		r := w.runs[ren.RunId]
-		if r == nil || r.link != l || r.lost() || r.token != ren.FencingToken {
-			continue
-		}
-		var sent time.Time
-		if len(r.pending) > 0 {
-			sent, r.pending = r.pending[0], r.pending[1:]
-		}
-		if !ren.Ok {
-			w.Stats.Revoked.Add(1)
-			w.stopRun(r, stopLost, 0, "lease revoked by the poller")
-			continue
-		}
-		var d time.Time
-		switch {
-		case ren.ExpiresAt != nil: // the renewal names the lease's new end itself
-			d = leaseDeadline(ren.ExpiresAt, now, 0)
-		case sent.IsZero():
-			continue // an answer to nothing we sent: do not extend anything
-		default: // an older poller: count from when the answered heartbeat left
-			d = sent.Add(ttl)
-		}
-		// The later deadline wins: a late renewal (we were frozen) moves nothing.
-		if d.After(r.deadline) {
-			r.deadline = d
-			if r.pgid != 0 {
-				w.reaper.setDeadline(r.pgid, d)
-			}
-			r.watchdog.Reset(time.Until(d))
-		}
-		w.Stats.Renewed.Add(1)
-	}
-}
-
-func (w *Worker) onCancelLocked(l *link, c *pb.Cancel) {
-	r := w.runs[c.RunId]
-	if r == nil || r.link != l || r.lost() {
-		return
-	}
-	if c.FencingToken != 0 && c.FencingToken != r.token {
-		return
-	}
-	w.Stats.Cancels.Add(1)
-	reason := c.Reason
-	if reason == pb.RunReason_RUN_REASON_UNSPECIFIED {
-		reason = pb.RunReason_RUN_REASON_CANCELLED_BY_USER
-	}
-	w.stopRun(r, stopCancelled, reason, "cancelled by the poller")
-}
-
-// checkDeadline is the lease watchdog: no run outlives its lease.
-func (w *Worker) checkDeadline(r *run) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if r.lost() || w.runs[r.lease.RunId] != r {
-		return
-	}
-	if wait := time.Until(r.deadline); wait > 0 {
-		r.watchdog.Reset(wait)
-		return
-	}
-	w.Stats.Expired.Add(1)
-	w.stopRun(r, stopLost, 0, "lease expired without renewal")
-}
-
-// stopRun asks a run to stop (w.mu held). The first stop decides the outcome,
-// except that losing the lease always wins: then nothing is reported.
-func (w *Worker) stopRun(r *run, kind stopKind, reason pb.RunReason, why string) {
-	if r.lost() {
-		return
-	}
-	if r.stop != stopNone && kind != stopLost && kind != stopAbandoned {
-		return
-	}
-	r.stop = kind
-	if kind == stopCancelled {
-		r.reason = reason
-	}
-	if kind == stopLost {
-		close(r.killNow)
-		w.log.Warn("run stopped now, its result will not be reported", "run", r.lease.RunId, "token", r.token, "why", why)
-	} else {
-		w.log.Info("stopping run", "run", r.lease.RunId, "why", why)
-	}
-	r.cancel()
-}
-
-// --- running a lease ---------------------------------------------------------------
-
-type outcome struct {
-	state    pb.RunState
-	reason   pb.RunReason
-	exitCode *int32
-	err      string
-}
-
-func (w *Worker) execute(r *run, prev *run) {
-	defer w.active.Done()
-	defer close(r.done)
-	if prev != nil {
-		<-prev.done // the older attempt is being killed first
-	}
-	var out outcome
-	if err := w.pool.acquire(r.ctx, r.slots); err != nil {
-		out = w.stoppedOutcome(r, nil)
-	} else {
-		now := time.Now()
-		w.mu.Lock()
-		r.started, r.startedAt = true, now
-		if !r.lost() {
-			r.link.out.addStarted(r.ref(), now)
-			w.Stats.Started.Add(1)
-		}
-		w.mu.Unlock()
-		out = w.runTask(r)
-		w.pool.release(r.slots)
-	}
-	w.finish(r, out)
-}
-
-func (w *Worker) runTask(r *run) outcome {
-	if d := r.lease.GetTimeout(); d != nil && d.AsDuration() > 0 {
-		t := time.AfterFunc(d.AsDuration(), func() {
-			w.mu.Lock()
-			w.stopRun(r, stopTimedOut, 0, "timeout "+d.AsDuration().String())
-			w.mu.Unlock()
-		})
-		defer t.Stop()
-	}
-	switch task := r.lease.GetTask().GetKind().(type) {
-	case *pb.Task_Handler:
-		h := w.handlers[task.Handler.Name]
-		if h == nil {
-			return failed(pb.RunReason_RUN_REASON_NO_HANDLER, fmt.Sprintf("no handler named %q on this worker", task.Handler.Name))
-		}
-		return w.runHandler(r, h, task.Handler.Payload)
-	case *pb.Task_Command:
-		if !w.cfg.RunCommands {
-			return failed(pb.RunReason_RUN_REASON_SPAWN_FAILED, "this worker does not run commands")
-		}
-		return w.runCommand(r, task.Command)
-	default:
-		return failed(pb.RunReason_RUN_REASON_SPAWN_FAILED, "the lease carries no task")
-	}
-}
-
-func (w *Worker) emitter(r *run) func(stream string, data []byte) {
-	return func(stream string, data []byte) {
-		w.mu.Lock()
-		lost := r.lost()
-		w.mu.Unlock()
-		if !lost { // the poller drops output of a run it no longer leases to us
-			r.link.out.addOutput(r.lease.RunId, r.lease.FencingToken, stream, data)
-		}
-	}
-}
-
-func (w *Worker) runHandler(r *run, h Handler, payload []byte) outcome {
-	hr := &Run{
-		RunID:        r.lease.RunId,
-		JobID:        r.lease.JobId,
-		JobName:      r.lease.JobName,
-		Owner:        r.lease.Owner,
-		Attempt:      r.lease.Attempt,
-		FencingToken: r.token,
-		Payload:      payload,
-		FireAt:       r.lease.GetFireAt().AsTime(),
-		DueAt:        r.lease.GetDueAt().AsTime(),
-		emit:         w.emitter(r),
-	}
-	type result struct {
-		out []byte
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		defer func() {
-			if p := recover(); p != nil {
-				ch <- result{err: fmt.Errorf("panic: %v", p)}
-			}
-		}()
-		out, err := h(r.ctx, hr)
-		ch <- result{out, err}
-	}()
-	var res result
-	select {
-	case res = <-ch:
-	case <-r.ctx.Done():
-		select { // the handler should return now; give it the grace, none when lost
-		case res = <-ch:
-		case <-r.killNow:
-			return w.stoppedOutcome(r, nil)
-		case <-time.After(w.cfg.KillGrace):
-			w.log.Warn("handler ignores its context; reporting the run stopped", "run", r.lease.RunId)
-			return w.stoppedOutcome(r, nil)
-		}
-	}
-	if res.err == nil {
-		hr.emit("stdout", res.out)
-		return outcome{state: pb.RunState_RUN_STATE_SUCCEEDED}
-	}
-	w.mu.Lock()
-	stopping := r.stop != stopNone
-	w.mu.Unlock()
-	if stopping {
-		return w.stoppedOutcome(r, nil)
-	}
-	hr.emit("stderr", []byte("error: "+res.err.Error()+"\n"))
-	return failed(pb.RunReason_RUN_REASON_HANDLER_ERROR, res.err.Error())
-}
-
-func failed(reason pb.RunReason, msg string) outcome {
-	return outcome{state: pb.RunState_RUN_STATE_FAILED, reason: reason, err: msg}
-}
-
-// stoppedOutcome is the outcome of a run ended by a cancel or its timeout.
-func (w *Worker) stoppedOutcome(r *run, exitCode *int32) outcome {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	switch r.stop {
-	case stopTimedOut:
-		return outcome{
-			state: pb.RunState_RUN_STATE_TIMED_OUT, reason: pb.RunReason_RUN_REASON_TIMEOUT, exitCode: exitCode,
-			err: "timed out after " + r.lease.GetTimeout().AsDuration().String(),
-		}
-	case stopCancelled:
-		name := strings.TrimPrefix(r.reason.String(), "RUN_REASON_")
-		return outcome{state: pb.RunState_RUN_STATE_CANCELLED, reason: r.reason, exitCode: exitCode, err: "cancelled (" + name + ")"}
-	default: // lost or abandoned: never reported
-		return outcome{state: pb.RunState_RUN_STATE_CANCELLED, reason: pb.RunReason_RUN_REASON_WORKER_LOST, exitCode: exitCode}
-	}
-}
-
-// finish reports the run's result, unless its lease was lost.
-func (w *Worker) finish(r *run, out outcome) {
-	ended := time.Now()
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	r.watchdog.Stop()
-	r.cancel()
-	if w.runs[r.lease.RunId] == r {
-		delete(w.runs, r.lease.RunId)
-	}
-	if !r.lost() && !ended.Before(r.deadline) {
-		// Past its deadline (the reaper may have killed it first): the lease is gone.
-		w.Stats.Expired.Add(1)
-		w.stopRun(r, stopLost, 0, "lease expired without renewal")
-	}
-	if r.lost() {
-		w.Stats.Dropped.Add(1)
-		return
-	}
-	started := r.startedAt
-	if started.IsZero() {
-		started = ended
-	}
-	res := &pb.RunResult{
-		RunId:        r.lease.RunId,
-		FencingToken: r.token,
-		State:        out.state,
-		Reason:       out.reason,
-		Error:        out.err,
-		StartedAt:    timestamp(started),
-		EndedAt:      timestamp(ended),
-	}
-	if out.exitCode != nil {
-		res.HasExitCode, res.ExitCode = true, *out.exitCode
-	}
-	r.link.unacked[resultKey{res.RunId, res.FencingToken}] = res
-	r.link.out.addResult(res)
-	w.Stats.Reported.Add(1)
-	w.log.Info("run ended", "run", res.RunId, "state", res.State.String(), "reason", res.Reason.String())
-}
-
-// --- slots ----------------------------------------------------------------------------
-
-// slotPool bounds how many slots running leases use at once. The poller never
-// leases more than Hello.slots (or the last Credits limit) worth of slots to one
-// worker, so acquire normally never waits; it is the worker's own guard.
-type slotPool struct {
-	mu      sync.Mutex
-	free    int
-	changed chan struct{}
-}
-
-func newSlotPool(n int) *slotPool { return &slotPool{free: n, changed: make(chan struct{})} }
-
-func (p *slotPool) acquire(ctx context.Context, n int) error {
-	for {
-		p.mu.Lock()
-		if p.free >= n {
-			p.free -= n
-			p.mu.Unlock()
-			return nil
-		}
-		ch := p.changed
-		p.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
-
-func (p *slotPool) release(n int) {
-	p.mu.Lock()
-	p.free += n
-	close(p.changed)
-	p.changed = make(chan struct{})
-	p.mu.Unlock()
 }

@@ -12,6 +12,7 @@ import (
 
 	pb "github.com/shardcron/shardcron/gen/go/shardcron/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
@@ -24,12 +25,14 @@ type fakePoller struct {
 
 type fakeStream struct {
 	srv  pb.WorkerService_ConnectServer
+	md   metadata.MD // the stream's request metadata
 	msgs chan *pb.WorkerMessage
 	end  chan struct{}
 }
 
 func (f *fakePoller) Connect(srv pb.WorkerService_ConnectServer) error {
-	s := &fakeStream{srv: srv, msgs: make(chan *pb.WorkerMessage, 1000), end: make(chan struct{})}
+	md, _ := metadata.FromIncomingContext(srv.Context())
+	s := &fakeStream{srv: srv, md: md, msgs: make(chan *pb.WorkerMessage, 1000), end: make(chan struct{})}
 	go func() {
 		defer close(s.msgs)
 		for {
@@ -148,31 +151,46 @@ func leases(ls ...*pb.Lease) *pb.PollerMessage {
 	return &pb.PollerMessage{Body: &pb.PollerMessage_Leases{Leases: &pb.Leases{Leases: ls}}}
 }
 
-// harness starts a fake poller and a worker connected to it, with handlers:
-// upper; block (waits for ctx, reports on ctxDone).
+// harness starts fake pollers and a worker connected to them all, with handlers:
+// upper; block (waits for ctx, reports on ctxDone); hold (waits for release or ctx).
 type harness struct {
-	poller  *fakePoller
+	poller  *fakePoller   // the first of pollers
+	pollers []*fakePoller // one per target, in the worker's target order
+	servers []*grpc.Server
 	worker  *Worker
-	ctxDone chan string // run ids whose handler saw its context end
+	ctxDone chan string   // run ids whose handler saw its context end
+	release chan struct{} // closing it ends every hold run
 	stop    func()
 }
 
 func newHarness(t *testing.T, slots int) *harness {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	return newHarnessOf(t, slots, 1, nil)
+}
+
+// newHarnessOf starts n fake pollers; extra options go to the worker's Config
+// (tweak may be nil).
+func newHarnessOf(t *testing.T, slots, n int, tweak func(*Config)) *harness {
+	t.Helper()
+	h := &harness{ctxDone: make(chan string, 10), release: make(chan struct{})}
+	var targets []string
+	for range n {
+		fp, srv, addr := startFakePoller(t)
+		h.pollers = append(h.pollers, fp)
+		h.servers = append(h.servers, srv)
+		targets = append(targets, addr)
 	}
-	srv := grpc.NewServer()
-	fp := &fakePoller{streams: make(chan *fakeStream, 10)}
-	pb.RegisterWorkerServiceServer(srv, fp)
-	go func() { _ = srv.Serve(lis) }()
-	w := New(Config{
-		Targets: []string{lis.Addr().String()}, ID: "test-worker", Slots: slots, RunCommands: true,
+	h.poller = h.pollers[0]
+	cfg := Config{
+		Targets: targets, ID: "test-worker", Slots: slots, RunCommands: true,
 		KillGrace: 200 * time.Millisecond,
 		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	h := &harness{poller: fp, worker: w, ctxDone: make(chan string, 10)}
+	}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	w := New(cfg)
+	h.worker = w
 	w.Handle("upper", func(_ context.Context, r *Run) ([]byte, error) {
 		return []byte(strings.ToUpper(string(r.Payload))), nil
 	})
@@ -182,22 +200,53 @@ func newHarness(t *testing.T, slots int) *harness {
 		h.ctxDone <- r.RunID
 		return nil, ctx.Err()
 	})
+	w.Handle("hold", func(ctx context.Context, r *Run) ([]byte, error) {
+		select {
+		case <-h.release:
+			return nil, nil
+		case <-ctx.Done():
+			h.ctxDone <- r.RunID
+			return nil, ctx.Err()
+		}
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = w.Run(ctx); close(done) }()
 	h.stop = func() {
 		cancel()
 		<-done
-		srv.Stop()
+		for _, srv := range h.servers {
+			srv.Stop()
+		}
 	}
 	t.Cleanup(h.stop)
 	return h
 }
 
+// startFakePoller serves a fakePoller on a free loopback port (options: e.g. TLS).
+func startFakePoller(t *testing.T, opts ...grpc.ServerOption) (*fakePoller, *grpc.Server, string) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(opts...)
+	fp := &fakePoller{streams: make(chan *fakeStream, 10)}
+	pb.RegisterWorkerServiceServer(srv, fp)
+	go func() { _ = srv.Serve(lis) }()
+	return fp, srv, lis.Addr().String()
+}
+
 func (h *harness) accept(t *testing.T) *fakeStream {
 	t.Helper()
+	return h.acceptOn(t, 0)
+}
+
+// acceptOn waits for the worker's next stream to poller i.
+func (h *harness) acceptOn(t *testing.T, i int) *fakeStream {
+	t.Helper()
 	select {
-	case s := <-h.poller.streams:
+	case s := <-h.pollers[i].streams:
 		return s
 	case <-time.After(5 * time.Second):
 		t.Fatal("worker did not connect")
@@ -212,7 +261,7 @@ func TestHelloThenHandlerRunOutputBeforeResult(t *testing.T) {
 	if hello.WorkerId != "test-worker" || hello.Slots != 3 || !hello.RunsCommands || len(hello.InstanceId) != 32 {
 		t.Fatalf("bad hello: %v", hello)
 	}
-	if strings.Join(hello.Handlers, ",") != "block,upper" {
+	if strings.Join(hello.Handlers, ",") != "block,hold,upper" {
 		t.Fatalf("handlers: %v", hello.Handlers)
 	}
 	s.send(t, welcome(5*time.Second, time.Second))
