@@ -11,9 +11,11 @@ __all__ = [
     "FailedPrecondition",
     "InvalidArgument",
     "NotFound",
+    "PermissionDenied",
     "ResourceExhausted",
     "ShardcronError",
     "StaleLease",
+    "Unauthenticated",
     "Unavailable",
     "VersionConflict",
 ]
@@ -62,6 +64,18 @@ class AlreadyExists(ShardcronError):
 
 class Unavailable(ShardcronError):
     code = "UNAVAILABLE"
+
+
+class Unauthenticated(ShardcronError):
+    """The call carries no credential the node knows (no token, a wrong one)."""
+
+    code = "UNAUTHENTICATED"
+
+
+class PermissionDenied(ShardcronError):
+    """The caller is known, but its role or owners do not allow this call."""
+
+    code = "PERMISSION_DENIED"
 
 
 class ResourceExhausted(ShardcronError):

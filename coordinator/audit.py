@@ -5,8 +5,8 @@ resume, replay, drop, run-now) logs exactly one line on the ``shardcron.audit``
 logger, at INFO, whatever its outcome: a JSON object with
 
 - ``at``: when the call ended (UTC, ISO 8601 with microseconds),
-- ``principal``: who called (``principal_of(context)``; until authentication is
-  configured, ``"anonymous"``),
+- ``principal``: who called (``principal_of(context)``: the auth file's principal name;
+  ``"anonymous"`` on a node without an auth file),
 - ``owner``: the owner the call acted for (``owner_of(context)``; the raw header,
   clipped, when it is not a valid owner),
 - ``method``: the gRPC method name (``CreateJob``),
@@ -14,9 +14,11 @@ logger, at INFO, whatever its outcome: a JSON object with
 - ``outcome``: ``"OK"`` or the status code's name (``"INVALID_ARGUMENT"``).
 
 Nothing else of a request is logged (never a spec), so no secret env value can reach
-the log. ``AuditInterceptor`` must be the outermost interceptor: it sees the raw
-request bytes and decodes the ids itself, so even a request that does not decode is
-logged, with its status.
+the log. ``AuditInterceptor`` sits outside the decoding interceptor (inside
+authentication, which sets the caller it names): it sees the raw request bytes and
+decodes the ids itself, so even a request that does not decode is logged, with its
+status. The HTTP edge, which calls the servicers in-process without interceptors,
+logs its writes with ``log_write``, in the same form.
 """
 
 from __future__ import annotations
@@ -121,6 +123,25 @@ def audit_line(
     return json.dumps(line, separators=(",", ":"), ensure_ascii=False)
 
 
+def log_write(
+    *, principal: str, owner: str, method: str, messages: Iterable[Message | None], outcome: str
+) -> None:
+    """Logs the audit line of one write: the ids are read from ``messages`` (its request
+    and its reply, either None when there is none)."""
+    job_ids, run_ids = _ids(messages)
+    audit_log.info(
+        "%s",
+        audit_line(
+            principal=principal,
+            owner=owner,
+            method=method,
+            job_ids=job_ids,
+            run_ids=run_ids,
+            outcome=outcome,
+        ),
+    )
+
+
 class AuditInterceptor(UnaryJobServiceInterceptor):
     """Logs one audit line per call of a write method; see the module docstring."""
 
@@ -160,17 +181,12 @@ class AuditInterceptor(UnaryJobServiceInterceptor):
         outcome = "OK" if code in (None, grpc.StatusCode.OK) else code.name
         if response is None and outcome == "OK":
             outcome = "CANCELLED"  # ended with neither a reply nor a status: the caller left
-        job_ids, run_ids = _ids([request, response])
-        audit_log.info(
-            "%s",
-            audit_line(
-                principal=self._who(self.principal_of, context),
-                owner=self._who(self.owner_of, context),
-                method=method,
-                job_ids=job_ids,
-                run_ids=run_ids,
-                outcome=outcome,
-            ),
+        log_write(
+            principal=self._who(self.principal_of, context),
+            owner=self._who(self.owner_of, context),
+            method=method,
+            messages=[request, response],
+            outcome=outcome,
         )
 
     @staticmethod

@@ -7,6 +7,8 @@ Start order matters: the store opens, the gRPC server listens, the poller
 starts, and only then does coordination hand out shards. With ``tls`` every service
 is served with TLS and calls to other nodes use it; without, a node refuses to listen
 anywhere but loopback unless ``insecure`` (``shardcron.client.tls.check_listen``).
+With an ``AuthSource`` every call is authenticated (``coordinator.auth``), and the
+node's own calls to other nodes carry ``NodeConfig.node_token``.
 """
 
 from __future__ import annotations
@@ -22,12 +24,14 @@ import grpc
 
 from shardcron.client.tls import ServerTls, check_listen
 from shardcron.coordinator.api import JobsApi
+from shardcron.coordinator.auth import AuthSource
+from shardcron.coordinator.auth.file_quotas import quota_guard
 from shardcron.coordinator.coordination import Coordination
 from shardcron.coordinator.http.server import HttpServer, start_http
 from shardcron.coordinator.http.services import Services
 from shardcron.coordinator.metrics import Metrics, TimedStore, serve_metrics
 from shardcron.coordinator.poller import Poller, PollerConfig
-from shardcron.coordinator.quotas import QuotaGuard, Quotas
+from shardcron.coordinator.quotas import Quotas
 from shardcron.coordinator.retention import RetentionSweeper, sweep_interval
 from shardcron.coordinator.router import ShardRouter
 from shardcron.coordinator.run_waits import RunEndings
@@ -52,18 +56,27 @@ class NodeConfig:
     roles: frozenset[str] = ROLES
     node_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}")
     poller: PollerConfig = field(default_factory=PollerConfig)
+    node_token: str = ""  # sent on calls to other nodes (a node principal's token)
     tls: ServerTls | None = None  # None = plaintext
     insecure: bool = False  # plaintext on an address that is not loopback, on purpose
     quotas: Quotas = field(default_factory=Quotas)  # per-owner limits (quotas.py)
 
 
 class Node:
-    def __init__(self, store: JobStore, coordination: Coordination, config: NodeConfig) -> None:
+    def __init__(
+        self,
+        store: JobStore,
+        coordination: Coordination,
+        config: NodeConfig,
+        *,
+        auth: AuthSource | None = None,
+    ) -> None:
         unknown = config.roles - ROLES
         if unknown:
             raise ValueError(f"unknown roles: {', '.join(sorted(unknown))}")
         check_listen(config.listen, tls=config.tls is not None, insecure=config.insecure)
         self.config = config
+        self.auth = auth  # None: every caller is trusted
         self.metrics = Metrics()
         self.raw_store = store
         self.store: JobStore = TimedStore(store, self.metrics)  # type: ignore[assignment]
@@ -107,7 +120,11 @@ class Node:
             )
             self.coordination.subscribe(self.poller.on_assignment)
         self.router = ShardRouter(
-            self.coordination, self.poller, self.raw_store.shard_count, peer_credentials
+            self.coordination,
+            self.poller,
+            self.raw_store.shard_count,
+            peer_credentials,
+            node_token=self.config.node_token,
         )
         if "api" in self.config.roles:
             self.api = JobsApi(
@@ -116,7 +133,7 @@ class Node:
                 self.metrics,
                 endings=endings,
                 served_here=self.poller.owns if self.poller else lambda shard: False,
-                quotas=QuotaGuard(self.config.quotas, self.store.count_jobs),
+                quotas=quota_guard(self.auth, self.config.quotas, self.store.count_jobs),
             )
         self.server, self.port = build_server(
             self.config.listen,
@@ -126,6 +143,7 @@ class Node:
             router=self.router,
             credentials=server_credentials,
             metrics=self.metrics,
+            auth=self.auth,
         )
         await self.server.start()
         if self.config.http_listen and self.api is not None:
@@ -134,6 +152,7 @@ class Node:
                 Services(
                     jobs=JobServiceServicer(self.api),
                     cluster=ClusterServiceServicer(self.coordination, self.router),
+                    auth=self.auth,
                 ),
             )
             self.http_port = self.http.port

@@ -8,26 +8,29 @@ effort — pollers also re-read the recent due index and re-read jobs that are
 old — and so are waiting reasons (a read goes without them after a short
 timeout), while cancels wait for the owner's answer. ``PollerServiceServicer`` is
 the receiving side. Calls to other nodes use TLS when the router is given
-``credentials`` (the node's own ``ServerTls.peer_tls()``).
+``credentials`` (the node's own ``ServerTls.peer_tls()``) and carry the node's token.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import grpc
 
-from shardcron.client import codec
-from shardcron.client.errors import ShardcronError, Unavailable
-from shardcron.client.types import Job, Run, RunReason
+from shardcron.client import codec, limits
+from shardcron.client.errors import InvalidArgument, NotFound, ShardcronError, Unavailable
+from shardcron.client.sdk.connection import call_metadata
+from shardcron.client.types import Job, Run, RunReason, RunState
 from shardcron.coordinator.coordination import ClusterView, Coordination
 from shardcron.coordinator.ids import shard_for
 from shardcron.coordinator.poller import Poller
+from shardcron.coordinator.validation import identifier
 from shardcron.v1 import cluster_pb2, cluster_pb2_grpc, types_pb2
 
 log = logging.getLogger("shardcron.router")
@@ -43,9 +46,14 @@ class ShardRouter:
         local: Poller | None,
         shard_count: int,
         credentials: grpc.ChannelCredentials | None = None,
+        *,
+        node_token: str = "",
     ) -> None:
         self._coordination = coordination
         self._credentials = credentials
+        # every call to another node carries this node's token (nodes with an auth file
+        # serve PollerService to the node role only)
+        self._metadata = call_metadata(None, node_token)
         self._local = local
         self._shard_count = shard_count
         self._view: ClusterView | None = None
@@ -137,12 +145,11 @@ class ShardRouter:
         if not isinstance(to, str):
             to.runs_created(runs, jobs)
             return
-        request = cluster_pb2.NotifyRunsRequest(
-            runs=[codec.run_to_proto(r) for r in runs],
-            jobs=[codec.job_to_proto(j, redact=False) for j in jobs],
-        )
+        request = cluster_pb2.NotifyRunsRequest(run_ids=[r.id for r in runs])
         try:
-            await self._stub_at(to).NotifyRuns(request, timeout=CALL_TIMEOUT)
+            await self._stub_at(to).NotifyRuns(
+                request, timeout=CALL_TIMEOUT, metadata=self._metadata
+            )
         except grpc.aio.AioRpcError as e:
             log.debug("hint to %s not delivered (the poller's scan will find the runs): %s", to, e)
 
@@ -152,10 +159,12 @@ class ShardRouter:
             return await local.cancel(run, reason)
         assert stub is not None
         request = cluster_pb2.CancelRunRequest(
-            run=codec.run_to_proto(run), reason=codec.run_reason_to_proto(reason)
+            run_id=run.id, reason=codec.run_reason_to_proto(reason)
         )
         try:
-            return codec.run_from_proto(await stub.CancelRun(request, timeout=CALL_TIMEOUT))
+            return codec.run_from_proto(
+                await stub.CancelRun(request, timeout=CALL_TIMEOUT, metadata=self._metadata)
+            )
         except grpc.aio.AioRpcError as e:
             self._view = None
             raise codec.error_from_rpc(e) from e
@@ -172,7 +181,7 @@ class ShardRouter:
                 request = cluster_pb2.CancelJobRunsRequest(
                     job_id=job_id, reason=codec.run_reason_to_proto(reason)
                 )
-                await stub.CancelJobRuns(request, timeout=CALL_TIMEOUT)
+                await stub.CancelJobRuns(request, timeout=CALL_TIMEOUT, metadata=self._metadata)
         except (ShardcronError, grpc.aio.AioRpcError) as e:
             log.warning("cancelling the runs of job %s failed: %s", job_id, e)
 
@@ -186,8 +195,9 @@ class ShardRouter:
                 local.job_changed(job)
             elif stub is not None:
                 await stub.JobChanged(
-                    cluster_pb2.JobChangedRequest(job=codec.job_to_proto(job, redact=False)),
+                    cluster_pb2.JobChangedRequest(job_id=job.id),
                     timeout=CALL_TIMEOUT,
+                    metadata=self._metadata,
                 )
         except (ShardcronError, grpc.aio.AioRpcError) as e:
             log.debug("job hint for %s not delivered (pollers re-read jobs): %s", job.id, e)
@@ -205,7 +215,7 @@ class ShardRouter:
         request = cluster_pb2.WaitingReasonsRequest(run_ids=[r.id for r in runs])
         try:
             answer = await self._stub_at(to).WaitingReasons(
-                request, timeout=WAITING_REASONS_TIMEOUT
+                request, timeout=WAITING_REASONS_TIMEOUT, metadata=self._metadata
             )
         except grpc.aio.AioRpcError as e:
             log.debug("no waiting reasons from the poller at %s: %s", to, e)
@@ -222,7 +232,11 @@ class ShardRouter:
                 continue
             try:
                 stub = self._stub_at(address)
-                out.append(await stub.GetPollerStatus(cluster_pb2.GetStatusRequest(), timeout=5))
+                out.append(
+                    await stub.GetPollerStatus(
+                        cluster_pb2.GetStatusRequest(), timeout=5, metadata=self._metadata
+                    )
+                )
             except grpc.aio.AioRpcError as e:
                 log.warning("poller %s at %s did not answer: %s", poller_id, address, e.code())
         return out
@@ -244,45 +258,60 @@ def local_status(poller: Poller) -> cluster_pb2.PollerStatus:
 
 
 class PollerServiceServicer(cluster_pb2_grpc.PollerServiceServicer):
-    """The receiving side of ShardRouter, on a node with the poller role."""
+    """The receiving side of ShardRouter, on a node with the poller role.
+
+    Requests name runs and jobs by id; what the poller acts on is read from the store
+    here, so a hint naming a run or job that is not stored does nothing, and a cancel
+    of one is NOT_FOUND."""
 
     def __init__(self, poller: Poller) -> None:
         self._poller = poller
 
     async def NotifyRuns(
-        self, request: cluster_pb2.NotifyRunsRequest, context: Any
+        self, request: cluster_pb2.NotifyRunsRequest, context: grpc.aio.ServicerContext
     ) -> cluster_pb2.NotifyRunsResponse:
-        runs = [codec.run_from_proto(r) for r in request.runs]
-        jobs = [codec.job_from_proto(j) for j in request.jobs]
-        self._poller.runs_created(runs, jobs)
+        async with _answered(context):
+            ids = _ids(request.run_ids, "run_ids")
+            poller = self._poller
+            stored = await poller.store.get_runs(ids)
+            runs = [
+                r for r in stored.values() if r.state == RunState.PENDING and poller.owns(r.shard)
+            ]
+            if runs:
+                jobs = await poller.store.get_jobs(list({r.job_id for r in runs}))
+                poller.runs_created([r for r in runs if r.job_id in jobs], list(jobs.values()))
         return cluster_pb2.NotifyRunsResponse()
 
     async def CancelRun(
         self, request: cluster_pb2.CancelRunRequest, context: grpc.aio.ServicerContext
     ) -> types_pb2.Run:
-        run = codec.run_from_proto(request.run)
-        if not self._poller.owns(run.shard):
-            await context.abort(
-                grpc.StatusCode.UNAVAILABLE, f"shard {run.shard} is not served here any more"
-            )
-        try:
+        async with _answered(context):
+            run_id = identifier(request.run_id, "run_id")
             reason = codec.run_reason_from_proto(request.reason)
+            run = (await self._poller.store.get_runs([run_id])).get(run_id)
+            if run is None:
+                raise NotFound(f"run {run_id} not found")
+            if not self._poller.owns(run.shard):
+                raise Unavailable(f"shard {run.shard} is not served here any more")
             return codec.run_to_proto(await self._poller.cancel(run, reason))
-        except ShardcronError as e:
-            code, message = codec.status_for(e)
-            await context.abort(code, message)
-            raise
+        raise AssertionError("unreachable")
 
     async def CancelJobRuns(
-        self, request: cluster_pb2.CancelJobRunsRequest, context: Any
+        self, request: cluster_pb2.CancelJobRunsRequest, context: grpc.aio.ServicerContext
     ) -> cluster_pb2.CancelJobRunsResponse:
-        self._poller.cancel_job(request.job_id, codec.run_reason_from_proto(request.reason))
+        async with _answered(context):
+            job_id = identifier(request.job_id, "job_id")
+            self._poller.cancel_job(job_id, codec.run_reason_from_proto(request.reason))
         return cluster_pb2.CancelJobRunsResponse()
 
     async def JobChanged(
-        self, request: cluster_pb2.JobChangedRequest, context: Any
+        self, request: cluster_pb2.JobChangedRequest, context: grpc.aio.ServicerContext
     ) -> cluster_pb2.JobChangedResponse:
-        self._poller.job_changed(codec.job_from_proto(request.job))
+        async with _answered(context):
+            job_id = identifier(request.job_id, "job_id")
+            job = (await self._poller.store.get_jobs([job_id])).get(job_id)
+            if job is not None:
+                self._poller.job_changed(job)
         return cluster_pb2.JobChangedResponse()
 
     async def GetPollerStatus(
@@ -295,3 +324,19 @@ class PollerServiceServicer(cluster_pb2_grpc.PollerServiceServicer):
     ) -> cluster_pb2.WaitingReasonsResponse:
         reasons = self._poller.reasons_for(list(request.run_ids))
         return cluster_pb2.WaitingReasonsResponse(reasons=reasons)
+
+
+def _ids(values: Sequence[str], field: str) -> list[str]:
+    """The ids a request names, each checked, at most ``limits.MAX_BATCH`` of them."""
+    if len(values) > limits.MAX_BATCH:
+        raise InvalidArgument(field, f"at most {limits.MAX_BATCH} ids")
+    return [identifier(v, f"{field}[{i}]") for i, v in enumerate(values)]
+
+
+@contextlib.asynccontextmanager
+async def _answered(context: grpc.aio.ServicerContext) -> AsyncIterator[None]:
+    """Ends the call with the status of a domain error raised inside."""
+    try:
+        yield
+    except ShardcronError as e:
+        await context.abort(*codec.status_for(e))

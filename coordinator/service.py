@@ -31,7 +31,8 @@ from shardcron.client.codec.common import get_duration, get_time
 from shardcron.client.errors import InvalidArgument, ShardcronError
 from shardcron.client.types import DEFAULT_OWNER, ClusterStatus, Job, Page, ShardInfo, WorkerInfo
 from shardcron.coordinator.api import JobsApi
-from shardcron.coordinator.audit import AuditInterceptor
+from shardcron.coordinator.audit import ANONYMOUS, AuditInterceptor
+from shardcron.coordinator.auth import AuthInterceptor, AuthSource, current_caller
 from shardcron.coordinator.coordination import Coordination
 from shardcron.coordinator.grpc_metrics import MetricsInterceptor
 from shardcron.coordinator.health import ServiceHealth
@@ -80,10 +81,20 @@ def _job_id_only(job: Job) -> types_pb2.Job:
 
 
 def owner_of(context: grpc.aio.ServicerContext) -> str:
+    """The owner the call acts for: from its credential (``auth``), else its header."""
+    caller = current_caller()
+    if caller is not None:
+        return caller.owner
     for key, value in context.invocation_metadata() or ():
         if key == OWNER_KEY:
             return validate_owner(value)
     return DEFAULT_OWNER
+
+
+def principal_of(context: grpc.aio.ServicerContext) -> str:
+    """The name of the principal behind the call, "anonymous" without an auth file."""
+    caller = current_caller()
+    return caller.principal if caller is not None and caller.principal else ANONYMOUS
 
 
 async def _abort_with(context: grpc.aio.ServicerContext, e: Exception, name: str) -> None:
@@ -389,15 +400,21 @@ def build_server(
     router: ShardRouter | None,
     credentials: grpc.ServerCredentials | None = None,
     metrics: Metrics | None = None,
+    auth: AuthSource | None = None,
 ) -> tuple[grpc.aio.Server, int]:
     """A gRPC server with the services of the roles given, TLS when ``credentials`` are
     given (every service on the one port); returns it (not started) and its port.
-    Its ``health`` (``ServiceHealth``) says NOT_SERVING until ``health.serving()``."""
-    measured = [MetricsInterceptor(metrics)] if metrics is not None else []
+    Its ``health`` (``ServiceHealth``) says NOT_SERVING until ``health.serving()``.
+    With ``auth`` every call is judged against its principals before anything else
+    but the metrics sees it."""
+    # Outermost first: metrics count every call, refused ones too; auth refuses before
+    # anything reads the request, and sets the caller that audit, the request size
+    # quota (the owner) and the servicers read; decoding is innermost.
     server = grpc.aio.server(
         interceptors=[
-            *measured,
-            AuditInterceptor(owner_of=owner_of),
+            *([MetricsInterceptor(metrics)] if metrics is not None else []),
+            *([AuthInterceptor(auth)] if auth is not None else []),
+            AuditInterceptor(owner_of=owner_of, principal_of=principal_of),
             *([RequestSizeInterceptor(api.quotas, owner_of=owner_of)] if api else []),
             DecodingInterceptor(),
         ],
@@ -420,6 +437,7 @@ def build_server(
                 poller.submit,
                 poller.may_lease,
                 silence_timeout=poller.config.worker_silence_timeout,
+                auth=auth,
             ),
             server,
         )

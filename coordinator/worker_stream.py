@@ -35,6 +35,7 @@ from shardcron.client.stream import (
     ResultAcks,
     Welcome,
 )
+from shardcron.coordinator.auth import AuthSource, current_caller
 from shardcron.coordinator.poller.events import (
     InboxEvent,
     WorkerClosed,
@@ -158,9 +159,11 @@ class WorkerStreamServicer(worker_pb2_grpc.WorkerServiceServicer):
         may_lease: Callable[[], bool],
         *,
         silence_timeout: timedelta | None = None,
+        auth: AuthSource | None = None,
     ) -> None:
         self._submit = submit
         self._may_lease = may_lease
+        self._auth = auth  # a stream of a principal a reload removed or changed is ended
         # a worker silent this long is taken for frozen (None: never): see Connect
         self._silence_timeout = None if silence_timeout is None else silence_timeout.total_seconds()
 
@@ -184,7 +187,17 @@ class WorkerStreamServicer(worker_pb2_grpc.WorkerServiceServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, e.message)
         assert isinstance(hello, Hello)
         outbox = WorkerOutbox()
-        self._submit(WorkerConnected(link=outbox, hello=hello, address=context.peer()))
+        caller = current_caller()  # None: no auth file, every worker is trusted
+        watch = self._auth.watch(caller) if self._auth and caller else None
+        self._submit(
+            WorkerConnected(
+                link=outbox,
+                hello=hello,
+                address=context.peer(),
+                principal=caller.principal if caller else "",
+                owners=caller.worker_pool if caller else None,
+            )
+        )
 
         silence = SilenceWatch(time.monotonic())
 
@@ -239,6 +252,18 @@ class WorkerStreamServicer(worker_pb2_grpc.WorkerServiceServicer):
                     break
                 if isinstance(item, ShardcronError):
                     await context.abort(*status_for(item))
+                if watch is not None and watch.revoked():
+                    assert caller is not None
+                    log.warning(
+                        "worker %s: principal %s revoked: stream closed",
+                        hello.worker_id,
+                        caller.principal,
+                    )
+                    await context.abort(
+                        grpc.StatusCode.PERMISSION_DENIED,
+                        f"principal {caller.principal} was removed or changed in the auth file:"
+                        " connect again",
+                    )
                 gen, leases, msg = item
                 if leases and (gen != outbox.lease_gen or not self._may_lease()):
                     # decided before a freeze or a loss of shards: its runs are reloaded

@@ -9,8 +9,13 @@ through ZooKeeper. Every process's pid and log go under ``.cluster/`` so
 Every gRPC connection is mTLS: ``.cluster/tls/`` holds a CA and the certificates it
 signs (``deploy.certs``, made with ``openssl``): the nodes serve with ``node.crt``,
 require client certificates of the CA and call each other with ``node.crt``; the
-workers present ``worker.crt``, the user ``client.crt`` (``client_env`` gives the
-``SHARDCRON_TLS_*`` variables the CLI and SDK read).
+workers present ``worker.crt``, the user ``client.crt``.
+
+Tokens are on too: ``up`` makes an admin, a node and a worker token (``tokens.json``,
+readable by its owner only) and the auth file that holds their digests
+(``auth.toml``); the nodes get ``--auth-file`` and the node token, the workers
+their token, through the environment. ``client_env`` gives the ``SHARDCRON_TLS_*``
+variables and the admin's ``SHARDCRON_TOKEN`` that the CLI and SDK read (printed).
 
 ``down`` stops the processes and keeps the ZooKeeper and Cassandra data under
 ``.cluster/``: the next ``up`` resumes the jobs it held, under a new leader at a later
@@ -28,8 +33,10 @@ the nodes and workers are started with that interpreter's ``shardcron``.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -64,21 +71,49 @@ def shardcron(*args: str) -> list[str]:
     return [sys.executable, "-m", "shardcron", *args]
 
 
-def spawn(name: str, cmd: list[str], state: Path) -> int:
+def write_tokens(state: Path) -> dict[str, str]:
+    """An admin, a node and a worker token (kept in ``tokens.json``, mode 0600) and the
+    auth file of their principals (``auth.toml``); the tokens of an earlier ``up``
+    are kept."""
+    tokens_file = state / "tokens.json"
+    if tokens_file.exists():
+        tokens: dict[str, str] = json.loads(tokens_file.read_text())
+    else:
+        tokens = {role: secrets.token_urlsafe(32) for role in ("admin", "node", "worker")}
+        tokens_file.touch(mode=0o600)
+        tokens_file.write_text(json.dumps(tokens, indent=2))
+    principals = []
+    for role, token in tokens.items():
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        owners = 'owners = ["*"]\n' if role == "worker" else ""
+        principals.append(
+            f'[[principal]]\nname = "local-{role}"\ntoken_sha256 = "{digest}"\n'
+            f'role = "{role}"\n{owners}'
+        )
+    (state / "auth.toml").write_text("\n".join(principals))
+    return tokens
+
+
+def spawn(name: str, cmd: list[str], state: Path, env: dict[str, str] | None = None) -> int:
     log = state / f"{name}.log"
-    pid = spawn_detached(cmd, REPO, log)
+    pid = spawn_detached(cmd, REPO, log, env)
     (state / f"{name}.pid").write_text(str(pid))
     return pid
 
 
 def client_env(state: Path) -> dict[str, str]:
-    """The variables that make the CLI and SDK connect to the cluster as its user."""
+    """The variables that make the CLI and SDK connect to the cluster as its user: the
+    client certificate and the admin token (once ``up`` has made the tokens)."""
     tls = state / "tls"
-    return {
+    env = {
         "SHARDCRON_TLS_CA": str(tls / "ca.crt"),
         "SHARDCRON_TLS_CERT": str(tls / "client.crt"),
         "SHARDCRON_TLS_KEY": str(tls / "client.key"),
     }
+    tokens = state / "tokens.json"
+    if tokens.exists():
+        env["SHARDCRON_TOKEN"] = json.loads(tokens.read_text())["admin"]
+    return env
 
 
 def node_tls_args(tls: Path) -> list[str]:
@@ -121,6 +156,7 @@ def up(state: Path, nodes: int, workers: int, slots: int = 8) -> None:
     zk.start()
     cassandra.start()
     contact = ",".join(cassandra.contact_points)
+    tokens = write_tokens(state)
     subprocess.run(
         shardcron("store", "init", "--cassandra", contact, "--keyspace", KEYSPACE), check=True
     )
@@ -147,9 +183,12 @@ def up(state: Path, nodes: int, workers: int, slots: int = 8) -> None:
                 f"node{i}",
                 "--metrics-listen",
                 f"127.0.0.1:{9464 + i}",
+                "--auth-file",
+                str(state / "auth.toml"),
                 *node_tls_args(tls),
             ),
             state,
+            {"SHARDCRON_NODE_TOKEN": tokens["node"]},
         )
     for target in targets:
         wait_serving(target, state)
@@ -174,19 +213,24 @@ def up(state: Path, nodes: int, workers: int, slots: int = 8) -> None:
                 str(tls / "worker.key"),
             ),
             state,
+            {"SHARDCRON_TOKEN": tokens["worker"]},
         )
     env = client_env(state)
+    # the token is read from its 0600 file when the export runs, never printed itself
+    env["SHARDCRON_TOKEN"] = (
+        f'$(python3 -c \'import json; print(json.load(open("{state}/tokens.json"))["admin"])\')'
+    )
     endpoints = {
         "api": targets,
         "zookeeper": zk.connect_string,
         "cassandra": contact,
         "metrics": [f"http://127.0.0.1:{9464 + i}/metrics" for i in range(1, nodes + 1)],
         "logs": str(state),
-        "tls": env,
+        "tls": {k: v for k, v in env.items() if k.startswith("SHARDCRON_TLS_")},
     }
     (state / "endpoints.json").write_text(json.dumps(endpoints, indent=2))
     print(f"""shardcron cluster up
-  api        {", ".join(targets)}   (mTLS; certificates in {tls}/)
+  api        {", ".join(targets)}   (mTLS; certificates in {tls}/; tokens in {state}/tokens.json)
   zookeeper  {zk.connect_string}
   cassandra  {contact}  keyspace {KEYSPACE}
   metrics    {", ".join(endpoints["metrics"])}

@@ -9,6 +9,7 @@ a stale pid never makes us signal an unrelated process.
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import subprocess
 from pathlib import Path
@@ -19,8 +20,11 @@ from pathlib import Path
 _CHILDREN: dict[int, subprocess.Popen] = {}
 
 
-def spawn_detached(cmd: list[str], cwd: Path, output: Path) -> int:
-    """Start cmd in its own session so it outlives the caller (CLI or pytest).
+def spawn_detached(
+    cmd: list[str], cwd: Path, output: Path, env: dict[str, str] | None = None
+) -> int:
+    """Start cmd in its own session so it outlives the caller (CLI or pytest), with
+    ``env`` added to this process's environment.
 
     stdin is /dev/null and stdout/stderr go to a file, so nothing ties the
     server to the caller's terminal or pipes.
@@ -28,7 +32,7 @@ def spawn_detached(cmd: list[str], cwd: Path, output: Path) -> int:
     with open(output, "ab") as out:
         proc = subprocess.Popen(
             cmd, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True, close_fds=True,
+            start_new_session=True, close_fds=True, env={**os.environ, **(env or {})},
         )  # fmt: skip
     _CHILDREN[proc.pid] = proc
     return proc.pid

@@ -9,58 +9,38 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import os
-import signal
 import socket
 from datetime import timedelta
 from pathlib import Path
 
 import click
 
+from shardcron.auth_options import (
+    auth_file_option,
+    dev_auth,
+    node_auth,
+    node_token_option,
+    reload_on_sighup,
+    root_token,
+    worker_token_option,
+)
 from shardcron.client.cli import cli
 from shardcron.client.cli.state import CliState
 from shardcron.client.cli.tls_options import client_tls_options, server_tls_options
 from shardcron.client.errors import ShardcronError
-from shardcron.client.schedule import parse_duration
 from shardcron.client.tls import ClientTls, ServerTls
+from shardcron.coordinator.auth import AuthSource
 from shardcron.coordinator.poller import PollerConfig
 from shardcron.coordinator.quotas import Quotas
 from shardcron.policy_options import inherit_env_option, store_policy_options
-
-
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-
-
-def _labels(values: tuple[str, ...]) -> dict[str, str]:
-    out = {}
-    for item in values:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--label")
-        out[key] = value
-    return out
-
-
-def _duration(_ctx: click.Context, param: click.Parameter, value: str | None) -> timedelta | None:
-    if value is None:
-        return None
-    try:
-        return parse_duration(value)
-    except ValueError as e:
-        raise click.BadParameter(str(e)) from e
-
-
-async def _until_signalled() -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+from shardcron.role_commands import (
+    cassandra_options,
+    duration_option,
+    parse_labels,
+    setup_logging,
+    until_signalled,
+)
 
 
 @cli.command()
@@ -97,16 +77,21 @@ async def _until_signalled() -> None:
     help="Import MODULE so its @handler functions register.",
 )
 @click.option(
-    "--lease-ttl", default="10s", show_default=True, callback=_duration, help="Lease time to live."
+    "--lease-ttl",
+    default="10s",
+    show_default=True,
+    callback=duration_option,
+    help="Lease time to live.",
 )
 @click.option(
     "--misfire-grace",
     default="5s",
     show_default=True,
-    callback=_duration,
+    callback=duration_option,
     help="How late a fire may start before it counts as a misfire.",
 )
 @click.option("--shards", default=64, show_default=True, help="Shard count (fixed for a data dir).")
+@auth_file_option
 @server_tls_options
 @store_policy_options
 @inherit_env_option
@@ -122,6 +107,7 @@ def dev(
     lease_ttl: timedelta,
     misfire_grace: timedelta,
     shards: int,
+    auth_file: str | None,
     server_tls: ServerTls | None,
     insecure: bool,
     retention: timedelta | None,
@@ -132,7 +118,8 @@ def dev(
     """Run every role in one process on the embedded SQLite store."""
     from shardcron.coordinator.data_dir_lock import DataDirInUse, lock_data_dir
 
-    _setup_logging(log_level)
+    setup_logging(log_level)
+    auth, in_process_token = dev_auth(auth_file)
     poller = PollerConfig(
         lease_ttl=lease_ttl, heartbeat_interval=lease_ttl / 3, misfire_grace=misfire_grace
     )
@@ -154,6 +141,8 @@ def dev(
                 list(handler_modules),
                 poller,
                 shards,
+                auth,
+                in_process_token,
                 server_tls,
                 insecure,
                 inherit_env,
@@ -177,6 +166,8 @@ async def _dev(
     handler_modules: list[str],
     poller: PollerConfig,
     shards: int,
+    auth: AuthSource | None,
+    in_process_token: str | None,
     tls: ServerTls | None,
     insecure: bool,
     inherit_env: bool,
@@ -203,8 +194,10 @@ async def _dev(
         insecure=insecure,
         quotas=quotas,
     )
-    node = Node(store, LocalCoordination(data_dir, shard_count=shards, node_id="dev"), config)
+    coordination = LocalCoordination(data_dir, shard_count=shards, node_id="dev")
+    node = Node(store, coordination, config, auth=auth)
     await node.start()
+    reload_on_sighup(auth)
     # the in-process workers connect as the node's own calls to other nodes do
     credentials = tls.peer_tls().credentials() if tls is not None else None
     workers = [
@@ -213,6 +206,7 @@ async def _dev(
             worker_id=f"dev-worker-{i}",
             slots=slots,
             registry=registry,
+            token=in_process_token,
             credentials=credentials,
             inherit_env=inherit_env,
         )
@@ -230,7 +224,7 @@ async def _dev(
         metrics += f", dashboard and HTTP API on http://{host}:{node.http_port}/"
     click.echo(f"shardcron dev: serving on {node.address} (data in {data_dir}){metrics}", err=True)
     try:
-        await _until_signalled()
+        await until_signalled()
     finally:
         click.echo("shardcron dev: stopping", err=True)
         for w in workers:
@@ -274,6 +268,7 @@ async def _dev(
     help="Import MODULE so its @handler functions register.",
 )
 @click.option("--no-commands", is_flag=True, help="Serve handlers only, never run command jobs.")
+@worker_token_option
 @client_tls_options
 @click.option(
     "--metrics-listen", default="", help="Prometheus /metrics address (host:port); '' = off."
@@ -291,13 +286,14 @@ def worker_cmd(
     memory_mb: int,
     handler_modules: tuple[str, ...],
     no_commands: bool,
+    worker_token: str,
     client_tls: ClientTls,
     metrics_listen: str,
     inherit_env: bool,
     log_level: str,
 ) -> None:
     """Run a worker that takes leases from a node, or from every poller of a cluster (--zk)."""
-    _setup_logging(log_level)
+    setup_logging(log_level)
     if not client_tls.enabled:
         # `shardcron --tls-ca FILE worker` means the same as `shardcron worker --tls-ca FILE`
         root = click.get_current_context().find_object(CliState)
@@ -311,7 +307,7 @@ def worker_cmd(
 
     load_handler_modules(list(handler_modules))
     addresses: list[str] = []
-    label_map = _labels(labels)
+    label_map = parse_labels(labels)
     worker = Worker(
         (lambda: list(addresses)) if zk else worker_target,
         worker_id=worker_id,
@@ -321,6 +317,7 @@ def worker_cmd(
         runs_commands=not no_commands,
         cpu_millis=cpu_millis,
         memory_mb=memory_mb,
+        token=worker_token or root_token() or None,
         credentials=credentials,
         inherit_env=inherit_env,
     )
@@ -361,7 +358,7 @@ def worker_cmd(
             f"the pollers of cluster {cluster_name!r} in ZooKeeper {zk}" if zk else worker_target
         )
         click.echo(f"shardcron worker {worker.worker_id}: connecting to {where}", err=True)
-        await _until_signalled()
+        await until_signalled()
         await worker.stop()
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -370,19 +367,6 @@ def worker_cmd(
             await coordination.stop()
 
     asyncio.run(main())
-
-
-def _cassandra_options(f):  # type: ignore[no-untyped-def]
-    f = click.option(
-        "--keyspace", default="shardcron", show_default=True, envvar="SHARDCRON_KEYSPACE"
-    )(f)
-    f = click.option(
-        "--cassandra",
-        required=True,
-        envvar="SHARDCRON_CASSANDRA",
-        help="Cassandra contact points, comma-separated.",
-    )(f)
-    return f
 
 
 @cli.command()
@@ -397,7 +381,7 @@ def _cassandra_options(f):  # type: ignore[no-untyped-def]
     show_default=True,
     help="Cluster name in ZooKeeper.",
 )
-@_cassandra_options
+@cassandra_options
 @click.option(
     "--consistency", default="QUORUM", show_default=True, help="Cassandra consistency level."
 )
@@ -414,8 +398,10 @@ def _cassandra_options(f):  # type: ignore[no-untyped-def]
 @click.option(
     "--session-timeout", default=6.0, show_default=True, help="ZooKeeper session timeout, seconds."
 )
-@click.option("--lease-ttl", default="10s", show_default=True, callback=_duration)
-@click.option("--misfire-grace", default="5s", show_default=True, callback=_duration)
+@click.option("--lease-ttl", default="10s", show_default=True, callback=duration_option)
+@click.option("--misfire-grace", default="5s", show_default=True, callback=duration_option)
+@auth_file_option
+@node_token_option
 @server_tls_options
 @store_policy_options
 @click.option("--log-level", default="info", show_default=True)
@@ -435,6 +421,8 @@ def node(
     session_timeout: float,
     lease_ttl: timedelta,
     misfire_grace: timedelta,
+    auth_file: str | None,
+    node_token: str,
     server_tls: ServerTls | None,
     insecure: bool,
     retention: timedelta | None,
@@ -442,7 +430,8 @@ def node(
     log_level: str,
 ) -> None:
     """Run a cluster node on ZooKeeper and Cassandra (the production entry point)."""
-    _setup_logging(log_level)
+    setup_logging(log_level)
+    auth = node_auth(auth_file, node_token)
     role_set = frozenset(r.strip() for r in roles.split(",") if r.strip())
     poller = PollerConfig(
         lease_ttl=lease_ttl,
@@ -468,6 +457,8 @@ def node(
             shards,
             session_timeout,
             poller,
+            auth,
+            node_token,
             server_tls,
             insecure,
             retention,
@@ -491,6 +482,8 @@ async def _node(
     shards: int,
     session_timeout: float,
     poller: PollerConfig,
+    auth: AuthSource | None,
+    node_token: str,
     tls: ServerTls | None,
     insecure: bool,
     retention: timedelta | None,
@@ -524,21 +517,23 @@ async def _node(
         roles=roles,
         node_id=node_id,
         poller=poller,
+        node_token=node_token,
         tls=tls,
         insecure=insecure,
         quotas=quotas,
     )
     try:
-        node = Node(store, coordination, config)
+        node = Node(store, coordination, config, auth=auth)
         await node.start()
     except ShardcronError as e:
         raise click.ClickException(f"cannot start: {e.message}") from e
+    reload_on_sighup(auth)
     click.echo(
         f"shardcron node {node_id}: serving on {node.address} (roles: {','.join(sorted(roles))})",
         err=True,
     )
     try:
-        await _until_signalled()
+        await until_signalled()
     finally:
         click.echo(f"shardcron node {node_id}: stopping", err=True)
         await node.stop()
@@ -550,7 +545,7 @@ def store() -> None:
 
 
 @store.command("init")
-@_cassandra_options
+@cassandra_options
 @click.option("--replication-factor", default=1, show_default=True, help="SimpleStrategy factor.")
 @click.option("--shards", default=64, show_default=True, help="Shard count (fixed for a cluster).")
 def store_init(cassandra: str, keyspace: str, replication_factor: int, shards: int) -> None:

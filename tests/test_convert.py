@@ -20,9 +20,11 @@ from shardcron.client.errors import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,
+    PermissionDenied,
     ResourceExhausted,
     ShardcronError,
     StaleLease,
+    Unauthenticated,
     Unavailable,
     VersionConflict,
 )
@@ -541,6 +543,8 @@ def test_error_code_table() -> None:
         StaleLease: grpc.StatusCode.FAILED_PRECONDITION,
         AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
         Unavailable: grpc.StatusCode.UNAVAILABLE,
+        Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
+        PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
         ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
     } == codec.ERROR_CODES
     for cls, code in codec.ERROR_CODES.items():
@@ -557,6 +561,8 @@ def test_error_code_table() -> None:
         (StaleLease("token 5"), (grpc.StatusCode.FAILED_PRECONDITION, "token 5")),
         (AlreadyExists("dup"), (grpc.StatusCode.ALREADY_EXISTS, "dup")),
         (Unavailable("store down"), (grpc.StatusCode.UNAVAILABLE, "store down")),
+        (Unauthenticated("no token"), (grpc.StatusCode.UNAUTHENTICATED, "no token")),
+        (PermissionDenied("not yours"), (grpc.StatusCode.PERMISSION_DENIED, "not yours")),
         (ResourceExhausted("max_jobs: 5"), (grpc.StatusCode.RESOURCE_EXHAUSTED, "max_jobs: 5")),
         (ShardcronError("odd"), (grpc.StatusCode.UNKNOWN, "odd")),
         (KeyError("x"), (grpc.StatusCode.INTERNAL, "internal error: KeyError: 'x'")),
@@ -612,9 +618,9 @@ def test_error_from_rpc_invalid_argument_without_field() -> None:
 
 
 def test_error_from_rpc_unknown_code_keeps_it() -> None:
-    err = codec.error_from_rpc(FakeRpcError(grpc.StatusCode.PERMISSION_DENIED, "no"))
+    err = codec.error_from_rpc(FakeRpcError(grpc.StatusCode.DATA_LOSS, "no"))
     assert type(err) is ShardcronError
-    assert err.code == "PERMISSION_DENIED"
+    assert err.code == "DATA_LOSS"
     assert err.message == "no"
     assert ShardcronError.code == "UNKNOWN"  # the instance attribute did not leak
 

@@ -102,10 +102,15 @@ class NoLink:
 
 
 def worker(
-    worker_id: str = "w", *, slots: int = 4, handlers: frozenset[str] = frozenset({"noop"}), **kw
+    worker_id: str = "w",
+    *,
+    slots: int = 4,
+    handlers: frozenset[str] = frozenset({"noop"}),
+    owners: frozenset[str] | None = None,
+    **kw,
 ) -> WorkerBook:  # type: ignore[no-untyped-def]
     hello = Hello(worker_id=worker_id, slots=slots, handlers=handlers, **kw)
-    return WorkerBook(hello, address="", link=NoLink(), connected_at=T0)  # type: ignore[arg-type]
+    return WorkerBook(hello, address="", link=NoLink(), connected_at=T0, owners=owners)  # type: ignore[arg-type]
 
 
 # --- concurrency and overlap ---------------------------------------------------------
@@ -296,7 +301,7 @@ def test_a_run_no_worker_fits_waits_without_holding_up_the_rest() -> None:
     w = worker(cpu_millis=1000, memory_mb=512)
     assert lease_all(h, [w]) == [(plain.run.id, "w")]
     assert h.admission.has_ready() and len(h.admission) == 3  # the three wait
-    assert pick_worker(gpu.job, [worker(labels={"gpu": "1"})]) is not None  # type: ignore[arg-type]
+    assert pick_worker(gpu.job, "o", [worker(labels={"gpu": "1"})]) is not None  # type: ignore[arg-type]
 
 
 def test_placement_stops_at_the_free_slots_and_the_batch() -> None:
@@ -341,8 +346,8 @@ def test_a_worker_gives_back_what_a_run_held() -> None:
     w = worker(slots=2, cpu_millis=1000, memory_mb=100)
     need = Resources(slots=2, cpu_millis=600, memory_mb=50)
     spec = dataclasses.replace(job().spec, resources=need)
-    assert w.fits(spec)
+    assert w.fits(spec, "o")
     w.hold("r", need)
-    assert w.free == 0 and not w.fits(spec) and w.could_run(spec)
+    assert w.free == 0 and not w.fits(spec, "o") and w.could_run(spec, "o")
     w.release("r")
     assert (w.free, w.used_cpu, w.used_mem) == (2, 0, 0)

@@ -18,9 +18,9 @@ class CountingWorker(WorkerBook):
 
     fits_calls = 0
 
-    def fits(self, spec):  # type: ignore[no-untyped-def]
+    def fits(self, spec, owner):  # type: ignore[no-untyped-def]
         CountingWorker.fits_calls += 1
-        return super().fits(spec)
+        return super().fits(spec, owner)
 
 
 def counting_worker(slots: int) -> CountingWorker:
@@ -119,13 +119,13 @@ def test_a_waiting_run_says_why() -> None:
         big.run.id: "no worker with label gpu=a100 has 4000 mCPU",
         busy.run.id: "waiting for a free slot",
     }
-    assert why_waiting(gpu.job.spec, [plain]) == (  # type: ignore[union-attr]
+    assert why_waiting(gpu.job.spec, "o", [plain]) == (  # type: ignore[union-attr]
         WaitReason.NO_WORKER_WITH_LABELS,
         "no worker has label gpu=a100",
     )
     roomy = worker("roomy", slots=2, cpu_millis=4000, labels={"gpu": "a100"})
     roomy.hold("elsewhere", Resources(cpu_millis=1000))
-    assert why_waiting(big.job.spec, [roomy]) == (  # type: ignore[union-attr]
+    assert why_waiting(big.job.spec, "o", [roomy]) == (  # type: ignore[union-attr]
         WaitReason.NO_CAPACITY,
         "no worker with label gpu=a100 has 4000 mCPU free",
     )
@@ -138,6 +138,7 @@ def test_a_waiting_run_says_why() -> None:
     )
     counts = h.admission.waiting_counts(workers)
     assert counts == {
+        WaitReason.NO_WORKER_FOR_OWNER: 0,
         WaitReason.NO_WORKER_FOR_HANDLER: 1,
         WaitReason.NO_WORKER_FOR_COMMANDS: 1,
         WaitReason.NO_WORKER_WITH_LABELS: 0,
@@ -145,3 +146,21 @@ def test_a_waiting_run_says_why() -> None:
         WaitReason.NO_FREE_SLOT: 2 + len(running),
         WaitReason.CONCURRENCY_LIMIT: 1,
     }
+
+
+def test_a_worker_pool_takes_only_its_owners_runs() -> None:
+    h = Held()
+    j = job()
+    theirs = [admit(h, h.slot(j, due=T0 - timedelta(seconds=i)), owner="b") for i in range(3)]
+    ours = admit(h, h.slot(j, due=T0), owner="a")
+    pool_a = worker("pool-a", slots=4, owners=frozenset({"a"}))
+    assert lease_all(h, [pool_a]) == [(ours.run.id, "pool-a")]
+    workers = [pool_a]
+    assert why_waiting(j.spec, "b", workers) == (
+        WaitReason.NO_WORKER_FOR_OWNER,
+        "no connected worker takes runs of owner b",
+    )
+    assert h.admission.waiting_counts(workers)[WaitReason.NO_WORKER_FOR_OWNER] == 3
+    # a worker of every owner takes the rest
+    anyone = worker("anyone", slots=4)
+    assert sorted(r for r, _ in lease_all(h, [pool_a, anyone])) == sorted(s.run.id for s in theirs)

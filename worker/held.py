@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -77,3 +78,17 @@ def bounded_error(error: str) -> str:
     if len(error) <= MAX_ERROR_CHARS:
         return error
     return f"{error[:MAX_ERROR_CHARS]}... ({len(error) - MAX_ERROR_CHARS} characters cut)"
+
+
+def lapsed(runs: Iterable[HeldRun], now: float, period: float) -> tuple[list[HeldRun], float]:
+    """The runs not yet lost whose deadline is ``now`` or past, and when to look again:
+    the earliest deadline still ahead, at most ``period`` after ``now``."""
+    expired, wake = [], now + period
+    for run in runs:
+        if run.lost:
+            continue
+        if run.deadline <= now:
+            expired.append(run)
+        else:
+            wake = min(wake, run.deadline)
+    return expired, wake

@@ -33,6 +33,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 import shardcron
+from shardcron.client.sdk.connection import call_metadata
 from shardcron.client.stream import (
     CancelOrder,
     Heartbeat,
@@ -55,7 +56,7 @@ from .executor import (
 )
 from .handlers import HandlerRegistry
 from .handlers import registry as default_registry
-from .held import HeldRun, lease_deadline
+from .held import HeldRun, lapsed, lease_deadline
 from .link import PollerLink
 from .reaper_client import Reaper
 from .targets import Target, next_reading, read_targets
@@ -79,7 +80,9 @@ class Worker:
     poller that leased them. The stream of an address that left the list is closed at
     once, or, while it is up and its runs or results are not done, once it ends: it is
     never opened again (``_follow_targets``). ``credentials`` (``ClientTls.credentials()``
-    of ``shardcron.client.tls``) make every stream TLS; ``metadata`` goes with each.
+    of ``shardcron.client.tls``) make every stream TLS; ``token`` authenticates it to a
+    node with an auth file (its principal's owners are the runs it is leased);
+    ``metadata`` goes with each.
 
     To its links it is a ``StreamOwner``: they call ``hello_for``, ``heartbeat_for``,
     the ``on_*`` handlers and ``rebalance``, which are not for other callers.
@@ -98,6 +101,7 @@ class Worker:
         memory_mb: int = 0,
         kill_grace: float = 5.0,
         metadata: Sequence[tuple[str, str]] | dict[str, str] | None = None,
+        token: str | None = None,
         credentials: grpc.ChannelCredentials | None = None,
         inherit_env: bool = False,  # commands get this process's whole environment
     ) -> None:
@@ -115,9 +119,8 @@ class Worker:
         self.cpu_millis = cpu_millis
         self.memory_mb = memory_mb
         self.kill_grace = kill_grace
-        if isinstance(metadata, dict):
-            metadata = list(metadata.items())
-        self.metadata = tuple(metadata or ())
+        pairs = metadata.items() if isinstance(metadata, dict) else metadata or ()
+        self.metadata = tuple(pairs) + call_metadata(None, token)
         self.credentials = credentials
         self.stats: Counter[str] = Counter()
         self._runs: dict[str, HeldRun] = {}
@@ -546,15 +549,9 @@ class Worker:
     async def _watchdog(self) -> None:
         """Kill every run whose lease deadline has passed; wake at the next deadline."""
         while True:
-            now = time.monotonic()
-            wake = now + WATCHDOG_PERIOD
-            for run in list(self._runs.values()):
-                if run.lost:
-                    continue
-                if run.deadline <= now:
-                    self._lose(run, "lease expired without renewal")
-                else:
-                    wake = min(wake, run.deadline)
+            expired, wake = lapsed(self._runs.values(), time.monotonic(), WATCHDOG_PERIOD)
+            for run in expired:
+                self._lose(run, "lease expired without renewal")
             if len(self._links) > 1:
                 self.rebalance()  # shares left unused move on
             await asyncio.sleep(max(0.0, wake - time.monotonic()))

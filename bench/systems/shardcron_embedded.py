@@ -126,7 +126,8 @@ async def submit(
     targets: Sequence[str], specs: list[JobSpec], in_flight: int
 ) -> tuple[float, float]:
     """Submits every spec in ``BATCH``-job CreateJobs calls, ``in_flight`` at once, the
-    k-th call to ``targets[k % len(targets)]``; returns (first call sent, last acked)."""
+    k-th call to ``targets[k % len(targets)]`` (as ``SHARDCRON_TOKEN``'s principal, if
+    set); returns (first call sent, last acked)."""
     clients = [AsyncClient(t, owner="bench", timeout=120) for t in targets]
     queue: asyncio.Queue[tuple[int, list[JobSpec]]] = asyncio.Queue()
     for k, i in enumerate(range(0, len(specs), BATCH)):

@@ -1,9 +1,9 @@
 """The ``shardcron`` group: its options, its error exits and its command groups.
 
-The root options (``root_options``: ``--target``, ``--owner``, ``--json``, ``--utc``,
-``--timeout``) and the TLS flags (``--tls-ca``,
-``--tls-cert``, ``--tls-key``, before the subcommand) become the ``CliState`` every command reads; all but ``--timeout`` may
-also come after the subcommand. ``--target`` may name several api nodes
+The root options (``root_options``: ``--target``, ``--owner``, ``--token``, ``--json``,
+``--utc``, ``--timeout``) and the TLS flags (``--tls-ca``, ``--tls-cert``, ``--tls-key``)
+become the ``CliState`` every command reads; all but ``--timeout`` may also come after
+the subcommand. ``--target`` may name several api nodes
 (``host1:7400,host2:7400``), which the client fails over among. A ``ShardcronError``
 raised by any subcommand (those added from outside too) prints ``error: CODE: message``
 on stderr, or with ``--json`` one JSON document there (``{"error": {"code", "message",
@@ -31,6 +31,8 @@ from shardcron.client.sdk import Client
 from shardcron.client.tls import ClientTls
 
 EXIT_CODES = {
+    "UNAUTHENTICATED": 5,
+    "PERMISSION_DENIED": 5,
     "INVALID_ARGUMENT": 2,
     "NOT_FOUND": 3,
     "ABORTED": 4,
@@ -84,7 +86,8 @@ def _fail(ctx: click.Context, code: str, message: str, field: str, exit_code: in
 def cli(
     ctx: click.Context,
     target: str,
-    owner: str,
+    owner: str | None,
+    token: str,
     json_output: bool,
     utc: bool,
     timeout: float,
@@ -92,7 +95,8 @@ def cli(
 ) -> None:
     """shardcron: a distributed job scheduler.
 
-    --target, --owner, --json and --utc may also come after the subcommand.
+    --target, --owner, --token, --json, --utc and the --tls-* flags may also come
+    after the subcommand.
     \f
     An ``obj`` given to ``cli.main`` that is callable replaces ``Client`` as the client
     factory (tests pass a fake).
@@ -105,6 +109,7 @@ def cli(
         timeout=timeout,
         utc=utc,
         connect=connect,
+        token=token,
         tls=client_tls,
     )
     ctx.call_on_close(ctx.obj.close)

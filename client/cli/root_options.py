@@ -5,7 +5,8 @@ subcommand as well (``shardcron run list JOB --json``).
 default and environment variable, and ``accept_late`` gives every command of the user's
 groups (job, run, dead-letters, cluster) a hidden copy of each that is ``late``, without
 default or environment variable: given after the subcommand, its value replaces the
-root's in ``CliState`` (the field named like the option's parameter). An option that a
+root's in ``CliState`` (the field named like the option's parameter; the TLS flags,
+declared on the root by ``tls_options``, are late only). An option that a
 command declares itself (``run wait --timeout``) is not copied there, so ``--timeout``
 is late nowhere and keeps its place before the subcommand.
 """
@@ -19,6 +20,7 @@ from typing import Any
 import click
 
 from shardcron.client.cli.state import CliState
+from shardcron.client.cli.tls_options import PEM_FILE
 from shardcron.client.sdk import DEFAULT_TARGET
 from shardcron.client.types import DEFAULT_OWNER
 
@@ -31,6 +33,7 @@ class RootOption:
     decls: tuple[str, ...]
     settings: Mapping[str, Any] = field(default_factory=dict)
     late: bool = True
+    on_root: bool = True  # False: the root declares it another way (the TLS flags)
 
 
 ROOT_OPTIONS: tuple[RootOption, ...] = (
@@ -48,9 +51,18 @@ ROOT_OPTIONS: tuple[RootOption, ...] = (
         decls=("--owner",),
         settings={
             "envvar": "SHARDCRON_OWNER",
-            "default": DEFAULT_OWNER,
-            "show_default": True,
-            "help": "Owner (tenant) to act as [env SHARDCRON_OWNER].",
+            "default": None,
+            "help": f"Owner (tenant) to act as; default: the token's one owner, or "
+            f"{DEFAULT_OWNER!r} [env SHARDCRON_OWNER].",
+        },
+    ),
+    RootOption(
+        decls=("--token",),
+        settings={
+            "envvar": "SHARDCRON_TOKEN",
+            "default": "",
+            "show_default": False,
+            "help": "Bearer token for a node with an auth file [env SHARDCRON_TOKEN].",
         },
     ),
     RootOption(
@@ -74,13 +86,22 @@ ROOT_OPTIONS: tuple[RootOption, ...] = (
         },
         late=False,
     ),
+    # ``client_tls_options`` puts these on the root (with their variables); after the
+    # subcommand each replaces its file in the ``ClientTls`` the client connects with
+    *(
+        RootOption(
+            decls=(f"--tls-{name}", f"late_tls_{name}"), settings={"type": PEM_FILE}, on_root=False
+        )
+        for name in ("ca", "cert", "key")
+    ),
 )
 
 
 def root_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """Declares every root option on the root group's function."""
     for option in reversed(ROOT_OPTIONS):
-        f = click.option(*option.decls, **option.settings)(f)
+        if option.on_root:
+            f = click.option(*option.decls, **option.settings)(f)
     return f
 
 

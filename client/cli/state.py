@@ -24,27 +24,36 @@ class CliState:
     """The global options, and the client built from them on first use."""
 
     target: str
-    owner: str
+    owner: str | None
     json_output: bool
     timeout: float
     utc: bool = False  # times in UTC, not in a cron job's zone or local time
     connect: Callable[..., Client] = Client
+    token: str = ""
     tls: ClientTls = ClientTls()
+    # TLS files given after the subcommand, each replacing its own in ``tls``
+    late_tls_ca: str | None = None
+    late_tls_cert: str | None = None
+    late_tls_key: str | None = None
     _client: Client | None = None
 
     def client(self) -> Client:
         if self._client is None:
-            # the TLS files go only when given, so a client factory need not know of them
-            tls = {
-                f"tls_{name}": value
+            # the token and TLS files go only when given, so a client factory need not
+            # know of them
+            credentials: dict[str, Any] = {"token": self.token} if self.token else {}
+            credentials.update(
+                (f"tls_{name}", value)
                 for name, value in (
-                    ("ca", self.tls.ca),
-                    ("cert", self.tls.cert),
-                    ("key", self.tls.key),
+                    ("ca", self.late_tls_ca or self.tls.ca),
+                    ("cert", self.late_tls_cert or self.tls.cert),
+                    ("key", self.late_tls_key or self.tls.key),
                 )
                 if value is not None
-            }
-            self._client = self.connect(self.target, owner=self.owner, timeout=self.timeout, **tls)
+            )
+            self._client = self.connect(
+                self.target, owner=self.owner, timeout=self.timeout, **credentials
+            )
         return self._client
 
     def close(self) -> None:

@@ -15,9 +15,11 @@ from shardcron.client.errors import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,
+    PermissionDenied,
     ResourceExhausted,
     ShardcronError,
     StaleLease,
+    Unauthenticated,
     Unavailable,
     VersionConflict,
 )
@@ -33,6 +35,8 @@ ERROR_CODES: dict[type[ShardcronError], grpc.StatusCode] = {
     StaleLease: grpc.StatusCode.FAILED_PRECONDITION,
     AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
     Unavailable: grpc.StatusCode.UNAVAILABLE,
+    Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
+    PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
     ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
 

@@ -24,7 +24,12 @@ from shardcron.client.codec import (
     run_from_proto,
 )
 from shardcron.client.sdk import messages
-from shardcron.client.sdk.connection import ClientChannels, owner_metadata, resolve_target
+from shardcron.client.sdk.connection import (
+    ClientChannels,
+    call_metadata,
+    resolve_target,
+    resolve_token,
+)
 from shardcron.client.sdk.messages import JobSpecArg
 from shardcron.client.sdk.waiting import (
     DEFAULT_POLL_INTERVAL,
@@ -34,7 +39,6 @@ from shardcron.client.sdk.waiting import (
 )
 from shardcron.client.tls import channel_credentials
 from shardcron.client.types import (
-    DEFAULT_OWNER,
     FINAL_RUN_STATES,
     ClusterStatus,
     Fire,
@@ -54,17 +58,18 @@ class AsyncClient:
     """``Client`` for asyncio: the same methods, as coroutines; ``read_output``,
     ``iter_jobs`` and ``iter_runs`` are async iterators. Use ``async with`` or
     ``await close()``. The channel is opened on the first call, so the client may be
-    built outside the event loop it is used in. TLS is set as for ``Client``
-    (``tls_ca``, ``tls_cert``, ``tls_key`` or ``credentials``)."""
+    built outside the event loop it is used in. ``owner``, ``token`` and TLS (``tls_ca``,
+    ``tls_cert``, ``tls_key`` or ``credentials``) as for ``Client``."""
 
     def __init__(
         self,
         target: str | None = None,
         *,
-        owner: str = DEFAULT_OWNER,
+        owner: str | None = None,
         timeout: float = 30.0,
         channel_options: Sequence[tuple[str, Any]] = (),
         credentials: grpc.ChannelCredentials | None = None,
+        token: str | None = None,
         tls_ca: str | Path | None = None,
         tls_cert: str | Path | None = None,
         tls_key: str | Path | None = None,
@@ -78,7 +83,7 @@ class AsyncClient:
             options=channel_options,
             asyncio=True,
         )
-        self._metadata = owner_metadata(owner)
+        self._metadata = call_metadata(owner, resolve_token(token))
         self._channel: grpc.aio.Channel | None = None
         self._job_stub: jobs_pb2_grpc.JobServiceStub | None = None
         self._cluster_stub: cluster_pb2_grpc.ClusterServiceStub | None = None

@@ -17,8 +17,10 @@ Failing over is gRPC's own work, set by the service config every channel carries
   retries them too (opened on the first such call). A service config chooses retries
   by method only, hence the second channel.
 
-Every call carries the owner in the ``x-shardcron-owner`` metadata; the api node scopes
-what the call sees and changes to that owner.
+Every call carries the owner in the ``x-shardcron-owner`` metadata when one is given;
+the api node scopes what the call sees and changes to that owner (without one: the one
+owner of the call's credential, or ``default``). A client given a token sends it as
+``authorization: Bearer TOKEN`` on every call, through every channel.
 """
 
 from __future__ import annotations
@@ -38,7 +40,9 @@ from shardcron.v1 import jobs_pb2_grpc
 
 DEFAULT_TARGET = "127.0.0.1:7400"
 TARGET_ENV = "SHARDCRON_TARGET"
+TOKEN_ENV = "SHARDCRON_TOKEN"
 OWNER_METADATA_KEY = "x-shardcron-owner"
+AUTHORIZATION_METADATA_KEY = "authorization"
 
 JOB_SERVICE = "shardcron.v1.JobService"
 CLUSTER_SERVICE = "shardcron.v1.ClusterService"
@@ -133,9 +137,20 @@ def service_config(*, retry_creates: bool = False) -> str:
     )
 
 
-def owner_metadata(owner: str) -> tuple[tuple[str, str], ...]:
-    """The metadata every call of a client acting as ``owner`` sends."""
-    return ((OWNER_METADATA_KEY, owner),)
+def resolve_token(token: str | None) -> str | None:
+    """``token``, else ``$SHARDCRON_TOKEN`` (an SDK client's; a worker's is given)."""
+    return token if token is not None else os.environ.get(TOKEN_ENV)
+
+
+def call_metadata(owner: str | None, token: str | None = None) -> tuple[tuple[str, str], ...]:
+    """The metadata every call of a client sends: the owner it acts as (none: the node
+    takes its credential's one owner, or ``default``) and its bearer token, if any."""
+    metadata: list[tuple[str, str]] = []
+    if owner is not None:
+        metadata.append((OWNER_METADATA_KEY, owner))
+    if token:
+        metadata.append((AUTHORIZATION_METADATA_KEY, f"Bearer {token}"))
+    return tuple(metadata)
 
 
 def open_channel(

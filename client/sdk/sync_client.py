@@ -24,7 +24,12 @@ from shardcron.client.codec import (
     run_from_proto,
 )
 from shardcron.client.sdk import messages
-from shardcron.client.sdk.connection import ClientChannels, owner_metadata, resolve_target
+from shardcron.client.sdk.connection import (
+    ClientChannels,
+    call_metadata,
+    resolve_target,
+    resolve_token,
+)
 from shardcron.client.sdk.messages import JobSpecArg
 from shardcron.client.sdk.waiting import (
     DEFAULT_POLL_INTERVAL,
@@ -34,7 +39,6 @@ from shardcron.client.sdk.waiting import (
 )
 from shardcron.client.tls import channel_credentials
 from shardcron.client.types import (
-    DEFAULT_OWNER,
     FINAL_RUN_STATES,
     ClusterStatus,
     Fire,
@@ -55,8 +59,10 @@ class Client:
 
     ``target`` is one api node's ``host:port`` or several, comma-separated, to fail over
     among (``connection`` says which calls are retried on another); it defaults to
-    ``$SHARDCRON_TARGET`` or ``127.0.0.1:7400``; every call is
-    scoped to ``owner`` and given ``timeout`` seconds (except followed output).
+    ``$SHARDCRON_TARGET`` or ``127.0.0.1:7400``; every call is scoped to ``owner``
+    (None: the one owner of the token's principal, or ``default``) and given ``timeout``
+    seconds (except followed output). ``token`` (else ``$SHARDCRON_TOKEN``) is sent as
+    ``authorization: Bearer TOKEN`` to a node with an auth file.
     TLS: ``tls_ca`` (the CA that signed the nodes' certificates), plus ``tls_cert`` and
     ``tls_key`` where nodes require client certificates; each one not given is read from
     ``$SHARDCRON_TLS_CA``, ``$SHARDCRON_TLS_CERT``, ``$SHARDCRON_TLS_KEY``
@@ -68,10 +74,11 @@ class Client:
         self,
         target: str | None = None,
         *,
-        owner: str = DEFAULT_OWNER,
+        owner: str | None = None,
         timeout: float = 30.0,
         channel_options: Sequence[tuple[str, Any]] = (),
         credentials: grpc.ChannelCredentials | None = None,
+        token: str | None = None,
         tls_ca: str | Path | None = None,
         tls_cert: str | Path | None = None,
         tls_key: str | Path | None = None,
@@ -85,7 +92,7 @@ class Client:
             options=channel_options,
         )
         self._channel: grpc.Channel = self._channels.calls()
-        self._metadata = owner_metadata(owner)
+        self._metadata = call_metadata(owner, resolve_token(token))
         self._jobs = jobs_pb2_grpc.JobServiceStub(self._channel)
         self._cluster = cluster_pb2_grpc.ClusterServiceStub(self._channel)
 

@@ -180,9 +180,20 @@ def openapi_document(server_url: str = "/") -> dict[str, Any]:
             " with the same owner scoping (the x-shardcron-owner header) and errors.",
         },
         "servers": [{"url": server_url}],
+        # a node with an auth file needs the bearer token; one without, nothing
+        "security": [{"bearerToken": []}, {}],
         "paths": paths,
         "components": {
             "schemas": dict(sorted(schemas.components.items())),
             "parameters": {},
+            "securitySchemes": {
+                "bearerToken": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "A principal's token from the node's auth file, as"
+                    " over gRPC: same roles and owners; 401 without a known one, 403 for"
+                    " a call its role or owners do not allow.",
+                }
+            },
         },
     }

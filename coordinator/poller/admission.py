@@ -16,8 +16,8 @@
   or is about to be placed (``place``); exactly at the deadline it is still on time.
 - **Placement**: ready runs go out highest priority first; within a priority,
   owners take turns and each owner's runs go by due time (``placement``). Each
-  goes to the worker with the most free slots among those that fit it (slots,
-  cpu, memory, labels, handler or command). Runs are grouped by what they need
+  goes to the worker with the most free slots among those that fit it (its
+  owner's pool, slots, cpu, memory, labels, handler or command). Runs are grouped by what they need
   (placement class): a class no worker has room for is skipped whole, so runs
   nobody can take never hold up the runs that can, and a turn does not look at
   every waiting run.
@@ -71,11 +71,12 @@ def past_deadline(job: Job, run: Run, now: datetime) -> bool:
     return deadline is not None and now - run.due_at > deadline
 
 
-def pick_worker(job: Job, workers: Iterable[WorkerBook]) -> WorkerBook | None:
-    """The worker with the most free slots among those that have room for the run."""
+def pick_worker(job: Job, owner: str, workers: Iterable[WorkerBook]) -> WorkerBook | None:
+    """The worker with the most free slots among those that have room for a run of the
+    job, of ``owner``."""
     best: WorkerBook | None = None
     for w in workers:
-        if w.fits(job.spec) and (best is None or w.free > best.free):
+        if w.fits(job.spec, owner) and (best is None or w.free > best.free):
             best = w
     return best
 
@@ -256,7 +257,7 @@ class Admission:
                 ready.take(cls, priority, owner, placed=False)
                 yield slot, None
                 continue
-            worker = pick_worker(job, workers)
+            worker = pick_worker(job, owner, workers)
             if worker is None:
                 ready.close(key)  # no room for this class left: its other runs wait too
                 continue
@@ -274,7 +275,7 @@ class Admission:
         for cls in self._ready.classes():
             need = cls.count * (cls.spec.resources.slots or 1)
             for w in workers:
-                if want[w] < w.slots and w.could_run(cls.spec):
+                if want[w] < w.slots and w.could_run(cls.spec, cls.owner):
                     want[w] += need
         return {w: min(n, w.slots) for w, n in want.items()}
 
@@ -290,13 +291,13 @@ class Admission:
         cls = self._ready.class_of(slot.run.id)
         if slot.phase != Phase.READY or cls is None:
             return ""
-        return why_waiting(cls.spec, workers)[1]
+        return why_waiting(cls.spec, cls.owner, workers)[1]
 
     def waiting_counts(self, workers: Collection[WorkerBook]) -> dict[WaitReason, int]:
         """Runs waiting, by reason: O(classes × workers)."""
         counts = dict.fromkeys(WaitReason, 0)
         for cls in self._ready.classes():
-            counts[why_waiting(cls.spec, workers)[0]] += cls.count
+            counts[why_waiting(cls.spec, cls.owner, workers)[0]] += cls.count
         counts[WaitReason.CONCURRENCY_LIMIT] = len(self._blocked_runs)
         return counts
 

@@ -20,11 +20,16 @@ from shardcron.coordinator.poller.workers import WorkerLink
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkerConnected:
-    """A worker opened a lease stream (answered through ``link``) and said Hello."""
+    """A worker opened a lease stream (answered through ``link``) and said Hello.
+
+    ``principal`` is who the stream authenticated as ("" on a node without an auth
+    file) and ``owners`` its pool: the owners whose runs it may take (None: all)."""
 
     link: WorkerLink
     hello: Hello
     address: str
+    principal: str = ""
+    owners: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

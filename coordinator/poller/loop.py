@@ -346,8 +346,8 @@ class Poller:
             case JobChanged(job=job):
                 if job.id in runs.jobs:
                     runs.cache_job(job)
-            case WorkerConnected(link=link, hello=hello, address=address):
-                self._streams.connected(link, hello, address, epoch=self.epoch, turn=turn, now=now)
+            case WorkerConnected() as connected:
+                self._streams.connected(connected, epoch=self.epoch, turn=turn, now=now)
             case WorkerClosed(link=link):
                 self._streams.closed(link)
             case CancelRun(run=run, reason=reason, done=done):

@@ -1,21 +1,21 @@
 """Ready runs grouped by what they need, and why a run waits.
 
 A **placement class** is what decides whether a worker could take a run: its task
-kind (commands, or the handler's name), the labels it requires, and the slots, cpu
-and memory it takes. Runs of one class fit exactly the same workers, so placement
+kind (commands, or the handler's name), the labels it requires, the slots, cpu
+and memory it takes, and its owner (a worker takes only the owners of its pool). Runs of one class fit exactly the same workers, so placement
 asks once per class and turn whether any connected worker has room for it, and
 skips the whole class when none has. Runs nobody can take therefore never delay
 runs that can, and a turn costs O(classes × workers) plus the runs it places,
 however many runs wait (``ReadyRuns``).
 
-Inside a class, runs wait by priority; inside one priority, each owner has its
-own queue by due time and owners take turns (round robin), so one owner's 10,000
-ready runs do not starve another owner's one. Classes whose best runs share a
-priority take turns the same way.
+Inside a class, runs wait by priority, by due time. Classes whose best runs share
+a priority take turns (round robin), and owners are classes apart, so one owner's
+10,000 ready runs do not starve another owner's one.
 
 **Why a run waits** (``why_waiting``) is a pure function of its class and the
 connected workers: no worker serves its handler or runs commands, none has its
 labels, none is big enough, none has a free slot, or none has the cpu/memory free.
+A pool that leaves an owner out counts too: no connected worker takes its runs.
 It is worked out when asked (``run get``/``run list`` through the owning poller)
 and for the ``shardcron_waiting_runs`` gauge, never stored: the reason changes
 with every worker that comes and goes, and writing it would cost a store write on
@@ -35,7 +35,7 @@ from shardcron.client.types import CommandTask, JobSpec, Resources
 from shardcron.coordinator.poller.state import Phase, Slot
 from shardcron.coordinator.poller.workers import WorkerBook
 
-ClassKey = tuple[str, tuple[tuple[str, str], ...], int, int, int]
+ClassKey = tuple[str, tuple[tuple[str, str], ...], int, int, int, str]
 _Entry = tuple[datetime, str]  # (due, run id)
 _Place = tuple[ClassKey, int, str]  # (class, priority, owner): where a run is queued
 
@@ -43,6 +43,7 @@ _Place = tuple[ClassKey, int, str]  # (class, priority, owner): where a run is q
 class WaitReason(StrEnum):
     """Why a due run is not on a worker yet (the gauge's bounded label values)."""
 
+    NO_WORKER_FOR_OWNER = "no_worker_for_owner"  # no connected worker's pool has it
     NO_WORKER_FOR_HANDLER = "no_worker_for_handler"
     NO_WORKER_FOR_COMMANDS = "no_worker_for_commands"
     NO_WORKER_WITH_LABELS = "no_worker_with_labels"
@@ -51,12 +52,12 @@ class WaitReason(StrEnum):
     CONCURRENCY_LIMIT = "concurrency_limit"
 
 
-def class_key(spec: JobSpec) -> ClassKey:
+def class_key(spec: JobSpec, owner: str) -> ClassKey:
     need = spec.resources
     task = spec.task
     kind = "command" if isinstance(task, CommandTask) else f"handler:{task.name}"
     labels = tuple(sorted(need.labels.items()))
-    return (kind, labels, need.slots or 1, need.cpu_millis, need.memory_mb)
+    return (kind, labels, need.slots or 1, need.cpu_millis, need.memory_mb, owner)
 
 
 def _amounts(need: Resources, *, slots: bool) -> str:
@@ -68,10 +69,17 @@ def _amounts(need: Resources, *, slots: bool) -> str:
     return " and ".join(parts)
 
 
-def why_waiting(spec: JobSpec, workers: Collection[WorkerBook]) -> tuple[WaitReason, str]:
-    """Why a run of ``spec`` is not placed, given the connected workers: the first
-    thing, from the task down to free capacity, that no worker offers."""
+def why_waiting(
+    spec: JobSpec, owner: str, workers: Collection[WorkerBook]
+) -> tuple[WaitReason, str]:
+    """Why a run of ``spec`` (of ``owner``) is not placed, given the connected workers:
+    the first thing, from the owner's pool and the task down to free capacity, that no
+    worker offers."""
     task, need = spec.task, spec.resources
+    pool = [w for w in workers if w.takes(owner)]
+    if workers and not pool:
+        return WaitReason.NO_WORKER_FOR_OWNER, f"no connected worker takes runs of owner {owner}"
+    workers = pool
     if isinstance(task, CommandTask):
         serving = [w for w in workers if w.runs_commands]
         if not serving:
@@ -98,7 +106,7 @@ def why_waiting(spec: JobSpec, workers: Collection[WorkerBook]) -> tuple[WaitRea
     if not big:
         return WaitReason.NO_CAPACITY, f"no worker{with_labels} has {_amounts(need, slots=True)}"
     roomy = [w for w in big if w.free >= (need.slots or 1)]
-    if roomy and not any(w.fits(spec) for w in roomy):
+    if roomy and not any(w.fits(spec, owner) for w in roomy):
         free = _amounts(need, slots=False)
         return WaitReason.NO_CAPACITY, f"no worker{with_labels} has {free} free"
     return WaitReason.NO_FREE_SLOT, "waiting for a free slot"
@@ -107,10 +115,11 @@ def why_waiting(spec: JobSpec, workers: Collection[WorkerBook]) -> tuple[WaitRea
 class _Class:
     """The ready runs of one placement class: per priority, per owner, by due time."""
 
-    __slots__ = ("count", "lanes", "rotations", "spec")
+    __slots__ = ("count", "lanes", "owner", "rotations", "spec")
 
-    def __init__(self, spec: JobSpec) -> None:
+    def __init__(self, spec: JobSpec, owner: str) -> None:
         self.spec = spec  # any run's spec of the class: placement reads only task and resources
+        self.owner = owner
         self.count = 0  # runs queued (live entries)
         self.lanes: dict[int, dict[str, list[_Entry]]] = {}  # priority -> owner -> heap
         self.rotations: dict[int, deque[str]] = {}  # priority -> owners, next first
@@ -167,10 +176,10 @@ class ReadyRuns:
     def push(self, slot: Slot) -> None:
         assert slot.job is not None
         run = slot.run
-        key = class_key(slot.job.spec)
+        key = class_key(slot.job.spec, run.owner)
         cls = self._classes.get(key)
         if cls is None:
-            cls = self._classes[key] = _Class(slot.job.spec)
+            cls = self._classes[key] = _Class(slot.job.spec, run.owner)
         if run.id in self._where:
             self.discard(run.id)
         owners = cls.lanes.setdefault(run.priority, {})
@@ -248,7 +257,7 @@ class ReadyRuns:
         self._open = {
             key: cls
             for key, cls in self._classes.items()
-            if cls.count > 0 and any(w.fits(cls.spec) for w in workers)
+            if cls.count > 0 and any(w.fits(cls.spec, cls.owner) for w in workers)
         }
         while True:
             self._open = {k: c for k, c in self._open.items() if c.count > 0 and c.lanes}

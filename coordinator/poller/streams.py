@@ -7,7 +7,10 @@ worker says to the runs held (``RunKeeper``):
   and its pending results handled as results. A Hello naming a connected worker
   replaces that worker's stream only when it comes from the same process (same
   ``instance_id``: a reconnect); from another it is refused with ALREADY_EXISTS and
-  the connected worker is left alone.
+  the connected worker is left alone. With an auth file a worker id is bound to the
+  principal of its first stream: a Hello naming it under another principal is
+  refused with PERMISSION_DENIED, connected or not. The stream's pool (the owners
+  its principal may take runs of) goes into its ``WorkerBook``.
 - Heartbeat (and Hello.held): one ``Renewal`` per ref, in order, granted by the
   lease book; a granted lease counts on this worker's slots, and a pending cancel
   is sent again.
@@ -44,12 +47,11 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-from shardcron.client.errors import AlreadyExists
+from shardcron.client.errors import AlreadyExists, PermissionDenied
 from shardcron.client.stream import (
     CancelOrder,
     Credits,
     Heartbeat,
-    Hello,
     LeaseRef,
     Output,
     Refused,
@@ -63,11 +65,16 @@ from shardcron.client.stream import (
 )
 from shardcron.client.types import OutputChunk, RunState
 from shardcron.coordinator.poller.config import MAX_DEFERRED
+from shardcron.coordinator.poller.events import WorkerConnected
 from shardcron.coordinator.poller.keeper import RunKeeper
 from shardcron.coordinator.poller.state import Phase, Slot
 from shardcron.coordinator.poller.turn import Turn
 from shardcron.coordinator.poller.workers import WorkerBook, WorkerLink
 from shardcron.coordinator.store_rules import keep_tail
+
+# worker ids whose principal a poller remembers: far more than live workers, so only
+# ids long gone are forgotten
+MAX_BOUND_WORKER_IDS = 100_000
 
 
 class WorkerStreams:
@@ -93,6 +100,8 @@ class WorkerStreams:
         self._books: dict[WorkerLink, WorkerBook] = {}  # every open stream
         # held leases and results named before this poller loaded its shards
         self._deferred: list[tuple[WorkerBook, LeaseRef | RunOutcome]] = []
+        # worker id -> the principal its first stream authenticated as (auth file only)
+        self._principals: dict[str, str] = {}
         # run id -> (token, worker id, instance id) of the result that ended it here:
         # its late output is kept from that process alone (kept while ``recent_final``)
         self._ended: dict[str, tuple[int, str, str]] = {}
@@ -121,10 +130,26 @@ class WorkerStreams:
 
     # --- what a worker says ------------------------------------------------------------
 
-    def connected(
-        self, link: WorkerLink, hello: Hello, address: str, *, epoch: int, turn: Turn, now: datetime
-    ) -> None:
-        book = WorkerBook(hello, address=address, link=link, connected_at=now)
+    def connected(self, event: WorkerConnected, *, epoch: int, turn: Turn, now: datetime) -> None:
+        link, hello = event.link, event.hello
+        book = WorkerBook(
+            hello,
+            address=event.address,
+            link=link,
+            connected_at=now,
+            principal=event.principal,
+            owners=event.owners,
+        )
+        bound = self._principals.get(book.id)
+        if bound is not None and bound != book.principal:
+            # a worker id is its principal's: another credential may not speak for its
+            # leases nor cut it off
+            link.fail(
+                PermissionDenied(
+                    f"worker id {book.id} belongs to another principal: use a worker id of your own"
+                )
+            )
+            return
         old = self.workers.get(book.id)
         if old is not None and not old.link.closed:
             if not old.same_process(book):
@@ -140,6 +165,7 @@ class WorkerStreams:
             old.link.close()  # the same process reconnecting: its new stream wins
         self.workers[book.id] = book
         self._books[link] = book
+        self._bind(book)
         link.welcome(
             Welcome(
                 poller_id=self._poller_id,
@@ -152,6 +178,16 @@ class WorkerStreams:
         for outcome in hello.pending_results:
             self._on_result(book, outcome, turn, now)
         self._metrics.workers.set(len(self.workers))
+
+    def _bind(self, book: WorkerBook) -> None:
+        """Binds the worker id to its stream's principal, for as long as the poller
+        lives (the oldest of ``MAX_BOUND_WORKER_IDS`` ids are forgotten first)."""
+        if not book.principal:
+            return
+        self._principals.pop(book.id, None)
+        self._principals[book.id] = book.principal
+        while len(self._principals) > MAX_BOUND_WORKER_IDS:
+            del self._principals[next(iter(self._principals))]
 
     def closed(self, link: WorkerLink) -> None:
         book = self._books.pop(link, None)

@@ -1,9 +1,10 @@
 """The poller's book of each connected worker, and what the loop may send it.
 
 ``WorkerBook`` is pure: a worker's capacity (slots, its credits for this stream,
-cpu, memory, labels, handlers, commands) and the runs it holds here. A run goes
-only to a worker whose unused capacity covers it (``fits``); the capacity it
-holds is given back when the poller records the run's end (``release``).
+cpu, memory, labels, handlers, commands), its pool (the owners whose runs its
+credential lets it take; None: every owner) and the runs it holds here. A run goes
+only to a worker of its owner's pool whose unused capacity covers it (``fits``); the
+capacity it holds is given back when the poller records the run's end (``release``).
 
 ``WorkerLink`` is the outgoing half of one lease stream. The stream's edge
 implements it and batches what one turn sends into one message per kind; the
@@ -90,6 +91,8 @@ class WorkerBook:
         "limit",
         "link",
         "memory_mb",
+        "owners",
+        "principal",
         "runs_commands",
         "slots",
         "used",
@@ -98,9 +101,18 @@ class WorkerBook:
     )
 
     def __init__(
-        self, hello: Hello, *, address: str, link: WorkerLink, connected_at: datetime
+        self,
+        hello: Hello,
+        *,
+        address: str,
+        link: WorkerLink,
+        connected_at: datetime,
+        principal: str = "",
+        owners: frozenset[str] | None = None,
     ) -> None:
         self.id = hello.worker_id
+        self.principal = principal  # who the stream authenticated as ("": no auth file)
+        self.owners = owners  # the owners whose runs it may take; None: every owner
         self.instance_id = hello.instance_id
         self.address = address
         self.link = link
@@ -137,8 +149,12 @@ class WorkerBook:
         """The worker shares its slots with other pollers: it wants our Demand."""
         return self.limit < self.slots
 
-    def fits(self, spec: JobSpec) -> bool:
-        """The worker has room for a run of this job now."""
+    def takes(self, owner: str) -> bool:
+        """The worker's pool includes ``owner``: its runs may be leased to it."""
+        return self.owners is None or owner in self.owners
+
+    def fits(self, spec: JobSpec, owner: str) -> bool:
+        """The worker has room for a run of this job (of ``owner``) now."""
         need = spec.resources
         if self.free < (need.slots or 1):
             return False
@@ -146,10 +162,12 @@ class WorkerBook:
             return False
         if need.memory_mb and self.used_mem + need.memory_mb > self.memory_mb:
             return False
-        return self.could_run(spec)
+        return self.could_run(spec, owner)
 
-    def could_run(self, spec: JobSpec) -> bool:
-        """The worker can run this kind of run at all, when it has room."""
+    def could_run(self, spec: JobSpec, owner: str) -> bool:
+        """The worker can run this kind of run (of ``owner``) at all, when it has room."""
+        if not self.takes(owner):
+            return False
         need = spec.resources
         if (need.slots or 1) > self.slots:
             return False

@@ -34,6 +34,7 @@ import json
 import os
 import queue
 import re
+import secrets
 import shlex
 import signal
 import subprocess
@@ -67,6 +68,7 @@ from shardcron.client.types import (
 )
 from shardcron.v1 import worker_pb2, worker_pb2_grpc
 from tests.e2e.harness import Proc, channel_to, free_port, heartbeat_empty, wait_healthy
+from tests.support.auth import principal_toml
 from tests.support.certs import Pki
 from tests.support.zookeeper import ZkProxy
 
@@ -259,6 +261,15 @@ class ShardcronCluster:
         # can freeze to cut that node off (a partition) without closing anything
         self.zk_proxies = zk_proxies
         self.proxies: dict[str, ZkProxy] = {}
+        # tokens on: every call is authenticated, the nodes' calls to each other too
+        self.tokens = {role: secrets.token_urlsafe(24) for role in ("admin", "node", "worker")}
+        self.auth_file = root / "auth.toml"
+        self.auth_file.write_text(
+            "\n".join(
+                principal_toml(f"cluster-{role}", role, None if role != "worker" else ["*"], token)
+                for role, token in self.tokens.items()
+            )
+        )
 
     # --- lifecycle -------------------------------------------------------------
 
@@ -289,6 +300,8 @@ class ShardcronCluster:
             f"{self.lease_ttl:g}s",
             "--misfire-grace",
             f"{self.misfire_grace:g}s",
+            "--auth-file",
+            str(self.auth_file),
             *(self.pki.node_args(mtls=True) if self.pki is not None else []),
         ]
 
@@ -300,7 +313,9 @@ class ShardcronCluster:
             self.proxies[node_id] = ZkProxy(self.zk_hosts)
             hosts = self.proxies[node_id].hosts
         proc = ClusterProc(
-            self.node_args(node_id, port, hosts), self.root / f"{node_id}.log"
+            self.node_args(node_id, port, hosts),
+            self.root / f"{node_id}.log",
+            env={"SHARDCRON_NODE_TOKEN": self.tokens["node"]},
         ).start()
         handle = NodeHandle(node_id, port, proc)
         self.nodes[node_id] = handle
@@ -312,7 +327,11 @@ class ShardcronCluster:
         args += ["--id", worker_id, "--slots", str(slots)]
         if self.pki is not None:
             args += self.pki.client_args("cluster-worker")
-        proc = ClusterProc(args, self.root / f"worker-{worker_id}.log").start()
+        proc = ClusterProc(
+            args,
+            self.root / f"worker-{worker_id}.log",
+            env={"SHARDCRON_TOKEN": self.tokens["worker"]},
+        ).start()
         handle = WorkerHandle(worker_id, proc)
         self.workers[worker_id] = handle
         return handle
@@ -389,12 +408,14 @@ class ShardcronCluster:
     # --- views -------------------------------------------------------------------
 
     def connect(self, node_id: str, *, owner: str = "default", timeout: float = 10.0) -> Client:
-        """A new client of one node, with the harness's certificate; the caller closes it."""
+        """A new client of one node, with the harness's certificate and the admin token; the
+        caller closes it."""
         tls = self.client_tls
         return Client(
             self.nodes[node_id].target,
             owner=owner,
             timeout=timeout,
+            token=self.tokens["admin"],
             tls_ca=tls.ca,
             tls_cert=tls.cert,
             tls_key=tls.key,
@@ -875,7 +896,7 @@ class RawWorker:
     sends empty heartbeats: a worker silent while it holds a lease is taken for frozen."""
 
     def __init__(
-        self, target: str, worker_id: str, handler: str, tls: ClientTls | None = None
+        self, target: str, worker_id: str, handler: str, tls: ClientTls | None = None, *, token: str
     ) -> None:
         self.channel = channel_to(target, tls)
         self._out: queue.Queue[worker_pb2.WorkerMessage | None] = queue.Queue()
@@ -885,7 +906,9 @@ class RawWorker:
             )
         )
         stub = worker_pb2_grpc.WorkerServiceStub(self.channel)
-        self._responses = stub.Connect(iter(self._out.get, None))
+        self._responses = stub.Connect(
+            iter(self._out.get, None), metadata=(("authorization", f"Bearer {token}"),)
+        )
         self._beating = heartbeat_empty(self._out)
         self.inbox: queue.Queue[worker_pb2.PollerMessage] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()

@@ -99,7 +99,10 @@ def test_worker_sigkill_mid_run_is_released_after_its_ttl(cluster) -> None:  # t
 
     # A late result with the lost lease's token is refused; the current token's is accepted.
     pollers = {
-        n: RawWorker(c.nodes[n].target, f"raw-{n}", "raw-only", c.client_tls) for n in c.nodes
+        n: RawWorker(
+            c.nodes[n].target, f"raw-{n}", "raw-only", c.client_tls, token=c.tokens["worker"]
+        )
+        for n in c.nodes
     }
     try:
         raw_job = client.create_job(

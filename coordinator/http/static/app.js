@@ -1,15 +1,34 @@
 // The shardcron dashboard: pages drawn from the HTTP/JSON API, routed by the URL's hash.
 // Every call sends the owner typed in the header (kept in localStorage) as
-// x-shardcron-owner, as the CLI and the SDK do. No build step, no dependencies.
+// x-shardcron-owner, as the CLI and the SDK do; left empty, the node takes the token's
+// one owner, or "default". A token typed in the header (kept in sessionStorage only, so
+// it ends with the tab) goes as "authorization: Bearer TOKEN", for a node with an auth
+// file. No build step, no dependencies.
 "use strict";
 
 const main = document.getElementById("main");
 const ownerInput = document.getElementById("owner");
-ownerInput.value = localStorage.getItem("shardcron.owner") || "default";
+const tokenInput = document.getElementById("token");
+ownerInput.value = localStorage.getItem("shardcron.owner") ?? "";
 ownerInput.addEventListener("change", () => {
-  localStorage.setItem("shardcron.owner", ownerInput.value.trim() || "default");
+  localStorage.setItem("shardcron.owner", ownerInput.value.trim());
   route();
 });
+tokenInput.value = sessionStorage.getItem("shardcron.token") || "";
+tokenInput.addEventListener("change", () => {
+  sessionStorage.setItem("shardcron.token", tokenInput.value.trim());
+  route();
+});
+
+// The headers of every call: who calls, for which owner.
+function callHeaders() {
+  const headers = {};
+  const owner = ownerInput.value.trim();
+  const token = tokenInput.value.trim();
+  if (owner) headers["x-shardcron-owner"] = owner;
+  if (token) headers.authorization = `Bearer ${token}`;
+  return headers;
+}
 
 let pageTimer = null; // the refresh of the page shown, stopped when the page changes
 let outputAbort = null; // the output stream of the run page shown
@@ -17,7 +36,7 @@ let outputAbort = null; // the output stream of the run page shown
 // --- the API -------------------------------------------------------------------------
 
 async function api(method, path, body) {
-  const headers = { "x-shardcron-owner": ownerInput.value.trim() || "default" };
+  const headers = callHeaders();
   if (body !== undefined) headers["content-type"] = "application/json";
   const resp = await fetch(path, {
     method, headers, body: body === undefined ? undefined : JSON.stringify(body),
@@ -233,7 +252,7 @@ async function jobPage(jobId) {
 async function followOutput(runId, pre) {
   outputAbort = new AbortController();
   const resp = await fetch(`/v1/runs/${encodeURIComponent(runId)}/output?format=text&follow=true`, {
-    headers: { "x-shardcron-owner": ownerInput.value.trim() || "default" },
+    headers: callHeaders(),
     signal: outputAbort.signal,
   });
   if (!resp.ok) throw new Error((await resp.json()).message);

@@ -68,24 +68,22 @@ class ClusterStatus(_message.Message):
     def __init__(self, mode: _Optional[str] = ..., leader: _Optional[str] = ..., epoch: _Optional[int] = ..., members: _Optional[_Iterable[str]] = ..., shards: _Optional[_Iterable[_Union[ShardInfo, _Mapping]]] = ..., workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ...) -> None: ...
 
 class NotifyRunsRequest(_message.Message):
-    __slots__ = ("runs", "jobs")
-    RUNS_FIELD_NUMBER: _ClassVar[int]
-    JOBS_FIELD_NUMBER: _ClassVar[int]
-    runs: _containers.RepeatedCompositeFieldContainer[_types_pb2.Run]
-    jobs: _containers.RepeatedCompositeFieldContainer[_types_pb2.Job]
-    def __init__(self, runs: _Optional[_Iterable[_Union[_types_pb2.Run, _Mapping]]] = ..., jobs: _Optional[_Iterable[_Union[_types_pb2.Job, _Mapping]]] = ...) -> None: ...
+    __slots__ = ("run_ids",)
+    RUN_IDS_FIELD_NUMBER: _ClassVar[int]
+    run_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, run_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class NotifyRunsResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class CancelRunRequest(_message.Message):
-    __slots__ = ("run", "reason")
-    RUN_FIELD_NUMBER: _ClassVar[int]
+    __slots__ = ("run_id", "reason")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
-    run: _types_pb2.Run
+    run_id: str
     reason: _types_pb2.RunReason
-    def __init__(self, run: _Optional[_Union[_types_pb2.Run, _Mapping]] = ..., reason: _Optional[_Union[_types_pb2.RunReason, str]] = ...) -> None: ...
+    def __init__(self, run_id: _Optional[str] = ..., reason: _Optional[_Union[_types_pb2.RunReason, str]] = ...) -> None: ...
 
 class CancelJobRunsRequest(_message.Message):
     __slots__ = ("job_id", "reason")
@@ -100,10 +98,10 @@ class CancelJobRunsResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class JobChangedRequest(_message.Message):
-    __slots__ = ("job",)
-    JOB_FIELD_NUMBER: _ClassVar[int]
-    job: _types_pb2.Job
-    def __init__(self, job: _Optional[_Union[_types_pb2.Job, _Mapping]] = ...) -> None: ...
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class JobChangedResponse(_message.Message):
     __slots__ = ()

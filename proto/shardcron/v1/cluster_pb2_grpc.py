@@ -100,7 +100,10 @@ class ClusterService:
 
 class PollerServiceStub:
     """PollerService: node-to-node calls an api node makes to the poller that owns a
-    run's shard. Not for users; served by every node with the poller role.
+    run's shard. Not for users; served by every node with the poller role, and with
+    an auth file only to callers of the node role. Requests carry ids only: the
+    poller reads the runs and jobs they name from the store, so a request can never
+    make it run something that is not stored.
     """
 
     def __init__(self, channel):
@@ -143,11 +146,14 @@ class PollerServiceStub:
 
 class PollerServiceServicer:
     """PollerService: node-to-node calls an api node makes to the poller that owns a
-    run's shard. Not for users; served by every node with the poller role.
+    run's shard. Not for users; served by every node with the poller role, and with
+    an auth file only to callers of the node role. Requests carry ids only: the
+    poller reads the runs and jobs they name from the store, so a request can never
+    make it run something that is not stored.
     """
 
     def NotifyRuns(self, request, context):
-        """Hint: these PENDING runs (and their jobs, as stored) were just written.
+        """Hint: these PENDING runs were just written.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -231,7 +237,10 @@ def add_PollerServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class PollerService:
     """PollerService: node-to-node calls an api node makes to the poller that owns a
-    run's shard. Not for users; served by every node with the poller role.
+    run's shard. Not for users; served by every node with the poller role, and with
+    an auth file only to callers of the node role. Requests carry ids only: the
+    poller reads the runs and jobs they name from the store, so a request can never
+    make it run something that is not stored.
     """
 
     @staticmethod
