@@ -152,13 +152,26 @@ class RowCodec:
     def _opt(self, value: Any) -> Any:
         return None if value is None or value == self.null else value
 
-    def job_row(self, j: Job) -> tuple[Any, ...]:
+    def job_row(self, j: Job, spec_json: str | None = None) -> tuple[Any, ...]:
+        """The row of ``j``; ``spec_json``: its spec's JSON, when already encoded."""
         return (
             j.id, j.owner, j.spec.name, str(j.state), j.version, j.schedule_version,
-            _spec_to_json(j.spec), self._time(j.next_fire_at), j.next_fire_key,
+            spec_json or _spec_to_json(j.spec), self._time(j.next_fire_at), j.next_fire_key,
             j.idempotency_key, j.consecutive_failures, j.pause_reason, _us(j.created_at),
             _us(j.updated_at),
         )  # fmt: skip
+
+    def job_rows(self, jobs: Iterable[Job]) -> list[tuple[Any, ...]]:
+        """The rows of ``jobs``, each distinct spec object encoded to JSON once (a batch
+        created from one spec shares it: ``codec.job_specs_from_proto``)."""
+        texts: dict[int, str] = {}  # by id(): every spec stays referenced by its job
+        rows = []
+        for j in jobs:
+            text = texts.get(id(j.spec))
+            if text is None:
+                text = texts[id(j.spec)] = _spec_to_json(j.spec)
+            rows.append(self.job_row(j, text))
+        return rows
 
     def row_job(self, r: Sequence[Any]) -> Job:
         """The job of a row; raises ``UnreadableRow`` when it cannot be decoded."""

@@ -169,10 +169,8 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
         self, request: jobs_pb2.CreateJobsRequest, context: Any
     ) -> jobs_pb2.CreateJobsResponse:
         owner = owner_of(context)
-        items = [
-            (codec.job_spec_from_proto(r.spec, f"jobs[{i}].spec"), r.idempotency_key)
-            for i, r in enumerate(request.jobs)
-        ]
+        specs = codec.job_specs_from_proto((r.spec for r in request.jobs), "jobs[{}].spec")
+        items = [(spec, r.idempotency_key) for spec, r in zip(specs, request.jobs, strict=True)]
         if not items:
             raise InvalidArgument("jobs", "must not be empty")
         if request.ids_only:

@@ -30,6 +30,7 @@ from shardcron.client.cli.state import CliState
 from shardcron.client.cli.tls_options import client_tls_options, server_tls_options
 from shardcron.client.errors import ShardcronError
 from shardcron.client.tls import ClientTls, ServerTls
+from shardcron.collector import tune_collector
 from shardcron.coordinator.auth import AuthSource
 from shardcron.coordinator.poller import PollerConfig
 from shardcron.coordinator.quotas import Quotas
@@ -129,6 +130,7 @@ def dev(
         data_dir_lock = lock_data_dir(Path(data_dir))
     except DataDirInUse as e:
         raise click.ClickException(f"cannot start: {e}") from e
+    tune_collector()
     try:
         asyncio.run(
             _dev(
@@ -366,6 +368,7 @@ def worker_cmd(
         if coordination is not None:
             await coordination.stop()
 
+    tune_collector()
     asyncio.run(main())
 
 
@@ -441,6 +444,7 @@ def node(
         recheck_interval=timedelta(seconds=2),
     )
     node_id = node_id or f"{socket.gethostname()}-{listen.rpartition(':')[2]}"
+    tune_collector()
     asyncio.run(
         _node(
             role_set,

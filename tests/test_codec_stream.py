@@ -521,3 +521,16 @@ def test_poller_event_with_a_negative_count_is_not_encoded(event: Any, field: st
     with pytest.raises(InvalidArgument) as e:
         encode_poller_message(event)
     assert e.value.field == field
+
+
+def test_leases_sharing_a_task_read_it_once_and_keep_what_differs() -> None:
+    other = dataclasses.replace(
+        GRANT, run_id="r-9", resources=dataclasses.replace(GRANT.resources, slots=3)
+    )
+    again = dataclasses.replace(GRANT, run_id="r-10")
+    msg = encode_poller_message(Leases(grants=(GRANT, other, again)))
+    grants = decode_poller_message(msg).grants
+    assert grants == (GRANT, other, again)
+    assert grants[0].task is grants[1].task is grants[2].task
+    assert grants[0].resources is grants[2].resources
+    assert grants[1].resources.slots == 3

@@ -1,5 +1,6 @@
 """The create path's lean forms: ``CreateJobs`` with ``ids_only`` answers with ids alone
-and stores exactly what the full form stores; the codec's fast time and message
+and stores exactly what the full form stores; a batch of one spec is read, checked and
+encoded once, and still names the first bad job; the codec's fast time and message
 encoders give the same bytes as protobuf's own helpers."""
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from shardcron.client import AsyncClient
 from shardcron.client.codec.common import get_time, set_time
-from shardcron.client.codec.jobs import job_spec_to_proto
+from shardcron.client.codec.jobs import job_spec_to_proto, job_specs_from_proto
 from shardcron.client.errors import InvalidArgument
 from shardcron.client.types import HandlerTask, JobSpec, Schedule
 from shardcron.coordinator.node import Node
@@ -94,3 +95,33 @@ def test_a_value_protobuf_cannot_hold_still_names_its_field() -> None:
     with pytest.raises(InvalidArgument) as e:
         job_spec_to_proto(spec, "jobs[3].spec")
     assert e.value.field == "jobs[3].spec.priority"
+
+
+def test_a_batch_of_one_spec_is_read_once_and_errors_name_the_first_bad_job() -> None:
+    good = job_spec_to_proto(JobSpec(name="same", task=HandlerTask(name="noop")))
+    other = job_spec_to_proto(JobSpec(name="other", task=HandlerTask(name="noop")))
+    specs = job_specs_from_proto([good, other, good], "jobs[{}].spec")
+    assert specs[0] is specs[2] and specs[0] is not specs[1]
+    assert [s.name for s in specs] == ["same", "other", "same"]
+    bad = types_pb2.JobSpec(name="no-task")
+    with pytest.raises(InvalidArgument) as raised:
+        job_specs_from_proto([good, bad, bad], "jobs[{}].spec")
+    assert raised.value.field == "jobs[1].spec.task"
+
+
+async def test_jobs_sharing_one_spec_are_each_stored_and_checked_where_they_differ(
+    node: Node,
+) -> None:
+    spec = JobSpec(name="shared", task=HandlerTask(name="noop"))
+    bad = JobSpec(name="shared", task=HandlerTask(name="noop"), priority=10**6 + 1)
+    client = AsyncClient(f"127.0.0.1:{node.port}", owner="lean")
+    try:
+        ids = await client.create_job_ids([spec] * 3)
+        assert len(set(ids)) == 3
+        for job_id in ids:
+            assert (await client.get_job(job_id)).spec == spec
+        with pytest.raises(InvalidArgument) as raised:
+            await client.create_job_ids([spec, bad, spec])
+        assert raised.value.field == "jobs[1].spec.priority"
+    finally:
+        await client.close()

@@ -51,9 +51,11 @@ IN_FLIGHT = 4  # CreateJobs calls at once
 POLL = 0.05  # seconds between scrapes of the completion counter
 WORKERS = 1  # worker processes
 # Slots per worker: a no-op run holds one for microseconds, so slots only bound what
-# is in flight; with 256, a storm of 2,000 runs (W2, W4's fleet) was leased in eight
+# is in flight; with 256, a storm of 2,000 runs (W4's fleet) was leased in eight
 # rounds of a commit each and started 0.7 s late at the median, with 2,048 in one.
-SLOTS = 2048
+# W2's 5,000 (--quick) with 2,048 went in three rounds, each waiting for the results
+# that freed the slots: p99 start lag 0.68-0.82 s; with 8,192, 0.31-0.34 s.
+SLOTS = 8192
 COMMAND_SLOTS = 64  # W6: slots per worker for `true` commands (each a child process)
 TIMEOUT = 600.0  # seconds a workload may take
 STORM_LEAD = 5.0  # W2: the storm instant is this long after the estimated end of submits

@@ -15,6 +15,7 @@ family as from the server, never a bare ValueError.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from shardcron.client.codec.common import (
@@ -68,6 +69,7 @@ __all__ = [
     "fire_to_proto",
     "job_from_proto",
     "job_spec_from_proto",
+    "job_specs_from_proto",
     "job_spec_to_proto",
     "job_state_from_proto",
     "job_state_to_proto",
@@ -342,6 +344,24 @@ def job_spec_from_proto(msg: types_pb2.JobSpec, field: str = "spec") -> JobSpec:
         ),
         labels=dict(msg.labels),
     )
+
+
+def job_specs_from_proto(msgs: Iterable[types_pb2.JobSpec], field: str) -> list[JobSpec]:
+    """The specs of a batch, the i-th read as ``job_spec_from_proto(msg, field.format(i))``.
+
+    Specs sent as the same bytes are read once and share one JobSpec (frozen): a bulk
+    submit of one job many times pays for one decode. Which error is raised does not
+    change: the first spec that fails is the first of its bytes.
+    """
+    read: dict[bytes, JobSpec] = {}
+    specs = []
+    for i, msg in enumerate(msgs):
+        wire = msg.SerializeToString()
+        spec = read.get(wire)
+        if spec is None:
+            spec = read[wire] = job_spec_from_proto(msg, field.format(i))
+        specs.append(spec)
+    return specs
 
 
 def job_to_proto(job: Job, *, redact: bool = True) -> types_pb2.Job:

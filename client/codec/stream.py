@@ -14,9 +14,10 @@ why where it is made.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from shardcron.client.codec.common import (
     RUN_REASON,
@@ -61,6 +62,8 @@ from shardcron.client.stream import (
 )
 from shardcron.client.types import RunReason, RunState
 from shardcron.v1 import types_pb2, worker_pb2
+
+T = TypeVar("T")
 
 __all__ = [
     "decode_poller_message",
@@ -303,9 +306,32 @@ def _welcome_from_proto(msg: worker_pb2.Welcome, path: str) -> Welcome:
     )
 
 
-def _grant_from_proto(msg: worker_pb2.Lease, path: str) -> LeaseGrant:
+def _read_once(read: Callable[[Any, str], T], msg: Any, path: str, memo: dict[Any, Any]) -> T:
+    """``read(msg, path)``, or what it gave for the same bytes earlier in this batch: the
+    leases of one job, or of jobs made from one spec, carry the same task and resources.
+    The first message of some bytes is read in full, so errors name what they did."""
+    key = (read, msg.SerializeToString())
+    value = memo.get(key)
+    if value is None:
+        value = memo[key] = read(msg, path)
+    return value
+
+
+def _built_once(build: Callable[[Any], Any], value: Any, memo: dict[int, Any]) -> Any:
+    """``build(value)``, or the message built for the same object earlier in this batch
+    (by identity: every value stays referenced by its grant while the batch is built)."""
+    msg = memo.get(id(value))
+    if msg is None:
+        msg = memo[id(value)] = build(value)
+    return msg
+
+
+def _grant_from_proto(
+    msg: worker_pb2.Lease, path: str, memo: dict[Any, Any] | None = None
+) -> LeaseGrant:
     if not msg.HasField("task"):
         raise InvalidArgument(f"{path}.task", "required: set a command or a handler")
+    memo = {} if memo is None else memo
     return LeaseGrant(
         run_id=required_text(msg.run_id, f"{path}.run_id"),
         job_id=msg.job_id,
@@ -314,25 +340,28 @@ def _grant_from_proto(msg: worker_pb2.Lease, path: str) -> LeaseGrant:
         attempt=non_negative(msg.attempt, f"{path}.attempt"),
         fire_at=get_time(msg, "fire_at", path),
         due_at=get_time(msg, "due_at", path),
-        task=task_from_proto(msg.task, f"{path}.task"),
+        task=_read_once(task_from_proto, msg.task, f"{path}.task", memo),
         # a zero timeout is none, as the worker has always read it
         timeout=get_duration(msg, "timeout", path) or None,
         lease_ttl=get_duration(msg, "lease_ttl", path, _NOT_SAID),  # type: ignore[arg-type]
-        resources=resources_from_proto(msg.resources, f"{path}.resources"),
+        resources=_read_once(resources_from_proto, msg.resources, f"{path}.resources", memo),
         job_name=msg.job_name,
         expires_at=get_time(msg, "expires_at", path),
     )
 
 
-def _grant_to_proto(grant: LeaseGrant, path: str) -> worker_pb2.Lease:
+def _grant_to_proto(
+    grant: LeaseGrant, path: str, memo: dict[int, Any] | None = None
+) -> worker_pb2.Lease:
+    memo = {} if memo is None else memo
     msg = worker_pb2.Lease(
         run_id=grant.run_id,
         job_id=grant.job_id,
         owner=grant.owner,
         fencing_token=_token(grant.fencing_token, path),
         attempt=grant.attempt,
-        task=task_to_proto(grant.task),
-        resources=resources_to_proto(grant.resources),
+        task=_built_once(task_to_proto, grant.task, memo),
+        resources=_built_once(resources_to_proto, grant.resources, memo),
         job_name=grant.job_name,
     )
     set_time(msg, "fire_at", grant.fire_at)
@@ -386,7 +415,9 @@ def _ack_from_proto(msg: worker_pb2.ResultAck, path: str) -> ResultAck:
 
 
 def _leases_from_proto(msg: worker_pb2.Leases, path: str) -> Leases:
-    return Leases(grants=_each(msg.leases, f"{path}.leases", _grant_from_proto))
+    memo: dict[Any, Any] = {}
+    read = functools.partial(_grant_from_proto, memo=memo)
+    return Leases(grants=_each(msg.leases, f"{path}.leases", read))
 
 
 def _cancels_from_proto(msg: worker_pb2.Cancels, path: str) -> Cancels:
@@ -432,7 +463,10 @@ def encode_poller_message(event: PollerEvent) -> worker_pb2.PollerMessage:
         set_duration(welcome, "heartbeat_interval", event.heartbeat_interval)
         return worker_pb2.PollerMessage(welcome=welcome)
     if isinstance(event, Leases):
-        leases = [_grant_to_proto(g, f"leases.leases[{i}]") for i, g in enumerate(event.grants)]
+        memo: dict[int, Any] = {}
+        leases = [
+            _grant_to_proto(g, f"leases.leases[{i}]", memo) for i, g in enumerate(event.grants)
+        ]
         return worker_pb2.PollerMessage(leases=worker_pb2.Leases(leases=leases))
     if isinstance(event, Cancels):
         cancels = [

@@ -64,7 +64,7 @@ from shardcron.coordinator.store_rules import (
 )
 
 _ROWS = RowCodec(null=None)
-_job_row, _row_job = _ROWS.job_row, _ROWS.row_job
+_row_job = _ROWS.row_job
 _run_row, _row_run = _ROWS.run_row, _ROWS.row_run
 
 
@@ -159,9 +159,9 @@ class SqliteStore:
                     continue
                 created[key] = job
             results.append((job, True))
-            jobs.append(_job_row(job))
+            jobs.append(job)
             runs += item.runs
-        conn.executemany(INSERT_JOB, jobs)
+        conn.executemany(INSERT_JOB, _ROWS.job_rows(jobs))
         self._put_runs(conn, runs, [r for r in runs if r.state == RunState.PENDING])
         return results
 
