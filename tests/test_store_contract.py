@@ -291,6 +291,20 @@ async def test_get_many_ids_at_once(store: JobStore) -> None:
     assert len(await store.get_runs([r.id for r in runs])) == 1200
 
 
+async def test_get_runs_of_many_jobs_with_many_runs_finds_exactly_those_asked(
+    store: JobStore,
+) -> None:
+    """Runs are read by groups of jobs on Cassandra (jobs x run ids): the runs asked for
+    come back, and no other run of the same jobs does."""
+    jobs = [make_job() for _ in range(60)]
+    runs = {
+        j.id: [make_run(j, fire_key=f"k{k}", due_at=T0 + k * S) for k in range(8)] for j in jobs
+    }
+    await store.create_jobs([NewJob(job=j, runs=runs[j.id]) for j in jobs])
+    asked = [r for i, j in enumerate(jobs) for r in runs[j.id][i % 8 :: 3]]
+    assert await store.get_runs([r.id for r in asked]) == {r.id: r for r in asked}
+
+
 async def test_an_unreadable_row_is_skipped_by_reads_of_many_and_named_by_a_read_by_id(
     store: JobStore,
 ) -> None:

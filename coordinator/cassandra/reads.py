@@ -97,13 +97,13 @@ async def get_run(cql: Cql, owner: str, run_id: str) -> Run:
 
 
 async def _run_rows(cql: Cql, run_ids: Sequence[str]) -> list[Any]:
+    """Rows of the runs of ``run_ids`` that exist: their jobs from ``runs_by_id``, then
+    the runs by groups of job partitions (``Cql.cross``; a poller loads thousands of
+    runs of as many jobs at a time)."""
     by_job: dict[str, list[str]] = {}
     for rid, job_id, _owner in await cql.in_("run_ids", run_ids):
         by_job.setdefault(job_id, []).append(rid)
-    parts = await cql.gather(
-        cql.all(cql.ps["select_runs"], (job_id, ids)) for job_id, ids in by_job.items()
-    )
-    return [r for part in parts for r in part]
+    return await cql.cross("select_runs_of_jobs", by_job)
 
 
 async def get_runs(cql: Cql, run_ids: Sequence[str], bad_rows: BadRowLog) -> dict[str, Run]:

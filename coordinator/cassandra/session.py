@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from cassandra import OperationTimedOut, ReadTimeout, WriteTimeout
@@ -27,6 +27,7 @@ from shardcron.coordinator.store_rules import resolve_future
 T = TypeVar("T")
 
 _IN_CHUNK = 100  # keys per multi-partition IN
+_CROSS = 256  # (partition, row) pairs per cross-product read
 _RETRY_BACKOFF = (0.05, 0.2, 0.8)  # seconds before each retry of an idempotent read
 _WRITE_BACKOFF = (0.05, 0.2, 0.5, 1.0, 2.0)  # of a plain write: a few seconds of trouble
 _RETRYABLE = (WriteTimeout, ReadTimeout, CassandraUnavailable, OperationTimedOut)
@@ -149,6 +150,29 @@ class Cql:
         parts = await self.gather(
             self.all(stmt, (*prefix, list(chunk))) for chunk in chunks(keys, _IN_CHUNK)
         )
+        return [row for part in parts for row in part]
+
+    async def cross(self, name: str, by_partition: Mapping[Any, Iterable[Any]]) -> list[Any]:
+        """Rows of a ``... WHERE <partition key> IN ? AND <clustering key> IN ?`` statement
+        for the keys of ``by_partition`` (partition -> its row keys): one read per group
+        of partitions, groups kept to about ``_CROSS`` (partition, row) pairs, the reads
+        run concurrently. Where a row key exists under one partition only (a run id), the
+        cross product finds exactly the wanted rows, with a request per group instead of
+        one per partition."""
+        groups: list[tuple[list[Any], list[Any]]] = []
+        partitions: list[Any] = []
+        keys: list[Any] = []
+        for partition, row_keys in by_partition.items():
+            row_keys = list(row_keys)
+            if partitions and (len(partitions) + 1) * (len(keys) + len(row_keys)) > _CROSS:
+                groups.append((partitions, keys))
+                partitions, keys = [], []
+            partitions.append(partition)
+            keys += row_keys
+        if partitions:
+            groups.append((partitions, keys))
+        stmt = self.ps[name]
+        parts = await self.gather(self.all(stmt, group) for group in groups)
         return [row for part in parts for row in part]
 
     @staticmethod

@@ -62,6 +62,7 @@ STATEMENTS: dict[str, str] = {
     "run_ids": "SELECT id, job_id, owner FROM runs_by_id WHERE id IN ?",
     "run_states": "SELECT id, state, dead_letter FROM runs WHERE job_id IN ? AND id IN ?",
     "select_runs": f"SELECT {_RUN_COLS} FROM runs WHERE job_id = ? AND id IN ?",
+    "select_runs_of_jobs": f"SELECT {_RUN_COLS} FROM runs WHERE job_id IN ? AND id IN ?",
     "job_runs": f"SELECT {_RUN_COLS} FROM runs WHERE job_id = ?",
     "job_runs_before": f"SELECT {_RUN_COLS} FROM runs WHERE job_id = ? AND id < ?",
     "job_run_states": "SELECT id, state FROM runs WHERE job_id = ?",

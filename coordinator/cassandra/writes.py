@@ -63,7 +63,6 @@ MAX_TTL = 630_720_000  # Cassandra's maximum TTL (20 years); longer rows get no 
 # estimate of _size, which is within a few % of what Cassandra counts.
 BATCH_BYTES = 20_000
 _BATCH_STATEMENTS = 250
-_CROSS = 256  # (job, run) pairs per cross-product read of stored run states
 _CREATE_BACKDATE_US = 1_000_000  # an api's new run row: written as of 1 s ago
 
 # Write phases (module docstring): each phase starts once the previous one is written.
@@ -276,32 +275,15 @@ class WritePlanner:
     async def _stored_runs(self, runs: Sequence[Run]) -> dict[str, tuple[int, bool]]:
         """(state order, dead_letter) of those of ``runs`` that exist.
 
-        One read per group of job partitions (``job_id IN ? AND id IN ?``: a run id
-        exists under one job only, so the cross product finds exactly the stored runs),
-        groups kept to about ``_CROSS`` lookups. Read-then-write is safe for ``commit``:
-        the poller owning a shard is the only writer of its runs, so nothing changes
-        them between this read and the write."""
+        One read per group of job partitions (``Cql.cross``: a run id exists under
+        one job only, so the cross product finds exactly the stored runs).
+        Read-then-write is safe for ``commit``: the poller owning a shard is the only
+        writer of its runs, so nothing changes them between this read and the write."""
         by_job: dict[str, dict[str, None]] = {}
         for run in runs:
             by_job.setdefault(run.job_id, {})[run.id] = None
-        groups: list[tuple[list[str], list[str]]] = []
-        jobs: list[str] = []
-        ids: list[str] = []
-        for job_id, run_ids in by_job.items():
-            if jobs and (len(jobs) + 1) * (len(ids) + len(run_ids)) > _CROSS:
-                groups.append((jobs, ids))
-                jobs, ids = [], []
-            jobs.append(job_id)
-            ids += run_ids
-        if jobs:
-            groups.append((jobs, ids))
-        parts = await self._cql.gather(
-            self._cql.all(self._cql.ps["run_states"], (list(group_jobs), list(group_ids)))
-            for group_jobs, group_ids in groups
-        )
-        return {
-            rid: (run_state_order(state), bool(dead)) for part in parts for rid, state, dead in part
-        }
+        rows = await self._cql.cross("run_states", by_job)
+        return {rid: (run_state_order(state), bool(dead)) for rid, state, dead in rows}
 
     def plan_progress(
         self, writes: Writes, p: JobProgress, states: dict[str, tuple[str, int]], write_us: int
