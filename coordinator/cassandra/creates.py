@@ -87,9 +87,6 @@ async def create_jobs(
     return results
 
 
-_COUNTING: set[asyncio.Task[None]] = set()  # counter updates under way (kept referenced)
-
-
 def count_jobs_later(cql: Cql, changes: dict[str, int]) -> None:
     """``count_jobs_change`` in the background: a create or delete is answered once its
     own writes are durable, never held up by the counter (a counter write waits out
@@ -97,18 +94,18 @@ def count_jobs_later(cql: Cql, changes: dict[str, int]) -> None:
     their callers' deadlines while one Cassandra node of three was lost)."""
     if any(changes.values()):
         task = asyncio.get_running_loop().create_task(count_jobs_change(cql, changes))
-        _COUNTING.add(task)
-        task.add_done_callback(_COUNTING.discard)
+        cql.counting.add(task)
+        task.add_done_callback(cql.counting.discard)
 
 
 COUNT_SETTLE = 0.5  # seconds a count waits at most for this node's counter updates
 
 
-async def counted_lately() -> None:
+async def counted_lately(cql: Cql) -> None:
     """Waits (``COUNT_SETTLE`` at most) for the counter updates this node has under way,
     so a count read after a create here includes it unless its counter write is stuck."""
-    if _COUNTING:
-        await asyncio.wait(set(_COUNTING), timeout=COUNT_SETTLE)
+    if cql.counting:
+        await asyncio.wait(set(cql.counting), timeout=COUNT_SETTLE)
 
 
 async def count_jobs_change(cql: Cql, changes: dict[str, int]) -> None:

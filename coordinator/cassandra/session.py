@@ -64,6 +64,9 @@ class Cql:
         self._session: Session | None = None
         self._lanes: Lanes | None = None
         self._lwt: list[PreparedStatement] = []
+        # this store's job-counter updates under way (``creates.count_jobs_later``),
+        # kept referenced until done
+        self.counting: set[asyncio.Task[None]] = set()
 
     def attach(
         self, session: Session, prepared: dict[str, PreparedStatement], lwt: Sequence[str]

@@ -216,7 +216,7 @@ class CassandraStore:
         return await creates.create_jobs(self._cql, self._planner, items, flush=self._flush)
 
     async def count_jobs(self, owner: str) -> int:
-        await creates.counted_lately()  # this node's own creates and deletes count first
+        await creates.counted_lately(self._cql)  # this node's own creates and deletes count first
         rows = (await self._cql.exec(self._cql.ps["count_jobs"], (owner,))).rows
         return max(0, rows[0][0] or 0) if rows else 0
 
