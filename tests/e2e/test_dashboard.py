@@ -52,13 +52,20 @@ def shoot(browser: WebDriver, name: str) -> Path:
     return path
 
 
+def waiting(browser: WebDriver) -> WebDriverWait[WebDriver]:
+    """A wait that looks again for an element the page redrew between finding and reading it."""
+    return WebDriverWait(
+        browser, WAIT, poll_frequency=0.2, ignored_exceptions=(StaleElementReferenceException,)
+    )
+
+
 def text_of(browser: WebDriver, css: str) -> str:
     found = browser.find_elements(By.CSS_SELECTOR, css)
     return found[0].text if found else ""
 
 
 def wait_for(browser: WebDriver, css: str, text: str = "") -> None:
-    WebDriverWait(browser, WAIT, poll_frequency=0.2).until(
+    waiting(browser).until(
         lambda b: text in text_of(b, css) if text else b.find_elements(By.CSS_SELECTOR, css),
         message=f"{css} showing {text!r}",
     )
@@ -74,7 +81,7 @@ def click(browser: WebDriver, by: str, value: str) -> None:
             return False
         return True
 
-    WebDriverWait(browser, WAIT, poll_frequency=0.2).until(clicked, message=f"click {value}")
+    waiting(browser).until(clicked, message=f"click {value}")
 
 
 def test_jobs_job_run_output_and_cancel_in_the_browser(dev: DevServer, browser: WebDriver) -> None:
@@ -112,7 +119,7 @@ def test_jobs_job_run_output_and_cancel_in_the_browser(dev: DevServer, browser: 
 
     click(browser, By.ID, "cancel-run")
     wait_for(browser, "#run-state", "CANCELLED")
-    WebDriverWait(browser, WAIT).until(
+    waiting(browser).until(
         lambda b: b.find_element(By.ID, "run-output").get_attribute("data-ended") == "true",
         message="the output stream ends with the run",
     )
