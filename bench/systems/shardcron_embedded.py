@@ -42,6 +42,7 @@ class EmbeddedNode:
     system = SYSTEM
     config_id = "embedded"
     in_flight = IN_FLIGHT
+    storm_submits_per_s = 2000  # W1 acknowledged 5,000-6,000 jobs/s here
 
     def __init__(self, out_dir: Path, name: str, *, commands: bool = False) -> None:
         self.dir = out_dir / name

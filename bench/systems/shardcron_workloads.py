@@ -41,7 +41,6 @@ SETTLE = 10.0  # W3/W4: seconds past the last due instant allowed for runs to en
 POLL = 0.1  # seconds between scrapes of the completion counter
 TIMEOUT = 600.0  # W1/W2/W6: seconds the runs may take to end
 STORM_LEAD = 5.0  # W2: the storm instant is this long after the estimated end of submits
-STORM_SUBMITS_PER_S = 2000  # W2: the submit rate assumed to place the storm instant
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -75,6 +74,7 @@ class Node(Protocol):
     config_id: str  # Result.config_id
     targets: list[str]  # api addresses, used in turn
     in_flight: int  # W1/W2/W6: CreateJobs calls at once
+    storm_submits_per_s: int  # W2: the submit rate assumed to place T past every submit
 
     def start(self) -> None: ...
     def stop(self) -> None: ...
@@ -154,7 +154,7 @@ def storm(node: Node, n: int) -> Result:
     try:
         node.start()
         node.wait_workers()
-        at = datetime.fromtimestamp(time.time() + n / STORM_SUBMITS_PER_S + STORM_LEAD, UTC)
+        at = datetime.fromtimestamp(time.time() + n / node.storm_submits_per_s + STORM_LEAD, UTC)
         spec = JobSpec(name="w2", task=HandlerTask(name="noop"), schedule=Schedule.once_at(at))
         timeout = TIMEOUT + max(0.0, at.timestamp() - time.time())
         first, last_ack, done, last_done, cpu = _measure(node, spec, n, timeout)
