@@ -142,7 +142,7 @@ def markdown(
             lines += ["", f"Not run on {workload} (the system does not express it here):"]
             lines += [f"- {s}" for s in absent]
         lines += ["", "CPU-s per 1000 jobs by process (median):", ""]
-        for system, rs in runs.items():
+        for system, rs in _cpu_rows(runs):
             roles = sorted({k for r in rs for k in r.cpu_per_1000})
             parts = [
                 f"{k} {_fmt(_median(rs, lambda r, k=k: r.cpu_per_1000.get(k)), '', 2)}"
@@ -155,6 +155,18 @@ def markdown(
             lines.append(f"- **{system}**: {rs[0].config}" + (f". {notes}" if notes else ""))
         lines.append("")
     return "\n".join(lines)
+
+
+def _cpu_rows(runs: dict[str, list[Result]]) -> list[tuple[str, list[Result]]]:
+    """Whose CPU is told apart: each system, and for W3 each of its rates (the rates are
+    not repetitions of one another, so their figures never make one median)."""
+    rows = []
+    for system, rs in runs.items():
+        if any(r.rate for r in rs):
+            rows += [(f"{system} at {rate:,.0f} jobs/s", at) for rate, at in _by_rate(rs).items()]
+        else:
+            rows.append((system, rs))
+    return rows
 
 
 def _minutes(seconds: float) -> str:

@@ -114,3 +114,10 @@ def test_ratios_far_below_one_keep_two_significant_digits() -> None:
     assert times(0.0144) == "0.014x"
     text = markdown([_w1("shardcron (x)", "a", 10.0), _w1("celery", "b", 700.0)], STARTED, 1)
     assert "- shardcron (x) vs celery: **0.014x**" in text
+
+
+def test_w3_cpu_by_process_is_given_per_rate_never_as_one_median_of_rates() -> None:
+    low, high = _w3("s", "k", 100, 0.01), _w3("s", "k", 1000, 0.02)
+    low.cpu_per_1000, high.cpu_per_1000 = {"total": 4.0}, {"total": 1.0}
+    text = markdown([low, high], STARTED, 1)
+    assert "- s at 100 jobs/s: total 4.00" in text and "- s at 1,000 jobs/s: total 1.00" in text
