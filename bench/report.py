@@ -59,7 +59,9 @@ def group(results: Sequence[Result]) -> dict[str, dict[str, list[Result]]]:
 def _ratios(
     runs: dict[str, list[Result]], get: Callable[[Result], float | None], higher: bool
 ) -> list[str]:
-    """Each shardcron system against each peer: how many times better (median of each)."""
+    """Each shardcron system against each peer: how many times better (median of each).
+    A rate (``higher``) compares across job counts, said beside it; a lag only at the
+    same count (a storm of 300 is not a storm of 5,000)."""
     lines = []
     ours = {s: rs for s, rs in runs.items() if s.startswith(OURS)}
     peers = {s: rs for s, rs in runs.items() if not s.startswith(OURS)}
@@ -69,8 +71,12 @@ def _ratios(
             theirs = _median(ps, get)
             if mine is None or theirs is None or min(mine[0], theirs[0]) <= 0:
                 continue
+            counts = f" ({rs[0].n:,} jobs vs {ps[0].n:,})" if rs[0].n != ps[0].n else ""
+            if counts and not higher:
+                lines.append(f"- {s} vs {p}: not compared{counts}")
+                continue
             x = mine[0] / theirs[0] if higher else theirs[0] / mine[0]
-            lines.append(f"- {s} vs {p}: **{times(x)}**")
+            lines.append(f"- {s} vs {p}: **{times(x)}**{counts}")
     return lines
 
 
@@ -275,7 +281,7 @@ def plots(results: Sequence[Result], out: Path) -> list[Path]:
             ys = [
                 (_median(rs, lambda r, k=k: r.lag.get(k)) or (float("nan"),) * 3)[0] for k in keys
             ]
-            ax.plot(keys, ys, marker="o", label=system)
+            ax.plot(keys, ys, marker="o", label=f"{system} ({rs[0].n:,} runs)")
         ax.set_yscale("log")
         ax.set_ylabel("W2 start lag (s, log scale)")
         ax.legend(fontsize="small")

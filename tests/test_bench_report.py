@@ -121,3 +121,20 @@ def test_w3_cpu_by_process_is_given_per_rate_never_as_one_median_of_rates() -> N
     low.cpu_per_1000, high.cpu_per_1000 = {"total": 4.0}, {"total": 1.0}
     text = markdown([low, high], STARTED, 1)
     assert "- s at 100 jobs/s: total 4.00" in text and "- s at 1,000 jobs/s: total 1.00" in text
+
+
+def test_a_storm_is_compared_only_with_a_storm_of_the_same_size() -> None:
+    ours, peer, small = _w2(5000, 0.4), _w2(5000, 4.0), _w2(300, 1.0)
+    peer.system, small.system = "celery", "temporal"
+    ours.lag["p99"], peer.lag["p99"] = 0.3, 3.0
+    small.n = small.completed = 300
+    text = markdown([ours, peer, small], STARTED, 1)
+    assert "- shardcron (embedded) vs celery: **10.0x**" in text
+    assert "- shardcron (embedded) vs temporal: not compared (5,000 jobs vs 300)" in text
+
+
+def test_a_rate_compared_with_a_capped_peer_says_both_counts() -> None:
+    ours, peer = _w1("shardcron (x)", "a", 1000.0), _w1("celery", "b", 100.0)
+    peer.n = 5
+    text = markdown([ours, peer], STARTED, 1)
+    assert "- shardcron (x) vs celery: **10.0x** (10 jobs vs 5)" in text
