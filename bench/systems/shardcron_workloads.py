@@ -183,9 +183,11 @@ def storm(node: Node, n: int) -> Result:
 
 async def _open_loop(
     targets: Sequence[str], name: str, rate: float, seconds: float
-) -> tuple[float, float]:
+) -> tuple[float, float, list[str]]:
     """Submits ``rate`` jobs/s for ``seconds`` on the arrival timetable, without waiting
-    for acks; returns (start, last ack)."""
+    for acks; returns (start, last ack, why each refused call failed). A call refused
+    (its deadline passed while the node fell behind, mostly) leaves its jobs not run:
+    the rate is not held, and the rates below it are still reported."""
     schedule = arrivals(rate, seconds)
     task = HandlerTask(name="noop")
     clients = [AsyncClient(t, owner="bench", timeout=120) for t in targets]
@@ -206,8 +208,8 @@ async def _open_loop(
                 client = clients[len(calls) % len(clients)]
                 calls.append(asyncio.create_task(client.create_job_ids(specs[i : i + BATCH])))
             await asyncio.sleep(TICK)
-        await asyncio.gather(*calls)
-        return start, time.time()
+        answers = await asyncio.gather(*calls, return_exceptions=True)
+        return start, time.time(), [repr(a) for a in answers if isinstance(a, BaseException)]
     finally:
         for c in clients:
             await c.close()
@@ -225,7 +227,9 @@ def steady(node: Node, plan: Plan) -> list[Result]:
             jobs = int(rate * plan.w3_seconds)
             meter = node.cpu()
             meter.start()
-            start, last_ack = asyncio.run(_open_loop(node.targets, name, rate, plan.w3_seconds))
+            start, last_ack, refused = asyncio.run(
+                _open_loop(node.targets, name, rate, plan.w3_seconds)
+            )
             timeout = max(0.0, start + plan.w3_seconds + 5.0 - time.time()) + SETTLE
             done, _ = wait_ended(node.metrics, ended_before + jobs, timeout, POLL)
             cpu = meter.stop()
@@ -246,7 +250,12 @@ def steady(node: Node, plan: Plan) -> list[Result]:
                 cpu_per_1000=per_1000(cpu, jobs),
                 completed=min(ended, len(lags)),
                 notes="lag = started_at - due instant (fire_at), from the store; rates stop "
-                "after the first not held",
+                "after the first not held"
+                + (
+                    f"; {len(refused)} CreateJobs calls refused: {refused[0][:200]}"
+                    if refused
+                    else ""
+                ),
             )
             results.append(result)
             if not held(result.lag.get("p99"), result.completed, jobs):
