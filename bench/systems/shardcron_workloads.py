@@ -265,6 +265,19 @@ def steady(node: Node, plan: Plan) -> list[Result]:
     return results
 
 
+def count_fires(rows: Sequence[RunTime], marks: Sequence[float]) -> tuple[int, int, list[float]]:
+    """W4's fires among ``rows``: a fire is (job, minute of ``marks``), attempt 1 only;
+    (fires that started, runs beyond the first of a fire, each started fire's error:
+    its first start minus the minute)."""
+    per_fire: dict[tuple[str, float], list[float | None]] = {}
+    for r in rows:
+        if r.attempt == 1 and r.fire_at in marks:
+            per_fire.setdefault((r.job_id, r.fire_at), []).append(r.started_at)
+    started = {k: [s for s in v if s is not None] for k, v in per_fire.items()}
+    errors = [min(v) - fire_at for (_, fire_at), v in started.items() if v]
+    return len(errors), sum(len(v) - 1 for v in per_fire.values()), errors
+
+
 def cron_fleet(node: Node, jobs: int, plan: Plan) -> Result:
     """W4: ``jobs`` every-minute cron jobs, watched for ``plan.w4_minutes`` minutes."""
     spec = JobSpec(name="w4", task=HandlerTask(name="noop"), schedule=Schedule.cron_expr(W4_CRON))
@@ -284,13 +297,7 @@ def cron_fleet(node: Node, jobs: int, plan: Plan) -> Result:
         rows = node.run_times("w4")
     finally:
         node.stop()
-    per_fire: dict[tuple[str, float], list[float | None]] = {}
-    for r in rows:
-        if r.attempt == 1 and r.fire_at in marks:
-            per_fire.setdefault((r.job_id, r.fire_at), []).append(r.started_at)
-    started = {k: [s for s in v if s is not None] for k, v in per_fire.items()}
-    fired = sum(1 for v in started.values() if v)
-    errors = [min(v) - fire_at for (_, fire_at), v in started.items() if v]
+    fired, duplicates, errors = count_fires(rows, marks)
     return Result(
         system=node.system,
         workload="W4",
@@ -302,7 +309,7 @@ def cron_fleet(node: Node, jobs: int, plan: Plan) -> Result:
         cpu_per_1000=per_1000(cpu, expected),
         completed=fired,
         missed=expected - fired,
-        duplicates=sum(len(v) - 1 for v in per_fire.values() if len(v) > 1),
+        duplicates=duplicates,
         notes="fire error = started_at - the minute; CPU from the first create",
     )
 
