@@ -7,6 +7,11 @@ offered rate as well — with exactly the fields of ``ENTRY_FIELDS``: ``system``
 ``--systems`` key, ``config`` a stable name for how it was set up (for Celery one of
 ``celery-prefetch1``, ``celery-default``, ``celery-chunks100``), and every figure the
 median over the repetitions, ``null`` where it does not apply or the system failed.
+Two fields are W3's alone (``null`` elsewhere): ``rate_per_s`` (the offered arrival rate)
+and ``highest_held_per_s`` (that system configuration's highest rate held with start
+lag p99 < 1 s, ``bench.workloads.highest_held``; the same on each of its W3 entries).
+For W2, ``lag_max_s`` is the time from T until the last run started: "all started
+after T" when ``ended`` equals ``jobs``.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
+
+from bench.workloads import highest_held
 
 T = TypeVar("T")
 
@@ -31,6 +38,8 @@ ENTRY_FIELDS = (
     "lag_p99_s",
     "lag_max_s",
     "cpu_s_per_1000",
+    "rate_per_s",
+    "highest_held_per_s",
 )
 
 
@@ -42,7 +51,7 @@ class Result:
     config: str = ""  # how the system was configured, one line
     config_id: str = ""  # the same, as a stable name: "embedded", "celery-prefetch1", ...
     key: str = ""  # the --systems key that ran it: "shardcron", "celery", ...
-    submit_rate: float | None = None  # acknowledged submits per second (W3: offered rate)
+    submit_rate: float | None = None  # acknowledged submits per second (W3: over the open loop)
     e2e_rate: float | None = None  # jobs completed per second, first submit to last completion
     drain_s: float | None = None  # last acknowledged submit to last completion
     lag: dict[str, float] = field(default_factory=dict)  # start lag (s): p50, p95, p99, max
@@ -75,14 +84,42 @@ def _median(values: Iterable[float | None]) -> float | None:
     return None if s is None else s.median
 
 
+def by_rate(results: Iterable[Result]) -> dict[float, list[Result]]:
+    """W3 results by offered rate (their repetitions together)."""
+    out: dict[float, list[Result]] = {}
+    for r in results:
+        out.setdefault(r.rate or 0.0, []).append(r)
+    return out
+
+
+def w3_summary(results: Iterable[Result]) -> dict[float, tuple[float | None, int, int]]:
+    """One system configuration's W3 results as ``highest_held`` takes them: rate ->
+    (median start lag p99, fewest jobs any repetition saw end, jobs); failed runs left out."""
+    summary = {}
+    for rate, at in by_rate(r for r in results if not r.failed).items():
+        summary[rate] = (
+            _median(r.lag.get("p99") for r in at),
+            min(r.completed for r in at),
+            at[0].n,
+        )
+    return summary
+
+
 def entries(results: Sequence[Result]) -> list[dict[str, Any]]:
     """One JSON entry per (system key, config, workload, W3 rate), repetitions folded into
     medians; ``ended`` is the fewest any repetition saw end."""
     groups: dict[tuple[str, str, str, float | None], list[Result]] = {}
     for r in results:
         groups.setdefault((r.key, r.config_id, r.workload, r.rate), []).append(r)
+    best: dict[tuple[str, str], float | None] = {}
+    for key, config_id, workload, _rate in groups:
+        if workload == "W3" and (key, config_id) not in best:
+            mine = [
+                r for r in results if (r.key, r.config_id, r.workload) == (key, config_id, "W3")
+            ]
+            best[(key, config_id)] = highest_held(w3_summary(mine))
     out = []
-    for (key, config_id, workload, _rate), rs in groups.items():
+    for (key, config_id, workload, rate), rs in groups.items():
         measured = [r for r in rs if not r.failed]
         out.append(
             {
@@ -98,6 +135,8 @@ def entries(results: Sequence[Result]) -> list[dict[str, Any]]:
                 "lag_p99_s": _median(r.lag.get("p99") for r in measured),
                 "lag_max_s": _median(r.lag.get("max") for r in measured),
                 "cpu_s_per_1000": _median(r.cpu_per_1000.get("total") for r in measured),
+                "rate_per_s": rate if workload == "W3" else None,
+                "highest_held_per_s": best.get((key, config_id)) if workload == "W3" else None,
             }
         )
     return out

@@ -20,7 +20,8 @@ from pathlib import Path
 import click
 
 from bench.common import wait_ended
-from bench.systems.shardcron_embedded import IN_FLIGHT, _Node, submit
+from bench.systems.shardcron_embedded import IN_FLIGHT, EmbeddedNode
+from bench.systems.shardcron_workloads import submit
 from shardcron.client.types import HandlerTask, JobSpec
 
 IDLE = ("idle", "_worker (concurrent", "wait (threading", "get (queue", "select (selectors")
@@ -54,7 +55,7 @@ def busiest(raw: str, top: int) -> list[str]:
 def main(jobs: int, rate: int, top: int) -> None:
     """Profile the embedded node through W1 (needs py-spy, in the bench extra)."""
     out = Path(tempfile.mkdtemp(prefix="shardcron-profile-"))
-    node = _Node(out, "w1")
+    node = EmbeddedNode(out, "w1")
     spy_exe = Path(sys.executable).parent / "py-spy"
     try:
         node.start()

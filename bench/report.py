@@ -19,8 +19,9 @@ from pathlib import Path
 
 import psutil
 
-from bench.outcomes import Result, entries, spread
-from bench.workloads import highest_held
+from bench.outcomes import Result, entries, spread, w3_summary
+from bench.outcomes import by_rate as _by_rate
+from bench.workloads import held, highest_held
 
 OURS = "shardcron"
 
@@ -58,7 +59,9 @@ def group(results: Sequence[Result]) -> dict[str, dict[str, list[Result]]]:
 def _ratios(
     runs: dict[str, list[Result]], get: Callable[[Result], float | None], higher: bool
 ) -> list[str]:
-    """Each shardcron system against each peer: how many times better (median of each)."""
+    """Each shardcron system against each peer: how many times better (median of each).
+    A rate (``higher``) compares across job counts, said beside it; a lag only at the
+    same count (a storm of 300 is not a storm of 5,000)."""
     lines = []
     ours = {s: rs for s, rs in runs.items() if s.startswith(OURS)}
     peers = {s: rs for s, rs in runs.items() if not s.startswith(OURS)}
@@ -68,12 +71,31 @@ def _ratios(
             theirs = _median(ps, get)
             if mine is None or theirs is None or min(mine[0], theirs[0]) <= 0:
                 continue
+            counts = f" ({rs[0].n:,} jobs vs {ps[0].n:,})" if rs[0].n != ps[0].n else ""
+            if counts and not higher:
+                lines.append(f"- {s} vs {p}: not compared{counts}")
+                continue
             x = mine[0] / theirs[0] if higher else theirs[0] / mine[0]
-            lines.append(f"- {s} vs {p}: **{x:,.1f}x**")
+            lines.append(f"- {s} vs {p}: **{times(x)}**{counts}")
     return lines
 
 
-def markdown(results: Sequence[Result], started: datetime, repeat: int) -> str:
+def times(x: float) -> str:
+    """A ratio as "how many times": two significant digits below 1, so a peer ten
+    times faster reads 0.1x and one fifty times faster 0.02x, never 0.0x."""
+    return f"{x:,.1f}x" if x >= 1 else f"{x:.2g}x"
+
+
+def markdown(
+    results: Sequence[Result],
+    started: datetime,
+    repeat: int,
+    *,
+    plan: str = "",
+    durations: dict[str, float] | None = None,
+) -> str:
+    """The report; ``plan`` says what was run (``Plan.describe``), ``durations`` how
+    long each system's part took (``--systems`` key -> seconds, all rounds)."""
     lines = [
         f"# shardcron benchmark run, {started:%Y-%m-%d %H:%M} UTC",
         "",
@@ -81,6 +103,12 @@ def markdown(results: Sequence[Result], started: datetime, repeat: int) -> str:
         "(min-max) when they differ. Ratios compare medians taken in this run.",
         "",
     ]
+    if plan:
+        lines += [f"Plan: {plan}.", ""]
+    if durations:
+        took = ", ".join(f"{k} {_minutes(v)}" for k, v in durations.items())
+        lines += [f"Duration: {_minutes(sum(durations.values()))} ({took}).", ""]
+    everyone = list(dict.fromkeys(r.system for r in results))
     for workload, runs in group(results).items():
         lines.append(f"## {workload}")
         lines.append("")
@@ -93,20 +121,7 @@ def markdown(results: Sequence[Result], started: datetime, repeat: int) -> str:
         elif workload == "W4":
             lines += _w4_table(runs)
         elif workload == "W2":
-            lines.append(
-                "| system | jobs | ended | start lag p50 | p95 | p99 | max | all done after T | CPU-s / 1000 jobs |"
-            )
-            lines.append("|---|---|---|---|---|---|---|---|---|")
-            for system, rs in runs.items():
-                lag = [
-                    _median(rs, lambda r, k=k: r.lag.get(k)) for k in ("p50", "p95", "p99", "max")
-                ]
-                lines.append(
-                    f"| {system} | {rs[0].n:,} | {min(r.completed for r in rs):,} | "
-                    + " | ".join(_fmt(m, " s", 3) for m in lag)
-                    + f" | {_fmt(_median(rs, lambda r: r.drain_s), ' s', 2)}"
-                    f" | {_fmt(_median(rs, lambda r: r.cpu_per_1000.get('total')), '', 2)} |"
-                )
+            lines += _w2_table(runs)
             ratio = _ratios(runs, lambda r: r.lag.get("p99"), higher=False)
             label = "p99 start lag, lower is better"
         else:
@@ -128,8 +143,12 @@ def markdown(results: Sequence[Result], started: datetime, repeat: int) -> str:
             lines += ["", f"Ratios ({label}):", *ratio]
         for system, why in failed.items():
             lines.append(f"- **{system}: failed** (tried twice): {why}")
+        absent = [s for s in everyone if s not in runs and s not in failed]
+        if absent:
+            lines += ["", f"Not run on {workload} (the system does not express it here):"]
+            lines += [f"- {s}" for s in absent]
         lines += ["", "CPU-s per 1000 jobs by process (median):", ""]
-        for system, rs in runs.items():
+        for system, rs in _cpu_rows(runs):
             roles = sorted({k for r in rs for k in r.cpu_per_1000})
             parts = [
                 f"{k} {_fmt(_median(rs, lambda r, k=k: r.cpu_per_1000.get(k)), '', 2)}"
@@ -144,6 +163,49 @@ def markdown(results: Sequence[Result], started: datetime, repeat: int) -> str:
     return "\n".join(lines)
 
 
+def _cpu_rows(runs: dict[str, list[Result]]) -> list[tuple[str, list[Result]]]:
+    """Whose CPU is told apart: each system, and for W3 each of its rates (the rates are
+    not repetitions of one another, so their figures never make one median)."""
+    rows = []
+    for system, rs in runs.items():
+        if any(r.rate for r in rs):
+            rows += [(f"{system} at {rate:,.0f} jobs/s", at) for rate, at in _by_rate(rs).items()]
+        else:
+            rows.append((system, rs))
+    return rows
+
+
+def _minutes(seconds: float) -> str:
+    return f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
+
+
+def _w2_table(runs: dict[str, list[Result]]) -> list[str]:
+    """W2: start lag percentiles, the time from T until the last run started (the max
+    start lag, when every run started) and until the last one ended."""
+    lines = [
+        "| system | jobs | ended | start lag p50 | p95 | p99 | all started after T "
+        "| all done after T | CPU-s / 1000 jobs |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for system, rs in runs.items():
+        lag = [_median(rs, lambda r, k=k: r.lag.get(k)) for k in ("p50", "p95", "p99")]
+        ended = min(r.completed for r in rs)
+        whole = [r for r in rs if r.completed >= r.n]
+        all_started = (
+            _fmt(_median(whole, lambda r: r.lag.get("max")), " s", 3)
+            if len(whole) == len(rs)
+            else f"not all ({ended:,} of {rs[0].n:,})"
+        )
+        lines.append(
+            f"| {system} | {rs[0].n:,} | {ended:,} | "
+            + " | ".join(_fmt(m, " s", 3) for m in lag)
+            + f" | {all_started}"
+            + f" | {_fmt(_median(rs, lambda r: r.drain_s), ' s', 2)}"
+            f" | {_fmt(_median(rs, lambda r: r.cpu_per_1000.get('total')), '', 2)} |"
+        )
+    return lines
+
+
 def _w3_table(runs: dict[str, list[Result]]) -> list[str]:
     lines = [
         "| system | offered jobs/s | jobs | ended | start lag p50 | p95 | p99 | max | CPU-s / 1000 jobs |",
@@ -151,21 +213,21 @@ def _w3_table(runs: dict[str, list[Result]]) -> list[str]:
     ]
     held_lines = []
     for system, rs in runs.items():
-        by_rate: dict[float, list[Result]] = {}
-        for r in rs:
-            by_rate.setdefault(r.rate or 0.0, []).append(r)
-        summary = {}
-        for rate, at in sorted(by_rate.items()):
+        summary = w3_summary(rs)
+        for rate, at in sorted(_by_rate(rs).items()):
             lag = [_median(at, lambda r, k=k: r.lag.get(k)) for k in ("p50", "p95", "p99", "max")]
-            ended = min(r.completed for r in at)
-            summary[rate] = (lag[2][0] if lag[2] else None, ended, at[0].n)
             lines.append(
-                f"| {system} | {rate:,.0f} | {at[0].n:,} | {ended:,} | "
+                f"| {system} | {rate:,.0f} | {at[0].n:,} | {summary[rate][1]:,} | "
                 + " | ".join(_fmt(m, " s", 3) for m in lag)
                 + f" | {_fmt(_median(at, lambda r: r.cpu_per_1000.get('total')), '', 2)} |"
             )
         best = highest_held(summary)
-        shown = "none" if best is None else f"{best:,.0f} jobs/s"
+        if best is None:
+            shown = "none of the rates offered"
+        elif all(held(*v) for v in summary.values()):
+            shown = f"{best:,.0f} jobs/s (every rate offered was held)"
+        else:
+            shown = f"{best:,.0f} jobs/s"
         held_lines.append(f"- {system}: highest rate held with p99 < 1 s: **{shown}**")
     return [*lines, "", *held_lines]
 
@@ -219,7 +281,7 @@ def plots(results: Sequence[Result], out: Path) -> list[Path]:
             ys = [
                 (_median(rs, lambda r, k=k: r.lag.get(k)) or (float("nan"),) * 3)[0] for k in keys
             ]
-            ax.plot(keys, ys, marker="o", label=system)
+            ax.plot(keys, ys, marker="o", label=f"{system} ({rs[0].n:,} runs)")
         ax.set_yscale("log")
         ax.set_ylabel("W2 start lag (s, log scale)")
         ax.legend(fontsize="small")
@@ -231,12 +293,20 @@ def plots(results: Sequence[Result], out: Path) -> list[Path]:
     return made
 
 
-def write(results: Sequence[Result], results_dir: Path, started: datetime, repeat: int) -> Path:
+def write(
+    results: Sequence[Result],
+    results_dir: Path,
+    started: datetime,
+    repeat: int,
+    *,
+    plan: str = "",
+    durations: dict[str, float] | None = None,
+) -> Path:
     results_dir.mkdir(parents=True, exist_ok=True)
     stem = results_dir / f"{started:%Y%m%d-%H%M%S}"
     path = stem.with_suffix(".md")
     made = plots(results, stem)
-    text = markdown(results, started, repeat)
+    text = markdown(results, started, repeat, plan=plan, durations=durations)
     if made:
         text += "\n" + "\n".join(f"![{p.stem}]({p.name})" for p in made) + "\n"
     path.write_text(text)

@@ -30,6 +30,19 @@ class Plan:
         n = self.n[workload]
         return min(n, self.caps.get(workload, n)) if capped else n
 
+    def describe(self, workloads: tuple[str, ...] = WORKLOADS) -> str:
+        """The sizes of ``workloads``, in words, for the report."""
+        said = {
+            "W1": f"W1 {self.n['W1']:,} jobs",
+            "W2": f"W2 {self.n['W2']:,} jobs",
+            "W3": "W3 "
+            + ", ".join(f"{r:,}" for r in self.w3_rates)
+            + f" jobs/s, {self.w3_seconds:.0f} s each",
+            "W4": f"W4 {self.n['W4']:,} cron jobs x {self.w4_minutes} minutes",
+            "W6": f"W6 {self.n['W6']:,} jobs",
+        }
+        return "; ".join(said[w] for w in workloads if w in said)
+
 
 FULL = Plan(
     n={"W1": 100_000, "W2": 50_000, "W4": 10_000, "W6": 10_000},

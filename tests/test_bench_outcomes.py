@@ -123,3 +123,19 @@ def test_a_failed_w3_has_an_entry_though_w3_has_no_job_count() -> None:
     failed = failed_results("temporal", {"W3": ["dev-server"]}, {"W1": 10}, ["W3"], "down")
     [entry] = entries(failed)
     assert (entry["workload"], entry["jobs"], entry["lag_p99_s"]) == ("W3", 0, None)
+
+
+def test_w4_counts_a_fire_once_per_job_and_minute_and_its_extra_runs_as_duplicates() -> None:
+    from bench.systems.shardcron_workloads import RunTime, count_fires
+
+    us = 1_000_000
+    rows = [
+        RunTime.from_row(("a", 1, 120 * us, 120 * us, 120 * us + 40_000)),  # 40 ms late
+        RunTime.from_row(("a", 1, 120 * us, 120 * us, 120 * us + 90_000)),  # the same fire again
+        RunTime.from_row(("a", 2, 120 * us, 121 * us, 121 * us)),  # a retry: not a fire
+        RunTime.from_row(("b", 1, 120 * us, 120 * us, None)),  # never started: missed
+        RunTime.from_row(("a", 1, 60 * us, 60 * us, 60 * us)),  # before the minutes watched
+    ]
+    fired, duplicates, errors = count_fires(rows, [120.0, 180.0])
+    assert (fired, duplicates) == (1, 1)
+    assert errors == [pytest.approx(0.04)]

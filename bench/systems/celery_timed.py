@@ -3,7 +3,8 @@
 
 - W3 runs each rate on fresh servers (``celery_redis.servers``) and submits on the
   same timetable as shardcron (``bench.workloads.arrivals``) with ``apply_async(eta=...)``
-  from one producer; start lag is the task's start (its result) minus its eta.
+  from one producer; start lag is the task's start (its result) minus its eta. Rates
+  stop after the first not held, as shardcron's and Temporal's do.
 - W4 starts ``celery beat`` beside the worker with one ``crontab()`` entry per job
   (``celery_tasks``), watches the whole minutes that follow, and reads every result
   (job, start) from the result db: a fire belongs to the minute its task started in,
@@ -31,7 +32,7 @@ from bench.systems.celery_redis import (
     wait_counted,
 )
 from bench.systems.celery_tasks import BEAT_JOBS_ENV, NOOP
-from bench.workloads import Plan, arrivals, due_batches, minute_marks
+from bench.workloads import Plan, arrivals, due_batches, held, minute_marks
 
 TICK = 0.02  # seconds between W3 submit rounds
 SETTLE = 10.0  # seconds past the last due instant allowed for tasks to end
@@ -90,10 +91,15 @@ def _w3_rate(variant: Variant, srv: Servers, rate: int, seconds: float) -> Resul
 
 
 def w3(variant: Variant, plan: Plan, out_dir: Path, log_dir: Path) -> list[Result]:
+    """Each rate in turn, up to the first one not held (a higher one would not be
+    either, and its backlog would take minutes to drain)."""
     results = []
     for rate in plan.w3_rates:
         with servers(variant, out_dir, log_dir / f"rate{rate}") as srv:
-            results.append(_w3_rate(variant, srv, rate, plan.w3_seconds))
+            r = _w3_rate(variant, srv, rate, plan.w3_seconds)
+        results.append(r)
+        if not held(r.lag.get("p99"), r.completed, r.n):
+            break
     return results
 
 
