@@ -23,6 +23,7 @@ from typing import Protocol
 
 from shardcron.client import limits
 from shardcron.client.errors import FailedPrecondition, InvalidArgument, ShardcronError
+from shardcron.client.frozen import copy_with
 from shardcron.client.schedule import preview
 from shardcron.client.types import (
     Fire,
@@ -132,15 +133,13 @@ class JobsApi:
         fire, skips = first_fire(job, now=now, shard_count=shards)
         runs: list[Run] = list(skips)
         if fire is None:
-            job = dataclasses.replace(
-                job, next_fire_at=None, next_fire_key="", state=JobState.COMPLETED
-            )
+            job = copy_with(job, next_fire_at=None, next_fire_key="", state=JobState.COMPLETED)
             return NewJob(job=job, runs=runs)
         run = make_run(job, fire, shard_count=shards, now=now)
         if run.due_at < now:  # an AT in the past runs now
-            run = dataclasses.replace(run, due_at=now, id=run_id(job.id, fire.key, 1, now))
+            run = copy_with(run, due_at=now, id=run_id(job.id, fire.key, 1, now))
         runs.append(run)
-        job = dataclasses.replace(job, next_fire_at=fire.at, next_fire_key=fire.key)
+        job = copy_with(job, next_fire_at=fire.at, next_fire_key=fire.key)
         return NewJob(job=job, runs=runs)
 
     async def create_jobs(
