@@ -37,7 +37,7 @@ from shardcron.client.types import (
     Schedule,
     ScheduleKind,
 )
-from shardcron.coordinator.ids import new_job_id, run_id, shard_for, utcnow
+from shardcron.coordinator.ids import new_job_id, new_job_ids, run_id, shard_for, utcnow
 from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.poller.fires import MANUAL_PREFIX, REPLAY_PREFIX, first_fire, make_run
 from shardcron.coordinator.quotas import QuotaGuard, Quotas
@@ -111,12 +111,12 @@ class JobsApi:
 
     # --- jobs -----------------------------------------------------------------
 
-    def _new_job(self, owner: str, spec: JobSpec, key: str, now: datetime) -> NewJob:
+    def _new_job(self, job_id: str, owner: str, spec: JobSpec, key: str, now: datetime) -> NewJob:
         if spec.schedule.kind == ScheduleKind.INTERVAL and spec.schedule.anchor is None:
             anchor = spec.schedule.start_at or now
             spec = spec.replace(schedule=dataclasses.replace(spec.schedule, anchor=anchor))
         job = Job(
-            id=new_job_id(),
+            id=job_id,
             owner=owner,
             spec=spec,
             state=JobState.ACTIVE,
@@ -162,7 +162,11 @@ class JobsApi:
         items = checked
         await self.quotas.check_creates(owner, len(items))
         now = utcnow()
-        new = [self._new_job(owner, spec, key, now) for spec, key in items]
+        ids = new_job_ids(len(items))
+        new = [
+            self._new_job(job_id, owner, spec, key, now)
+            for job_id, (spec, key) in zip(ids, items, strict=True)
+        ]
         results = await self.store.create_jobs(new)
         created = [n for n, (_, fresh) in zip(new, results, strict=True) if fresh]
         self.metrics.jobs_created.inc(len(created))
