@@ -37,8 +37,9 @@ class Turn:
     applied: list[asyncio.Future[None]] = field(default_factory=list)
 
     def set_progress(self, job_id: str, **changes: Any) -> None:
-        have = self.progress.get(job_id) or JobProgress(job_id=job_id)
-        self.progress[job_id] = copy_with(have, **changes)
+        have = self.progress.get(job_id)
+        made = JobProgress(job_id=job_id, **changes) if have is None else copy_with(have, **changes)
+        self.progress[job_id] = made
 
     def empty(self) -> bool:
         """Nothing to write (what is only sent, such as renewals, goes out anyway)."""
