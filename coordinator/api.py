@@ -23,6 +23,7 @@ from typing import Protocol
 
 from shardcron.client import limits
 from shardcron.client.errors import FailedPrecondition, InvalidArgument, ShardcronError
+from shardcron.client.frozen import copy_with
 from shardcron.client.schedule import preview
 from shardcron.client.types import (
     Fire,
@@ -36,7 +37,7 @@ from shardcron.client.types import (
     Schedule,
     ScheduleKind,
 )
-from shardcron.coordinator.ids import new_job_id, run_id, shard_for, utcnow
+from shardcron.coordinator.ids import new_job_id, new_job_ids, run_id, shard_for, utcnow
 from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.poller.fires import MANUAL_PREFIX, REPLAY_PREFIX, first_fire, make_run
 from shardcron.coordinator.quotas import QuotaGuard, Quotas
@@ -110,12 +111,12 @@ class JobsApi:
 
     # --- jobs -----------------------------------------------------------------
 
-    def _new_job(self, owner: str, spec: JobSpec, key: str, now: datetime) -> NewJob:
+    def _new_job(self, job_id: str, owner: str, spec: JobSpec, key: str, now: datetime) -> NewJob:
         if spec.schedule.kind == ScheduleKind.INTERVAL and spec.schedule.anchor is None:
             anchor = spec.schedule.start_at or now
             spec = spec.replace(schedule=dataclasses.replace(spec.schedule, anchor=anchor))
         job = Job(
-            id=new_job_id(),
+            id=job_id,
             owner=owner,
             spec=spec,
             state=JobState.ACTIVE,
@@ -132,15 +133,13 @@ class JobsApi:
         fire, skips = first_fire(job, now=now, shard_count=shards)
         runs: list[Run] = list(skips)
         if fire is None:
-            job = dataclasses.replace(
-                job, next_fire_at=None, next_fire_key="", state=JobState.COMPLETED
-            )
+            job = copy_with(job, next_fire_at=None, next_fire_key="", state=JobState.COMPLETED)
             return NewJob(job=job, runs=runs)
         run = make_run(job, fire, shard_count=shards, now=now)
         if run.due_at < now:  # an AT in the past runs now
-            run = dataclasses.replace(run, due_at=now, id=run_id(job.id, fire.key, 1, now))
+            run = copy_with(run, due_at=now, id=run_id(job.id, fire.key, 1, now))
         runs.append(run)
-        job = dataclasses.replace(job, next_fire_at=fire.at, next_fire_key=fire.key)
+        job = copy_with(job, next_fire_at=fire.at, next_fire_key=fire.key)
         return NewJob(job=job, runs=runs)
 
     async def create_jobs(
@@ -163,7 +162,11 @@ class JobsApi:
         items = checked
         await self.quotas.check_creates(owner, len(items))
         now = utcnow()
-        new = [self._new_job(owner, spec, key, now) for spec, key in items]
+        ids = new_job_ids(len(items))
+        new = [
+            self._new_job(job_id, owner, spec, key, now)
+            for job_id, (spec, key) in zip(ids, items, strict=True)
+        ]
         results = await self.store.create_jobs(new)
         created = [n for n, (_, fresh) in zip(new, results, strict=True) if fresh]
         self.metrics.jobs_created.inc(len(created))

@@ -10,14 +10,45 @@ fire twice (after a crash, or by two pollers during a hand-over) writes one row.
 from __future__ import annotations
 
 import hashlib
+import os
+import time
 import uuid
 from datetime import UTC, datetime
 
-import uuid6
+_RANDOM_BYTES = 8  # 64 bits drawn per id; 62 of them are kept
+_COUNTER_MAX = 0xFFF  # the 12 bits after the version count ids within one millisecond
+_last = (0, 0)  # (milliseconds, counter) of this process's newest id: ids only ascend
 
 
 def new_job_id() -> str:
-    return str(uuid6.uuid7())
+    return new_job_ids(1)[0]
+
+
+def new_job_ids(count: int) -> list[str]:
+    """``count`` UUIDv7s (RFC 9562), ascending: 48 bits of milliseconds, a 12-bit counter
+    of the ids made within that millisecond (past 4,096 the next millisecond is
+    borrowed), then 62 random bits. The random bits of all of them come from one
+    ``os.urandom`` call: one system call per id was a tenth of the api's work on a
+    batch create."""
+    global _last
+    noise = os.urandom(_RANDOM_BYTES * count)
+    now = time.time_ns() // 1_000_000
+    millis, counter = _last
+    ids = []
+    for i in range(count):
+        if now > millis:
+            millis, counter = now, 0
+        elif counter < _COUNTER_MAX:
+            counter += 1
+        else:
+            millis, counter = millis + 1, 0
+        rand = int.from_bytes(noise[i * _RANDOM_BYTES : (i + 1) * _RANDOM_BYTES], "big")
+        value = (millis & ((1 << 48) - 1)) << 80 | 0x7 << 76 | counter << 64
+        value |= 0x2 << 62 | rand & ((1 << 62) - 1)
+        h = f"{value:032x}"
+        ids.append(f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}")
+    _last = (millis, counter)
+    return ids
 
 
 def run_id(job_id: str, fire_key: str, attempt: int, due_at: datetime) -> str:

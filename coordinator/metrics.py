@@ -37,6 +37,9 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = exposition.new_registry()
         r = self.registry
+        # the labelled series a run's end counts in, by (state, reason) and by state
+        self._final_series: dict[tuple[RunState, RunReason], Any] = {}
+        self._duration_series: dict[RunState, Any] = {}
         self.schedule_lag = Histogram(
             "shardcron_schedule_lag_seconds",
             "Start of a run minus its due time (start lag)",
@@ -182,15 +185,21 @@ class Metrics:
     def run_ended(self, run: Run) -> None:
         """Counts a run that reached its final state (``run``, its final record)."""
         state = run.state
-        reason = reason_label(run.reason)
-        self.runs_final.labels(state=state.value, reason=reason).inc()
+        counted = self._final_series.get((state, run.reason))
+        if counted is None:  # looking a labelled series up costs more than counting in it
+            labels = {"state": state.value, "reason": reason_label(run.reason)}
+            counted = self._final_series[(state, run.reason)] = self.runs_final.labels(**labels)
+        counted.inc()
         if state == RunState.SKIPPED:
-            self.fires_skipped.labels(reason=reason).inc()
+            self.fires_skipped.labels(reason=reason_label(run.reason)).inc()
         elif state == RunState.MISSED:
-            self.fires_missed.labels(reason=reason).inc()
+            self.fires_missed.labels(reason=reason_label(run.reason)).inc()
         elif run.started_at is not None and run.ended_at is not None:
             ran = (run.ended_at - run.started_at).total_seconds()
-            self.run_duration.labels(state=state.value).observe(max(0.0, ran))
+            timed = self._duration_series.get(state)
+            if timed is None:
+                timed = self._duration_series[state] = self.run_duration.labels(state=state.value)
+            timed.observe(max(0.0, ran))
 
     def dead_lettered(self, run: Run) -> None:
         """Counts ``run`` (a final record, after the retry rules) if it is a dead letter."""

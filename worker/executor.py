@@ -193,10 +193,7 @@ class CommandExecutor:
         waiter = protocol.exited
         ended_early = False
         try:
-            done, _ = await asyncio.wait(
-                {waiter, run.stopped()}, timeout=run.timeout, return_when=asyncio.FIRST_COMPLETED
-            )
-            if waiter not in done:
+            if not await ended_first(waiter, run.stopped(), run.timeout):
                 ended_early = True
                 await self._terminate(run, pgid, waiter)
         except BaseException:
@@ -267,6 +264,32 @@ async def _pump(stream: asyncio.StreamReader, name: str, run: RunContext) -> Non
         if not data:
             return
         run.emit(name, data)
+
+
+async def ended_first(job: asyncio.Future, stopped: asyncio.Future, timeout: float | None) -> bool:
+    """Waits until ``job`` is done, ``stopped`` is done or ``timeout`` seconds pass; True
+    when ``job`` is done. What ``asyncio.wait(FIRST_COMPLETED)`` does for these two,
+    without its set, its copies and its per-call bookkeeping (a worker pays it per run)."""
+    if job.done():
+        return True
+    loop = asyncio.get_running_loop()
+    waiter = loop.create_future()
+
+    def wake(_: object = None) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    job.add_done_callback(wake)
+    stopped.add_done_callback(wake)
+    timer = None if timeout is None else loop.call_later(timeout, wake)
+    try:
+        await waiter
+    finally:
+        job.remove_done_callback(wake)
+        stopped.remove_done_callback(wake)
+        if timer is not None:
+            timer.cancel()
+    return job.done()
 
 
 def _is_async(fn: Callable) -> bool:
@@ -349,14 +372,12 @@ class HandlerExecutor:
             # ctx.cancelled (cancelling the asyncio wrapper would just stop waiting).
             cancel_job = thread_job.cancel
         try:
-            done, _ = await asyncio.wait(
-                {job, run.stopped()}, timeout=run.timeout, return_when=asyncio.FIRST_COMPLETED
-            )
+            ended = await ended_first(job, run.stopped(), run.timeout)
         except BaseException:
             ctx.cancelled.set()
             cancel_job()
             raise
-        if job not in done:
+        if not ended:
             await self._stop_job(run, ctx, job, cancel_job)
             return stopped_result(run, True, started)
         try:

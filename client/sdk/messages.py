@@ -25,22 +25,27 @@ from shardcron.client.codec import (
 from shardcron.client.codec.common import build, set_duration, set_time
 from shardcron.client.errors import InvalidArgument
 from shardcron.client.types import Fire, Job, JobSpec, JobState, Page, Run, RunState, Schedule
-from shardcron.v1 import cluster_pb2, jobs_pb2
+from shardcron.v1 import cluster_pb2, jobs_pb2, types_pb2
 
 # A spec to create, alone or with its idempotency key.
 JobSpecArg = JobSpec | tuple[JobSpec, str]
 
 
 def create_job_request(
-    spec: JobSpec, idempotency_key: str, field: str = ""
+    spec: JobSpec,
+    idempotency_key: str,
+    field: str = "",
+    encoded: dict[int, types_pb2.JobSpec] | None = None,
 ) -> jobs_pb2.CreateJobRequest:
+    """``encoded``: specs already encoded in this batch, by ``id()`` (a batch made from
+    one spec encodes it once; each request copies the message)."""
     prefix = f"{field}." if field else ""
-    return build(
-        jobs_pb2.CreateJobRequest,
-        field,
-        spec=job_spec_to_proto(spec, f"{prefix}spec"),
-        idempotency_key=idempotency_key,
-    )
+    message = None if encoded is None else encoded.get(id(spec))
+    if message is None:
+        message = job_spec_to_proto(spec, f"{prefix}spec")
+        if encoded is not None:
+            encoded[id(spec)] = message
+    return build(jobs_pb2.CreateJobRequest, field, spec=message, idempotency_key=idempotency_key)
 
 
 def created_job(resp: jobs_pb2.CreateJobResponse) -> tuple[Job, bool]:
@@ -51,8 +56,11 @@ def create_jobs_request(
     specs: Sequence[JobSpecArg], *, ids_only: bool = False
 ) -> jobs_pb2.CreateJobsRequest:
     items = [(s, "") if isinstance(s, JobSpec) else s for s in specs]
+    encoded: dict[int, types_pb2.JobSpec] = {}  # every spec stays referenced by items
     return jobs_pb2.CreateJobsRequest(
-        jobs=[create_job_request(s, key, f"jobs[{i}]") for i, (s, key) in enumerate(items)],
+        jobs=[
+            create_job_request(s, key, f"jobs[{i}]", encoded) for i, (s, key) in enumerate(items)
+        ],
         ids_only=ids_only,
     )
 

@@ -13,11 +13,11 @@ auto-pause and completion. Pure functions of the run, its job and ``now``.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from shardcron.client.frozen import copy_with
 from shardcron.client.types import Job, JobState, Run, RunReason, RunState, ScheduleKind
 from shardcron.coordinator.poller.fires import is_extra_run, retry_run
 
@@ -37,7 +37,7 @@ def final_run(
     output_bytes: int = 0,
 ) -> Run:
     """The run's final record; ``output_bytes`` received since it was loaded are added."""
-    return dataclasses.replace(
+    return copy_with(
         run,
         state=state,
         reason=reason,
@@ -73,24 +73,24 @@ def follow_up(job: Job, final: Run, now: datetime, *, current: Job, runs_left: i
         nxt = retry_run(job, final, now=now)
         if nxt is not None:
             return Ending(final=final, retry=nxt)
-        final = dataclasses.replace(final, dead_letter=True)
+        final = copy_with(final, dead_letter=True)
     out = Ending(final=final)
     job = current
     if final.state in _COUNTED or dropped_retry(final):
         streak = 0 if final.state == RunState.SUCCEEDED else job.consecutive_failures + 1
         if streak != job.consecutive_failures:
-            job = dataclasses.replace(job, consecutive_failures=streak)
+            job = copy_with(job, consecutive_failures=streak)
             out.progress["consecutive_failures"] = streak
         limit = job.spec.pause_after_failures
         if limit and streak >= limit and job.state == JobState.ACTIVE:
             reason = f"paused after {streak} consecutive failed runs"
-            job = dataclasses.replace(job, state=JobState.PAUSED, pause_reason=reason)
+            job = copy_with(job, state=JobState.PAUSED, pause_reason=reason)
             out.progress.update(state=JobState.PAUSED, pause_reason=reason)
     kind = job.spec.schedule.kind
     one_off = kind in (ScheduleKind.IMMEDIATE, ScheduleKind.AT) and not is_extra_run(final)
     exhausted = job.spec.schedule.recurring and job.next_fire_key == "" and job.next_fire_at is None
     if (one_off or (exhausted and runs_left == 0)) and job.state == JobState.ACTIVE:
-        job = dataclasses.replace(job, state=JobState.COMPLETED)
+        job = copy_with(job, state=JobState.COMPLETED)
         out.progress["state"] = JobState.COMPLETED
     if job is not current:
         out.job = job

@@ -18,7 +18,6 @@ such fault is counted in ``shardcron_poller_faults_total{where}``.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import heapq
 import logging
 import math
@@ -26,6 +25,7 @@ from collections.abc import Collection, Iterator
 from datetime import datetime
 
 from shardcron.client.errors import Unavailable
+from shardcron.client.frozen import copy_with
 from shardcron.client.limits import MAX_ERROR_MESSAGE, clip
 from shardcron.client.saturating import saturating_add
 from shardcron.client.stream import CancelOrder, LeaseGrant
@@ -112,9 +112,7 @@ class RunKeeper:
         expires = self.leases.adopt(
             run.id, run.lease_token, run.worker_id, run.lease_expires_at, taken_at=taken_at, now=now
         )
-        slot = Slot(
-            run=dataclasses.replace(run, lease_expires_at=expires), job=job, phase=Phase.LEASED
-        )
+        slot = Slot(run=copy_with(run, lease_expires_at=expires), job=job, phase=Phase.LEASED)
         self.track(slot)
         self.admission.adopt(slot)
 
@@ -275,7 +273,7 @@ class RunKeeper:
                 self.add_waiting(Slot(run=r, job=job))
         nxt = out.next_fire
         at, key = (nxt.at, nxt.key) if nxt else (None, "")
-        slot.job = job = dataclasses.replace(job, next_fire_at=at, next_fire_key=key)
+        slot.job = job = copy_with(job, next_fire_at=at, next_fire_key=key)
         self.jobs[job.id] = job
         turn.set_progress(job.id, next_fire_at=at, next_fire_key=key)
         if nxt is None and not out.run_this and self._job_runs.get(job.id, 0) == 0:
@@ -321,7 +319,7 @@ class RunKeeper:
                 continue
             assert slot.job is not None
             token, expires = self.leases.grant(slot.run.id, worker.id, now)
-            run = dataclasses.replace(
+            run = copy_with(
                 slot.run,
                 state=RunState.LEASED,
                 worker_id=worker.id,
@@ -372,7 +370,7 @@ class RunKeeper:
         expires = self.leases.sent(slot.run.id, slot.run.lease_token, now)
         if expires is None:
             return
-        run = slot.run = dataclasses.replace(slot.run, lease_expires_at=expires)
+        run = slot.run = copy_with(slot.run, lease_expires_at=expires)
         spec = job.spec
         worker.link.lease(
             LeaseGrant(
@@ -553,6 +551,6 @@ class RunKeeper:
         reason = f"paused: the scheduler failed applying its rules: {fault_text(error)}"
         if job.state == JobState.ACTIVE:
             turn.set_progress(job.id, state=JobState.PAUSED, pause_reason=reason)
-        paused = dataclasses.replace(job, state=JobState.PAUSED, pause_reason=reason)
+        paused = copy_with(job, state=JobState.PAUSED, pause_reason=reason)
         if job.id in self.jobs:
             self.jobs[job.id] = paused

@@ -43,11 +43,11 @@ that stream: the loop counts it and closes the stream, and nothing else changes.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from shardcron.client.errors import AlreadyExists, PermissionDenied
+from shardcron.client.frozen import copy_with
 from shardcron.client.stream import (
     CancelOrder,
     Credits,
@@ -287,7 +287,7 @@ class WorkerStreams:
             slot = self._keeper.held_slot(ref.run_id, ref.fencing_token)
             if slot is None or slot.run.state != RunState.LEASED or not self._holds(book, slot):
                 continue
-            slot.run = dataclasses.replace(slot.run, state=RunState.RUNNING, started_at=at)
+            slot.run = copy_with(slot.run, state=RunState.RUNNING, started_at=at)
             turn.runs[slot.run.id] = slot.run
             self._metrics.schedule_lag.observe(max(0.0, (at - slot.run.due_at).total_seconds()))
 
@@ -339,7 +339,7 @@ class WorkerStreams:
                     slot.worker = book
                     if claimed:
                         keeper.reconsider_held(slot.run.job_id, turn, now)
-                slot.run = dataclasses.replace(slot.run, lease_expires_at=expires)
+                slot.run = copy_with(slot.run, lease_expires_at=expires)
                 if slot.cancel_reason is not None:
                     book.link.cancel(
                         CancelOrder(run_id=run_id, fencing_token=token, reason=slot.cancel_reason)

@@ -10,11 +10,11 @@ turn is not written, the loop fails what it left unanswered.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from shardcron.client.frozen import copy_with
 from shardcron.client.stream import ResultAck
 from shardcron.client.types import OutputChunk, Run
 from shardcron.coordinator.poller.state import Slot
@@ -37,8 +37,9 @@ class Turn:
     applied: list[asyncio.Future[None]] = field(default_factory=list)
 
     def set_progress(self, job_id: str, **changes: Any) -> None:
-        have = self.progress.get(job_id) or JobProgress(job_id=job_id)
-        self.progress[job_id] = dataclasses.replace(have, **changes)
+        have = self.progress.get(job_id)
+        made = JobProgress(job_id=job_id, **changes) if have is None else copy_with(have, **changes)
+        self.progress[job_id] = made
 
     def empty(self) -> bool:
         """Nothing to write (what is only sent, such as renewals, goes out anyway)."""

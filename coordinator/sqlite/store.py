@@ -262,8 +262,7 @@ class SqliteStore:
 
         def op(conn: Conn) -> None:
             self._put_runs(conn, runs, due)
-            for p in progress:
-                _apply_progress(conn, p)
+            _apply_all_progress(conn, progress)
 
         await self._db.write(op, len(runs) + len(due) + len(progress))
 
@@ -508,17 +507,39 @@ class SqliteStore:
 
 
 def _apply_progress(conn: Conn, p: JobProgress, *, in_update: bool = False) -> None:
-    """Writes ``p`` to its job (``store_rules.progress_write``); the state move only
-    where the job is still ACTIVE."""
+    """Writes ``p`` to its job (``store_rules.progress_write``)."""
+    for sql, args in _progress_statements(p, in_update=in_update):
+        conn.execute(sql, args)
+
+
+def _apply_all_progress(conn: Conn, progress: Sequence[JobProgress]) -> None:
+    """Writes the progress of many jobs, one ``executemany`` per statement text (a
+    turn's jobs mostly move alike: each one-off job to COMPLETED)."""
+    by_sql: dict[str, list[tuple[Any, ...]]] = {}
+    for p in progress:  # each job once: a job's statements touch distinct columns
+        for sql, args in _progress_statements(p):
+            by_sql.setdefault(sql, []).append(args)
+    for sql, rows in by_sql.items():
+        conn.executemany(sql, rows)
+
+
+def _progress_statements(
+    p: JobProgress, *, in_update: bool = False
+) -> list[tuple[str, tuple[Any, ...]]]:
+    """The statements that write ``p``; the state move only where the job is still ACTIVE."""
     write = progress_write(p, in_update=in_update)
+    statements = []
     if write.columns:
         sets = {c: _us(v) if c == "next_fire_at" else v for c, v in write.columns.items()}
         assignments = ", ".join(f"{column} = ?" for column in sets)
-        conn.execute(f"UPDATE jobs SET {assignments} WHERE id = ?", (*sets.values(), p.job_id))
+        statements.append(
+            (f"UPDATE jobs SET {assignments} WHERE id = ?", (*sets.values(), p.job_id))
+        )
     if write.state is not None:
         moved = {"state": str(write.state)}
         if write.state_reason is not None:
             moved["pause_reason"] = write.state_reason
         assignments = ", ".join(f"{column} = ?" for column in moved)
         sql = f"UPDATE jobs SET {assignments} WHERE id = ? AND state = 'ACTIVE'"
-        conn.execute(sql, (*moved.values(), p.job_id))
+        statements.append((sql, (*moved.values(), p.job_id)))
+    return statements
