@@ -25,7 +25,7 @@ from pathlib import Path
 
 from bench.common import CpuMeter, Result, per_1000, wait_ended, wait_until_metric
 from bench.systems.shardcron_embedded import BATCH, submit
-from deploy.cluster import client_env
+from deploy.cluster import CASSANDRA_HEAP, client_env
 from shardcron.client.types import HandlerTask, JobSpec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -104,7 +104,8 @@ def _w1(out_dir: Path, n: int) -> Result:
         workload="W1",
         n=n,
         config_id="zookeeper-cassandra",
-        config=f"`make cluster` layout: ZooKeeper, 1 Cassandra node (heap 512M), {NODES} nodes, "
+        config=f"`make cluster` layout: ZooKeeper, 1 Cassandra node (server sizing, heap "
+        f"{CASSANDRA_HEAP}), {NODES} nodes, "
         f"{WORKERS} workers x {SLOTS} slots; CreateJobs x {BATCH} jobs, {IN_FLIGHT} calls in "
         "flight over the three api nodes",
         submit_rate=n / max(last_ack - first, 1e-9),
