@@ -16,7 +16,13 @@ from shardcron.client.types import HandlerTask, JobSpec, RunState
 from shardcron.coordinator.cassandra.batches import BATCH_BYTES, BATCH_STATEMENTS, phase_batches
 from shardcron.coordinator.cassandra.store import CassandraStore
 from shardcron.coordinator.store import NewJob
-from tests.support.store_builders import ALICE, T0, create, make_job, make_run
+from tests.support.store_builders import (
+    ALICE,
+    T0,
+    create,
+    make_job,
+    make_run,
+)
 
 
 def _partition(replicas: str, name: str, n: int, size: int) -> list[tuple[object, int]]:

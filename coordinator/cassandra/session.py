@@ -21,6 +21,7 @@ from cassandra import Unavailable as CassandraUnavailable
 from cassandra.cluster import Session
 from cassandra.query import BatchStatement, BatchType, BoundStatement, PreparedStatement
 
+from shardcron.coordinator.cassandra.run_jobs import RunJobs
 from shardcron.coordinator.store_lanes import Lanes
 from shardcron.coordinator.store_rules import resolve_future
 
@@ -67,6 +68,7 @@ class Cql:
         # this store's job-counter updates under way (``creates.count_jobs_later``),
         # kept referenced until done
         self.counting: set[asyncio.Task[None]] = set()
+        self.run_jobs = RunJobs()  # the job of each run this store has seen
 
     def attach(
         self, session: Session, prepared: dict[str, PreparedStatement], lwt: Sequence[str]

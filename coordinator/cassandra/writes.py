@@ -161,6 +161,7 @@ class WritePlanner:
         """``indexed``: the call also writes a due row for the run (its row goes first).
         ``write_us``: the poller's write time (module docstring), None for the api."""
         row = ROWS.run_row(run)
+        self._cql.run_jobs.add(run.id, run.job_id)
         # the api (no write_us): now, and a new run a second earlier (module docstring)
         backdate = _CREATE_BACKDATE_US if new else 0
         ts = write_us if write_us is not None else now_us() - backdate
