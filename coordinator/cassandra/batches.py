@@ -13,7 +13,9 @@ the number of partitions; with more nodes, about one per replica set.
 
 A batch stays under Cassandra's default ``batch_size_fail_threshold`` (50 KiB) by
 the estimate of ``writes._size``, which is within a few % of what Cassandra counts,
-and under ``BATCH_STATEMENTS`` statements.
+and under ``BATCH_STATEMENTS`` statements. It is over Cassandra's default warning
+thresholds (5 KiB, 10 partitions): a server with those defaults logs (rate-limited)
+warnings; the nodes ``deploy`` starts raise them.
 """
 
 from __future__ import annotations
