@@ -30,7 +30,11 @@ def _cluster_from_dir(kind: str, directory: str) -> Cluster:
     if kind == "zookeeper":
         return ZooKeeper(directory, nodes=state["nodes"], port=state["port"])
     return Cassandra(
-        directory, nodes=state["nodes"], heap=state["heap"], use_cds=state.get("use_cds", True)
+        directory,
+        nodes=state["nodes"],
+        heap=state["heap"],
+        use_cds=state.get("use_cds", True),
+        server=state.get("server", False),
     )
 
 
@@ -63,6 +67,11 @@ def _parser() -> argparse.ArgumentParser:
             start.add_argument("--heap", default="512M")
             start.add_argument(
                 "--no-cds", action="store_true", help="start without the class-data-sharing archive"
+            )
+            start.add_argument(
+                "--server",
+                action="store_true",
+                help="size the node for load (threads, off-heap memtables), not for a fast start",
             )
         actions.add_parser("status").add_argument("--dir", required=True)
         stop = actions.add_parser("stop")
@@ -98,7 +107,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(zk.connect_string)
             else:
                 cass = Cassandra(
-                    args.dir, nodes=args.nodes, heap=args.heap, use_cds=not args.no_cds
+                    args.dir,
+                    nodes=args.nodes,
+                    heap=args.heap,
+                    use_cds=not args.no_cds,
+                    server=args.server,
                 ).start()
                 print(",".join(cass.contact_points))
         else:

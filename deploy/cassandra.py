@@ -1,9 +1,12 @@
 """Cassandra for tests and local clusters: one node on 127.0.0.1, or three on .1/.2/.3.
 
-Sized and flagged to start fast on a small machine (see deploy/README.md for what
-each flag bought). A node is ready when its log shows ``Startup complete`` for this
-run and it answers a CQL query; with three nodes, a start also waits until every
-node sees every other one NORMAL at its current generation, with one schema.
+Two sizings: the default starts fast on a small machine, for the test suites'
+throw-away nodes (see deploy/README.md for what each flag bought); ``server=True``
+is for a cluster that carries load (``make cluster``, the cluster benchmark): a
+bigger heap, memtables off the heap, more read and write threads, bigger caches.
+A node is ready when its log shows ``Startup complete`` for this run and it
+answers a CQL query; with three nodes, a start also waits until every node sees
+every other one NORMAL at its current generation, with one schema.
 The class-data-sharing archive that makes starts fast is built here, once per
 machine, by a throwaway node.
 """
@@ -46,17 +49,28 @@ class Cassandra(Cluster):
     tokens = {1: ["0"], 3: ["-9223372036854775808", "-3074457345618258603", "3074457345618258602"]}
 
     def __init__(
-        self, dir: str | os.PathLike, nodes: int = 1, heap: str = "512M", use_cds: bool = True
+        self,
+        dir: str | os.PathLike,
+        nodes: int = 1,
+        heap: str = "512M",
+        use_cds: bool = True,
+        server: bool = False,
     ):
         super().__init__(dir, nodes)
         if not re.fullmatch(r"\d+[MG]", heap):
             raise ValueError("heap looks like 512M or 1G")
         self.heap = heap
         self.use_cds = use_cds
+        self.server = server  # sized for load rather than for a fast start (module docstring)
         self._log_offsets: dict[int, int] = {}
 
     def settings(self) -> dict:
-        return {**super().settings(), "heap": self.heap, "use_cds": self.use_cds}
+        return {
+            **super().settings(),
+            "heap": self.heap,
+            "use_cds": self.use_cds,
+            "server": self.server,
+        }
 
     def _prepare_jvm(self) -> None:
         if self.use_cds:
@@ -103,12 +117,9 @@ class Cassandra(Cluster):
         (node / "conf" / "cassandra.yaml").write_text(yaml)
 
     def _yaml(self, i: int) -> str:
-        """cassandra.yaml for a small, fast-starting test node.
-
-        Sized for a 2-core machine that also runs the tests: 4 read/write
-        threads, 1 compactor, 64 MiB memtables, small caches. auto_snapshot off
-        because tests TRUNCATE and DROP often, and each snapshot costs a flush.
-        """
+        """cassandra.yaml of node i, sized by ``_sizing``. auto_snapshot off because
+        tests TRUNCATE and DROP often, and each snapshot costs a flush; batch warning
+        thresholds above the store's batches."""
         data = self.node_dir(i) / "data"
         seeds = ",".join(f"{self.address(n)}:{self.storage_port}" for n in self.node_ids())
         return f"""\
@@ -140,6 +151,34 @@ commitlog_sync: periodic
 commitlog_sync_period: 10000ms
 commitlog_segment_size: 16MiB
 
+{self._sizing()}
+authenticator: AllowAllAuthenticator
+authorizer: AllowAllAuthorizer
+role_manager: CassandraRoleManager
+network_authorizer: AllowAllNetworkAuthorizer
+
+# Above the store's batches (coordinator/cassandra/batches.py bounds them below the
+# default 50 KiB failure threshold, and groups partitions by replica set): no batch
+# pays for a warning.
+batch_size_warn_threshold: 48KiB
+unlogged_batch_across_partitions_warn_threshold: 1000
+
+auto_snapshot: false
+incremental_backups: false
+snapshot_before_compaction: false
+hinted_handoff_enabled: true
+"""
+
+    def _sizing(self) -> str:
+        """The cassandra.yaml lines that size a node.
+
+        A test node shares a 2-core machine with the tests: 4 read/write threads,
+        1 compactor, 64 MiB memtables, small caches. A server node (``server``) takes
+        load: 16 read/write threads (Cassandra's advice: 8 per core for writes),
+        memtables off the heap (less for the collector to trace), bigger caches.
+        """
+        if not self.server:
+            return """\
 concurrent_reads: 4
 concurrent_writes: 4
 concurrent_counter_writes: 4
@@ -155,16 +194,23 @@ file_cache_size: 32MiB
 networking_cache_size: 16MiB
 index_summary_capacity: 8MiB
 native_transport_max_threads: 32
-
-authenticator: AllowAllAuthenticator
-authorizer: AllowAllAuthorizer
-role_manager: CassandraRoleManager
-network_authorizer: AllowAllNetworkAuthorizer
-
-auto_snapshot: false
-incremental_backups: false
-snapshot_before_compaction: false
-hinted_handoff_enabled: true
+"""
+        return """\
+concurrent_reads: 16
+concurrent_writes: 16
+concurrent_counter_writes: 8
+concurrent_materialized_view_writes: 8
+concurrent_compactors: 1
+memtable_flush_writers: 1
+memtable_allocation_type: offheap_objects
+memtable_heap_space: 256MiB
+memtable_offheap_space: 512MiB
+key_cache_size: 64MiB
+counter_cache_size: 16MiB
+file_cache_size: 128MiB
+networking_cache_size: 32MiB
+index_summary_capacity: 32MiB
+native_transport_max_threads: 32
 """
 
     def _command(self, i: int) -> list[str]:
@@ -197,9 +243,11 @@ hinted_handoff_enabled: true
             "-Xss256k",
             "-XX:+PerfDisableSharedMem",
             "-XX:+ExitOnOutOfMemoryError",
-            # C1 only: C2 compiling Cassandra's startup path costs more CPU
-            # than it saves on a 2-core box; test traffic is light. Measured:
-            # first start 12.8 s -> ~9 s.
+            # C1 only, for both sizings: C2 compiling Cassandra's startup path costs
+            # more CPU than it saves on a 2-core box (first start 12.8 s -> ~9 s), and
+            # under the cluster benchmark's W1 (10,000 jobs, about 20 s) a server node
+            # with the full tiered JIT spent 1.44-2.12 CPU-s per 1,000 jobs against
+            # 0.75-1.10 with C1 only: C2's compiles are not paid back in such a run.
             "-XX:TieredStopAtLevel=1",
         ]
         archive = cds_archive_path()

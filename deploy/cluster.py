@@ -55,6 +55,9 @@ BASE_PORT = 7401
 CLUSTER = "local"
 KEYSPACE = "shardcron"
 ZK_PORT = 2191  # apart from the ports the tests use, so both can run at once
+# The cluster's Cassandra is sized to carry load (``Cassandra(server=True)``: threads,
+# memtables off the heap); the heap is what a 2-core, 24 GiB machine can spare.
+CASSANDRA_HEAP = "2G"
 
 
 class LocalCassandra(Cassandra):
@@ -151,7 +154,7 @@ def up(state: Path, nodes: int, workers: int, slots: int = 8) -> None:
     state.mkdir(parents=True, exist_ok=True)
     tls = make_certs(state / "tls", clients=("worker", "client"))
     zk = ZooKeeper(state / "zookeeper", nodes=1, port=ZK_PORT)
-    cassandra = LocalCassandra(state / "cassandra", nodes=1, heap="512M")
+    cassandra = LocalCassandra(state / "cassandra", nodes=1, heap=CASSANDRA_HEAP, server=True)
     print("starting ZooKeeper and Cassandra ...", file=sys.stderr)
     zk.start()
     cassandra.start()

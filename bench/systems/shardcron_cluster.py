@@ -29,7 +29,7 @@ from pathlib import Path
 from bench.common import CpuMeter, Result, wait_until_metric
 from bench.systems.shardcron_workloads import BATCH, RunTime, run_on
 from bench.workloads import QUICK, Plan
-from deploy.cluster import KEYSPACE, client_env
+from deploy.cluster import CASSANDRA_HEAP, KEYSPACE, client_env
 
 REPO = Path(__file__).resolve().parents[2]
 IN_FLIGHT = 6  # calls at once, spread over the three api nodes
@@ -109,7 +109,8 @@ class ClusterNode:
 
     def describe(self, workload: str) -> str:
         return (
-            f"`make cluster` layout: ZooKeeper, 1 Cassandra node (heap 512M), {NODES} nodes, "
+            f"`make cluster` layout: ZooKeeper, 1 Cassandra node (server sizing, heap "
+            f"{CASSANDRA_HEAP}), {NODES} nodes, "
             f"{WORKERS} workers x {SLOTS} slots; CreateJobs x {BATCH} jobs, {IN_FLIGHT} calls "
             "in flight over the three api nodes"
         )

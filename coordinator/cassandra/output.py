@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from shardcron.client.types import OutputChunk
+from shardcron.coordinator.cassandra.batches import BATCH_BYTES
 from shardcron.coordinator.cassandra.session import Cql
-from shardcron.coordinator.cassandra.writes import BATCH_BYTES
 from shardcron.coordinator.store_rules import (
     bytes_in,
     cut_pieces,

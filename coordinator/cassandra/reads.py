@@ -97,11 +97,19 @@ async def get_run(cql: Cql, owner: str, run_id: str) -> Run:
 
 
 async def _run_rows(cql: Cql, run_ids: Sequence[str]) -> list[Any]:
-    """Rows of the runs of ``run_ids`` that exist: their jobs from ``runs_by_id``, then
-    the runs by groups of job partitions (``Cql.cross``; a poller loads thousands of
-    runs of as many jobs at a time)."""
+    """Rows of the runs of ``run_ids`` that exist: their jobs as the store has seen them
+    (``run_jobs``), else from ``runs_by_id``, then the runs by groups of job partitions
+    (``Cql.cross``; a poller loads thousands of runs of as many jobs at a time)."""
     by_job: dict[str, list[str]] = {}
-    for rid, job_id, _owner in await cql.in_("run_ids", run_ids):
+    unseen: list[str] = []
+    for rid in run_ids:
+        job_id = cql.run_jobs.get(rid)
+        if job_id is None:
+            unseen.append(rid)
+        else:
+            by_job.setdefault(job_id, []).append(rid)
+    for rid, job_id, _owner in await cql.in_("run_ids", unseen):
+        cql.run_jobs.add(rid, job_id)
         by_job.setdefault(job_id, []).append(rid)
     return await cql.cross("select_runs_of_jobs", by_job)
 
@@ -271,10 +279,9 @@ async def scan_due(
             rows = await cql.all(cql.ps["scan_after"], params)
         else:
             rows = await cql.all(cql.ps["scan"], (shard, bucket, lo, hi, room))
-        out += [
-            DueEntry(shard=shard, due_at=_dt(t), run_id=r, job_id=j, priority=p)
-            for t, r, j, p in rows
-        ]
+        for t, r, j, p in rows:
+            out.append(DueEntry(shard=shard, due_at=_dt(t), run_id=r, job_id=j, priority=p))
+            cql.run_jobs.add(r, j)
     return out[:limit]
 
 

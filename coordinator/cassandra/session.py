@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from cassandra import OperationTimedOut, ReadTimeout, WriteTimeout
@@ -21,6 +21,7 @@ from cassandra import Unavailable as CassandraUnavailable
 from cassandra.cluster import Session
 from cassandra.query import BatchStatement, BatchType, BoundStatement, PreparedStatement
 
+from shardcron.coordinator.cassandra.run_jobs import RunJobs
 from shardcron.coordinator.store_lanes import Lanes
 from shardcron.coordinator.store_rules import resolve_future
 
@@ -67,6 +68,7 @@ class Cql:
         # this store's job-counter updates under way (``creates.count_jobs_later``),
         # kept referenced until done
         self.counting: set[asyncio.Task[None]] = set()
+        self.run_jobs = RunJobs()  # the job of each run this store has seen
 
     def attach(
         self, session: Session, prepared: dict[str, PreparedStatement], lwt: Sequence[str]
@@ -81,6 +83,18 @@ class Cql:
 
     def bind(self, name: str, values: Sequence[Any]) -> BoundStatement:
         return self.ps[name].bind(values)
+
+    def replicas(self, stmt: BoundStatement) -> Hashable:
+        """A key equal for statements whose partitions are held by the same nodes (the
+        set of replicas, from the driver's token map); without a token map, the
+        partition's routing key (one token, so one set of replicas)."""
+        key = stmt.routing_key
+        session = self._session
+        if session is not None and key is not None:
+            hosts = session.cluster.metadata.get_replicas(session.keyspace, key)
+            if hosts:
+                return frozenset(hosts)
+        return key if key is not None else id(stmt)
 
     async def exec(
         self,
@@ -192,8 +206,8 @@ class Cql:
             raise
 
     async def send(self, statements: list[BoundStatement]) -> None:
-        """Statements of one partition: alone, or as an unlogged batch (a single-partition
-        batch is atomic and isolated, and needs no batch log)."""
+        """Statements of partitions held by the same replicas (``batches``): alone, or as
+        an unlogged batch (no batch log; atomic and isolated per partition)."""
         if len(statements) == 1:
             await self.exec(statements[0], backoff=_WRITE_BACKOFF)
             return

@@ -29,15 +29,17 @@ hot path:
   api writes a new run with a timestamp one second before now (nothing writes a
   run before it exists), so the poller's first write of the run beats its creation
   even when the two hosts' clocks are a little apart.
-- No write spans partitions: a call's writes go as single-partition requests (the
-  statements of one partition together, as one unlogged batch: atomic and isolated
-  in Cassandra, with no batch log), so each needs only a quorum of its own replicas.
-  A multi-partition logged batch needs two batch-log replicas besides the
-  coordinator, chosen among the nodes it believes alive: with 3 nodes a lost one is
-  always chosen until the failure detector convicts it (15-20 s of batches failing
-  with WriteTimeout BATCH_LOG). Requests of a call run concurrently
-  (``max_concurrency`` in flight per store); plain writes are retried on timeouts
-  and missing replicas for a few seconds, LWTs never (their caller reads the outcome).
+- No request spans replica sets: a call's writes go as unlogged batches of the
+  partitions that share their replicas (``batches``; the statements of one
+  partition together, atomic and isolated in Cassandra), with no batch log, so each
+  needs only a quorum of one replica set: with one node, a phase of a thousand
+  partitions is a few requests, not a thousand. A logged batch needs two batch-log
+  replicas besides the coordinator, chosen among the nodes it believes alive: with
+  3 nodes a lost one is always chosen until the failure detector convicts it
+  (15-20 s of batches failing with WriteTimeout BATCH_LOG). Requests of a call run
+  concurrently (``max_concurrency`` in flight per store); plain writes are retried
+  on timeouts and missing replicas for a few seconds, LWTs never (their caller
+  reads the outcome).
 - Writes of one call go in ordered phases (``writes``: which, and why in that
   order); a phase starts once every write of the previous one was acknowledged, and
   every prefix of the phases is a consistent store. A call that fails on the

@@ -1,8 +1,9 @@
 """The writes of one Cassandra store call: planned by partition, sent in ordered phases.
 
-No write spans partitions: the statements of one partition go together as one
-unlogged batch (atomic and isolated in Cassandra, no batch log), so each request
-needs only a quorum of its own replicas.
+The statements of one partition go together, in one unlogged batch (atomic and
+isolated in Cassandra, no batch log) with those of the phase's other partitions
+held by the same replicas (``batches``), so each request needs only a quorum of
+one replica set.
 
 Writes of one call go in ordered phases; a phase starts once every write of the
 previous one was acknowledged. The process may die, or the call fail, between any
@@ -51,6 +52,7 @@ from typing import Any
 from cassandra.query import UNSET_VALUE, BoundStatement
 
 from shardcron.client.types import Job, JobState, Run
+from shardcron.coordinator.cassandra.batches import Partition, phase_batches
 from shardcron.coordinator.cassandra.session import Cql
 from shardcron.coordinator.cassandra.statements import NONE, ROWS
 from shardcron.coordinator.ids import bucket_for
@@ -59,10 +61,6 @@ from shardcron.coordinator.store import JobProgress
 from shardcron.coordinator.store_rules import progress_write, run_expires_at, run_state_order
 
 MAX_TTL = 630_720_000  # Cassandra's maximum TTL (20 years); longer rows get no TTL
-# A batch stays under Cassandra's default batch_size_fail_threshold (50 KiB), by the
-# estimate of _size, which is within a few % of what Cassandra counts.
-BATCH_BYTES = 20_000
-_BATCH_STATEMENTS = 250
 _CREATE_BACKDATE_US = 1_000_000  # an api's new run row: written as of 1 s ago
 
 # Write phases (module docstring): each phase starts once the previous one is written.
@@ -80,7 +78,8 @@ def now_us() -> int:
 
 def _size(values: Iterable[Any]) -> int:
     """About how many bytes a statement's values add to a batch (as Cassandra counts
-    them for ``batch_size_fail_threshold``: the data, plus a little per cell)."""
+    them for ``batch_size_fail_threshold``: the data, plus a little per cell); the
+    bound of a batch is ``batches.BATCH_BYTES``."""
     n = 40
     for v in values:
         if isinstance(v, str):
@@ -98,9 +97,7 @@ class Writes:
     phase, those of one partition together (module docstring)."""
 
     # (phase, partition) -> [(statement, size)]
-    parts: dict[tuple[int, Any], list[tuple[BoundStatement, int]]] = dataclasses.field(
-        default_factory=dict
-    )
+    parts: dict[tuple[int, Any], Partition] = dataclasses.field(default_factory=dict)
     after: list[Callable[[], None]] = dataclasses.field(default_factory=list)  # once written
 
     def add(self, phase: int, partition: tuple[Any, ...], stmt: BoundStatement, size: int) -> None:
@@ -112,23 +109,15 @@ class Writes:
 
 
 async def flush(cql: Cql, writes: Writes) -> None:
-    """Sends the statements phase by phase (module docstring): in a phase, those of
-    one partition as one unlogged batch (split when bigger than a batch), the
-    batches concurrently; the next phase once all of them were acknowledged."""
-    phases: dict[int, list[list[BoundStatement]]] = {}
+    """Sends the statements phase by phase (module docstring): in a phase, as unlogged
+    batches of partitions that share their replicas (``batches``), the batches
+    concurrently; the next phase once all of them were acknowledged."""
+    phases: dict[int, list[Partition]] = {}
     for (phase, _), statements in writes.parts.items():
-        batches = phases.setdefault(phase, [])
-        current: list[BoundStatement] = []
-        size = 0
-        for stmt, s in statements:
-            if current and (size + s > BATCH_BYTES or len(current) >= _BATCH_STATEMENTS):
-                batches.append(current)
-                current, size = [], 0
-            current.append(stmt)
-            size += s
-        batches.append(current)
+        phases.setdefault(phase, []).append(statements)
     for phase in sorted(phases):
-        await cql.all_written(cql.send(batch) for batch in phases[phase])
+        batches = phase_batches(phases[phase], cql.replicas)
+        await cql.all_written(cql.send(batch) for batch in batches)
     for done in writes.after:
         done()
 
@@ -172,6 +161,7 @@ class WritePlanner:
         """``indexed``: the call also writes a due row for the run (its row goes first).
         ``write_us``: the poller's write time (module docstring), None for the api."""
         row = ROWS.run_row(run)
+        self._cql.run_jobs.add(run.id, run.job_id)
         # the api (no write_us): now, and a new run a second earlier (module docstring)
         backdate = _CREATE_BACKDATE_US if new else 0
         ts = write_us if write_us is not None else now_us() - backdate
