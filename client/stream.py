@@ -79,6 +79,8 @@ class Hello:
     # random per worker process, the same on each of its streams: a Hello naming a
     # connected worker replaces its stream only when this matches (a reconnect)
     instance_id: str = ""
+    # holds each lease until its due_at before starting it: may be leased ahead of due
+    waits_for_due: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

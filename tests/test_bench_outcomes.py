@@ -135,7 +135,8 @@ def test_w4_counts_a_fire_once_per_job_and_minute_and_its_extra_runs_as_duplicat
         RunTime.from_row(("a", 2, 120 * us, 121 * us, 121 * us)),  # a retry: not a fire
         RunTime.from_row(("b", 1, 120 * us, 120 * us, None)),  # never started: missed
         RunTime.from_row(("a", 1, 60 * us, 60 * us, 60 * us)),  # before the minutes watched
+        RunTime.from_row(("b", 1, 180 * us, 180 * us, 180 * us - 30_000)),  # 30 ms early
     ]
     fired, duplicates, errors = count_fires(rows, [120.0, 180.0])
-    assert (fired, duplicates) == (1, 1)
-    assert errors == [pytest.approx(0.04)]
+    assert (fired, duplicates) == (2, 1)
+    assert errors == [pytest.approx(0.04), pytest.approx(0.03)]

@@ -52,11 +52,10 @@ from .executor import (
     HandlerExecutor,
     RunContext,
     failed_result,
-    utcnow,
 )
 from .handlers import HandlerRegistry
 from .handlers import registry as default_registry
-from .held import HeldRun, lapsed, lease_deadline
+from .held import HeldRun, hold_until_due, lapsed, lease_deadline, start_or_hold
 from .link import PollerLink
 from .reaper_client import Reaper
 from .targets import Target, next_reading, read_targets
@@ -368,6 +367,7 @@ class Worker:
             pending_results=(*link.unacked.values(), *self._adrift.offer(link, link.streams)),
             held=tuple(held),
             instance_id=self.instance_id,
+            waits_for_due=True,  # hold_until_due
         )
 
     def heartbeat_for(self, link: PollerLink) -> Heartbeat:
@@ -383,7 +383,6 @@ class Worker:
     # -- poller messages ----------------------------------------------------------------
     def on_leases(self, link: PollerLink, grants: Sequence[LeaseGrant]) -> None:
         now = time.monotonic()
-        at = utcnow()
         for lease in grants:
             self.stats["leased"] += 1
             ref = LeaseRef(run_id=lease.run_id, fencing_token=lease.fencing_token)
@@ -443,8 +442,8 @@ class Worker:
             self._runs[lease.run_id] = run
             self._slots_used += slots
             link.held_slots += slots
-            run.task = asyncio.create_task(self._execute(run, prev))
-            link.outbox.started(run.ref, at)
+            wait = start_or_hold(run, lease.due_at)  # a lease ahead of due: held until then
+            run.task = asyncio.create_task(self._execute(run, prev, wait))
         self.rebalance()
 
     def _on_output(
@@ -556,12 +555,12 @@ class Worker:
                 self.rebalance()  # shares left unused move on
             await asyncio.sleep(max(0.0, wake - time.monotonic()))
 
-    async def _execute(self, run: HeldRun, prev: HeldRun | None) -> None:
+    async def _execute(self, run: HeldRun, prev: HeldRun | None, wait: float) -> None:
         ctx = run.ctx
         try:
             if prev is not None and prev.task is not None:
                 await asyncio.wait({prev.task})  # the old attempt is being killed
-            res = await self._run_task(ctx)
+            res = await hold_until_due(run, wait) or await self._run_task(ctx)
         except Exception as e:
             log.exception("run %s: worker error", ctx.run_id)
             res = failed_result(RunReason.HANDLER_ERROR, f"worker error: {type(e).__name__}: {e}")

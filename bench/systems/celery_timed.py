@@ -149,7 +149,7 @@ def w4(variant: Variant, srv: Servers, jobs: int, plan: Plan, log_dir: Path) -> 
         minute = float(int(started) // 60 * 60)
         if minute in marks:
             fires.setdefault((int(job), minute), []).append(started)
-    errors = [min(v) - minute for (_, minute), v in fires.items()]
+    errors = [abs(min(v) - minute) for (_, minute), v in fires.items()]
     return Result(
         system=variant.system,
         workload="W4",
@@ -161,5 +161,5 @@ def w4(variant: Variant, srv: Servers, jobs: int, plan: Plan, log_dir: Path) -> 
         completed=len(fires),
         missed=expected - len(fires),
         duplicates=sum(len(v) - 1 for v in fires.values()),
-        notes="fire error = task start - the minute; CPU from beat's start",
+        notes="fire error = |task start - the minute|; CPU from beat's start",
     )

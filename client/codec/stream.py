@@ -196,6 +196,7 @@ def _hello_from_proto(msg: worker_pb2.Hello, path: str) -> Hello:
             else None
         ),
         instance_id=msg.instance_id,
+        waits_for_due=msg.waits_for_due,
     )
 
 
@@ -212,6 +213,7 @@ def _hello_to_proto(hello: Hello, path: str) -> worker_pb2.Hello:
         pending_results=_outcomes_to_proto(hello.pending_results, f"{path}.pending_results"),
         held=_refs_to_proto(hello.held, f"{path}.held"),
         instance_id=hello.instance_id,
+        waits_for_due=hello.waits_for_due,
     )
     if hello.credit_limit is not None:
         msg.credit_limit = hello.credit_limit

@@ -21,6 +21,11 @@
   (placement class): a class no worker has room for is skipped whole, so runs
   nobody can take never hold up the runs that can, and a turn does not look at
   every waiting run.
+- **Leasing ahead**: a run triggered ahead of its due instant (the poller's lease
+  lead, ``lease_lead``: only while some worker waits for ``due_at``) goes only to a
+  worker that holds a lease until its due instant (``Hello.waits_for_due``). When
+  only other workers have room, it is set aside until it is due (``not_due``), then
+  placed as any due run.
 - **Why a run waits**: for a READY run, the first thing no connected worker offers
   (``placement.why_waiting``); for a BLOCKED one, its job's limit. Counted by
   reason for the ``shardcron_waiting_runs`` gauge.
@@ -38,7 +43,7 @@ import heapq
 import math
 from collections import deque
 from collections.abc import Collection, Iterable, Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import Enum
 
 from shardcron.client.saturating import saturating_add
@@ -71,11 +76,23 @@ def past_deadline(job: Job, run: Run, now: datetime) -> bool:
     return deadline is not None and now - run.due_at > deadline
 
 
-def pick_worker(job: Job, owner: str, workers: Iterable[WorkerBook]) -> WorkerBook | None:
+def lease_lead(workers: Iterable[WorkerBook], configured: timedelta) -> timedelta:
+    """How far ahead of their due instant runs are triggered: the configured lead while
+    some connected worker holds leases until their due instant, else none (every run
+    would wait for its instant anyway, set aside)."""
+    return configured if any(w.waits_for_due for w in workers) else timedelta(0)
+
+
+def pick_worker(
+    job: Job, owner: str, workers: Iterable[WorkerBook], *, early: bool = False
+) -> WorkerBook | None:
     """The worker with the most free slots among those that have room for a run of the
-    job, of ``owner``."""
+    job, of ``owner``; for a run not due yet (``early``), only among the workers that
+    hold a lease until its due instant."""
     best: WorkerBook | None = None
     for w in workers:
+        if early and not w.waits_for_due:
+            continue
         if w.fits(job.spec, owner) and (best is None or w.free > best.free):
             best = w
     return best
@@ -91,6 +108,7 @@ class Admission:
         "_blocked_runs",
         "_deadlines",
         "_held",
+        "_not_due",
         "_ready",
         "_slots",
     )
@@ -104,6 +122,9 @@ class Admission:
         self._blocked: dict[str, deque[Slot]] = {}  # job id -> runs BLOCKED, in order
         # job id -> fresh fires held back (BLOCKED) while its runs are unclaimed orphans
         self._held: dict[str, deque[Slot]] = {}
+        # (due, run id) of READY runs set aside until due: only workers that would
+        # start them at once had room
+        self._not_due: list[tuple[datetime, str]] = []
 
     def __len__(self) -> int:
         """Runs READY."""
@@ -116,6 +137,7 @@ class Admission:
         self._admitted.clear()
         self._blocked.clear()
         self._held.clear()
+        self._not_due.clear()
 
     # --- admitting -----------------------------------------------------------------
 
@@ -247,6 +269,7 @@ class Admission:
         """Ready runs in placement order, each with the worker it goes to, or with None:
         it missed its starting deadline. The loop leases each to its worker (holding
         the worker's capacity) before asking for the next. At most ``max_batch``."""
+        self._now_due(now)
         if free_slots(workers) <= 0:
             return
         ready = self._ready
@@ -257,12 +280,31 @@ class Admission:
                 ready.take(cls, priority, owner, placed=False)
                 yield slot, None
                 continue
-            worker = pick_worker(job, owner, workers)
+            early = slot.run.due_at > now
+            worker = pick_worker(job, owner, workers, early=early)
             if worker is None:
+                if early and pick_worker(job, owner, workers) is not None:
+                    # only workers that would start it at once have room: set aside
+                    # until due, when it is placed as any due run
+                    ready.take(cls, priority, owner, placed=False)
+                    heapq.heappush(self._not_due, (slot.run.due_at, slot.run.id))
+                    continue
                 ready.close(key)  # no room for this class left: its other runs wait too
                 continue
             ready.take(cls, priority, owner, placed=True)
             yield slot, worker
+
+    def _now_due(self, now: datetime) -> None:
+        """Runs set aside until due that are due by ``now`` are ready to place again."""
+        while self._not_due and self._not_due[0][0] <= now:
+            _, rid = heapq.heappop(self._not_due)
+            slot = self._slots.get(rid)
+            if slot is not None and slot.phase == Phase.READY and rid not in self._ready:
+                self._ready.push(slot)
+
+    def next_not_due(self) -> datetime | None:
+        """When the earliest run set aside until due is due (placed then)."""
+        return self._not_due[0][0] if self._not_due else None
 
     def has_ready(self) -> bool:
         """Ready runs a pass may place that the last one did not."""

@@ -22,7 +22,7 @@ import heapq
 import logging
 import math
 from collections.abc import Collection, Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from shardcron.client.errors import Unavailable
 from shardcron.client.frozen import copy_with
@@ -168,11 +168,14 @@ class RunKeeper:
 
     # --- coming due -------------------------------------------------------------------
 
-    def pop_due(self, now: datetime) -> list[Slot]:
-        """Runs due by ``now`` (at most a batch), out of the timer heap."""
+    def pop_due(self, now: datetime, *, lead: timedelta = timedelta(0)) -> list[Slot]:
+        """Runs due by ``now`` + ``lead`` (at most a batch), out of the timer heap: a
+        run is triggered up to the lease lead ahead of its due instant, so its fire
+        rules, admission and lease are decided by then."""
         due: list[Slot] = []
         timers, limit = self._timers, self.config.max_batch
-        while timers and timers[0][0] <= now and len(due) < limit:
+        until = saturating_add(now, lead)
+        while timers and timers[0][0] <= until and len(due) < limit:
             _, rid = heapq.heappop(timers)
             slot = self.slots.get(rid)
             if slot is not None and slot.phase == Phase.WAITING:
@@ -318,7 +321,10 @@ class RunKeeper:
                 self.finish(slot, RunState.MISSED, RunReason.DEADLINE, turn, now)
                 continue
             assert slot.job is not None
-            token, expires = self.leases.grant(slot.run.id, worker.id, now)
+            # a lease taken ahead of its due instant holds one TTL from that instant:
+            # its worker waits for it before starting the run
+            start = max(now, slot.run.due_at)
+            token, expires = self.leases.grant(slot.run.id, worker.id, start)
             run = copy_with(
                 slot.run,
                 state=RunState.LEASED,
@@ -363,11 +369,12 @@ class RunKeeper:
         self.metrics.shard_lag.set(max(0.0, lag))
 
     def send_lease(self, slot: Slot, now: datetime) -> None:
-        """Sends a lease once it is durable; its TTL counts from now, as the worker's will."""
+        """Sends a lease once it is durable; its TTL counts from now, as the worker's will
+        (from the run's due instant for a lease sent ahead of it)."""
         worker, job = slot.worker, slot.job
         if worker is None or job is None:
             return  # refused or ended meanwhile
-        expires = self.leases.sent(slot.run.id, slot.run.lease_token, now)
+        expires = self.leases.sent(slot.run.id, slot.run.lease_token, max(now, slot.run.due_at))
         if expires is None:
             return
         run = slot.run = copy_with(slot.run, lease_expires_at=expires)

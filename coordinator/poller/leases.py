@@ -5,7 +5,8 @@ Never twice at once rests on it:
   fencing epoch changes, and a poller's fencing epoch is above every earlier owner's,
   so a newer lease always carries a larger token;
 - a lease is held for ``lease_ttl`` from when it was granted, from when it was sent,
-  and from each renewal; that absolute ``expires_at`` goes to the worker in the
+  and from each renewal (never less than it was: a lease given ahead of its run's
+  due instant holds one TTL from that instant, the wait included); that absolute ``expires_at`` goes to the worker in the
   lease and in each granted renewal, and the worker's reaper kills the command by
   then (minus a safety margin, on the worker's clock); the lease is taken back only
   ``expiry_grace`` after it, that is at ``now >= expires_at + expiry_grace``, so
@@ -110,7 +111,9 @@ class LeaseBook:
         held = self._held.get(run_id)
         if not active or held is None or held[0] != token or held[1] != worker_id:
             return None
-        expires = saturating_add(now, self.lease_ttl)
+        # never earlier than it was: a lease sent ahead of its run's due instant holds
+        # one TTL from that instant, and a heartbeat during the wait must not cut it
+        expires = max(saturating_add(now, self.lease_ttl), held[2])
         self._hold(run_id, token, worker_id, expires)
         return expires
 

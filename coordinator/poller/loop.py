@@ -36,7 +36,7 @@ import dataclasses
 import logging
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from shardcron.client.errors import FailedPrecondition, NotFound, ShardcronError, Unavailable
 from shardcron.client.saturating import saturating_add
@@ -44,7 +44,7 @@ from shardcron.client.types import Job, Run, RunReason, RunState, ShardInfo, Wor
 from shardcron.coordinator.coordination import Assignment
 from shardcron.coordinator.ids import shard_for
 from shardcron.coordinator.metrics import Metrics
-from shardcron.coordinator.poller.admission import free_slots
+from shardcron.coordinator.poller.admission import free_slots, lease_lead
 from shardcron.coordinator.poller.clock import Clock, SystemClock
 from shardcron.coordinator.poller.config import PollerConfig
 from shardcron.coordinator.poller.events import (
@@ -225,7 +225,11 @@ class Poller:
         if scan is not None:
             candidates.append(scan)
         runs = self._runs
-        for at in (runs.next_due(), runs.leases.next_expiry(), runs.admission.next_deadline()):
+        due = runs.next_due()
+        if due is not None:
+            candidates.append((due - now - self._lead()).total_seconds())
+        admission = runs.admission
+        for at in (runs.leases.next_expiry(), admission.next_deadline(), admission.next_not_due()):
             if at is not None:
                 candidates.append((at - now).total_seconds())
         if runs.admission.has_ready() and free_slots(self._streams.workers.values()) > 0:
@@ -466,7 +470,7 @@ class Poller:
     # --- what needs the store in the middle of a turn --------------------------------
 
     async def _trigger_due(self, now: datetime, turn: Turn) -> None:
-        due = self._runs.pop_due(now)
+        due = self._runs.pop_due(now, lead=self._lead())
         if not due:
             return
         stale = self._runs.stale_jobs(due)
@@ -476,6 +480,9 @@ class Poller:
         for slot in due:
             with self._runs.isolated(slot, turn, now, where="trigger"):
                 self._runs.trigger(slot, now, turn)
+
+    def _lead(self) -> timedelta:
+        return lease_lead(self._streams.workers.values(), self.config.lease_lead)
 
     async def _place_retries(self, turn: Turn) -> None:
         """Writes the retries decided this turn, each unless the store has it already.

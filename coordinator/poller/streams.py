@@ -396,7 +396,9 @@ class WorkerStreams:
                 now,
                 exit_code=outcome.exit_code,
                 error=outcome.error,
-                started_at=started or slot.run.started_at or now,
+                # CANCELLED with no start anywhere: stopped before it started (while
+                # its worker waited for its due instant)
+                started_at=started or slot.run.started_at or _start_unless_cancelled(outcome, now),
                 ended_at=outcome.ended_at or now,
             )
         self._ended_by(book, outcome)
@@ -410,3 +412,9 @@ class WorkerStreams:
         recent = self._keeper.recent_final
         if len(self._ended) > 2 * len(recent) + 1024:
             self._ended = {k: v for k, v in self._ended.items() if k in recent}
+
+
+def _start_unless_cancelled(outcome: RunOutcome, now: datetime) -> datetime | None:
+    """The start a result that says none is recorded with: the poller's time, except for a
+    cancel: that run may never have started."""
+    return None if outcome.state == RunState.CANCELLED else now

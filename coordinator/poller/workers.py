@@ -98,6 +98,7 @@ class WorkerBook:
         "used",
         "used_cpu",
         "used_mem",
+        "waits_for_due",
     )
 
     def __init__(
@@ -126,6 +127,8 @@ class WorkerBook:
         self.labels = dict(hello.labels)
         self.handlers = hello.handlers
         self.runs_commands = hello.runs_commands
+        # it holds a lease until the run's due instant: it may get one ahead of it
+        self.waits_for_due = hello.waits_for_due
         self.leases: dict[str, Resources] = {}  # run id -> what it holds
         self.used = 0
         self.used_cpu = 0

@@ -26,6 +26,7 @@ from shardcron.client.types import (
     RunState,
     Schedule,
 )
+from shardcron.coordinator.poller import PollerConfig
 from shardcron.v1 import types_pb2, worker_pb2, worker_pb2_grpc
 from tests.e2e.harness import DevServer, heartbeat_empty, start_worker
 from tests.support.waiting import wait_until
@@ -75,7 +76,7 @@ def test_sigkill_dev_then_restart_loses_no_acknowledged_job(tmp_path: Path) -> N
             time.sleep(1.5)
         server.kill()  # SIGKILL: leases in flight, fires pending
         killed_at = datetime.now(UTC)
-        time.sleep(7)
+        time.sleep(8)
         server.start()
         restarted_at = datetime.now(UTC)
         with server.client("crash") as c:
@@ -99,9 +100,12 @@ def test_sigkill_dev_then_restart_loses_no_acknowledged_job(tmp_path: Path) -> N
                     for r in c.list_runs(job.id, page_size=1000).items
                     if r.fire_key.endswith("fold0")
                 ]
-                # fires surely overdue when the poller came back (it starts before it serves)
+                # fires surely overdue when the poller came back (it starts before it serves),
+                # and not triggered before the kill: a fire is leased up to the lease lead
+                # ahead of its instant, and one leased then was in flight at the kill
                 overdue = restarted_at - timedelta(seconds=3)
-                down = [r for r in runs if killed_at < r.fire_at < overdue]
+                triggered_down = killed_at + PollerConfig().lease_lead
+                down = [r for r in runs if triggered_down < r.fire_at < overdue]
                 outcome[policy] = down
                 # every fire while the node was down has a record
                 seconds = {r.fire_at.replace(microsecond=0) for r in down}

@@ -2,7 +2,9 @@ package worker
 
 // Running a lease: a handler in this process or a command as a subprocess, in the
 // slots it asked for, bounded by its timeout; then its result, reported unless the
-// lease was lost.
+// lease was lost. A lease given ahead of its due_at (Hello.waits_for_due) is held
+// until then: Started goes out at the real start, and a cancel during the wait ends
+// the run without starting it.
 
 import (
 	"fmt"
@@ -28,6 +30,9 @@ func (w *Worker) execute(r *run, prev *run) {
 	var out outcome
 	if err := w.pool.acquire(r.ctx, r.slots); err != nil {
 		out = w.stoppedOutcome(r, nil)
+	} else if !untilDue(r) {
+		w.pool.release(r.slots)
+		out = w.stoppedOutcome(r, nil) // stopped before its due instant: never started
 	} else {
 		now := time.Now()
 		w.mu.Lock()
@@ -41,6 +46,27 @@ func (w *Worker) execute(r *run, prev *run) {
 		w.pool.release(r.slots)
 	}
 	w.finish(r, out)
+}
+
+// untilDue holds the run until its lease's due_at on this machine's clock; false if
+// it was stopped (cancelled, its lease lost) meanwhile.
+func untilDue(r *run) bool {
+	due := r.lease.GetDueAt()
+	if due == nil {
+		return r.ctx.Err() == nil
+	}
+	wait := time.Until(due.AsTime())
+	if wait <= 0 {
+		return r.ctx.Err() == nil
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return r.ctx.Err() == nil
+	case <-r.ctx.Done():
+		return false
+	}
 }
 
 func (w *Worker) runTask(r *run) outcome {
@@ -175,10 +201,6 @@ func (w *Worker) finish(r *run, out outcome) {
 		w.Stats.Dropped.Add(1)
 		return
 	}
-	started := r.startedAt
-	if started.IsZero() {
-		started = ended
-	}
 	res := &pb.RunResult{
 		RunId:        r.lease.RunId,
 		FencingToken: r.token,
@@ -186,8 +208,12 @@ func (w *Worker) finish(r *run, out outcome) {
 		State:        out.state,
 		Reason:       out.reason,
 		Error:        out.err,
-		StartedAt:    timestamp(started),
 		EndedAt:      timestamp(ended),
+	}
+	if r.started {
+		res.StartedAt = timestamp(r.startedAt)
+	} else if out.state != pb.RunState_RUN_STATE_CANCELLED { // a cancelled one never started
+		res.StartedAt = timestamp(ended)
 	}
 	if out.exitCode != nil {
 		res.HasExitCode, res.ExitCode = true, *out.exitCode

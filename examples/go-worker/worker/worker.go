@@ -360,6 +360,7 @@ func (w *Worker) helloLocked(l *link) *pb.Hello {
 		RunsCommands: w.cfg.RunCommands,
 		Version:      Version,
 		InstanceId:   w.instance,
+		WaitsForDue:  true, // execute holds a lease until its due_at
 	}
 	for _, r := range w.sortedRuns() {
 		if r.link != l || r.lost() {

@@ -641,3 +641,45 @@ func TestExpiresAtSetsDeadlineAndRenewalsMoveIt(t *testing.T) {
 		t.Fatalf("expired = %d", h.worker.Stats.Expired.Load())
 	}
 }
+
+// A lease ahead of its due_at (the worker says Hello.waits_for_due) is held until
+// then: Started carries the real start, never earlier than due_at.
+func TestALeaseAheadOfItsDueInstantStartsNoEarlier(t *testing.T) {
+	h := newHarness(t, 1)
+	s := h.accept(t)
+	if !s.next(t, "hello", time.Second).GetHello().WaitsForDue {
+		t.Fatal("hello does not say the worker waits for due_at")
+	}
+	s.send(t, welcome(5*time.Second, time.Second))
+	due := time.Now().Add(500 * time.Millisecond)
+	lease := handlerLease("r9", 21, "upper", "x", 5*time.Second)
+	lease.DueAt = timestamppb.New(due)
+	s.send(t, leases(lease))
+	started := s.next(t, "started", 3*time.Second).GetStarted()
+	if at := started.At.AsTime(); at.Before(due) {
+		t.Fatalf("started at %v, before its due instant %v", at, due)
+	}
+	res := s.next(t, "results", 2*time.Second, "output", "heartbeat").GetResults().Results[0]
+	if res.State != pb.RunState_RUN_STATE_SUCCEEDED || res.StartedAt.AsTime().Before(due) {
+		t.Fatalf("result: %v", res)
+	}
+}
+
+// A cancel while the lease waits for its due instant ends the run unstarted.
+func TestACancelWhileWaitingForTheDueInstantEndsTheRunUnstarted(t *testing.T) {
+	h := newHarness(t, 1)
+	s := h.accept(t)
+	s.next(t, "hello", time.Second)
+	s.send(t, welcome(5*time.Second, time.Second))
+	lease := handlerLease("r10", 22, "upper", "x", 5*time.Second)
+	lease.DueAt = timestamppb.New(time.Now().Add(3 * time.Second))
+	s.send(t, leases(lease))
+	waitFor(t, func() bool { return h.worker.Stats.Leased.Load() == 1 })
+	s.send(t, &pb.PollerMessage{Body: &pb.PollerMessage_Cancels{Cancels: &pb.Cancels{Cancels: []*pb.Cancel{
+		{RunId: "r10", FencingToken: 22, Reason: pb.RunReason_RUN_REASON_CANCELLED_BY_USER},
+	}}}})
+	res := s.next(t, "results", 2*time.Second, "heartbeat").GetResults().Results[0]
+	if res.State != pb.RunState_RUN_STATE_CANCELLED || res.Reason != pb.RunReason_RUN_REASON_CANCELLED_BY_USER || res.StartedAt != nil {
+		t.Fatalf("result: %v", res)
+	}
+}

@@ -46,7 +46,7 @@ class PollerMessage(_message.Message):
     def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., leases: _Optional[_Union[Leases, _Mapping]] = ..., cancels: _Optional[_Union[Cancels, _Mapping]] = ..., renewals: _Optional[_Union[Renewals, _Mapping]] = ..., acks: _Optional[_Union[ResultAcks, _Mapping]] = ..., demand: _Optional[_Union[Demand, _Mapping]] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("worker_id", "slots", "cpu_millis", "memory_mb", "labels", "handlers", "runs_commands", "version", "pending_results", "held", "credit_limit", "instance_id")
+    __slots__ = ("worker_id", "slots", "cpu_millis", "memory_mb", "labels", "handlers", "runs_commands", "version", "pending_results", "held", "credit_limit", "instance_id", "waits_for_due")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -66,6 +66,7 @@ class Hello(_message.Message):
     HELD_FIELD_NUMBER: _ClassVar[int]
     CREDIT_LIMIT_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    WAITS_FOR_DUE_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     slots: int
     cpu_millis: int
@@ -78,7 +79,8 @@ class Hello(_message.Message):
     held: _containers.RepeatedCompositeFieldContainer[LeaseRef]
     credit_limit: int
     instance_id: str
-    def __init__(self, worker_id: _Optional[str] = ..., slots: _Optional[int] = ..., cpu_millis: _Optional[int] = ..., memory_mb: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., handlers: _Optional[_Iterable[str]] = ..., runs_commands: _Optional[bool] = ..., version: _Optional[str] = ..., pending_results: _Optional[_Iterable[_Union[RunResult, _Mapping]]] = ..., held: _Optional[_Iterable[_Union[LeaseRef, _Mapping]]] = ..., credit_limit: _Optional[int] = ..., instance_id: _Optional[str] = ...) -> None: ...
+    waits_for_due: bool
+    def __init__(self, worker_id: _Optional[str] = ..., slots: _Optional[int] = ..., cpu_millis: _Optional[int] = ..., memory_mb: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., handlers: _Optional[_Iterable[str]] = ..., runs_commands: _Optional[bool] = ..., version: _Optional[str] = ..., pending_results: _Optional[_Iterable[_Union[RunResult, _Mapping]]] = ..., held: _Optional[_Iterable[_Union[LeaseRef, _Mapping]]] = ..., credit_limit: _Optional[int] = ..., instance_id: _Optional[str] = ..., waits_for_due: _Optional[bool] = ...) -> None: ...
 
 class Credits(_message.Message):
     __slots__ = ("limit",)

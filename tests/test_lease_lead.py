@@ -1,0 +1,348 @@
+# ruff: noqa: F811 - the fixtures of tests/test_poller.py, imported, are parameters here
+"""Leasing ahead of the due instant (``PollerConfig.lease_lead``).
+
+A worker that says ``Hello.waits_for_due`` holds a lease until its run's ``due_at``
+before it starts the run, so the poller triggers runs (fire rules, admission) and
+leases them up to the lead ahead of their instant: the turn's work is done before
+the instant, and the run starts on it. A worker that does not say so gets its leases
+at the due instant, as always. The lease holds one TTL from the due instant, so the
+wait never eats into it; a worker lost while it waits loses the lease as any other.
+
+The deciders with hand-set times first, then the poller over a real SQLite store on
+the fake clock of ``tests/test_poller.py``, with an in-test ``WorkerLink`` recording
+what the poller sends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+
+from shardcron.client.errors import ShardcronError
+from shardcron.client.stream import (
+    CancelOrder,
+    Hello,
+    LeaseGrant,
+    Renewal,
+    ResultAck,
+    Results,
+    RunOutcome,
+    Welcome,
+)
+from shardcron.client.types import (
+    HandlerTask,
+    Job,
+    JobSpec,
+    JobState,
+    Run,
+    RunReason,
+    RunState,
+    Schedule,
+)
+from shardcron.coordinator.poller import Phase, Poller, PollerConfig
+from shardcron.coordinator.poller.admission import Admission, lease_lead, pick_worker
+from shardcron.coordinator.poller.events import WorkerClosed, WorkerConnected, WorkerMessage
+from shardcron.coordinator.poller.leases import LeaseBook
+from shardcron.coordinator.poller.state import Slot
+from shardcron.coordinator.poller.workers import WorkerBook
+from shardcron.coordinator.sqlite.store import SqliteStore
+from shardcron.coordinator.store import NewJob
+from tests.support.store_builders import make_job, make_run
+from tests.test_poller import (  # the poller on the fake clock, and its fixtures
+    TICK,
+    FakeClock,
+    clock,  # noqa: F401 - a fixture
+    lease_ttl,  # noqa: F401 - a fixture
+    poller,  # noqa: F401 - a fixture
+    recheck_window,  # noqa: F401 - a fixture
+    store,  # noqa: F401 - a fixture
+    turns,
+    turns_until,
+)
+
+T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+LEAD = PollerConfig().lease_lead  # the default, as the poller of tests/test_poller.py runs
+TTL = PollerConfig().lease_ttl
+
+
+class RecordingLink:
+    """A worker's stream as the poller sees it: what is sent is recorded."""
+
+    def __init__(self) -> None:
+        self.closed = False
+        self.demand_standing = False
+        self.leases: list[LeaseGrant] = []
+        self.cancels: list[CancelOrder] = []
+
+    def welcome(self, welcome: Welcome) -> None:
+        pass
+
+    def lease(self, grant: LeaseGrant) -> None:
+        self.leases.append(grant)
+
+    def cancel(self, order: CancelOrder) -> None:
+        self.cancels.append(order)
+
+    def renewals(self, renewals: Sequence[Renewal], ttl: timedelta) -> None:
+        pass
+
+    def ack(self, ack: ResultAck) -> None:
+        pass
+
+    def demand(self, slots: int) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+    def fail(self, error: ShardcronError) -> None:
+        self.closed = True
+
+    def drop_unsent_leases(self) -> None:
+        pass
+
+    def forget(self) -> None:
+        pass
+
+    def granted(self, run_id: str) -> LeaseGrant | None:
+        return next((g for g in self.leases if g.run_id == run_id), None)
+
+
+def book(worker_id: str, *, waits: bool, slots: int = 4) -> WorkerBook:
+    hello = Hello(
+        worker_id=worker_id, slots=slots, handlers=frozenset({"noop"}), waits_for_due=waits
+    )
+    return WorkerBook(hello, address="", link=RecordingLink(), connected_at=T0)
+
+
+def job_of(job_id: str = "j") -> Job:
+    spec = JobSpec(
+        name=job_id, task=HandlerTask(name="noop"), schedule=Schedule.cron_expr("* * * * *")
+    )
+    return Job(
+        id=job_id, owner="o", spec=spec, state=JobState.ACTIVE, version=1,
+        created_at=T0, updated_at=T0,
+    )  # fmt: skip
+
+
+def ready(
+    admission: Admission, slots: dict[str, Slot], job: Job, run_id: str, due: datetime
+) -> Slot:
+    run = Run(
+        id=run_id, job_id=job.id, owner="o", fire_key=run_id, fire_at=due, due_at=due,
+        state=RunState.PENDING,
+    )  # fmt: skip
+    slot = Slot(run=run, job=job)
+    slots[run_id] = slot
+    admission.admit(slot, fresh_fire=True)
+    return slot
+
+
+def place(admission: Admission, workers: list[WorkerBook], now: datetime) -> dict[str, str]:
+    """One placement pass, holding each run on its worker as the loop does."""
+    placed = {}
+    for slot, worker in admission.place(workers, now, 100):
+        assert worker is not None
+        worker.hold(slot.run.id, slot.job.spec.resources)  # type: ignore[union-attr]
+        slot.phase = Phase.LEASED
+        placed[slot.run.id] = worker.id
+    return placed
+
+
+# --- the deciders ----------------------------------------------------------------------
+
+
+def test_runs_are_triggered_ahead_only_while_a_worker_waits_for_due() -> None:
+    assert lease_lead([], LEAD) == timedelta(0)
+    assert lease_lead([book("old", waits=False)], LEAD) == timedelta(0)
+    assert lease_lead([book("old", waits=False), book("new", waits=True)], LEAD) == LEAD
+
+
+def test_a_run_not_due_yet_goes_only_to_a_worker_that_waits_for_due() -> None:
+    job = job_of()
+    old, new = book("old", waits=False, slots=8), book("new", waits=True, slots=1)
+    assert pick_worker(job, "o", [old, new]) is old  # the most free slots
+    assert pick_worker(job, "o", [old, new], early=True) is new
+    assert pick_worker(job, "o", [old], early=True) is None
+
+
+def test_a_run_not_due_yet_waits_for_its_instant_when_only_other_workers_have_room() -> None:
+    slots: dict[str, Slot] = {}
+    admission = Admission(slots)
+    job = job_of()
+    old, new = book("old", waits=False), book("new", waits=True, slots=1)
+    due = T0 + LEAD
+    ready(admission, slots, job, "a", due)
+    ready(admission, slots, job, "b", due)
+    ready(admission, slots, job, "c", T0)  # due already: any worker
+    # one early run fits the waiting worker; the other is set aside, not leased early
+    assert place(admission, [old, new], T0) == {"a": "new", "c": "old"}
+    assert slots["b"].phase == Phase.READY
+    assert admission.next_not_due() == due
+    assert place(admission, [old, new], due - TICK) == {}
+    # at its instant it goes to whichever worker has room
+    assert place(admission, [old, new], due) == {"b": "old"}
+    assert admission.next_not_due() is None
+
+
+def test_a_run_set_aside_and_forgotten_meanwhile_is_not_placed() -> None:
+    slots: dict[str, Slot] = {}
+    admission = Admission(slots)
+    old = book("old", waits=False)
+    slot = ready(admission, slots, job_of(), "a", T0 + LEAD)
+    assert place(admission, [old], T0) == {}
+    del slots["a"]  # cancelled before its instant: ended and forgotten
+    admission.forget(slot)
+    assert place(admission, [old], T0 + LEAD) == {}
+
+
+def test_a_renewal_never_shortens_a_lease_that_holds_from_its_due_instant() -> None:
+    leases = LeaseBook(lease_ttl=TTL, expiry_grace=timedelta(0))
+    due = T0 + LEAD
+    token, expires = leases.grant("r", "w", due)  # granted at T0, held from its instant
+    assert expires == due + TTL
+    # a heartbeat while the worker waits for the instant
+    assert leases.renew("r", token, "w", T0 + TICK, active=True) == due + TTL
+    assert leases.expired(due + TTL - TICK) == []
+    assert leases.renew("r", token, "w", due + TICK, active=True) == due + TICK + TTL
+
+
+# --- the poller ------------------------------------------------------------------------
+
+
+def connect(p: Poller, worker_id: str, *, waits: bool, slots: int = 4) -> RecordingLink:
+    link = RecordingLink()
+    hello = Hello(
+        worker_id=worker_id, slots=slots, handlers=frozenset({"noop"}), waits_for_due=waits
+    )
+    p.submit(WorkerConnected(link=link, hello=hello, address=worker_id))
+    return link
+
+
+async def due_run(db: SqliteStore, p: Poller, due_in: timedelta, now: datetime) -> Run:
+    base = make_job()
+    job = dataclasses.replace(base, created_at=now, updated_at=now)
+    run = dataclasses.replace(make_run(job, due_at=now + due_in), created_at=now)
+    await db.create_jobs([NewJob(job=job, runs=[run])])
+    p.runs_created([run], [job])
+    await turns_until(lambda: p.phase_of(run.id) == Phase.WAITING, p)
+    return run
+
+
+async def leased_early(p: Poller, clk: FakeClock, link: RecordingLink, run: Run) -> LeaseGrant:
+    """Moves the clock to the lead before the run's instant: the run is leased then."""
+    await clk.move_to(run.due_at - LEAD)
+    await turns_until(lambda: link.granted(run.id) is not None, p)
+    grant = link.granted(run.id)
+    assert grant is not None
+    return grant
+
+
+async def stored(db: SqliteStore, run: Run) -> Run:
+    return (await db.get_runs([run.id]))[run.id]
+
+
+async def test_a_run_is_leased_ahead_of_its_instant_to_a_worker_that_waits_for_it(
+    store: SqliteStore,
+    poller: Poller,
+    clock: FakeClock,
+) -> None:
+    link = connect(poller, "new", waits=True)
+    run = await due_run(store, poller, timedelta(seconds=2), clock.now())
+    await clock.move_to(run.due_at - LEAD - TICK)
+    await turns(poller)
+    assert poller.phase_of(run.id) == Phase.WAITING
+    grant = await leased_early(poller, clock, link, run)
+    # the instant is the run's own; the lease holds one TTL from it
+    assert (grant.due_at, grant.fire_at) == (run.due_at, run.fire_at)
+    assert grant.expires_at == run.due_at + TTL
+    leased = await stored(store, run)
+    assert leased.state == RunState.LEASED and leased.started_at is None
+    assert leased.lease_expires_at == run.due_at + TTL
+
+
+async def test_a_worker_that_does_not_wait_gets_its_lease_at_the_instant(
+    store: SqliteStore,
+    poller: Poller,
+    clock: FakeClock,
+) -> None:
+    link = connect(poller, "old", waits=False)
+    run = await due_run(store, poller, timedelta(seconds=2), clock.now())
+    await clock.move_to(run.due_at - TICK)
+    await turns(poller)
+    assert poller.phase_of(run.id) == Phase.WAITING and not link.leases
+    await clock.move_to(run.due_at)
+    await turns_until(lambda: link.granted(run.id) is not None, poller)
+
+
+async def test_beside_a_waiting_worker_one_that_does_not_wait_gets_no_early_lease(
+    store: SqliteStore,
+    poller: Poller,
+    clock: FakeClock,
+) -> None:
+    new = connect(poller, "new", waits=True, slots=1)
+    old = connect(poller, "old", waits=False, slots=8)
+    first = await due_run(store, poller, timedelta(seconds=2), clock.now())
+    second = await due_run(store, poller, timedelta(seconds=2), clock.now())
+    await clock.move_to(first.due_at - LEAD)
+    await turns_until(lambda: len(new.leases) == 1, poller)
+    await turns(poller)
+    assert not old.leases  # the other run waits for its instant, triggered
+    early = new.leases[0].run_id
+    later = second.id if early == first.id else first.id
+    assert poller.phase_of(later) == Phase.READY
+    await clock.move_to(first.due_at)
+    await turns_until(lambda: old.granted(later) is not None, poller)
+
+
+async def test_a_cancel_while_its_worker_waits_for_the_instant_ends_the_run_and_frees_the_slot(
+    store: SqliteStore,
+    poller: Poller,
+    clock: FakeClock,
+) -> None:
+    link = connect(poller, "new", waits=True, slots=1)
+    run = await due_run(store, poller, timedelta(seconds=2), clock.now())
+    grant = await leased_early(poller, clock, link, run)
+    answer = asyncio.ensure_future(poller.cancel(run, RunReason.CANCELLED_BY_USER))
+    await turns_until(lambda: bool(link.cancels), poller)
+    assert link.cancels[0].run_id == run.id
+    # the worker stops waiting and reports the run cancelled, never started
+    outcome = RunOutcome(
+        run_id=run.id, job_id=run.job_id, fencing_token=grant.fencing_token,
+        state=RunState.CANCELLED, reason=RunReason.CANCELLED_BY_USER, ended_at=clock.now(),
+    )  # fmt: skip
+    poller.submit(WorkerMessage(link=link, event=Results(outcomes=(outcome,))))
+    await turns_until(answer.done, poller)
+    ended = answer.result()
+    assert (ended.state, ended.reason, ended.started_at) == (
+        RunState.CANCELLED,
+        RunReason.CANCELLED_BY_USER,
+        None,
+    )
+    [worker] = poller.workers()
+    assert worker.slots_used == 0
+
+
+async def test_a_worker_lost_while_it_waits_loses_the_lease_one_ttl_after_the_instant(
+    store: SqliteStore,
+    poller: Poller,
+    clock: FakeClock,
+) -> None:
+    link = connect(poller, "new", waits=True)
+    run = await due_run(store, poller, timedelta(seconds=2), clock.now())
+    await leased_early(poller, clock, link, run)
+    link.closed = True
+    poller.submit(WorkerClosed(link=link))
+    grace = PollerConfig().expiry_grace
+    await clock.move_to(run.due_at + TTL + grace - TICK)
+    await turns(poller)
+    assert poller.phase_of(run.id) == Phase.LEASED
+    await clock.move(TICK)
+    await turns_until(lambda: poller.phase_of(run.id) is None, poller)
+    lost = await stored(store, run)
+    assert (lost.state, lost.reason) == (RunState.FAILED, RunReason.WORKER_LOST)
