@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 from shardcron.client.errors import ShardcronError
+from shardcron.client.schedule import next_fire
 from shardcron.client.stream import (
     CancelOrder,
     Hello,
@@ -32,16 +33,18 @@ from shardcron.client.stream import (
     Welcome,
 )
 from shardcron.client.types import (
+    ConcurrencyPolicy,
     HandlerTask,
     Job,
     JobSpec,
     JobState,
+    OverlapPolicy,
     Run,
     RunReason,
     RunState,
     Schedule,
 )
-from shardcron.coordinator.poller import Phase, Poller, PollerConfig
+from shardcron.coordinator.poller import Phase, Poller, PollerConfig, fires
 from shardcron.coordinator.poller.admission import Admission, lease_lead, pick_worker
 from shardcron.coordinator.poller.events import WorkerClosed, WorkerConnected, WorkerMessage
 from shardcron.coordinator.poller.leases import LeaseBook
@@ -51,6 +54,7 @@ from shardcron.coordinator.sqlite.store import SqliteStore
 from shardcron.coordinator.store import NewJob
 from tests.support.store_builders import make_job, make_run
 from tests.test_poller import (  # the poller on the fake clock, and its fixtures
+    SHARDS,
     TICK,
     FakeClock,
     clock,  # noqa: F401 - a fixture
@@ -346,3 +350,52 @@ async def test_a_worker_lost_while_it_waits_loses_the_lease_one_ttl_after_the_in
     await turns_until(lambda: poller.phase_of(run.id) is None, poller)
     lost = await stored(store, run)
     assert (lost.state, lost.reason) == (RunState.FAILED, RunReason.WORKER_LOST)
+
+
+async def test_a_fire_of_a_job_with_a_run_in_flight_is_decided_at_its_instant_not_ahead(
+    store: SqliteStore,
+    poller: Poller,
+    clock: FakeClock,
+) -> None:
+    """Leasing ahead must not move overlap decisions ahead: a FORBID job whose run ends
+    within the lead before its next fire runs that fire; were it decided a lead early,
+    the fire would be SKIPPED for an overlap that is over by its instant."""
+    link = connect(poller, "new", waits=True)
+    schedule = Schedule.cron_expr("* * * * *")
+    nxt = next_fire(schedule, clock.now() + timedelta(seconds=5))
+    assert nxt is not None
+    base = make_job()
+    spec = base.spec.replace(
+        schedule=schedule, concurrency=ConcurrencyPolicy(overlap=OverlapPolicy.FORBID)
+    )
+    now = clock.now()
+    job = dataclasses.replace(
+        base, spec=spec, schedule_version=1, next_fire_at=nxt.at, next_fire_key=nxt.key,
+        created_at=now, updated_at=now,
+    )  # fmt: skip
+    fire = fires.make_run(job, nxt, shard_count=SHARDS, now=now)
+    await store.create_jobs([NewJob(job=job, runs=[fire])])
+    poller.runs_created([fire], [job])
+    await turns_until(lambda: poller.phase_of(fire.id) == Phase.WAITING, poller)
+    # a manual run of the job, in flight up to just before the fire's instant
+    await clock.move_to(nxt.at - timedelta(seconds=2))
+    manual = dataclasses.replace(
+        make_run(job, due_at=nxt.at - timedelta(seconds=1), fire_key="manual"),
+        created_at=clock.now(),
+    )
+    await store.commit(runs=[manual], due=[manual])
+    poller.runs_created([manual], [job])
+    grant = await leased_early(poller, clock, link, manual)
+    await clock.move_to(nxt.at - LEAD)
+    await turns(poller)
+    assert poller.phase_of(fire.id) == Phase.WAITING
+    assert (await stored(store, fire)).state == RunState.PENDING
+    ended = RunOutcome(
+        run_id=manual.id, job_id=job.id, fencing_token=grant.fencing_token,
+        state=RunState.SUCCEEDED, started_at=manual.due_at, ended_at=clock.now(),
+    )  # fmt: skip
+    poller.submit(WorkerMessage(link=link, event=Results(outcomes=(ended,))))
+    await turns_until(lambda: poller.phase_of(manual.id) is None, poller)
+    await clock.move_to(nxt.at)
+    await turns_until(lambda: link.granted(fire.id) is not None, poller)
+    assert (await stored(store, fire)).state == RunState.LEASED

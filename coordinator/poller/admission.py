@@ -169,6 +169,10 @@ class Admission:
         queue.append(slot)
         return Verdict.BLOCKED
 
+    def busy(self, job_id: str) -> bool:
+        """The job has runs admitted: ready or leased."""
+        return bool(self._admitted.get(job_id))
+
     def _unclaimed_only(self, run_ids: Collection[str]) -> bool:
         """Every one of these runs is an orphan no worker has renewed here yet."""
         return all(

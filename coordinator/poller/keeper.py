@@ -62,6 +62,9 @@ class RunKeeper:
         self._shard_count = shard_count
         self.slots: dict[str, Slot] = {}  # runs held, by id
         self._timers: list[tuple[datetime, str]] = []  # (due, run id) of WAITING runs
+        # (due, run id) of WAITING runs triggered at their instant, not ahead of it: their
+        # job had runs admitted when the lease lead reached them
+        self._at_instant: list[tuple[datetime, str]] = []
         self.leases = LeaseBook(lease_ttl=config.lease_ttl, expiry_grace=config.expiry_grace)
         self.admission = Admission(self.slots)
         self._job_runs: dict[str, int] = {}  # job id -> runs of it held
@@ -80,6 +83,7 @@ class RunKeeper:
                     fut.set_exception(Unavailable("the poller reloaded its shards; try again"))
         self.slots.clear()
         self._timers.clear()
+        self._at_instant.clear()
         self.leases.clear()
         self.admission.clear()
         self._job_runs.clear()
@@ -160,7 +164,12 @@ class RunKeeper:
         return oldest
 
     def next_due(self) -> datetime | None:
+        """When the earliest run comes within the lease lead of its instant."""
         return self._timers[0][0] if self._timers else None
+
+    def next_at_instant(self) -> datetime | None:
+        """When the earliest run left to trigger at its very instant comes due."""
+        return self._at_instant[0][0] if self._at_instant else None
 
     def held_slot(self, run_id: str, token: int) -> Slot | None:
         """The run, if it is leased here under exactly this token."""
@@ -171,15 +180,26 @@ class RunKeeper:
     def pop_due(self, now: datetime, *, lead: timedelta = timedelta(0)) -> list[Slot]:
         """Runs due by ``now`` + ``lead`` (at most a batch), out of the timer heap: a
         run is triggered up to the lease lead ahead of its due instant, so its fire
-        rules, admission and lease are decided by then."""
+        rules, admission and lease are decided by then. A run whose job has runs
+        admitted (ready or leased) is left to its very instant instead: whether it
+        overlaps them is decided when it is due, not up to a lead before."""
         due: list[Slot] = []
-        timers, limit = self._timers, self.config.max_batch
-        until = saturating_add(now, lead)
-        while timers and timers[0][0] <= until and len(due) < limit:
-            _, rid = heapq.heappop(timers)
+        timers, at_instant, limit = self._timers, self._at_instant, self.config.max_batch
+        while at_instant and at_instant[0][0] <= now and len(due) < limit:
+            _, rid = heapq.heappop(at_instant)
             slot = self.slots.get(rid)
             if slot is not None and slot.phase == Phase.WAITING:
                 due.append(slot)
+        until = saturating_add(now, lead)
+        while timers and timers[0][0] <= until and len(due) < limit:
+            at, rid = heapq.heappop(timers)
+            slot = self.slots.get(rid)
+            if slot is None or slot.phase != Phase.WAITING:
+                continue
+            if at > now and self.admission.busy(slot.run.job_id):
+                heapq.heappush(at_instant, (at, rid))
+                continue
+            due.append(slot)
         return due
 
     def stale_jobs(self, due: list[Slot]) -> set[str]:

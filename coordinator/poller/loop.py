@@ -229,7 +229,12 @@ class Poller:
         if due is not None:
             candidates.append((due - now - self._lead()).total_seconds())
         admission = runs.admission
-        for at in (runs.leases.next_expiry(), admission.next_deadline(), admission.next_not_due()):
+        for at in (
+            runs.next_at_instant(),
+            runs.leases.next_expiry(),
+            admission.next_deadline(),
+            admission.next_not_due(),
+        ):
             if at is not None:
                 candidates.append((at - now).total_seconds())
         if runs.admission.has_ready() and free_slots(self._streams.workers.values()) > 0:
