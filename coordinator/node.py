@@ -78,6 +78,8 @@ class Node:
         self.config = config
         self.auth = auth  # None: every caller is trusted
         self.metrics = Metrics()
+        if auth is not None:
+            auth.refusals.count_into(self.metrics.auth_refused)
         self.raw_store = store
         self.store: JobStore = TimedStore(store, self.metrics)  # type: ignore[assignment]
         self.coordination = coordination
