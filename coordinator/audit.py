@@ -18,7 +18,8 @@ the log. ``AuditInterceptor`` sits outside the decoding interceptor (inside
 authentication, which sets the caller it names): it sees the raw request bytes and
 decodes the ids itself, so even a request that does not decode is logged, with its
 status. The HTTP edge, which calls the servicers in-process without interceptors,
-logs its writes with ``log_write``, in the same form.
+logs its writes with ``log_write``, in the same form. A call refused for its credential
+never reaches this interceptor: ``auth.refusals`` logs it, on the same logger.
 """
 
 from __future__ import annotations

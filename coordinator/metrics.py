@@ -154,6 +154,14 @@ class Metrics:
             ["table"],
             registry=r,
         )
+        # Every refused credential, however many: the audit logs them within a bound.
+        self.auth_refusals = Counter(
+            "shardcron_auth_refusals_total",
+            "Calls refused for their credential (UNAUTHENTICATED, PERMISSION_DENIED), gRPC "
+            "and HTTP, by gRPC method and code",
+            ["method", "code"],
+            registry=r,
+        )
         self.jobs_created = Counter("shardcron_jobs_created_total", "Jobs created", registry=r)
         self.store_latency = Histogram(
             "shardcron_store_seconds",
@@ -200,6 +208,10 @@ class Metrics:
             if timed is None:
                 timed = self._duration_series[state] = self.run_duration.labels(state=state.value)
             timed.observe(max(0.0, ran))
+
+    def auth_refused(self, method: str, code: str) -> None:
+        """Counts a call refused for its credential (``auth.RefusalAudit.count_into``)."""
+        self.auth_refusals.labels(method=method, code=code).inc()
 
     def dead_lettered(self, run: Run) -> None:
         """Counts ``run`` (a final record, after the retry rules) if it is a dead letter."""

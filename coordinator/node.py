@@ -26,7 +26,7 @@ from shardcron.client.tls import ServerTls, check_listen
 from shardcron.coordinator.api import JobsApi
 from shardcron.coordinator.auth import AuthSource
 from shardcron.coordinator.auth.file_quotas import quota_guard
-from shardcron.coordinator.coordination import Coordination
+from shardcron.coordinator.coordination import Assignment, Coordination
 from shardcron.coordinator.http.server import HttpServer, start_http
 from shardcron.coordinator.http.services import Services
 from shardcron.coordinator.metrics import Metrics, TimedStore, serve_metrics
@@ -78,6 +78,8 @@ class Node:
         self.config = config
         self.auth = auth  # None: every caller is trusted
         self.metrics = Metrics()
+        if auth is not None:
+            auth.refusals.count_into(self.metrics.auth_refused)
         self.raw_store = store
         self.store: JobStore = TimedStore(store, self.metrics)  # type: ignore[assignment]
         self.coordination = coordination
@@ -86,6 +88,7 @@ class Node:
         self.router: ShardRouter | None = None
         self.retention: RetentionSweeper | None = None
         self._leader_watch: asyncio.Task[None] | None = None
+        self._health_update: asyncio.Task[None] | None = None
         self.server: grpc.aio.Server | None = None
         self.port = 0
         self.metrics_port = 0
@@ -145,6 +148,8 @@ class Node:
             metrics=self.metrics,
             auth=self.auth,
         )
+        if self.poller is not None:
+            self.coordination.subscribe(self._follow_session)
         await self.server.start()
         if self.config.http_listen and self.api is not None:
             self.http = await start_http(
@@ -175,6 +180,15 @@ class Node:
             self.address,
             ",".join(sorted(self.config.roles)),
         )
+
+    def _follow_session(self, assignment: Assignment) -> asyncio.Task[None] | None:
+        """The poller's services are healthy while its session is (``health``). The
+        task is returned, so the coordination waits for it before the next assignment."""
+        if self.server is None:
+            return None
+        health = self.server.health  # type: ignore[attr-defined]
+        self._health_update = asyncio.ensure_future(health.session_held(assignment.active))
+        return self._health_update
 
     async def _watch_leadership(self) -> None:
         """Keeps the shardcron_is_leader gauge true to the coordination's view."""

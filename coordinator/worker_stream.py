@@ -35,7 +35,7 @@ from shardcron.client.stream import (
     ResultAcks,
     Welcome,
 )
-from shardcron.coordinator.auth import AuthSource, current_caller
+from shardcron.coordinator.auth import AuthSource, PrincipalDenied, current_caller
 from shardcron.coordinator.poller.events import (
     InboxEvent,
     WorkerClosed,
@@ -49,6 +49,7 @@ log = logging.getLogger("shardcron.workers")
 
 DEMAND_REFRESH = 1.0  # seconds between repeats of an unchanged, standing Demand
 SILENCE_RECHECK = 0.05  # seconds: a second look before a silent worker's stream is closed
+CONNECT_METHOD = "/shardcron.v1.WorkerService/Connect"  # the lease stream, as auth names it
 
 
 # (lease generation, carries leases, message), the end of the stream, or a failure
@@ -259,11 +260,16 @@ class WorkerStreamServicer(worker_pb2_grpc.WorkerServiceServicer):
                         hello.worker_id,
                         caller.principal,
                     )
-                    await context.abort(
-                        grpc.StatusCode.PERMISSION_DENIED,
+                    revoked = PrincipalDenied(
+                        caller.principal,
                         f"principal {caller.principal} was removed or changed in the auth file:"
                         " connect again",
                     )
+                    assert self._auth is not None
+                    self._auth.refusals.refused(
+                        method=CONNECT_METHOD, peer=context.peer(), error=revoked
+                    )
+                    await context.abort(*status_for(revoked))
                 gen, leases, msg = item
                 if leases and (gen != outbox.lease_gen or not self._may_lease()):
                     # decided before a freeze or a loss of shards: its runs are reloaded

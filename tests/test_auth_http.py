@@ -134,9 +134,11 @@ async def test_every_write_is_audited_with_its_principal_over_grpc_and_http(
         [failed] = audit_lines(caplog)
         assert (failed["principal"], failed["method"]) == ("admin", "DeleteJob")
         assert failed["outcome"] in ("NOT_FOUND", "INVALID_ARGUMENT")
-        # refused before it had a caller: no line, as over gRPC
+        # refused for its credential: one refusal line, as over gRPC (test_auth_refusals)
         assert (await call(node, "POST", "/v1/jobs", "reader", body=JOB))[0] == 403
-        assert audit_lines(caplog) == []
+        [refused] = audit_lines(caplog)
+        assert (refused["principal"], refused["outcome"]) == ("reader", "PERMISSION_DENIED")
+        assert refused["method"] == "/shardcron.v1.JobService/CreateJob"
 
 
 QUOTA = '\n[quota.default]\nmax_jobs = {n}\n[quota.owner."b"]\nmax_jobs = 5\n'

@@ -6,6 +6,7 @@ nothing)."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 
 import grpc
@@ -142,7 +143,7 @@ async def test_forged_hints_name_nothing_that_runs(node: Node, channel: grpc.aio
 
 
 async def test_a_reload_that_removes_a_workers_principal_ends_its_stream(
-    node: Node, channel: grpc.aio.Channel, tmp_path
+    node: Node, channel: grpc.aio.Channel, tmp_path, caplog: pytest.LogCaptureFixture
 ) -> None:  # type: ignore[no-untyped-def]
     """A worker's stream is judged when it opens and lives for hours: without this, a
     principal taken out of the auth file kept receiving leases until it reconnected."""
@@ -157,3 +158,13 @@ async def test_a_reload_that_removes_a_workers_principal_ends_its_stream(
     assert await refused_with(await connect(channel, "worker-b", "w-revoked")) == (
         grpc.StatusCode.UNAUTHENTICATED
     )
+    # both refusals are audited: the stream ended by the reload, the reconnection
+    refused = [
+        json.loads(r.getMessage())
+        for r in caplog.records
+        if r.name == "shardcron.audit" and "peer" in r.getMessage()
+    ]
+    assert [(x["principal"], x["method"], x["outcome"]) for x in refused] == [
+        ("worker-b", "/shardcron.v1.WorkerService/Connect", "PERMISSION_DENIED"),
+        ("anonymous", "/shardcron.v1.WorkerService/Connect", "UNAUTHENTICATED"),
+    ]

@@ -3,7 +3,8 @@
 ``principals`` (who: the auth file and its loading), ``permissions`` (which role may
 call which method: one table, every RPC), ``authorize`` (the one resolution function,
 for any transport: method, headers and certificate in, ``Caller`` out) and
-``interceptor`` (the gRPC server's use of it, and the auth file reloaded on SIGHUP).
+``interceptor`` (the gRPC server's use of it, and the auth file reloaded on SIGHUP),
+``refusals`` (every refused credential counted, and audited within a per-peer bound).
 Without an auth file no interceptor is installed and every caller is trusted, as
 ``shardcron dev`` always was.
 """
@@ -11,6 +12,7 @@ Without an auth file no interceptor is installed and every caller is trusted, as
 from shardcron.coordinator.auth.authorize import (
     ANONYMOUS,
     Caller,
+    PrincipalDenied,
     authorize,
     current_caller,
     still_allowed,
@@ -26,6 +28,7 @@ from shardcron.coordinator.auth.principals import (
     load_auth_file,
     parse_auth_file,
 )
+from shardcron.coordinator.auth.refusals import RefusalAudit, is_refusal
 
 __all__ = [
     "ANONYMOUS",
@@ -39,9 +42,12 @@ __all__ = [
     "AuthTable",
     "Caller",
     "Principal",
+    "PrincipalDenied",
+    "RefusalAudit",
     "Role",
     "authorize",
     "current_caller",
+    "is_refusal",
     "load_auth_file",
     "parse_auth_file",
     "still_allowed",

@@ -9,8 +9,9 @@ the subjects of the client certificate the transport verified) and returns the
   or certificate no principal has. A bearer token is compared by its SHA-256 digest,
   with ``hmac.compare_digest`` against every principal's. A call with a token is
   judged by its token alone, never by its certificate as well.
-- ``PermissionDenied``: the principal's role may not call the method
-  (``permissions``), or it names an owner it may not act for.
+- ``PermissionDenied``: the method is open to no one; or, as ``PrincipalDenied``
+  naming the principal, its role may not call the method (``permissions``), or it
+  names an owner it may not act for.
 - ``InvalidArgument``: a malformed ``x-shardcron-owner``, or none from a principal of
   several owners (it must choose).
 
@@ -65,6 +66,14 @@ class Caller:
         return self.owners
 
 
+class PrincipalDenied(PermissionDenied):
+    """PERMISSION_DENIED for the principal the credential identified (``principal``)."""
+
+    def __init__(self, principal: str, message: str) -> None:
+        super().__init__(message)
+        self.principal = principal
+
+
 ANONYMOUS = Caller(principal="", role=None, owner="", owners=frozenset())
 
 _current: contextvars.ContextVar[Caller | None] = contextvars.ContextVar(
@@ -96,8 +105,9 @@ def authorize(
         return ANONYMOUS
     principal = identify(table, metadata, cert_subjects)
     if not allowed(principal.role, access):
-        raise PermissionDenied(
-            f"principal {principal.name} (role {principal.role.value}) may not call {method}"
+        raise PrincipalDenied(
+            principal.name,
+            f"principal {principal.name} (role {principal.role.value}) may not call {method}",
         )
     owner = resolve_owner(principal, metadata.get(OWNER_KEY)) if access in OWNER_SCOPED else ""
     return Caller(
@@ -159,5 +169,7 @@ def resolve_owner(principal: Principal, requested: str | None) -> str:
             f" ({', '.join(sorted(principal.owners))}): name one",
         )
     if requested not in principal.owners:
-        raise PermissionDenied(f"principal {principal.name} may not act for owner {requested}")
+        raise PrincipalDenied(
+            principal.name, f"principal {principal.name} may not act for owner {requested}"
+        )
     return requested

@@ -5,7 +5,7 @@ sees anything, the call is judged by ``authorize`` with its metadata and the sub
 of its verified client certificate (``context.auth_context()``: present only on a TLS
 listener that required and verified one). A refused call ends with the error's
 status (UNAUTHENTICATED, PERMISSION_DENIED, INVALID_ARGUMENT) and reaches no
-servicer; an accepted one runs with its ``Caller`` set (``current_caller()``) in the
+servicer (a refused credential is audited by ``AuthSource.refusals``, ``refusals``); an accepted one runs with its ``Caller`` set (``current_caller()``) in the
 call's own task (gRPC serves each call in a task of its own), and tasks the servicer
 starts inherit it.
 
@@ -38,6 +38,7 @@ from shardcron.coordinator.auth.principals import (
     Principal,
     load_auth_file,
 )
+from shardcron.coordinator.auth.refusals import RefusalAudit, is_refusal
 from shardcron.coordinator.request_decoding import handler_kind
 
 log = logging.getLogger("shardcron.auth")
@@ -52,6 +53,7 @@ class AuthSource:
         self.table = self._load()  # raises AuthFileError: a bad file at start is fatal
         self.generation = 0  # bumped by every reload that took effect
         self._followers: list[Callable[[AuthTable], None]] = []
+        self.refusals = RefusalAudit()  # every transport's refused credentials, audited
         log.info("auth file %s: %d principals", self.path, len(self.table.principals))
 
     def _load(self) -> AuthTable:
@@ -130,6 +132,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         try:
             return authorize(self._source.table, method, _metadata(context), cert_subjects(context))
         except ShardcronError as e:
+            if is_refusal(e):
+                self._source.refusals.refused(method=method, peer=context.peer(), error=e)
             await context.abort(*status_for(e))
             raise AssertionError("unreachable") from e
 

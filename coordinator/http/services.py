@@ -6,7 +6,8 @@ status already sent; the context is ``caller.CallContext``, holding the caller t
 ``caller.resolve_caller`` found in the request's headers (judged against ``auth``, the
 node's principals, when it has an auth file). The gRPC interceptors do not run here,
 so a write (``audit.WRITES``) is audited here: one line, in the gRPC form, whatever its
-outcome; a request refused before it has a caller is not, as over gRPC.
+outcome; a request whose credential is refused is audited as over gRPC, by the auth
+source's ``refusals``, as the gRPC method the route serves.
 """
 
 from __future__ import annotations
@@ -22,8 +23,14 @@ from google.protobuf.message import Message
 from shardcron.client import codec
 from shardcron.client.errors import ShardcronError
 from shardcron.coordinator.audit import WRITES, log_write
-from shardcron.coordinator.auth import AuthSource
-from shardcron.coordinator.http.caller import CallAborted, CallContext, resolve_caller
+from shardcron.coordinator.auth import AuthSource, is_refusal
+from shardcron.coordinator.http.caller import (
+    CallAborted,
+    CallContext,
+    Caller,
+    grpc_method,
+    resolve_caller,
+)
 from shardcron.coordinator.service import ClusterServiceServicer, JobServiceServicer
 
 
@@ -50,7 +57,7 @@ class Services:
         ``message`` as the request's caller; domain errors are raised, not aborted."""
         servicer: Any = self.cluster if rpc == "GetStatus" else self.jobs
         method = getattr(type(servicer), rpc).__wrapped__  # the method under ``@rpc``
-        caller = resolve_caller(request.headers, rpc, self.auth)
+        caller = self._caller(rpc, request)
         if rpc not in WRITES:
             return await method(servicer, message, CallContext(caller))
         response, outcome = None, "OK"
@@ -72,8 +79,16 @@ class Services:
     def stream(self, rpc: str, message: Message, request: web.Request) -> Any:
         """The streaming method ``rpc`` of ``JobService``: an async iterator of replies."""
         method = getattr(type(self.jobs), rpc).__wrapped__
-        caller = resolve_caller(request.headers, rpc, self.auth)
-        return method(self.jobs, message, CallContext(caller))
+        return method(self.jobs, message, CallContext(self._caller(rpc, request)))
+
+    def _caller(self, rpc: str, request: web.Request) -> Caller:
+        """The request's caller; a refused credential is audited, then raised."""
+        try:
+            return resolve_caller(request.headers, rpc, self.auth)
+        except ShardcronError as e:
+            if self.auth is not None and is_refusal(e):
+                self.auth.refusals.refused(method=grpc_method(rpc), peer=request.remote, error=e)
+            raise
 
 
 Handler = Callable[[Services, web.Request, Any], Awaitable[web.StreamResponse]]
