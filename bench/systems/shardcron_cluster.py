@@ -33,7 +33,11 @@ from deploy.cluster import CASSANDRA_HEAP, KEYSPACE, client_env
 
 REPO = Path(__file__).resolve().parents[2]
 IN_FLIGHT = 6  # calls at once, spread over the three api nodes
-SLOTS = 256  # per worker
+# Slots per worker, as the embedded system's (bench/systems/shardcron_embedded.py says
+# why): with 256 a worker held at most 512 runs between the two, so W2's storm and W4's
+# fleet were leased in rounds, each waiting for the results that freed the slots.
+SLOTS = 4096
+COMMAND_SLOTS = 32  # W6: slots per worker for `true` commands (each a child process)
 NODES = 3
 WORKERS = 2
 READ_PAGE = 5000  # rows per page when run times are read back
@@ -41,10 +45,10 @@ CONFIGS = {w: ["zookeeper-cassandra"] for w in ("W1", "W2", "W3", "W4", "W6")}
 METRICS = [f"http://127.0.0.1:{9464 + i}/metrics" for i in range(1, NODES + 1)]
 
 
-def _cluster(command: str, state: Path) -> None:
+def _cluster(command: str, state: Path, slots: int = SLOTS) -> None:
     args = [sys.executable, "-m", "deploy.cluster", command, "--dir", str(state)]
     if command == "up":
-        args += ["--nodes", str(NODES), "--workers", str(WORKERS), "--slots", str(SLOTS)]
+        args += ["--nodes", str(NODES), "--workers", str(WORKERS), "--slots", str(slots)]
     log = (state.parent / f"cluster-{command}.log").open("ab")
     try:
         subprocess.run(args, check=True, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
@@ -73,11 +77,12 @@ class ClusterNode:
 
     def __init__(self, out_dir: Path, name: str) -> None:
         self.state = out_dir / name / "cluster"
+        self.slots = COMMAND_SLOTS if name == "w6" else SLOTS
         self._saved: dict[str, str | None] = {}
 
     def start(self) -> None:
         self.state.mkdir(parents=True, exist_ok=True)
-        _cluster("up", self.state)
+        _cluster("up", self.state, self.slots)
         variables = client_env(self.state)
         self._saved = {k: os.environ.get(k) for k in variables}
         os.environ.update(variables)
@@ -111,7 +116,7 @@ class ClusterNode:
         return (
             f"`make cluster` layout: ZooKeeper, 1 Cassandra node (server sizing, heap "
             f"{CASSANDRA_HEAP}), {NODES} nodes, "
-            f"{WORKERS} workers x {SLOTS} slots; CreateJobs x {BATCH} jobs, {IN_FLIGHT} calls "
+            f"{WORKERS} workers x {self.slots} slots; CreateJobs x {BATCH} jobs, {IN_FLIGHT} calls "
             "in flight over the three api nodes"
         )
 
