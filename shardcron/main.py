@@ -38,6 +38,7 @@ from shardcron.policy_options import inherit_env_option, store_policy_options
 from shardcron.role_commands import (
     cassandra_options,
     duration_option,
+    lease_lead_option,
     parse_labels,
     setup_logging,
     until_signalled,
@@ -91,6 +92,7 @@ from shardcron.role_commands import (
     callback=duration_option,
     help="How late a fire may start before it counts as a misfire.",
 )
+@lease_lead_option("500ms")
 @click.option("--shards", default=64, show_default=True, help="Shard count (fixed for a data dir).")
 @auth_file_option
 @server_tls_options
@@ -107,6 +109,7 @@ def dev(
     handler_modules: tuple[str, ...],
     lease_ttl: timedelta,
     misfire_grace: timedelta,
+    lease_lead: timedelta,
     shards: int,
     auth_file: str | None,
     server_tls: ServerTls | None,
@@ -122,7 +125,10 @@ def dev(
     setup_logging(log_level)
     auth, in_process_token = dev_auth(auth_file)
     poller = PollerConfig(
-        lease_ttl=lease_ttl, heartbeat_interval=lease_ttl / 3, misfire_grace=misfire_grace
+        lease_ttl=lease_ttl,
+        heartbeat_interval=lease_ttl / 3,
+        misfire_grace=misfire_grace,
+        lease_lead=lease_lead,
     )
     # Before the store is opened: a second process on this directory would own every
     # shard too and run every run twice.
@@ -403,6 +409,7 @@ def worker_cmd(
 )
 @click.option("--lease-ttl", default="10s", show_default=True, callback=duration_option)
 @click.option("--misfire-grace", default="5s", show_default=True, callback=duration_option)
+@lease_lead_option("1s")
 @auth_file_option
 @node_token_option
 @server_tls_options
@@ -424,6 +431,7 @@ def node(
     session_timeout: float,
     lease_ttl: timedelta,
     misfire_grace: timedelta,
+    lease_lead: timedelta,
     auth_file: str | None,
     node_token: str,
     server_tls: ServerTls | None,
@@ -440,6 +448,7 @@ def node(
         lease_ttl=lease_ttl,
         heartbeat_interval=lease_ttl / 3,
         misfire_grace=misfire_grace,
+        lease_lead=lease_lead,
         job_cache_ttl=timedelta(seconds=1),
         recheck_interval=timedelta(seconds=2),
     )

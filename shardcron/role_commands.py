@@ -46,6 +46,31 @@ def duration_option(
         raise click.BadParameter(str(e)) from e
 
 
+MAX_LEASE_LEAD = timedelta(seconds=10)
+
+
+def lease_lead_option(default: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--lease-lead``: how far ahead of their due instant runs are triggered and leased
+    to workers that hold a lease until then (``PollerConfig.lease_lead``)."""
+
+    def checked(ctx: click.Context, param: click.Parameter, value: str) -> timedelta:
+        lead = duration_option(ctx, param, value)
+        assert lead is not None
+        if lead > MAX_LEASE_LEAD:
+            raise click.BadParameter(f"at most {MAX_LEASE_LEAD.total_seconds():g}s")
+        return lead
+
+    return click.option(
+        "--lease-lead",
+        default=default,
+        show_default=True,
+        callback=checked,
+        help="Trigger and lease runs this far ahead of their due instant to workers that "
+        "wait for it, so a turn's work is done by then (0s: at the instant). A lease "
+        "given ahead holds its worker's slot while it waits.",
+    )
+
+
 async def until_signalled() -> None:
     """Returns at the first SIGINT or SIGTERM."""
     stop = asyncio.Event()
