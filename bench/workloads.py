@@ -7,7 +7,9 @@ Standard library only: the tests import it without the peers.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 WORKLOADS = ("W1", "W2", "W3", "W4", "W6")
 W3_SPREAD_S = 5.0  # W3: each job is due 0 to this many seconds after it is submitted
@@ -99,3 +101,41 @@ def highest_held(by_rate: dict[float, tuple[float | None, int, int]]) -> float |
             break
         best = rate
     return best
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunTime:
+    """One run's times as the store holds them, in epoch seconds."""
+
+    job_id: str
+    attempt: int
+    fire_at: float
+    due_at: float
+    started_at: float | None
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> RunTime:
+        """From a store's row: (job id, attempt, fire_at, due_at, started_at), times
+        in integer microseconds as both stores keep them."""
+        job_id, attempt, fire_at, due_at, started_at = row
+        return cls(
+            job_id=job_id,
+            attempt=attempt,
+            fire_at=fire_at / 1e6,
+            due_at=due_at / 1e6,
+            started_at=None if started_at is None else started_at / 1e6,
+        )
+
+
+def count_fires(rows: Sequence[RunTime], marks: Sequence[float]) -> tuple[int, int, list[float]]:
+    """W4's fires among ``rows``: a fire is (job, minute of ``marks``), attempt 1 only;
+    (fires that started, runs beyond the first of a fire, each started fire's error:
+    how far its first start is from the minute, either way: runs are leased ahead of
+    their instant, and one that started early counts as one that started late)."""
+    per_fire: dict[tuple[str, float], list[float | None]] = {}
+    for r in rows:
+        if r.attempt == 1 and r.fire_at in marks:
+            per_fire.setdefault((r.job_id, r.fire_at), []).append(r.started_at)
+    started = {k: [s for s in v if s is not None] for k, v in per_fire.items()}
+    errors = [abs(min(v) - fire_at) for (_, fire_at), v in started.items() if v]
+    return len(errors), sum(len(v) - 1 for v in per_fire.values()), errors

@@ -126,7 +126,7 @@ def test_a_failed_w3_has_an_entry_though_w3_has_no_job_count() -> None:
 
 
 def test_w4_counts_a_fire_once_per_job_and_minute_and_its_extra_runs_as_duplicates() -> None:
-    from bench.systems.shardcron_workloads import RunTime, count_fires
+    from bench.workloads import RunTime, count_fires
 
     us = 1_000_000
     rows = [

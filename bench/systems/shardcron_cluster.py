@@ -27,8 +27,8 @@ import sys
 from pathlib import Path
 
 from bench.common import CpuMeter, Result, wait_until_metric
-from bench.systems.shardcron_workloads import BATCH, RunTime, run_on
-from bench.workloads import QUICK, Plan
+from bench.systems.shardcron_workloads import BATCH, run_on
+from bench.workloads import QUICK, Plan, RunTime
 from deploy.cluster import CASSANDRA_HEAP, KEYSPACE, client_env
 
 REPO = Path(__file__).resolve().parents[2]

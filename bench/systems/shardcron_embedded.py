@@ -19,8 +19,8 @@ import sys
 from pathlib import Path
 
 from bench.common import CpuMeter, Proc, Result, free_port, wait_port, wait_until_metric
-from bench.systems.shardcron_workloads import BATCH, RunTime, run_on
-from bench.workloads import QUICK, Plan
+from bench.systems.shardcron_workloads import BATCH, run_on
+from bench.workloads import QUICK, Plan, RunTime
 
 IN_FLIGHT = 4  # CreateJobs calls at once
 WORKERS = 1  # worker processes

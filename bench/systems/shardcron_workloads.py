@@ -26,12 +26,20 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from bench.common import CpuMeter, Result, metric_total, per_1000, percentiles, wait_ended
-from bench.workloads import W4_CRON, Plan, arrivals, due_batches, held, minute_marks
+from bench.workloads import (
+    W4_CRON,
+    Plan,
+    RunTime,
+    arrivals,
+    count_fires,
+    due_batches,
+    held,
+    minute_marks,
+)
 from shardcron.client import AsyncClient
 from shardcron.client.types import CommandTask, HandlerTask, JobSpec, Schedule
 
@@ -41,30 +49,6 @@ SETTLE = 10.0  # W3/W4: seconds past the last due instant allowed for runs to en
 POLL = 0.1  # seconds between scrapes of the completion counter
 TIMEOUT = 600.0  # W1/W2/W6: seconds the runs may take to end
 STORM_LEAD = 5.0  # W2: the storm instant is this long after the estimated end of submits
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunTime:
-    """One run's times as the store holds them, in epoch seconds."""
-
-    job_id: str
-    attempt: int
-    fire_at: float
-    due_at: float
-    started_at: float | None
-
-    @classmethod
-    def from_row(cls, row: Sequence[Any]) -> RunTime:
-        """From a store's row: (job id, attempt, fire_at, due_at, started_at), times
-        in integer microseconds as both stores keep them."""
-        job_id, attempt, fire_at, due_at, started_at = row
-        return cls(
-            job_id=job_id,
-            attempt=attempt,
-            fire_at=fire_at / 1e6,
-            due_at=due_at / 1e6,
-            started_at=None if started_at is None else started_at / 1e6,
-        )
 
 
 class Node(Protocol):
@@ -263,20 +247,6 @@ def steady(node: Node, plan: Plan) -> list[Result]:
     finally:
         node.stop()
     return results
-
-
-def count_fires(rows: Sequence[RunTime], marks: Sequence[float]) -> tuple[int, int, list[float]]:
-    """W4's fires among ``rows``: a fire is (job, minute of ``marks``), attempt 1 only;
-    (fires that started, runs beyond the first of a fire, each started fire's error:
-    how far its first start is from the minute, either way: runs are leased ahead of
-    their instant, and one that started early counts as one that started late)."""
-    per_fire: dict[tuple[str, float], list[float | None]] = {}
-    for r in rows:
-        if r.attempt == 1 and r.fire_at in marks:
-            per_fire.setdefault((r.job_id, r.fire_at), []).append(r.started_at)
-    started = {k: [s for s in v if s is not None] for k, v in per_fire.items()}
-    errors = [abs(min(v) - fire_at) for (_, fire_at), v in started.items() if v]
-    return len(errors), sum(len(v) - 1 for v in per_fire.values()), errors
 
 
 def cron_fleet(node: Node, jobs: int, plan: Plan) -> Result:
