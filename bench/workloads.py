@@ -1,5 +1,6 @@
 """The workloads of BENCHMARKS.md as plain numbers (``Plan``), and the pure parts every
-system's runner shares: W3's open-loop arrival schedule and W4's expected fires.
+system's runner shares: W3's open-loop arrival schedule, W4's expected fires, a run's
+times as a store holds them (``RunTime``) and what counts as a W4 fire (``count_fires``).
 
 Standard library only: the tests import it without the peers.
 """
