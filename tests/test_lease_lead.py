@@ -20,6 +20,8 @@ import dataclasses
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from shardcron.client.errors import ShardcronError
 from shardcron.client.schedule import next_fire
 from shardcron.client.stream import (
@@ -46,6 +48,7 @@ from shardcron.client.types import (
 )
 from shardcron.coordinator.poller import Phase, Poller, PollerConfig, fires
 from shardcron.coordinator.poller.admission import Admission, lease_lead, pick_worker
+from shardcron.coordinator.poller.config import JOB_ROW_RETRY
 from shardcron.coordinator.poller.events import WorkerClosed, WorkerConnected, WorkerMessage
 from shardcron.coordinator.poller.leases import LeaseBook
 from shardcron.coordinator.poller.state import Slot
@@ -399,3 +402,36 @@ async def test_a_fire_of_a_job_with_a_run_in_flight_is_decided_at_its_instant_no
     await clock.move_to(nxt.at)
     await turns_until(lambda: link.granted(fire.id) is not None, poller)
     assert (await stored(store, fire)).state == RunState.LEASED
+
+
+async def test_a_run_met_before_its_job_row_is_looked_at_again_after_the_retry_not_each_turn(
+    store: SqliteStore,
+    poller: Poller,
+    clock: FakeClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A run whose job row has not landed is looked at again JOB_ROW_RETRY later. That
+    look is at a set time, not a due instant the lead reaches ahead of: were it, every
+    turn would trigger the run again and read its job, and the loop would not sleep."""
+    connect(poller, "new", waits=True)
+    now = clock.now()
+    job = dataclasses.replace(make_job(), created_at=now, updated_at=now)
+    run = dataclasses.replace(make_run(job, due_at=now + timedelta(seconds=2)), created_at=now)
+    await store.commit(runs=[run], due=[run])  # the job row has not landed yet
+    poller.runs_created([run])
+    await turns_until(lambda: poller.phase_of(run.id) == Phase.WAITING, poller)
+    read: list[str] = []
+    get_jobs = store.get_jobs
+
+    async def counting_get_jobs(job_ids):  # type: ignore[no-untyped-def]
+        read.extend(job_ids)
+        return await get_jobs(job_ids)
+
+    monkeypatch.setattr(store, "get_jobs", counting_get_jobs)
+    await clock.move_to(run.due_at - LEAD)
+    await turns(poller, 6)
+    assert read.count(job.id) == 1
+    assert poller.phase_of(run.id) == Phase.WAITING
+    await clock.move(JOB_ROW_RETRY)
+    await turns(poller, 3)
+    assert read.count(job.id) == 2

@@ -62,8 +62,9 @@ class RunKeeper:
         self._shard_count = shard_count
         self.slots: dict[str, Slot] = {}  # runs held, by id
         self._timers: list[tuple[datetime, str]] = []  # (due, run id) of WAITING runs
-        # (due, run id) of WAITING runs triggered at their instant, not ahead of it: their
-        # job had runs admitted when the lease lead reached them
+        # (time, run id) of WAITING runs triggered at that time, not a lease lead ahead:
+        # their job had runs admitted when the lead reached them, or their job row had
+        # not landed and they are looked at again then
         self._at_instant: list[tuple[datetime, str]] = []
         self.leases = LeaseBook(lease_ttl=config.lease_ttl, expiry_grace=config.expiry_grace)
         self.admission = Admission(self.slots)
@@ -168,7 +169,7 @@ class RunKeeper:
         return self._timers[0][0] if self._timers else None
 
     def next_at_instant(self) -> datetime | None:
-        """When the earliest run left to trigger at its very instant comes due."""
+        """When the earliest run left to trigger at a set time (no lead) comes due."""
         return self._at_instant[0][0] if self._at_instant else None
 
     def held_slot(self, run_id: str, token: int) -> Slot | None:
@@ -221,7 +222,8 @@ class RunKeeper:
             # A store that writes a create in steps (Cassandra: runs, due rows, then the
             # job row) can show the run before its job: look again shortly. A run whose
             # job never appears belonged to a create that failed.
-            heapq.heappush(self._timers, (saturating_add(now, JOB_ROW_RETRY), run.id))
+            # at that time itself: a look again is no due instant to lead
+            heapq.heappush(self._at_instant, (saturating_add(now, JOB_ROW_RETRY), run.id))
             return
         if job is None or job.state == JobState.DELETED:
             self.finish(slot, RunState.CANCELLED, RunReason.JOB_DELETED, turn, now)
