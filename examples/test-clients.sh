@@ -6,9 +6,11 @@
 #     with each ecosystem's standard generator (into gitignored build dirs);
 #  2. builds examples/go-worker (and runs its unit tests), examples/ts-client and
 #     examples/java-client;
-#  3. starts `shardcron dev --workers 0` on a free port and the Go worker (which
-#     serves handlers AND command tasks: it is the only worker, so every run below
-#     goes through the Go implementation of the lease stream);
+#  3. starts `shardcron dev --workers 0` on a free port, with an auth file, and the Go
+#     worker (which serves handlers AND command tasks: it is the only worker, so every
+#     run below goes through the Go implementation of the lease stream); the clients
+#     and checks send an admin principal's token, the Go worker a worker principal's,
+#     and the TypeScript and Java clients are also shown refused without one;
 #  4. moves a shard between two real pollers (in-process, on one SQLite store)
 #     while the Go worker runs a command leased by the first
 #     (checks/test_go_shard_move.py, with pytest);
@@ -207,9 +209,27 @@ check go-shard-move bash -c "cd '$ROOT' && SHARDCRON_GO_WORKER='$BUILD/go-worker
 PORT="$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 TARGET="127.0.0.1:$PORT"
 WORKER_ID="go-worker-$$"
-log "starting shardcron dev on $TARGET (lease TTL ${LEASE_TTL}s, no in-process worker)"
+# Every live check runs against a node with an auth file: the clients and the checks
+# send an admin token (SHARDCRON_TOKEN), the Go worker a worker principal's token.
+CLIENT_TOKEN="$("$PY" -c 'import secrets; print(secrets.token_hex(32))')"
+WORKER_TOKEN="$("$PY" -c 'import secrets; print(secrets.token_hex(32))')"
+digest() { printf '%s' "$1" | sha256sum | cut -d' ' -f1; }
+cat >"$WORK/auth.toml" <<EOF
+[[principal]]
+name = "example-clients"
+token_sha256 = "$(digest "$CLIENT_TOKEN")"
+role = "admin"
+
+[[principal]]
+name = "go-workers"
+token_sha256 = "$(digest "$WORKER_TOKEN")"
+role = "worker"
+owners = ["*"]
+EOF
+export SHARDCRON_TOKEN="$CLIENT_TOKEN"
+log "starting shardcron dev on $TARGET (auth file, lease TTL ${LEASE_TTL}s, no in-process worker)"
 "$SHARDCRON" dev --listen "$TARGET" --data-dir "$WORK/data" --metrics-listen '' --http-listen '' --workers 0 \
-  --lease-ttl "${LEASE_TTL}s" >"$WORK/server.log" 2>&1 &
+  --auth-file "$WORK/auth.toml" --lease-ttl "${LEASE_TTL}s" >"$WORK/server.log" 2>&1 &
 SERVER_PID=$!
 PIDS+=("$SERVER_PID")
 
@@ -228,7 +248,8 @@ fi
 # start_worker: starts the Go worker and waits until the poller lists it.
 start_worker() {
   log "starting the Go worker $WORKER_ID"
-  "$BUILD/go-worker" --target "$TARGET" --id "$WORKER_ID" --slots 4 --kill-grace 2s >>"$WORK/go-worker.log" 2>&1 &
+  "$BUILD/go-worker" --target "$TARGET" --id "$WORKER_ID" --token "$WORKER_TOKEN" --slots 4 --kill-grace 2s \
+    >>"$WORK/go-worker.log" 2>&1 &
   WORKER_PID=$!
   disown "$WORKER_PID" # no "Killed" job notice from bash after the crash check
   PIDS=("$WORKER_PID" "${PIDS[@]}") # stopped before the server
@@ -242,8 +263,13 @@ start_worker
 gocheck() { "$PY" "$HERE/checks/go_worker_checks.py" --target "$TARGET" --worker-id "$WORKER_ID" --lease-ttl "$LEASE_TTL" "$@"; }
 check worker-connected gocheck cluster
 check go-handler-upper gocheck upper                       # (a)
+java_client() { cd "$JAVA_DIR" && java -cp "target/classes:$(cat target/classpath.txt)" io.shardcron.examples.JavaClient "$@"; }
+# refused CMD...: without a token CMD fails, and with UNAUTHENTICATED
+refused() { unset SHARDCRON_TOKEN; ! "$@" >"$WORK/refused.log" 2>&1 && cat "$WORK/refused.log" && grep -q UNAUTHENTICATED "$WORK/refused.log"; }
 check ts-client node "$TS_DIR/dist/main.js" --target "$TARGET" --timeout 60   # (b)
-check java-client bash -c "cd '$JAVA_DIR' && exec java -cp \"target/classes:\$(cat target/classpath.txt)\" io.shardcron.examples.JavaClient --target '$TARGET' --timeout 60" # (c)
+check ts-client-no-token refused node "$TS_DIR/dist/main.js" --target "$TARGET" --timeout 10
+check java-client java_client --target "$TARGET" --timeout 60 # (c)
+check java-client-no-token refused java_client --target "$TARGET" --timeout 10
 check go-handler-cancel gocheck cancel                     # (d)
 check go-lease-renewal gocheck renew
 check go-handler-error gocheck fail

@@ -7,7 +7,10 @@
 // run succeeded with the expected output, then deletes the job. Exits non-zero if
 // anything is off.
 //
-//   node dist/main.js --target 127.0.0.1:7400 [--owner default] [--timeout 60]
+//   node dist/main.js --target 127.0.0.1:7400 [--owner default] [--token T] [--timeout 60]
+//
+// A node with an auth file wants a bearer token on every call: --token, or
+// SHARDCRON_TOKEN, is sent as `authorization: Bearer <token>`.
 import {
   ChannelCredentials,
   ClientReadableStream,
@@ -35,10 +38,12 @@ import {
 import { OutputChunk } from "./gen/shardcron/v1/types";
 
 const OWNER_KEY = "x-shardcron-owner";
+const AUTHORIZATION_KEY = "authorization";
 
 interface Options {
   target: string;
   owner: string;
+  token: string;
   timeoutMs: number;
 }
 
@@ -46,6 +51,7 @@ function parseArgs(argv: string[]): Options {
   const opts: Options = {
     target: process.env.SHARDCRON_TARGET || "127.0.0.1:7400",
     owner: process.env.SHARDCRON_OWNER || "default",
+    token: process.env.SHARDCRON_TOKEN || "",
     timeoutMs: 60_000,
   };
   for (let i = 0; i < argv.length; i++) {
@@ -59,12 +65,16 @@ function parseArgs(argv: string[]): Options {
         opts.owner = value;
         i++;
         break;
+      case "--token":
+        opts.token = value;
+        i++;
+        break;
       case "--timeout":
         opts.timeoutMs = Number(value) * 1000;
         i++;
         break;
       default:
-        throw new Error(`unknown argument ${argv[i]} (want --target, --owner, --timeout)`);
+        throw new Error(`unknown argument ${argv[i]} (want --target, --owner, --token, --timeout)`);
     }
   }
   return opts;
@@ -101,6 +111,9 @@ async function main(): Promise<void> {
   const client = new JobServiceClient(opts.target, creds);
   const md = new Metadata();
   md.set(OWNER_KEY, opts.owner);
+  if (opts.token) {
+    md.set(AUTHORIZATION_KEY, `Bearer ${opts.token}`);
+  }
   const deadline = Date.now() + opts.timeoutMs;
 
   // 1. a cron job firing every second (6 fields: seconds last)

@@ -36,11 +36,16 @@ import java.util.concurrent.TimeUnit;
  * exits non-zero otherwise.
  *
  * <pre>java -cp target/classes:$(cat target/classpath.txt) io.shardcron.examples.JavaClient \
- *     --target 127.0.0.1:7400 [--owner default] [--timeout 60]</pre>
+ *     --target 127.0.0.1:7400 [--owner default] [--token T] [--timeout 60]</pre>
+ *
+ * <p>A node with an auth file wants a bearer token on every call: {@code --token}, or
+ * {@code SHARDCRON_TOKEN}, is sent as {@code authorization: Bearer <token>}.
  */
 public final class JavaClient {
   static final Metadata.Key<String> OWNER_KEY =
       Metadata.Key.of("x-shardcron-owner", Metadata.ASCII_STRING_MARSHALLER);
+  static final Metadata.Key<String> AUTHORIZATION_KEY =
+      Metadata.Key.of("authorization", Metadata.ASCII_STRING_MARSHALLER);
   static final Set<RunState> FINAL =
       EnumSet.of(
           RunState.RUN_STATE_SUCCEEDED,
@@ -55,14 +60,16 @@ public final class JavaClient {
   public static void main(String[] args) throws Exception {
     String target = envOr("SHARDCRON_TARGET", "127.0.0.1:7400");
     String owner = envOr("SHARDCRON_OWNER", "default");
+    String token = envOr("SHARDCRON_TOKEN", "");
     long timeoutMs = 60_000;
     for (int i = 0; i < args.length; i++) {
       switch (args[i]) {
         case "--target" -> target = args[++i];
         case "--owner" -> owner = args[++i];
+        case "--token" -> token = args[++i];
         case "--timeout" -> timeoutMs = (long) (Double.parseDouble(args[++i]) * 1000);
         default -> {
-          System.err.println("unknown argument " + args[i] + " (want --target, --owner, --timeout)");
+          System.err.println("unknown argument " + args[i] + " (want --target, --owner, --token, --timeout)");
           System.exit(2);
         }
       }
@@ -70,7 +77,7 @@ public final class JavaClient {
     ManagedChannel channel = ManagedChannelBuilder.forTarget(target).usePlaintext().build();
     int code;
     try {
-      code = run(channel, owner, timeoutMs);
+      code = run(channel, owner, token, timeoutMs);
     } catch (StatusRuntimeException e) {
       System.err.println("java-client: FAILED: " + e.getStatus());
       code = 1;
@@ -80,9 +87,13 @@ public final class JavaClient {
     System.exit(code);
   }
 
-  static int run(ManagedChannel channel, String owner, long timeoutMs) throws InterruptedException {
+  static int run(ManagedChannel channel, String owner, String token, long timeoutMs)
+      throws InterruptedException {
     Metadata md = new Metadata();
     md.put(OWNER_KEY, owner);
+    if (!token.isEmpty()) {
+      md.put(AUTHORIZATION_KEY, "Bearer " + token);
+    }
     JobServiceGrpc.JobServiceBlockingStub jobs =
         JobServiceGrpc.newBlockingStub(channel)
             .withInterceptors(MetadataUtils.newAttachHeadersInterceptor(md));
