@@ -42,6 +42,7 @@ from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.poller.fires import MANUAL_PREFIX, REPLAY_PREFIX, first_fire, make_run
 from shardcron.coordinator.quotas import QuotaGuard, Quotas
 from shardcron.coordinator.run_waits import RunEndings, wait_final, wait_seconds
+from shardcron.coordinator.sealing import KeyRing
 from shardcron.coordinator.secrets import secrets_for_create, secrets_for_update
 from shardcron.coordinator.store import JobProgress, JobStore, NewJob
 from shardcron.coordinator.validation import (
@@ -97,17 +98,23 @@ class JobsApi:
         endings: RunEndings | None = None,
         served_here: Callable[[int], bool] = lambda shard: False,
         quotas: QuotaGuard | None = None,
+        keys: KeyRing | None = None,
     ) -> None:
         """``endings`` is what this node's poller announces ended runs to, and
         ``served_here(shard)`` whether that poller holds the shard (``run_waits``);
         ``quotas`` the per-owner limits (without one, the generous defaults of
-        ``quotas.DEFAULT_QUOTA``)."""
+        ``quotas.DEFAULT_QUOTA``); ``keys`` what seals secret env values before they
+        are stored (``sealing``; none: stored as given)."""
         self.store = store
         self.link = link
         self.metrics = metrics
         self.endings = endings or RunEndings()
         self.served_here = served_here
         self.quotas = quotas or QuotaGuard(Quotas(), store.count_jobs)
+        self.keys = keys
+
+    def _sealed(self, spec: JobSpec) -> JobSpec:
+        return spec if self.keys is None else self.keys.sealed_spec(spec)
 
     # --- jobs -----------------------------------------------------------------
 
@@ -155,7 +162,7 @@ class JobsApi:
             stored = kept.get(id(spec))
             if stored is None:
                 validate_spec(spec, spec_field)
-                stored = kept[id(spec)] = secrets_for_create(spec, spec_field)
+                stored = kept[id(spec)] = self._sealed(secrets_for_create(spec, spec_field))
             key_field = "idempotency_key" if single else f"jobs[{i}].idempotency_key"
             text(key, key_field, limits.MAX_IDEMPOTENCY_KEY)
             checked.append((stored, key))
@@ -198,8 +205,10 @@ class JobsApi:
         job = await self._load(owner, job_id, expected_version)
         if job.state == JobState.DELETED:
             raise FailedPrecondition(f"job {job_id} is deleted")
-        spec = secrets_for_update(job.spec, spec)
+        as_stored = job.spec if self.keys is None else self.keys.opened_spec(job.spec)
+        spec = secrets_for_update(as_stored, spec)
         validate_spec(spec)  # the merged secrets count against the env budget too
+        spec = self._sealed(spec)
         now = utcnow()
         if spec.schedule.kind == ScheduleKind.INTERVAL and spec.schedule.anchor is None:
             anchor = (

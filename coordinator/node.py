@@ -137,6 +137,7 @@ class Node:
                 endings=endings,
                 served_here=self.poller.owns if self.poller else lambda shard: False,
                 quotas=quota_guard(self.auth, self.config.quotas, self.store.count_jobs),
+                keys=self.config.poller.secret_keys,
             )
         self.server, self.port = build_server(
             self.config.listen,

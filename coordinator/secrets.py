@@ -11,7 +11,8 @@ client that reads a job, changes it and sends it back sends placeholders. The ru
   makes the task a handler drops them all (a handler has no environment).
 
 Only the poller reads the values back, to put them in a worker's lease. They are
-stored with the job, like the rest of its spec (not encrypted at rest).
+stored with the job, like the rest of its spec: sealed (encrypted) when the node has a
+key file (``sealing``), as given otherwise. A value that looks sealed is refused.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import dataclasses
 from shardcron.client.errors import InvalidArgument
 from shardcron.client.limits import clip
 from shardcron.client.types import SECRET_PLACEHOLDER, CommandTask, JobSpec
+from shardcron.coordinator.sealing import refuse_sealed_form
 
 
 def secrets_for_create(spec: JobSpec, field: str = "spec") -> JobSpec:
@@ -35,6 +37,7 @@ def secrets_for_create(spec: JobSpec, field: str = "spec") -> JobSpec:
                 f"{field}.task.command.secret_env[{clip(key)}]",
                 f"{SECRET_PLACEHOLDER!r} keeps a stored value, and a new job has none",
             )
+        refuse_sealed_form(key, value, field)
     kept = {k: v for k, v in task.secret_env.items() if v}
     return spec.replace(task=dataclasses.replace(task, secret_env=kept))
 
@@ -53,6 +56,7 @@ def secrets_for_update(stored: JobSpec, sent: JobSpec) -> JobSpec:
                 f"spec.task.command.secret_env[{clip(key)}]",
                 f"{SECRET_PLACEHOLDER!r} keeps a stored value, and the job has none",
             )
+        refuse_sealed_form(key, value, "spec")
         if value:
             merged[key] = value
         else:

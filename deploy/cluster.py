@@ -16,6 +16,8 @@ readable by its owner only) and the auth file that holds their digests
 (``auth.toml``); the nodes get ``--auth-file`` and the node token, the workers
 their token, through the environment. ``client_env`` gives the ``SHARDCRON_TLS_*``
 variables and the admin's ``SHARDCRON_TOKEN`` that the CLI and SDK read (printed).
+Secret env values are sealed at rest: the nodes share ``secrets.keys`` (mode 0600,
+kept across ``up``s so the values stored before open again).
 
 ``down`` stops the processes and keeps the ZooKeeper and Cassandra data under
 ``.cluster/``: the next ``up`` resumes the jobs it held, under a new leader at a later
@@ -33,6 +35,7 @@ the nodes and workers are started with that interpreter's ``shardcron``.
 from __future__ import annotations
 
 import argparse
+import base64
 import hashlib
 import json
 import os
@@ -95,6 +98,16 @@ def write_tokens(state: Path) -> dict[str, str]:
         )
     (state / "auth.toml").write_text("\n".join(principals))
     return tokens
+
+
+def write_secrets_key(state: Path) -> Path:
+    """The nodes' ``--secrets-key-file`` (one key, mode 0600); an earlier ``up``'s is kept."""
+    path = state / "secrets.keys"
+    if not path.exists():
+        path.touch(mode=0o600)
+        key = base64.b64encode(secrets.token_bytes(32)).decode()
+        path.write_text(f"local-1 {key}\n")
+    return path
 
 
 def spawn(name: str, cmd: list[str], state: Path, env: dict[str, str] | None = None) -> int:
@@ -160,6 +173,7 @@ def up(state: Path, nodes: int, workers: int, slots: int = 8) -> None:
     cassandra.start()
     contact = ",".join(cassandra.contact_points)
     tokens = write_tokens(state)
+    secrets_keys = write_secrets_key(state)
     subprocess.run(
         shardcron("store", "init", "--cassandra", contact, "--keyspace", KEYSPACE), check=True
     )
@@ -188,6 +202,8 @@ def up(state: Path, nodes: int, workers: int, slots: int = 8) -> None:
                 f"127.0.0.1:{9464 + i}",
                 "--auth-file",
                 str(state / "auth.toml"),
+                "--secrets-key-file",
+                str(secrets_keys),
                 *node_tls_args(tls),
             ),
             state,

@@ -34,6 +34,7 @@ from shardcron.collector import tune_collector
 from shardcron.coordinator.auth import AuthSource
 from shardcron.coordinator.poller import PollerConfig
 from shardcron.coordinator.quotas import Quotas
+from shardcron.coordinator.sealing import KeyRing
 from shardcron.policy_options import inherit_env_option, store_policy_options
 from shardcron.role_commands import (
     cassandra_options,
@@ -116,6 +117,7 @@ def dev(
     insecure: bool,
     retention: timedelta | None,
     quota_file: Quotas,
+    secret_keys: KeyRing | None,
     inherit_env: bool,
     log_level: str,
 ) -> None:
@@ -129,6 +131,7 @@ def dev(
         heartbeat_interval=lease_ttl / 3,
         misfire_grace=misfire_grace,
         lease_lead=lease_lead,
+        secret_keys=secret_keys,
     )
     # Before the store is opened: a second process on this directory would own every
     # shard too and run every run twice.
@@ -438,6 +441,7 @@ def node(
     insecure: bool,
     retention: timedelta | None,
     quota_file: Quotas,
+    secret_keys: KeyRing | None,
     log_level: str,
 ) -> None:
     """Run a cluster node on ZooKeeper and Cassandra (the production entry point)."""
@@ -449,6 +453,7 @@ def node(
         heartbeat_interval=lease_ttl / 3,
         misfire_grace=misfire_grace,
         lease_lead=lease_lead,
+        secret_keys=secret_keys,
         job_cache_ttl=timedelta(seconds=1),
         recheck_interval=timedelta(seconds=2),
     )

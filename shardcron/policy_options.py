@@ -1,6 +1,6 @@
-"""The command-line options of the data and tenant policies: ``--retention`` and
-``--quota-file`` (``dev``, ``node``) and ``--inherit-env`` (``dev``, ``worker``),
-declared once for every command that takes them."""
+"""The command-line options of the data and tenant policies: ``--retention``,
+``--quota-file`` and ``--secrets-key-file`` (``dev``, ``node``) and ``--inherit-env``
+(``dev``, ``worker``), declared once for every command that takes them."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from shardcron.coordinator.quotas import Quotas
+from shardcron.coordinator.sealing import KeyRing
 
 
 def _retention(_ctx: click.Context, param: click.Parameter, value: str) -> timedelta | None:
@@ -33,9 +34,33 @@ def _quota_file(_ctx: click.Context, param: click.Parameter, value: str | None) 
         raise click.BadParameter(str(e)) from e
 
 
+def _secrets_key_file(
+    _ctx: click.Context, param: click.Parameter, value: str | None
+) -> KeyRing | None:
+    from shardcron.coordinator.sealing import KeyFileError, load_key_ring
+
+    if not value:
+        return None
+    try:
+        return load_key_ring(value)
+    except (KeyFileError, OSError) as e:
+        raise click.BadParameter(str(e)) from e
+
+
 def store_policy_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    """``--retention`` (a ``timedelta``, None = keep every run) and ``--quota-file``
-    (handed over as ``quota_file``: the ``Quotas`` read, the defaults without one)."""
+    """``--retention`` (a ``timedelta``, None = keep every run), ``--quota-file``
+    (handed over as ``quota_file``: the ``Quotas`` read, the defaults without one) and
+    ``--secrets-key-file`` (handed over as ``secret_keys``: the ``KeyRing``, or None)."""
+    f = click.option(
+        "--secrets-key-file",
+        "secret_keys",
+        envvar="SHARDCRON_SECRETS_KEY_FILE",
+        type=click.Path(dir_okay=False),
+        callback=_secrets_key_file,
+        help="File of the keys that seal secret env values at rest, one 'KEY_ID BASE64' "
+        "per line, the first sealing (the same file on every node) "
+        "[env SHARDCRON_SECRETS_KEY_FILE].",
+    )(f)
     f = click.option(
         "--quota-file",
         type=click.Path(dir_okay=False, exists=True),

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from shardcron.coordinator.poller.fires import MISFIRE_GRACE
+from shardcron.coordinator.sealing import KeyRing
 
 EPOCH_SHIFT = 32  # a fencing token is fencing_epoch << EPOCH_SHIFT | sequence
 MAX_DEFERRED = 100_000  # held leases and results kept to answer once the shards are loaded
@@ -40,6 +41,7 @@ class PollerConfig:
     # while it waits.
     lease_lead: timedelta = timedelta(milliseconds=500)
     max_batch: int = 2000  # runs leased or triggered per turn
+    secret_keys: KeyRing | None = None  # opens sealed secret env values for leases
     max_loaded: int = 500_000  # runs held in memory before loading pauses
     cursor_save_interval: timedelta = timedelta(seconds=5)
 

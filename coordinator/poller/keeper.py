@@ -40,6 +40,7 @@ from shardcron.coordinator.poller.leases import LeaseBook
 from shardcron.coordinator.poller.state import Phase, Slot
 from shardcron.coordinator.poller.turn import Turn
 from shardcron.coordinator.poller.workers import WorkerBook
+from shardcron.coordinator.sealing import SecretUnopenable, opened_task
 
 _REPORTED = (RunState.SUCCEEDED, RunState.FAILED, RunState.TIMED_OUT)  # ends a worker says
 WAITING_GAUGE_EVERY = 1.0  # seconds between counts of the runs waiting, by reason
@@ -343,6 +344,11 @@ class RunKeeper:
                 self.finish(slot, RunState.MISSED, RunReason.DEADLINE, turn, now)
                 continue
             assert slot.job is not None
+            try:  # a secret this node cannot open fails its run: it never reaches a worker
+                opened_task(self.config.secret_keys, slot.job.spec.task)
+            except SecretUnopenable as error:
+                self.fail(slot, error, turn, now, where="secrets")
+                continue
             # a lease taken ahead of its due instant holds one TTL from that instant:
             # its worker waits for it before starting the run
             start = max(now, slot.run.due_at)
@@ -410,7 +416,7 @@ class RunKeeper:
                 attempt=run.attempt,
                 fire_at=run.fire_at,
                 due_at=run.due_at,
-                task=spec.task,
+                task=opened_task(self.config.secret_keys, spec.task),
                 timeout=spec.timeout,
                 lease_ttl=self.config.lease_ttl,
                 resources=spec.resources,

@@ -3,14 +3,20 @@ dev`` without in-process workers and two ``shardcron worker`` processes, one wit
 ``--inherit-env``, chosen by a label.
 
 A secret value must never come back: not in any JobService answer, not in the CLI's
-output, not in the node's or the workers' logs; yet the command gets it.
+output, not in the node's or the workers' logs, not in the store's file (the node seals
+it with ``--secrets-key-file``); yet the command gets it. Keys rotate; a node without
+the key a value was sealed with fails the run that needs it, naming the key.
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import os
+import sqlite3
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import pytest
@@ -21,6 +27,8 @@ from shardcron.client.types import (
     CommandTask,
     JobSpec,
     Resources,
+    Run,
+    RunReason,
     RunState,
     Schedule,
 )
@@ -34,9 +42,9 @@ WORKER_ONLY = "SHARDCRON_TEST_WORKER_ONLY"  # set in both workers' environment, 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
     base = tmp_path_factory.mktemp("secrets")
-    dev = DevServer(
-        base / "data", extra=["--workers", "0", "--lease-ttl", "3s", "--log-level", "debug"]
-    ).start()
+    keys = write_keys(base / "keys", "k1")
+    extra = ["--workers", "0", "--lease-ttl", "3s", "--log-level", "debug"]
+    dev = DevServer(base / "data", extra=[*extra, "--secrets-key-file", str(keys)]).start()
     env = {WORKER_ONLY: "worker-value", "OTHER_WORKER_VAR": "x"}
     workers = [
         Proc(
@@ -55,6 +63,27 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
     for w in workers:
         w.stop()
     dev.stop()
+
+
+def write_keys(path: Path, *key_ids: str) -> Path:
+    """A key file of ``key_ids`` (the first seals), each key kept per id for rewrites."""
+    lines = [
+        f"{k} {KEYS.setdefault(k, base64.b64encode(os.urandom(32)).decode())}" for k in key_ids
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    path.chmod(0o600)
+    return path
+
+
+KEYS: dict[str, str] = {}
+
+
+def stored_bytes(data_dir: Path) -> bytes:
+    """Every byte of the dev store's file and its WAL, checkpointed."""
+    db = data_dir / "shardcron.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+    return b"".join(p.read_bytes() for p in data_dir.glob("shardcron.db*"))
 
 
 def command(argv: list[str], pool: str = "base", **task: dict[str, str]) -> JobSpec:
@@ -141,6 +170,8 @@ def test_secret_values_reach_the_command_and_nothing_else(cluster: DevServer) ->
         assert sorted(r.state for r in runs).count(RunState.FAILED) == 1, runs
         cli.append(cluster.cli("job", "delete", job.id, owner=owner).stdout)
 
+    kept = stored_bytes(cluster.data_dir)
+    assert b"sealed:v1:k1:" in kept and SECRET.encode() not in kept
     for text in cli:
         assert SECRET not in text
     for answer in answers:
@@ -165,3 +196,62 @@ def raw_answers(cluster: DevServer, owner: str, job_id: str, run_id: str) -> lis
             *stub.ReadRunOutput(jobs_pb2.ReadRunOutputRequest(run_id=run_id), metadata=metadata),
         ]
     return [a.SerializeToString() for a in answers]
+
+
+def test_sealed_values_follow_a_key_rotation_and_fail_alone_without_their_key(
+    tmp_path: Path,
+) -> None:
+    keys = write_keys(tmp_path / "keys", "2026-01")
+    dev = DevServer(tmp_path / "data", extra=["--secrets-key-file", str(keys)])
+    want = tmp_path / "want"
+    want.write_text(SECRET)
+    spec = JobSpec(
+        name="rotated",
+        task=CommandTask(
+            argv=("sh", "-c", 'test "$DB_PASSWORD" = "$(cat "$WANT")" && echo ok'),
+            env={"WANT": str(want)},
+            secret_env={"DB_PASSWORD": SECRET},
+        ),
+        schedule=Schedule.cron_expr("0 0 1 1 *"),
+    )
+    plain = JobSpec(name="plain", task=CommandTask(argv=("true",)))
+
+    def run_now(job_id: str) -> Run:
+        with dev.client("rot") as client:
+            return client.wait_run(client.run_job_now(job_id).id, timeout=60)
+
+    try:
+        dev.start()
+        with dev.client("rot") as client:
+            job = client.create_job(spec)
+            other = client.create_job(plain)
+        assert run_now(job.id).state == RunState.SUCCEEDED
+        dev.stop()
+
+        write_keys(keys, "2026-11", "2026-01")  # a new key first: the old one still opens
+        dev.start()
+        assert run_now(job.id).state == RunState.SUCCEEDED
+        with dev.client("rot") as client:  # an update seals the value again, with the new key
+            stored = client.get_job(job.id)
+            client.update_job(
+                job.id, stored.spec.replace(name="r2"), expected_version=stored.version
+            )
+        dev.stop()
+
+        write_keys(keys, "2026-11")  # the old key retired
+        dev.start()
+        assert run_now(job.id).state == RunState.SUCCEEDED
+        dev.stop()
+
+        write_keys(keys, "elsewhere")  # a node without the key: the run fails, naming it
+        dev.start()
+        failed = run_now(job.id)
+        assert failed.state == RunState.FAILED and failed.reason == RunReason.INTERNAL_ERROR
+        assert "sealed with key '2026-11'" in failed.error and SECRET not in failed.error
+        assert run_now(other.id).state == RunState.SUCCEEDED  # the others still run
+        log = dev.proc.output()  # type: ignore[union-attr]
+    finally:
+        dev.stop()
+    assert SECRET not in log
+    kept = stored_bytes(dev.data_dir)
+    assert b"sealed:v1:2026-11:" in kept and SECRET.encode() not in kept
