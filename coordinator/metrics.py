@@ -117,9 +117,9 @@ class Metrics:
         )
         self.shard_lag = Gauge(
             "shardcron_shard_lag_seconds",
-            "Age of the oldest due run not on a worker yet (held back by a slot or a "
-            "concurrency limit) across this poller's shards, as cluster status shows it; 0 "
-            "when none waits",
+            "Age of the oldest due run not on a worker yet for want of the poller or a free "
+            "slot (not one its job's concurrency limit holds back) across this poller's "
+            "shards, as cluster status shows it; 0 when none waits",
             registry=r,
         )
         self.owned_shards = Gauge("shardcron_owned_shards", "Shards this poller serves", registry=r)

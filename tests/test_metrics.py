@@ -13,6 +13,7 @@ import re
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -217,6 +218,24 @@ def test_shard_lag_is_the_age_of_the_oldest_due_run_not_on_a_worker() -> None:
         keeper.track(Slot(run=run, job=job, phase=phase))
     keeper.count_waiting([], now)
     assert metrics.registry.get_sample_value("shardcron_shard_lag_seconds") == 10
+
+
+@pytest.mark.parametrize(("phase", "lag"), [(Phase.WAITING, 30), (Phase.BLOCKED, 0)])
+def test_shard_lag_counts_a_run_the_poller_is_behind_on_not_one_its_concurrency_limit_holds(
+    phase: Phase, lag: float
+) -> None:
+    """A due run not triggered yet is lag; one its job's concurrency limit holds back
+    (a queue behind a long run, by the job's policy) is not: it would page the operator
+    about a healthy scheduler."""
+    metrics = Metrics()
+    keeper = RunKeeper(
+        config=PollerConfig(), metrics=metrics, clock=SystemClock(), shard_count=SHARDS
+    )
+    job, now = make_job(), utcnow()
+    run = make_run(job, due_at=now - timedelta(seconds=30), fire_key="a")
+    keeper.track(Slot(run=run, job=job, phase=phase))
+    keeper.count_waiting([], now)
+    assert metrics.registry.get_sample_value("shardcron_shard_lag_seconds") == lag
 
 
 def write_readme_table() -> None:

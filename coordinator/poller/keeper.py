@@ -37,7 +37,7 @@ from shardcron.coordinator.poller.config import JOB_ROW_GRACE, JOB_ROW_RETRY, Po
 from shardcron.coordinator.poller.endings import final_run, follow_up
 from shardcron.coordinator.poller.fires import on_fire_due, retry_misfired
 from shardcron.coordinator.poller.leases import LeaseBook
-from shardcron.coordinator.poller.state import Phase, Slot
+from shardcron.coordinator.poller.state import LAG_PHASES, Phase, Slot
 from shardcron.coordinator.poller.turn import Turn
 from shardcron.coordinator.poller.workers import WorkerBook
 from shardcron.coordinator.sealing import SecretUnopenable, opened_task
@@ -392,7 +392,7 @@ class RunKeeper:
         self._waiting_counted_at = at
         for reason, n in self.admission.waiting_counts(workers).items():
             self.metrics.waiting_runs.labels(reason=reason.value).set(n)
-        oldest = self.oldest_due((Phase.READY, Phase.BLOCKED)).values()
+        oldest = self.oldest_due(LAG_PHASES).values()
         lag = (now - min(oldest)).total_seconds() if oldest else 0.0
         self.metrics.shard_lag.set(max(0.0, lag))
 

@@ -60,7 +60,7 @@ from shardcron.coordinator.poller.events import (
 )
 from shardcron.coordinator.poller.keeper import RunKeeper, fault_text
 from shardcron.coordinator.poller.ownership import Ownership, Standing
-from shardcron.coordinator.poller.state import Phase, Slot
+from shardcron.coordinator.poller.state import LAG_PHASES, Phase, Slot
 from shardcron.coordinator.poller.streams import WorkerStreams
 from shardcron.coordinator.poller.turn import Turn
 from shardcron.coordinator.poller.windows import ShardWindows
@@ -70,7 +70,6 @@ from shardcron.coordinator.store_lanes import mark_poller
 log = logging.getLogger("shardcron.poller")
 
 _PAGE = 2000  # due-index rows read per store call
-_WAITING = (Phase.READY, Phase.BLOCKED)
 
 
 class Poller:
@@ -582,7 +581,7 @@ class Poller:
 
     def shard_lag(self, now: datetime | None = None) -> list[ShardInfo]:
         now = now or self._clock.now()
-        oldest = self._runs.oldest_due(_WAITING)
+        oldest = self._runs.oldest_due(LAG_PHASES)
         return [
             ShardInfo(
                 shard=s,

@@ -24,6 +24,11 @@ class Phase(Enum):
     LEASED = 4  # on a worker
 
 
+# What shard lag measures: runs past due and not on a worker for want of the poller or
+# a worker. A run BLOCKED by its job's concurrency limit waits by the job's own policy.
+LAG_PHASES = frozenset({Phase.WAITING, Phase.READY})
+
+
 @dataclass(slots=True, eq=False)
 class Slot:
     """One run held in memory (mutable: it moves through its phases)."""
