@@ -271,9 +271,10 @@ class PollerServiceServicer(cluster_pb2_grpc.PollerServiceServicer):
         self, request: cluster_pb2.NotifyRunsRequest, context: grpc.aio.ServicerContext
     ) -> cluster_pb2.NotifyRunsResponse:
         async with _answered(context):
-            ids = _ids(request.run_ids, "run_ids")
             poller = self._poller
-            stored = await poller.store.get_runs(ids)
+            # the runs the poller holds already (its scan found them first) are not read
+            ids = [i for i in _ids(request.run_ids, "run_ids") if poller.phase_of(i) is None]
+            stored = await poller.store.get_runs(ids) if ids else {}
             runs = [
                 r for r in stored.values() if r.state == RunState.PENDING and poller.owns(r.shard)
             ]

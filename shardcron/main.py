@@ -456,6 +456,7 @@ def node(
         secret_keys=secret_keys,
         job_cache_ttl=timedelta(seconds=1),
         recheck_interval=timedelta(seconds=2),
+        hint_grace=timedelta(seconds=2),
     )
     node_id = node_id or f"{socket.gethostname()}-{listen.rpartition(':')[2]}"
     tune_collector()

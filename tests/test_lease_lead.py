@@ -61,6 +61,7 @@ from tests.test_poller import (  # the poller on the fake clock, and its fixture
     TICK,
     FakeClock,
     clock,  # noqa: F401 - a fixture
+    hint_grace,  # noqa: F401 - a fixture
     lease_ttl,  # noqa: F401 - a fixture
     poller,  # noqa: F401 - a fixture
     recheck_window,  # noqa: F401 - a fixture

@@ -137,13 +137,22 @@ def recheck_window() -> timedelta:
 
 
 @pytest.fixture
+def hint_grace() -> timedelta:
+    return PollerConfig().hint_grace
+
+
+@pytest.fixture
 def clock() -> FakeClock:
     return FakeClock(utcnow())
 
 
 @pytest.fixture
 async def poller(
-    store: SqliteStore, lease_ttl: timedelta, recheck_window: timedelta, clock: FakeClock
+    store: SqliteStore,
+    lease_ttl: timedelta,
+    recheck_window: timedelta,
+    hint_grace: timedelta,
+    clock: FakeClock,
 ) -> AsyncIterator[Poller]:
     clock.store = CountingStore(store)
     p = Poller(
@@ -154,6 +163,7 @@ async def poller(
             scan_interval=SCAN_INTERVAL,
             recheck_interval=RECHECK_INTERVAL,
             recheck_window=recheck_window,
+            hint_grace=hint_grace,
             lease_ttl=lease_ttl,
         ),
         metrics=Metrics(),
@@ -545,14 +555,7 @@ async def test_a_forbid_fire_is_not_skipped_for_a_taken_over_run_nobody_claims(
 async def test_a_hinted_run_due_past_the_loaded_window_is_held_not_read_back(
     store: SqliteStore, poller: Poller, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    read: list[str] = []
-    get_runs = store.get_runs
-
-    async def counting_get_runs(run_ids):  # type: ignore[no-untyped-def]
-        read.extend(run_ids)
-        return await get_runs(run_ids)
-
-    monkeypatch.setattr(store, "get_runs", counting_get_runs)
+    read = _counting_run_reads(store, monkeypatch)
     await rescan(poller, clock)  # every shard loaded up to now + lookahead
     due_in = PollerConfig().lookahead * 6
     run = await _with_deadline(store, timedelta(minutes=5), due_in, clock.now())
@@ -562,4 +565,52 @@ async def test_a_hinted_run_due_past_the_loaded_window_is_held_not_read_back(
     await rescan(poller, clock)
     assert run.id not in read, "the scan read back a run its hint had given"
     await clock.move_to(run.due_at)
+    await turns_until(lambda: poller.phase_of(run.id) == Phase.READY, poller)
+
+
+def _counting_run_reads(store: SqliteStore, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    read: list[str] = []
+    get_runs = store.get_runs
+
+    async def counting_get_runs(run_ids):  # type: ignore[no-untyped-def]
+        read.extend(run_ids)
+        return await get_runs(run_ids)
+
+    monkeypatch.setattr(store, "get_runs", counting_get_runs)
+    return read
+
+
+@pytest.mark.parametrize("hint_grace", [timedelta(seconds=1)])
+async def test_a_re_read_leaves_a_new_run_to_its_hint_within_the_hint_grace(
+    store: SqliteStore, poller: Poller, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a cluster node, every new run was read twice: by the re-read of the recent
+    past, which met it before its hint came, and for the hint on the api's node."""
+    read = _counting_run_reads(store, monkeypatch)
+    await rescan(poller, clock)  # every shard loaded up to now + lookahead
+    now = clock.now()
+    job = dataclasses.replace(make_job(), created_at=now, updated_at=now)
+    run = dataclasses.replace(make_run(job, due_at=now), created_at=now)
+    await store.create_jobs([NewJob(job=job, runs=[run])])  # its hint is on its way
+    await rescan(poller, clock)
+    await rescan(poller, clock)
+    assert poller.phase_of(run.id) is None and run.id not in read
+    poller.runs_created([run], [job])
+    await turns_until(lambda: poller.phase_of(run.id) == Phase.READY, poller)
+    assert run.id not in read
+
+
+@pytest.mark.parametrize("hint_grace", [timedelta(seconds=1)])
+async def test_a_run_whose_hint_is_lost_is_read_once_the_hint_grace_is_over(
+    store: SqliteStore, poller: Poller, clock: FakeClock, hint_grace: timedelta
+) -> None:
+    await rescan(poller, clock)
+    now = clock.now()
+    job = dataclasses.replace(make_job(), created_at=now, updated_at=now)
+    run = dataclasses.replace(make_run(job, due_at=now), created_at=now)
+    await store.create_jobs([NewJob(job=job, runs=[run])])  # its hint is lost
+    await rescan(poller, clock)
+    assert poller.phase_of(run.id) is None
+    await clock.move(hint_grace)
+    await rescan(poller, clock)
     await turns_until(lambda: poller.phase_of(run.id) == Phase.READY, poller)

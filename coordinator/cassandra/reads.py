@@ -30,6 +30,7 @@ from shardcron.coordinator.store_rules import (
     owner_runs_after,
     owner_runs_token,
     page_token_after,
+    run_state_order,
     run_state_wanted,
 )
 
@@ -111,7 +112,10 @@ async def _run_rows(cql: Cql, run_ids: Sequence[str]) -> list[Any]:
     for rid, job_id, _owner in await cql.in_("run_ids", unseen):
         cql.run_jobs.add(rid, job_id)
         by_job.setdefault(job_id, []).append(rid)
-    return await cql.cross("select_runs_of_jobs", by_job)
+    rows = await cql.cross("select_runs_of_jobs", by_job)
+    # what a poller's commit then takes as stored (``run_states``; columns: _RUN_COLS)
+    cql.run_states.learn((r[0], (run_state_order(r[4]), bool(r[5]))) for r in rows)
+    return rows
 
 
 async def get_runs(cql: Cql, run_ids: Sequence[str], bad_rows: BadRowLog) -> dict[str, Run]:

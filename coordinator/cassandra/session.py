@@ -22,6 +22,7 @@ from cassandra.cluster import Session
 from cassandra.query import BatchStatement, BatchType, BoundStatement, PreparedStatement
 
 from shardcron.coordinator.cassandra.run_jobs import RunJobs
+from shardcron.coordinator.cassandra.run_states import RunStates
 from shardcron.coordinator.store_lanes import Lanes
 from shardcron.coordinator.store_rules import resolve_future
 
@@ -69,6 +70,7 @@ class Cql:
         # kept referenced until done
         self.counting: set[asyncio.Task[None]] = set()
         self.run_jobs = RunJobs()  # the job of each run this store has seen
+        self.run_states = RunStates()  # the stored state of each, as last written or read
 
     def attach(
         self, session: Session, prepared: dict[str, PreparedStatement], lwt: Sequence[str]

@@ -16,7 +16,9 @@ hot path:
   This read-then-write is safe because the poller that owns a shard is the single
   writer of that shard's runs (store.py, "Write ownership"); the same read tells
   which runs are new (they get their ``runs_by_id`` row) and which dead letters to
-  index or unindex.
+  index or unindex. A poller's commit reads only the runs this store knows nothing
+  of: the state it last wrote or read of the others stands for the read
+  (``run_states`` says why that is never ahead of the store).
 - A job's progress is plain column updates. The ACTIVE-only state rule reads the
   state first and writes the new state with the write time it read + 1 µs, so a
   user's update landing in between (a later timestamp) still wins.

@@ -53,6 +53,7 @@ from cassandra.query import UNSET_VALUE, BoundStatement
 
 from shardcron.client.types import Job, JobState, Run
 from shardcron.coordinator.cassandra.batches import Partition, phase_batches
+from shardcron.coordinator.cassandra.run_states import StoredState
 from shardcron.coordinator.cassandra.session import Cql
 from shardcron.coordinator.cassandra.statements import NONE, ROWS
 from shardcron.coordinator.ids import bucket_for
@@ -241,9 +242,11 @@ class WritePlanner:
         """Plans the upsert of ``runs`` (never moving a stored run to an earlier state) and
         the due rows of ``due``. ``known_new``: the runs belong to jobs created in this call."""
         indexed = {run.id for run in due}
-        stored: dict[str, tuple[int, bool]] = {}
+        stored: dict[str, StoredState] = {}
         if runs and not known_new:
-            stored = await self._stored_runs(runs)
+            # the poller's commits (they carry its write time) trust what this store
+            # last wrote or read of a run (``run_states``); the api's writes read
+            stored = await self._stored_runs(runs, remembered=write_us is not None)
         for run in runs:
             current = stored.get(run.id)
             order = run_state_order(run.state)
@@ -261,19 +264,38 @@ class WritePlanner:
         now = time.time()
         for run in due:
             self._plan_due(writes, run, now)
+        # remembered once acknowledged; unknown (read again) if the call fails
+        states = self._cql.run_states
+        written = [(run.id, stored[run.id]) for run in runs if run.id in stored]
+        states.forget(run_id for run_id, _ in written)
+        writes.after.append(lambda: states.learn(written))
 
-    async def _stored_runs(self, runs: Sequence[Run]) -> dict[str, tuple[int, bool]]:
+    async def _stored_runs(
+        self, runs: Sequence[Run], *, remembered: bool
+    ) -> dict[str, StoredState]:
         """(state order, dead_letter) of those of ``runs`` that exist.
 
-        One read per group of job partitions (``Cql.cross``: a run id exists under
-        one job only, so the cross product finds exactly the stored runs).
-        Read-then-write is safe for ``commit``: the poller owning a shard is the only
-        writer of its runs, so nothing changes them between this read and the write."""
+        ``remembered``: a run whose stored state this store knows (``run_states``) is
+        not read. The others: one read per group of job partitions (``Cql.cross``: a
+        run id exists under one job only, so the cross product finds exactly the
+        stored runs). Read-then-write is safe for ``commit``: the poller owning a
+        shard is the only writer of its runs, so nothing changes them between this
+        read and the write."""
+        stored: dict[str, StoredState] = {}
         by_job: dict[str, dict[str, None]] = {}
+        known = self._cql.run_states
         for run in runs:
-            by_job.setdefault(run.job_id, {})[run.id] = None
-        rows = await self._cql.cross("run_states", by_job)
-        return {rid: (run_state_order(state), bool(dead)) for rid, state, dead in rows}
+            state = known.get(run.id) if remembered else None
+            if state is None:
+                by_job.setdefault(run.job_id, {})[run.id] = None
+            else:
+                stored[run.id] = state
+        if by_job:
+            rows = await self._cql.cross("run_states", by_job)
+            read = [(rid, (run_state_order(state), bool(dead))) for rid, state, dead in rows]
+            known.learn(read)
+            stored.update(read)
+        return stored
 
     def plan_progress(
         self, writes: Writes, p: JobProgress, states: dict[str, tuple[str, int]], write_us: int

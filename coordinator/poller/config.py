@@ -26,6 +26,11 @@ class PollerConfig:
     # creation hint never arrived (api on another node). None: hints are reliable.
     recheck_interval: timedelta | None = None
     recheck_window: timedelta = timedelta(seconds=30)
+    # A re-read leaves to their hint the runs due from this long ago on: their hint
+    # is on its way (it follows the create's last write, and the api's node reads
+    # them for it), and reading them here too read each new run and job twice. A run
+    # whose hint is lost is read by a later re-read, up to this much later.
+    hint_grace: timedelta = timedelta(0)
     # A lease is taken back only this long after it expired: what the clocks of the
     # worker and the poller may disagree by, beyond the worker's own safety margin.
     expiry_grace: timedelta = timedelta(milliseconds=500)

@@ -438,7 +438,11 @@ class Poller:
             entries = await self.store.scan_due(
                 shard, due_from=start, due_until=until, after=after, limit=_PAGE
             )
-            fresh = [e.run_id for e in entries if not held.known(e.run_id)]
+            fresh = [
+                e.run_id
+                for e in entries
+                if not held.known(e.run_id) and not self._windows.left_to_hint(shard, e.due_at, now)
+            ]
             if fresh:
                 runs = await self.store.get_runs(fresh)
                 jobs = await self.store.get_jobs(list({r.job_id for r in runs.values()}))

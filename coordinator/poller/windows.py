@@ -4,7 +4,9 @@ Each shard is read from where it was left (its cursor, or its oldest due row the
 first time) up to ``now + lookahead``; later scans read on from there. With a
 ``recheck_interval`` the recent past is read again too, back ``recheck_window``
 from the previous re-read, for runs whose creation hint never came: however long
-the poller was held up in between, nothing written meanwhile is skipped. A shard
+the poller was held up in between, nothing written meanwhile is skipped; runs
+due within ``hint_grace`` of now are left to their hint by a re-read, and read by
+a later one if it never comes (``left_to_hint``). A shard
 taken over is remembered with when it was taken (an earlier owner's leases are
 waited out one TTL from then). Cursors saved are the start of the bucket of the
 oldest run still held (or of the loaded edge), so a shard is never rescanned
@@ -86,6 +88,15 @@ class ShardWindows:
             return start
         since = min(now, self._rechecked_at.get(shard, now))
         return min(start, since - self._config.recheck_window)
+
+    def left_to_hint(self, shard: int, due_at: datetime, now: datetime) -> bool:
+        """A run of ``shard`` found before its loaded edge (so by a re-read of the
+        recent past) and due at or after ``now - hint_grace``: not read this time, its
+        hint is on its way (``PollerConfig.hint_grace``). The next re-read's window
+        starts ``recheck_window`` before this one, so it meets the run again."""
+        grace = self._config.hint_grace
+        edge = self._loaded_until.get(shard)
+        return bool(grace) and edge is not None and now - grace <= due_at < edge
 
     def loaded(self, shard: int, until: datetime, now: datetime, *, recheck: bool) -> None:
         """The shard was read up to ``until`` (and its recent past, if ``recheck``)."""
