@@ -150,9 +150,15 @@ class RunKeeper:
         cutoff = self._clock.monotonic() - keep_seconds
         self.recent_final = {k: v for k, v in self.recent_final.items() if v > cutoff}
 
-    def cache_job(self, job: Job) -> None:
+    def cache_job(self, job: Job, *, read_at: float | None = None) -> None:
+        """Holds the job as read at ``read_at`` (monotonic; None: now), unless the copy
+        held was read later."""
+        if read_at is None:
+            read_at = self._clock.monotonic()
+        elif self._job_read_at.get(job.id, -math.inf) > read_at:
+            return
         self.jobs[job.id] = job
-        self._job_read_at[job.id] = self._clock.monotonic()
+        self._job_read_at[job.id] = read_at
 
     def oldest_due(self, phases: Collection[Phase] | None = None) -> dict[int, datetime]:
         """Per shard, the due time of the oldest run held (in one of ``phases``)."""

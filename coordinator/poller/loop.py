@@ -8,8 +8,9 @@ the turn decided in ONE store commit (group commit) before it sends anything tha
 depends on it: a lease is durable before the worker sees it, a result is durable
 before the worker is told it was accepted.
 
-This is the one part of the poller that calls the store, and its only place that
-reads the clock for the rules (each decider is given ``now``).
+This is, with the scan's reads (``loading``: they go on beside the turns, and the
+loop holds what they found), the part of the poller that calls the store, and its
+only place that reads the clock for the rules (each decider is given ``now``).
 
 Never twice at once: a lease carries a fencing token (epoch << 32 | sequence);
 a worker holds a run only while it keeps renewing; a result or heartbeat whose
@@ -46,7 +47,7 @@ from shardcron.coordinator.ids import shard_for
 from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.poller.admission import free_slots, lease_lead
 from shardcron.coordinator.poller.clock import Clock, SystemClock
-from shardcron.coordinator.poller.config import PollerConfig
+from shardcron.coordinator.poller.config import MAX_DEFERRED, PollerConfig
 from shardcron.coordinator.poller.events import (
     AssignmentChanged,
     CancelJob,
@@ -59,6 +60,7 @@ from shardcron.coordinator.poller.events import (
     WorkerMessage,
 )
 from shardcron.coordinator.poller.keeper import RunKeeper, fault_text
+from shardcron.coordinator.poller.loading import SCAN_WAIT, ScanPlan, ScanReads, hold_found
 from shardcron.coordinator.poller.ownership import Ownership, Standing
 from shardcron.coordinator.poller.state import Phase, Slot
 from shardcron.coordinator.poller.streams import WorkerStreams
@@ -69,7 +71,6 @@ from shardcron.coordinator.store_lanes import mark_poller
 
 log = logging.getLogger("shardcron.poller")
 
-_PAGE = 2000  # due-index rows read per store call
 _WAITING = (Phase.READY, Phase.BLOCKED)
 
 
@@ -112,6 +113,11 @@ class Poller:
         )
         self._inbox: deque[InboxEvent] = deque()
         self._wake = asyncio.Event()
+        # the scan's reads, beside the turns (``loading``); what they found is held
+        # only if ``_generation`` (bumped on a reset or a new assignment) is unchanged
+        self._scans = ScanReads(store, self._windows, wake=self._wake.set)
+        self._generation = 0
+        self._early_hints: list[Run] = []  # hinted while its shard's first scan was read
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self.turns = 0  # turns completed (written and sent), for tests and status
@@ -171,6 +177,7 @@ class Poller:
         if self._task is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        self._scans.cancel()
         for event in self._inbox:
             if isinstance(event, AssignmentChanged) and not event.applied.done():
                 event.applied.set_result(None)
@@ -210,6 +217,9 @@ class Poller:
         """Forgets everything held in memory; the next scan reloads it from the store,
         as a poller taking the shards over would (leases are waited out or renewed)."""
         self.metrics.poller_resets.inc()
+        self._generation += 1
+        self._scans.cancel()
+        self._early_hints.clear()
         self._runs.clear()
         self._windows.reset(self._clock.now())
         self._streams.forget_all()
@@ -221,7 +231,7 @@ class Poller:
     def _sleep_for(self) -> float:
         now = self._clock.now()
         candidates = [0.5]
-        scan = self._windows.seconds_to_scan(self._clock.monotonic())
+        scan = None if self._scans.busy else self._windows.seconds_to_scan(self._clock.monotonic())
         if scan is not None:
             candidates.append(scan)
         runs = self._runs
@@ -267,8 +277,11 @@ class Poller:
         if self._stand_still():
             return
         now = self._clock.now()
-        if self._windows.scan_due(self._clock.monotonic()):
-            await self._scan(now)
+        scans = self._scans
+        if not scans.busy and self._windows.scan_due(self._clock.monotonic()):
+            self._scan(now)
+            await scans.settle(SCAN_WAIT)
+        self._hold_scanned()
         with self._isolated("replay"):
             self._streams.replay_deferred(turn, now)
         runs.expire(now, turn)
@@ -374,6 +387,8 @@ class Poller:
                     applied.set_result(None)
 
     def _on_assignment(self, a: Assignment, now: datetime) -> None:
+        self._generation += 1  # a scan begun before reads for the shards of then
+        self._scans.cancel()
         if a.fencing_epoch != self.fencing_epoch:
             self._ownership.new_fencing_epoch()
         self.epoch = a.epoch
@@ -396,6 +411,11 @@ class Poller:
         ):
             return
         edge = self._windows.loaded_until(run.shard)
+        if edge is None and self._scans.busy and len(self._early_hints) < MAX_DEFERRED:
+            # the shard's first scan may have read past the run already: it is looked
+            # at again once that scan's runs are held
+            self._early_hints.append(run)
+            return
         if run.due_at >= (edge or now) and (
             edge is None  # the shard's first scan will load it
             or run.due_at >= saturating_add(now, self.config.hint_horizon)
@@ -408,60 +428,39 @@ class Poller:
 
     # --- loading -----------------------------------------------------------------
 
-    async def _scan(self, now: datetime) -> None:
-        """Loads runs that come due before now + lookahead from every owned shard."""
+    def _scan(self, now: datetime) -> None:
+        """Starts reading runs that come due before now + lookahead from every owned
+        shard (``loading``): the reads go on beside the turns, which hold what they
+        found once they are over."""
         windows = self._windows
-        until = saturating_add(now, self.config.lookahead)
-        recheck = windows.recheck_due(self._clock.monotonic())
-        for shard in sorted(windows.shards):
-            if len(self._runs.slots) >= self.config.max_loaded:
-                break
-            start = windows.loaded_until(shard) or await self._shard_start(shard, now)
-            start = windows.window_start(shard, start, now, recheck=recheck)
-            if await self._load_range(shard, start, until, now):
-                windows.loaded(shard, until, now, recheck=recheck)
-        windows.scanned(self._clock.monotonic(), rechecked=recheck)
+        room = self.config.max_loaded - len(self._runs.slots)
+        plan = ScanPlan(
+            starts={s: windows.loaded_until(s) for s in sorted(windows.shards)},
+            until=saturating_add(now, self.config.lookahead),
+            now=now,
+            read_at=self._clock.monotonic(),
+            recheck=windows.recheck_due(self._clock.monotonic()),
+            generation=self._generation,
+        )
+        self._scans.start(plan, known=self._runs.known, room=room)
 
-    async def _shard_start(self, shard: int, now: datetime) -> datetime:
-        cursors = await self.store.load_cursors([shard])
-        if shard in cursors:
-            return cursors[shard]
-        oldest = await self.store.oldest_due(shard)
-        return min(oldest, now) if oldest is not None else now
-
-    async def _load_range(
-        self, shard: int, start: datetime, until: datetime, now: datetime
-    ) -> bool:
-        """Reads [start, until) of a shard's due index; False if memory filled up first."""
-        held = self._runs
-        after: tuple[datetime, str] | None = None
-        while True:
-            entries = await self.store.scan_due(
-                shard, due_from=start, due_until=until, after=after, limit=_PAGE
-            )
-            fresh = [e.run_id for e in entries if not held.known(e.run_id)]
-            if fresh:
-                runs = await self.store.get_runs(fresh)
-                jobs = await self.store.get_jobs(list({r.job_id for r in runs.values()}))
-                taken = self._windows.taken_at.get(shard, now)
-                for run in runs.values():
-                    if run.id in held.slots:
-                        continue
-                    if run.state.is_final:
-                        held.ended_here(run.id)
-                    elif run.state == RunState.PENDING:
-                        held.add_waiting(Slot(run=run, job=jobs.get(run.job_id)))
-                    else:
-                        held.adopt_orphan(run, jobs.get(run.job_id), taken_at=taken, now=now)
-                for job in jobs.values():
-                    if held.holds_job(job.id):
-                        held.cache_job(job)
-            if len(entries) < _PAGE:
-                return True
-            if len(held.slots) >= self.config.max_loaded:
-                return False
-            last = entries[-1]
-            after = (last.due_at, last.run_id)
+    def _hold_scanned(self) -> None:
+        """Holds what the scan's reads found, once they are over (their store error is
+        raised here); discarded if the shards changed or the poller reset meanwhile."""
+        taken = self._scans.take()
+        if taken is None:
+            return
+        plan, found = taken
+        if plan.generation != self._generation:
+            return
+        hold_found(plan, found, self._runs, self._windows)
+        # the next scan is an interval after this one began: a run written before the
+        # clock moved on is read by then however long these reads took
+        self._windows.scanned(plan.read_at, rechecked=plan.recheck)
+        early, self._early_hints = self._early_hints, []
+        now = self._clock.now()
+        for run in early:
+            self._admit_new(run, now)
 
     async def _save_cursors(self, now: datetime) -> None:
         clock = self._clock.monotonic()

@@ -1,0 +1,116 @@
+"""A scan's store reads go on beside the poller's turns (``coordinator.poller.loading``).
+
+Over a real SQLite store whose due-index reads the test holds up: a scan held up in
+the store must not hold up the turns (a hinted run comes due and is triggered
+meanwhile), and a run hinted while its shard's first scan is being read, which that
+scan's read missed, must still be held once the scan is over (with no re-read of the
+recent past, nothing else would ever find it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from shardcron.coordinator.coordination import Assignment
+from shardcron.coordinator.ids import utcnow
+from shardcron.coordinator.metrics import Metrics
+from shardcron.coordinator.poller import Phase, Poller, PollerConfig
+from shardcron.coordinator.sqlite.store import SqliteStore
+from shardcron.coordinator.store import NewJob
+from tests.support.store_builders import SHARDS, make_job, make_run
+from tests.support.waiting import until
+
+
+class HeldScans:
+    """The store, with its due-index reads held back while ``hold`` is set: each read
+    is made at once (it sees the store as it is then), and answered once released."""
+
+    def __init__(self, store: SqliteStore) -> None:
+        self._store = store
+        self.released = asyncio.Event()
+        self.released.set()
+        self.held = 0  # reads made and not answered yet
+
+    def hold(self) -> None:
+        self.released.clear()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def scan_due(self, *args: Any, **kwargs: Any) -> Any:
+        entries = await self._store.scan_due(*args, **kwargs)
+        self.held += 1
+        try:
+            await self.released.wait()
+        finally:
+            self.held -= 1
+        return entries
+
+
+@pytest.fixture
+def scans(sqlite_store: SqliteStore) -> HeldScans:
+    return HeldScans(sqlite_store)
+
+
+@pytest.fixture
+async def poller(scans: HeldScans) -> AsyncIterator[Poller]:
+    p = Poller(
+        scans,  # type: ignore[arg-type]
+        poller_id="p1",
+        config=PollerConfig(scan_interval=timedelta(milliseconds=50)),
+        metrics=Metrics(),
+    )
+    p.start()
+    yield p
+    scans.released.set()
+    await p.stop()
+
+
+async def _assign(poller: Poller) -> None:
+    await poller.on_assignment(
+        Assignment(epoch=1, fencing_epoch=1, shards=frozenset(range(SHARDS)), active=True)
+    )
+
+
+async def _new_run(store: SqliteStore, poller: Poller, *, due_in: timedelta) -> str:
+    """A job and its run, due ``due_in`` from now, created and hinted as the api does."""
+    now = utcnow()
+    job = dataclasses.replace(make_job(), created_at=now, updated_at=now)
+    run = dataclasses.replace(make_run(job, due_at=now + due_in), created_at=now)
+    await store.create_jobs([NewJob(job=job, runs=[run])])
+    poller.runs_created([run], [job])
+    return run.id
+
+
+async def test_a_scan_held_up_in_the_store_does_not_hold_up_the_turns(
+    sqlite_store: SqliteStore, scans: HeldScans, poller: Poller
+) -> None:
+    await _assign(poller)
+    await until(lambda: poller._settled(), what="the first scan is over")
+    scans.hold()
+    await until(lambda: scans.held, what="a scan read held up")
+    turns = poller.turns
+    run_id = await _new_run(sqlite_store, poller, due_in=timedelta(0))
+    # no worker: a run triggered is READY (it waits for a slot)
+    await until(lambda: poller.phase_of(run_id) == Phase.READY, what="the hinted run triggered")
+    assert scans.held and poller.turns > turns
+
+
+async def test_a_run_hinted_while_its_shards_first_scan_is_read_is_held_after_it(
+    sqlite_store: SqliteStore, scans: HeldScans, poller: Poller
+) -> None:
+    scans.hold()
+    await _assign(poller)
+    await until(lambda: scans.held, what="the first scan's reads made")
+    # written after the scan read the due index: that scan does not find it
+    run_id = await _new_run(sqlite_store, poller, due_in=timedelta(seconds=2))
+    await until(lambda: poller.turns >= 2, what="a turn with the hint")
+    scans.released.set()
+    await until(lambda: poller._settled(), what="the first scan is over")
+    await until(lambda: poller.phase_of(run_id) is not None, what="the hinted run held")
