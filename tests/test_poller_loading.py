@@ -1,10 +1,11 @@
-"""A scan's store reads go on beside the poller's turns (``coordinator.poller.loading``).
+"""The poller's reads go on beside its turns (``coordinator.poller.loading``, ``ahead``).
 
-Over a real SQLite store whose due-index reads the test holds up: a scan held up in
+Over a real SQLite store whose reads of one kind the test holds up: a scan held up in
 the store must not hold up the turns (a hinted run comes due and is triggered
-meanwhile), and a run hinted while its shard's first scan is being read, which that
+meanwhile); a run hinted while its shard's first scan is being read, which that
 scan's read missed, must still be held once the scan is over (with no re-read of the
-recent past, nothing else would ever find it).
+recent past, nothing else would ever find it); a job read again when its run comes
+due holds up that run alone.
 """
 
 from __future__ import annotations
@@ -27,43 +28,56 @@ from tests.support.store_builders import SHARDS, make_job, make_run
 from tests.support.waiting import until
 
 
-class HeldScans:
-    """The store, with its due-index reads held back while ``hold`` is set: each read
-    is made at once (it sees the store as it is then), and answered once released."""
+class HeldReads:
+    """The store, with its reads of one kind (``hold``: ``scan_due``, ``get_jobs``) held
+    back: each is made at once (it sees the store as it is then), and answered once
+    released."""
 
     def __init__(self, store: SqliteStore) -> None:
         self._store = store
         self.released = asyncio.Event()
         self.released.set()
+        self.held_kind = ""
         self.held = 0  # reads made and not answered yet
 
-    def hold(self) -> None:
+    def hold(self, kind: str) -> None:
+        self.held_kind = kind
         self.released.clear()
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._store, name)
+        attr = getattr(self._store, name)
+        if name not in ("scan_due", "get_jobs"):
+            return attr
 
-    async def scan_due(self, *args: Any, **kwargs: Any) -> Any:
-        entries = await self._store.scan_due(*args, **kwargs)
-        self.held += 1
-        try:
-            await self.released.wait()
-        finally:
-            self.held -= 1
-        return entries
+        async def read(*args: Any, **kwargs: Any) -> Any:
+            answer = await attr(*args, **kwargs)
+            if name == self.held_kind and not self.released.is_set():
+                self.held += 1
+                try:
+                    await self.released.wait()
+                finally:
+                    self.held -= 1
+            return answer
+
+        return read
 
 
 @pytest.fixture
-def scans(sqlite_store: SqliteStore) -> HeldScans:
-    return HeldScans(sqlite_store)
+def scans(sqlite_store: SqliteStore) -> HeldReads:
+    return HeldReads(sqlite_store)
 
 
 @pytest.fixture
-async def poller(scans: HeldScans) -> AsyncIterator[Poller]:
+def job_cache_ttl() -> timedelta | None:
+    return None
+
+
+@pytest.fixture
+async def poller(scans: HeldReads, job_cache_ttl: timedelta | None) -> AsyncIterator[Poller]:
     p = Poller(
         scans,  # type: ignore[arg-type]
         poller_id="p1",
-        config=PollerConfig(scan_interval=timedelta(milliseconds=50)),
+        config=PollerConfig(scan_interval=timedelta(milliseconds=50), job_cache_ttl=job_cache_ttl),
         metrics=Metrics(),
     )
     p.start()
@@ -89,11 +103,11 @@ async def _new_run(store: SqliteStore, poller: Poller, *, due_in: timedelta) -> 
 
 
 async def test_a_scan_held_up_in_the_store_does_not_hold_up_the_turns(
-    sqlite_store: SqliteStore, scans: HeldScans, poller: Poller
+    sqlite_store: SqliteStore, scans: HeldReads, poller: Poller
 ) -> None:
     await _assign(poller)
     await until(lambda: poller._settled(), what="the first scan is over")
-    scans.hold()
+    scans.hold("scan_due")
     await until(lambda: scans.held, what="a scan read held up")
     turns = poller.turns
     run_id = await _new_run(sqlite_store, poller, due_in=timedelta(0))
@@ -103,9 +117,9 @@ async def test_a_scan_held_up_in_the_store_does_not_hold_up_the_turns(
 
 
 async def test_a_run_hinted_while_its_shards_first_scan_is_read_is_held_after_it(
-    sqlite_store: SqliteStore, scans: HeldScans, poller: Poller
+    sqlite_store: SqliteStore, scans: HeldReads, poller: Poller
 ) -> None:
-    scans.hold()
+    scans.hold("scan_due")
     await _assign(poller)
     await until(lambda: scans.held, what="the first scan's reads made")
     # written after the scan read the due index: that scan does not find it
@@ -114,3 +128,22 @@ async def test_a_run_hinted_while_its_shards_first_scan_is_read_is_held_after_it
     scans.released.set()
     await until(lambda: poller._settled(), what="the first scan is over")
     await until(lambda: poller.phase_of(run_id) is not None, what="the hinted run held")
+
+
+@pytest.mark.parametrize("job_cache_ttl", [timedelta(milliseconds=1)])
+async def test_a_job_read_again_at_its_runs_trigger_does_not_hold_up_the_turns(
+    sqlite_store: SqliteStore, scans: HeldReads, poller: Poller
+) -> None:
+    """In a cluster a job copy older than ``job_cache_ttl`` is read again when its run
+    comes due; the run waits for that read, the turns do not."""
+    await _assign(poller)
+    await until(lambda: poller._settled(), what="the first scan is over")
+    scans.hold("get_jobs")
+    # held from its hint with its job, which is too old by the time the run is due
+    run_id = await _new_run(sqlite_store, poller, due_in=timedelta(milliseconds=200))
+    await until(lambda: scans.held, what="its job read held up")
+    turns = poller.turns
+    await until(lambda: poller.turns >= turns + 2, what="turns go on meanwhile")
+    assert poller.phase_of(run_id) == Phase.WAITING
+    scans.released.set()
+    await until(lambda: poller.phase_of(run_id) == Phase.READY, what="the run triggered")

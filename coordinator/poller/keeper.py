@@ -38,6 +38,7 @@ from shardcron.coordinator.poller.endings import final_run, follow_up
 from shardcron.coordinator.poller.fires import on_fire_due, retry_misfired
 from shardcron.coordinator.poller.leases import LeaseBook
 from shardcron.coordinator.poller.state import Phase, Slot
+from shardcron.coordinator.poller.timers import heap_until
 from shardcron.coordinator.poller.turn import Turn
 from shardcron.coordinator.poller.workers import WorkerBook
 
@@ -151,11 +152,9 @@ class RunKeeper:
         self.recent_final = {k: v for k, v in self.recent_final.items() if v > cutoff}
 
     def cache_job(self, job: Job, *, read_at: float | None = None) -> None:
-        """Holds the job as read at ``read_at`` (monotonic; None: now), unless the copy
-        held was read later."""
-        if read_at is None:
-            read_at = self._clock.monotonic()
-        elif self._job_read_at.get(job.id, -math.inf) > read_at:
+        """Holds the job as read at ``read_at`` (monotonic; None: now) unless held newer."""
+        read_at = self._clock.monotonic() if read_at is None else read_at
+        if self._job_read_at.get(job.id, -math.inf) > read_at:
             return
         self.jobs[job.id] = job
         self._job_read_at[job.id] = read_at
@@ -208,6 +207,12 @@ class RunKeeper:
                 continue
             due.append(slot)
         return due
+
+    def coming_due(self, until: datetime) -> list[Slot]:
+        """WAITING runs due by ``until`` (a batch at most), left in the timer heap."""
+        ids = dict.fromkeys(heap_until(self._timers, until, self.config.max_batch))
+        slots = (self.slots.get(rid) for rid in ids)
+        return [s for s in slots if s is not None and s.phase == Phase.WAITING]
 
     def stale_jobs(self, due: list[Slot]) -> set[str]:
         """Jobs of these runs to read again: not held, or read longer ago than allowed."""

@@ -27,7 +27,9 @@ import contextlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
+from shardcron.client.saturating import saturating_add
 from shardcron.client.types import Job, Run, RunState
 from shardcron.coordinator.poller.keeper import RunKeeper
 from shardcron.coordinator.poller.state import Slot
@@ -65,9 +67,17 @@ class ShardFound:
 class ScanReads:
     """At most one scan's reads in flight."""
 
-    def __init__(self, store: JobStore, windows: ShardWindows, *, wake: Callable[[], None]):
+    def __init__(
+        self,
+        store: JobStore,
+        windows: ShardWindows,
+        keeper: RunKeeper,
+        *,
+        wake: Callable[[], None],
+    ) -> None:
         self._store = store
         self._windows = windows
+        self._keeper = keeper
         self._wake = wake  # the loop goes on once the reads are over
         self._task: asyncio.Task[list[ShardFound]] | None = None
         self.plan: ScanPlan | None = None
@@ -76,11 +86,20 @@ class ScanReads:
     def busy(self) -> bool:
         return self._task is not None
 
-    def start(self, plan: ScanPlan, *, known: Callable[[str], bool], room: int) -> None:
-        """Reads what ``plan`` names; ``known`` runs are not read, and at most ``room``
-        runs are (memory would fill up past it)."""
-        self.plan = plan
-        self._task = asyncio.create_task(self._read(plan, known, room), name="poller-scan")
+    def begin(self, now: datetime, monotonic: float, generation: int) -> None:
+        """Starts reading the runs that come due before now + lookahead from every owned
+        shard; runs held or ended here are not read, nor more than memory has room for."""
+        windows, keeper = self._windows, self._keeper
+        plan = self.plan = ScanPlan(
+            starts={s: windows.loaded_until(s) for s in sorted(windows.shards)},
+            until=saturating_add(now, keeper.config.lookahead),
+            now=now,
+            read_at=monotonic,
+            recheck=windows.recheck_due(monotonic),
+            generation=generation,
+        )
+        room = keeper.config.max_loaded - len(keeper.slots)
+        self._task = asyncio.create_task(self._read(plan, keeper.known, room), name="poller-scan")
         self._task.add_done_callback(lambda _: self._wake())
 
     async def settle(self, timeout: float) -> bool:
@@ -90,20 +109,28 @@ class ScanReads:
         await asyncio.wait({self._task}, timeout=timeout)
         return self._task.done()
 
-    def take(self) -> tuple[ScanPlan, list[ShardFound]] | None:
-        """The reads, once over (raises their store error); None while in flight."""
+    def hold(self, generation: int) -> bool:
+        """Holds what the reads found, once they are over (raises their store error),
+        unless the poller's shards changed or it reset since they began (``generation``);
+        True if held."""
         task, plan = self._task, self.plan
         if task is None or plan is None or not task.done():
-            return None
+            return False
         self._task = self.plan = None
-        return plan, task.result()
+        found = task.result()
+        if plan.generation != generation:
+            return False
+        hold_found(plan, found, self._keeper, self._windows)
+        # the next scan is an interval after this one began: a run written before the
+        # clock moved on is read by then however long these reads took
+        self._windows.scanned(plan.read_at, rechecked=plan.recheck)
+        return True
 
     def cancel(self) -> None:
         """The reads are not wanted any more (the poller reset or stopped)."""
         if self._task is not None:
             self._task.cancel()
-            # retrieved, so a failure of reads no one waits for is not logged as lost
-            self._task.add_done_callback(_retrieve)
+            self._task.add_done_callback(retrieve)
         self._task = self.plan = None
 
     async def _read(
@@ -187,6 +214,7 @@ def hold_found(
             windows.loaded(shard.shard, plan.until, plan.now, recheck=plan.recheck)
 
 
-def _retrieve(task: asyncio.Task[object]) -> None:
+def retrieve(task: asyncio.Task[Any]) -> None:
+    """Takes a cancelled read's outcome, so a failure no one waits for is not logged as lost."""
     with contextlib.suppress(BaseException):
         task.result()

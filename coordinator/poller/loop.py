@@ -8,8 +8,9 @@ the turn decided in ONE store commit (group commit) before it sends anything tha
 depends on it: a lease is durable before the worker sees it, a result is durable
 before the worker is told it was accepted.
 
-This is, with the scan's reads (``loading``: they go on beside the turns, and the
-loop holds what they found), the part of the poller that calls the store, and its
+This is, with the scan's and the jobs' reads (``loading``, ``ahead``: they go on
+beside the turns, and the loop holds what they found), the part of the poller that
+calls the store, and its
 only place that reads the clock for the rules (each decider is given ``now``).
 
 Never twice at once: a lease carries a fencing token (epoch << 32 | sequence);
@@ -46,6 +47,7 @@ from shardcron.coordinator.coordination import Assignment
 from shardcron.coordinator.ids import shard_for
 from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.poller.admission import free_slots, lease_lead
+from shardcron.coordinator.poller.ahead import JobReads, coming
 from shardcron.coordinator.poller.clock import Clock, SystemClock
 from shardcron.coordinator.poller.config import MAX_DEFERRED, PollerConfig
 from shardcron.coordinator.poller.events import (
@@ -60,7 +62,7 @@ from shardcron.coordinator.poller.events import (
     WorkerMessage,
 )
 from shardcron.coordinator.poller.keeper import RunKeeper, fault_text
-from shardcron.coordinator.poller.loading import SCAN_WAIT, ScanPlan, ScanReads, hold_found
+from shardcron.coordinator.poller.loading import SCAN_WAIT, ScanReads
 from shardcron.coordinator.poller.ownership import Ownership, Standing
 from shardcron.coordinator.poller.state import Phase, Slot
 from shardcron.coordinator.poller.streams import WorkerStreams
@@ -115,7 +117,8 @@ class Poller:
         self._wake = asyncio.Event()
         # the scan's reads, beside the turns (``loading``); what they found is held
         # only if ``_generation`` (bumped on a reset or a new assignment) is unchanged
-        self._scans = ScanReads(store, self._windows, wake=self._wake.set)
+        self._scans = ScanReads(store, self._windows, self._runs, wake=self._wake.set)
+        self._job_reads = JobReads(store, self._runs, wake=self._wake.set)  # ``ahead``
         self._generation = 0
         self._early_hints: list[Run] = []  # hinted while its shard's first scan was read
         self._task: asyncio.Task[None] | None = None
@@ -177,7 +180,7 @@ class Poller:
         if self._task is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        self._scans.cancel()
+        self._drop_reads()
         for event in self._inbox:
             if isinstance(event, AssignmentChanged) and not event.applied.done():
                 event.applied.set_result(None)
@@ -217,12 +220,17 @@ class Poller:
         """Forgets everything held in memory; the next scan reloads it from the store,
         as a poller taking the shards over would (leases are waited out or renewed)."""
         self.metrics.poller_resets.inc()
-        self._generation += 1
-        self._scans.cancel()
+        self._drop_reads()
         self._early_hints.clear()
         self._runs.clear()
         self._windows.reset(self._clock.now())
         self._streams.forget_all()
+
+    def _drop_reads(self) -> None:
+        """Reads begun for the shards and memory of before are not held (``loading``)."""
+        self._generation += 1
+        self._scans.cancel()
+        self._job_reads.cancel()
 
     def _settled(self) -> bool:
         """Every owned shard was loaded once: a run not held now is not ours."""
@@ -279,19 +287,20 @@ class Poller:
         now = self._clock.now()
         scans = self._scans
         if not scans.busy and self._windows.scan_due(self._clock.monotonic()):
-            self._scan(now)
+            scans.begin(now, self._clock.monotonic(), self._generation)
             await scans.settle(SCAN_WAIT)
         self._hold_scanned()
         with self._isolated("replay"):
             self._streams.replay_deferred(turn, now)
         runs.expire(now, turn)
         runs.miss_deadlines(now, turn)
-        await self._trigger_due(now, turn)
+        self._trigger_due(now, turn)
         if self.active:
             with self._isolated("dispatch"):
                 runs.dispatch(self._streams.workers.values(), now, turn)
         with self._isolated("demand"):
-            self._streams.update_demand(active=self.active)
+            soon = coming(runs, now, self._lead())
+            self._streams.update_demand(active=self.active, coming=soon)
         if turn.retries:
             await self._place_retries(turn)
         if not turn.empty():
@@ -387,8 +396,7 @@ class Poller:
                     applied.set_result(None)
 
     def _on_assignment(self, a: Assignment, now: datetime) -> None:
-        self._generation += 1  # a scan begun before reads for the shards of then
-        self._scans.cancel()
+        self._drop_reads()
         if a.fencing_epoch != self.fencing_epoch:
             self._ownership.new_fencing_epoch()
         self.epoch = a.epoch
@@ -428,39 +436,14 @@ class Poller:
 
     # --- loading -----------------------------------------------------------------
 
-    def _scan(self, now: datetime) -> None:
-        """Starts reading runs that come due before now + lookahead from every owned
-        shard (``loading``): the reads go on beside the turns, which hold what they
-        found once they are over."""
-        windows = self._windows
-        room = self.config.max_loaded - len(self._runs.slots)
-        plan = ScanPlan(
-            starts={s: windows.loaded_until(s) for s in sorted(windows.shards)},
-            until=saturating_add(now, self.config.lookahead),
-            now=now,
-            read_at=self._clock.monotonic(),
-            recheck=windows.recheck_due(self._clock.monotonic()),
-            generation=self._generation,
-        )
-        self._scans.start(plan, known=self._runs.known, room=room)
-
     def _hold_scanned(self) -> None:
-        """Holds what the scan's reads found, once they are over (their store error is
-        raised here); discarded if the shards changed or the poller reset meanwhile."""
-        taken = self._scans.take()
-        if taken is None:
-            return
-        plan, found = taken
-        if plan.generation != self._generation:
-            return
-        hold_found(plan, found, self._runs, self._windows)
-        # the next scan is an interval after this one began: a run written before the
-        # clock moved on is read by then however long these reads took
-        self._windows.scanned(plan.read_at, rechecked=plan.recheck)
-        early, self._early_hints = self._early_hints, []
-        now = self._clock.now()
-        for run in early:
-            self._admit_new(run, now)
+        """Holds what the scan's reads found, once they are over (``loading``); then
+        looks again at the hints met while a shard's first scan was read."""
+        if self._scans.hold(self._generation):
+            early, self._early_hints = self._early_hints, []
+            now = self._clock.now()
+            for run in early:
+                self._admit_new(run, now)
 
     async def _save_cursors(self, now: datetime) -> None:
         clock = self._clock.monotonic()
@@ -473,15 +456,11 @@ class Poller:
 
     # --- what needs the store in the middle of a turn --------------------------------
 
-    async def _trigger_due(self, now: datetime, turn: Turn) -> None:
+    def _trigger_due(self, now: datetime, turn: Turn) -> None:
+        """Triggers the runs due whose job copies are current; the others wait for
+        their jobs to be read beside the turns (``ahead``)."""
         due = self._runs.pop_due(now, lead=self._lead())
-        if not due:
-            return
-        stale = self._runs.stale_jobs(due)
-        if stale:
-            for job in (await self.store.get_jobs(list(stale))).values():
-                self._runs.cache_job(job)
-        for slot in due:
+        for slot in self._job_reads.ready(due, self._clock.monotonic()):
             with self._runs.isolated(slot, turn, now, where="trigger"):
                 self._runs.trigger(slot, now, turn)
 
