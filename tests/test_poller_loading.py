@@ -5,7 +5,7 @@ the store must not hold up the turns (a hinted run comes due and is triggered
 meanwhile); a run hinted while its shard's first scan is being read, which that
 scan's read missed, must still be held once the scan is over (with no re-read of the
 recent past, nothing else would ever find it); a job read again when its run comes
-due holds up that run alone.
+due holds up that run alone; a save of the shards' cursors holds up nothing.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from tests.support.waiting import until
 
 
 class HeldReads:
-    """The store, with its reads of one kind (``hold``: ``scan_due``, ``get_jobs``) held
-    back: each is made at once (it sees the store as it is then), and answered once
-    released."""
+    """The store, with its calls of one kind (``hold``: ``scan_due``, ``get_jobs``,
+    ``save_cursors``) held back: each is made at once (a read sees the store as it is
+    then), and answered once released."""
 
     def __init__(self, store: SqliteStore) -> None:
         self._store = store
@@ -46,7 +46,7 @@ class HeldReads:
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._store, name)
-        if name not in ("scan_due", "get_jobs"):
+        if name not in ("scan_due", "get_jobs", "save_cursors"):
             return attr
 
         async def read(*args: Any, **kwargs: Any) -> Any:
@@ -77,7 +77,11 @@ async def poller(scans: HeldReads, job_cache_ttl: timedelta | None) -> AsyncIter
     p = Poller(
         scans,  # type: ignore[arg-type]
         poller_id="p1",
-        config=PollerConfig(scan_interval=timedelta(milliseconds=50), job_cache_ttl=job_cache_ttl),
+        config=PollerConfig(
+            scan_interval=timedelta(milliseconds=50),
+            cursor_save_interval=timedelta(milliseconds=50),
+            job_cache_ttl=job_cache_ttl,
+        ),
         metrics=Metrics(),
     )
     p.start()
@@ -102,11 +106,20 @@ async def _new_run(store: SqliteStore, poller: Poller, *, due_in: timedelta) -> 
     return run.id
 
 
+async def _settled(poller: Poller) -> None:
+    await _assign(poller)
+    await until(lambda: poller._settled(), what="the first scan is over")
+
+
+async def _turns_go_on(poller: Poller) -> None:
+    turns = poller.turns
+    await until(lambda: poller.turns >= turns + 2, what="turns go on meanwhile")
+
+
 async def test_a_scan_held_up_in_the_store_does_not_hold_up_the_turns(
     sqlite_store: SqliteStore, scans: HeldReads, poller: Poller
 ) -> None:
-    await _assign(poller)
-    await until(lambda: poller._settled(), what="the first scan is over")
+    await _settled(poller)
     scans.hold("scan_due")
     await until(lambda: scans.held, what="a scan read held up")
     turns = poller.turns
@@ -136,14 +149,25 @@ async def test_a_job_read_again_at_its_runs_trigger_does_not_hold_up_the_turns(
 ) -> None:
     """In a cluster a job copy older than ``job_cache_ttl`` is read again when its run
     comes due; the run waits for that read, the turns do not."""
-    await _assign(poller)
-    await until(lambda: poller._settled(), what="the first scan is over")
+    await _settled(poller)
     scans.hold("get_jobs")
     # held from its hint with its job, which is too old by the time the run is due
     run_id = await _new_run(sqlite_store, poller, due_in=timedelta(milliseconds=200))
     await until(lambda: scans.held, what="its job read held up")
-    turns = poller.turns
-    await until(lambda: poller.turns >= turns + 2, what="turns go on meanwhile")
+    await _turns_go_on(poller)
     assert poller.phase_of(run_id) == Phase.WAITING
     scans.released.set()
     await until(lambda: poller.phase_of(run_id) == Phase.READY, what="the run triggered")
+
+
+async def test_a_save_of_the_cursors_held_up_in_the_store_does_not_hold_up_the_turns(
+    sqlite_store: SqliteStore, scans: HeldReads, poller: Poller
+) -> None:
+    await _settled(poller)
+    scans.hold("save_cursors")
+    await until(lambda: scans.held, what="a save held up")
+    await _turns_go_on(poller)
+    scans.released.set()
+    await until(lambda: not scans.held, what="the save answered")
+    cursors = await sqlite_store.load_cursors(list(range(SHARDS)))
+    assert set(cursors) == set(range(SHARDS))

@@ -62,7 +62,7 @@ from shardcron.coordinator.poller.events import (
     WorkerMessage,
 )
 from shardcron.coordinator.poller.keeper import RunKeeper, fault_text
-from shardcron.coordinator.poller.loading import SCAN_WAIT, ScanReads
+from shardcron.coordinator.poller.loading import SCAN_WAIT, CursorSaves, ScanReads
 from shardcron.coordinator.poller.ownership import Ownership, Standing
 from shardcron.coordinator.poller.state import Phase, Slot
 from shardcron.coordinator.poller.streams import WorkerStreams
@@ -119,6 +119,7 @@ class Poller:
         # only if ``_generation`` (bumped on a reset or a new assignment) is unchanged
         self._scans = ScanReads(store, self._windows, self._runs, wake=self._wake.set)
         self._job_reads = JobReads(store, self._runs, wake=self._wake.set)  # ``ahead``
+        self._cursor_saves = CursorSaves(store)
         self._generation = 0
         self._early_hints: list[Run] = []  # hinted while its shard's first scan was read
         self._task: asyncio.Task[None] | None = None
@@ -231,6 +232,7 @@ class Poller:
         self._generation += 1
         self._scans.cancel()
         self._job_reads.cancel()
+        self._cursor_saves.cancel()
 
     def _settled(self) -> bool:
         """Every owned shard was loaded once: a run not held now is not ours."""
@@ -328,8 +330,9 @@ class Poller:
         for link, ack in turn.acks:
             link.ack(ack)
         self._streams.flush()
-        if self._windows.save_cursors_due(self._clock.monotonic()):
-            await self._save_cursors(now)
+        self._cursor_saves.check()  # a save that failed fails this turn
+        if self._windows.save_cursors_due(self._clock.monotonic()) and not self._cursor_saves.busy:
+            self._save_cursors(now)
         self._update_gauges()
         self.turns += 1
 
@@ -445,12 +448,13 @@ class Poller:
             for run in early:
                 self._admit_new(run, now)
 
-    async def _save_cursors(self, now: datetime) -> None:
+    def _save_cursors(self, now: datetime) -> None:
+        """Saves each loaded shard's cursor, beside the turns (``loading``)."""
         clock = self._clock.monotonic()
         oldest = self._runs.oldest_due()
         cursors = self._windows.cursors(oldest, now, self.store.bucket_seconds, clock)
         if cursors:
-            await self.store.save_cursors(cursors)
+            self._cursor_saves.start(cursors)
         window = self.config.recheck_window + self.config.lookahead
         self._runs.prune_ended(window.total_seconds() + 60)
 
