@@ -7,8 +7,9 @@ held up every lease and result of the turn: 0.1-1 s per turn in W3 on Cassandra 
 old waits (WAITING, out of the timer heap) while its job is read beside the turns,
 during their commits (``JobReads``), and triggers in the first turn after the read
 with the copy it read: a copy read after the run came due sees every change made
-before. Its lag is the read's, as before; the other runs' is no longer. One read is
-in flight at a time; a run that waits meanwhile goes into the next. A copy read so
+before. The turn that begins the read waits ``READ_WAIT`` for it, so a fast read
+(SQLite, a quiet Cassandra) serves that turn as before; a slow one holds up its
+runs, not the turn. One read is in flight at a time; a run that waits meanwhile goes into the next. A copy read so
 is held unless the one held was read later (``RunKeeper.cache_job``); a job with no
 row is looked for again at set times, as before (``RunKeeper.trigger``).
 
@@ -32,6 +33,7 @@ from shardcron.coordinator.poller.state import Phase, Slot
 from shardcron.coordinator.store import JobStore
 
 AHEAD = timedelta(seconds=2)  # runs count in the demand this long before the lead
+READ_WAIT = 0.05  # seconds the turn that begins a read of jobs waits for it
 
 
 def coming(keeper: RunKeeper, now: datetime, lead: timedelta) -> list[tuple[JobSpec, str]]:
@@ -53,29 +55,36 @@ class JobReads:
         self._next: list[Slot] = []  # waiting for the next read
         self._read_at = 0.0  # monotonic: when the read in flight began
 
-    def ready(self, due: list[Slot], monotonic: float) -> list[Slot]:
+    async def ready(self, due: list[Slot], monotonic: float) -> list[Slot]:
         """Of the runs ``due`` and those that waited for a read now over, the ones to
-        trigger now (their job copies are current); the others wait for a read."""
-        keeper = self._keeper
-        out: list[Slot] = []
-        task = self._task
-        if task is not None and task.done():
-            self._task = None
-            for job in task.result().values():  # a store error resets the poller
-                if keeper.holds_job(job.id):
-                    keeper.cache_job(job, read_at=self._read_at)
-            out = [s for s in self._reading if self._waits(s)]
-            self._reading = []
+        trigger now (their job copies are current); the others wait for a read. A read
+        begun here is waited for ``READ_WAIT``: a fast one serves this turn."""
+        out = self._read_over()
         if due:
-            stale = keeper.stale_jobs(due)
+            stale = self._keeper.stale_jobs(due)
             out += [s for s in due if s.run.job_id not in stale]
             self._next += [s for s in due if s.run.job_id in stale]
         if self._task is None and self._next:
             self._reading, self._next = [s for s in self._next if self._waits(s)], []
             self._read_at = monotonic
             job_ids = list({s.run.job_id for s in self._reading})
-            self._task = asyncio.create_task(self._store.get_jobs(job_ids))
-            self._task.add_done_callback(lambda _: self._wake())
+            task = self._task = asyncio.create_task(self._store.get_jobs(job_ids))
+            task.add_done_callback(lambda _: self._wake())
+            await asyncio.wait({task}, timeout=READ_WAIT)
+            out += self._read_over()
+        return out
+
+    def _read_over(self) -> list[Slot]:
+        """Holds the jobs of a read that is over; returns the runs that waited for it."""
+        task = self._task
+        if task is None or not task.done():
+            return []
+        self._task = None
+        keeper = self._keeper
+        for job in task.result().values():  # a store error resets the poller
+            if keeper.holds_job(job.id):
+                keeper.cache_job(job, read_at=self._read_at)
+        out, self._reading = [s for s in self._reading if self._waits(s)], []
         return out
 
     def _waits(self, slot: Slot) -> bool:

@@ -296,7 +296,7 @@ class Poller:
             self._streams.replay_deferred(turn, now)
         runs.expire(now, turn)
         runs.miss_deadlines(now, turn)
-        self._trigger_due(now, turn)
+        await self._trigger_due(now, turn)
         if self.active:
             with self._isolated("dispatch"):
                 runs.dispatch(self._streams.workers.values(), now, turn)
@@ -460,11 +460,11 @@ class Poller:
 
     # --- what needs the store in the middle of a turn --------------------------------
 
-    def _trigger_due(self, now: datetime, turn: Turn) -> None:
+    async def _trigger_due(self, now: datetime, turn: Turn) -> None:
         """Triggers the runs due whose job copies are current; the others wait for
         their jobs to be read beside the turns (``ahead``)."""
         due = self._runs.pop_due(now, lead=self._lead())
-        for slot in self._job_reads.ready(due, self._clock.monotonic()):
+        for slot in await self._job_reads.ready(due, self._clock.monotonic()):
             with self._runs.isolated(slot, turn, now, where="trigger"):
                 self._runs.trigger(slot, now, turn)
 
