@@ -171,3 +171,20 @@ async def test_a_save_of_the_cursors_held_up_in_the_store_does_not_hold_up_the_t
     await until(lambda: not scans.held, what="the save answered")
     cursors = await sqlite_store.load_cursors(list(range(SHARDS)))
     assert set(cursors) == set(range(SHARDS))
+
+
+@pytest.mark.parametrize("job_cache_ttl", [timedelta(milliseconds=1)])
+async def test_a_run_waiting_for_its_jobs_read_triggers_after_an_assignment_changes(
+    sqlite_store: SqliteStore, scans: HeldReads, poller: Poller
+) -> None:
+    """As first built, a new assignment dropped the runs waiting for their job's read:
+    out of the timer heap already, they never triggered."""
+    await _settled(poller)
+    scans.hold("get_jobs")
+    run_id = await _new_run(sqlite_store, poller, due_in=timedelta(milliseconds=200))
+    await until(lambda: scans.held, what="its job read held up")
+    await poller.on_assignment(
+        Assignment(epoch=2, fencing_epoch=1, shards=frozenset(range(SHARDS)), active=True)
+    )
+    scans.released.set()
+    await until(lambda: poller.phase_of(run_id) == Phase.READY, what="the run triggered")

@@ -39,6 +39,7 @@ import logging
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta
+from functools import partial
 
 from shardcron.client.errors import FailedPrecondition, NotFound, ShardcronError, Unavailable
 from shardcron.client.saturating import saturating_add
@@ -228,7 +229,8 @@ class Poller:
         self._streams.forget_all()
 
     def _drop_reads(self) -> None:
-        """Reads begun for the shards and memory of before are not held (``loading``)."""
+        """Nothing read or saved beside the turns is held any more: the poller forgets
+        what it held (a reset) or stops (``loading``, ``ahead``)."""
         self._generation += 1
         self._scans.cancel()
         self._job_reads.cancel()
@@ -301,7 +303,7 @@ class Poller:
             with self._isolated("dispatch"):
                 runs.dispatch(self._streams.workers.values(), now, turn)
         with self._isolated("demand"):
-            soon = coming(runs, now, self._lead())
+            soon = partial(coming, runs, now, self._lead())
             self._streams.update_demand(active=self.active, coming=soon)
         if turn.retries:
             await self._place_retries(turn)
@@ -399,7 +401,8 @@ class Poller:
                     applied.set_result(None)
 
     def _on_assignment(self, a: Assignment, now: datetime) -> None:
-        self._drop_reads()
+        self._generation += 1  # a scan begun for the shards of before is not held
+        self._scans.cancel()  # (runs waiting for their job are checked when it is read)
         if a.fencing_epoch != self.fencing_epoch:
             self._ownership.new_fencing_epoch()
         self.epoch = a.epoch

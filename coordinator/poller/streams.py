@@ -246,11 +246,14 @@ class WorkerStreams:
             else:
                 self._on_result(book, item, turn, now)
 
-    def update_demand(self, *, active: bool, coming: Iterable[tuple[JobSpec, str]] = ()) -> None:
+    def update_demand(
+        self, *, active: bool, coming: Callable[[], Iterable[tuple[JobSpec, str]]] = tuple
+    ) -> None:
         """Tells each worker that shares its slots among pollers how many slots of ready
-        runs, and of runs ``coming`` due ((spec, owner) each), it could take from this
-        one (it hands out its free slots by that), until it was last told 0: a demand
-        left standing would keep slots from other pollers."""
+        runs, and of runs ``coming()`` due ((spec, owner) each; asked only if a worker
+        shares), it could take from this one (it hands out its free slots by that),
+        until it was last told 0: a demand left standing would keep slots from other
+        pollers."""
         sharing = [
             w
             for w in self.workers.values()
@@ -259,7 +262,7 @@ class WorkerStreams:
         if not sharing:
             return
         if active:
-            for w, slots in self._keeper.admission.demand(sharing, coming).items():
+            for w, slots in self._keeper.admission.demand(sharing, coming()).items():
                 w.link.demand(slots)
         else:
             for w in sharing:
