@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import heapq
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -30,6 +31,7 @@ from shardcron.coordinator.poller.admission import (
     pick_worker,
 )
 from shardcron.coordinator.poller.state import Phase, Slot
+from shardcron.coordinator.poller.timers import heap_until
 from shardcron.coordinator.poller.workers import WorkerBook
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -342,6 +344,20 @@ def test_demand_counts_the_ready_slots_a_sharing_worker_could_take() -> None:
     assert h.admission.demand([shared, cmds]) == {shared: 4, cmds: 1}
 
 
+def test_demand_counts_the_runs_coming_due_a_sharing_worker_could_take() -> None:
+    """Room is asked for runs about to come due too, so it is granted by the time
+    they are ready (a grant comes one round trip after the demand)."""
+    h = Held()
+    h.admission.admit(h.slot(job()), fresh_fire=False)
+    shared = worker("shared", slots=8, credit_limit=0)
+    cmds = worker("cmds", slots=8, credit_limit=0, runs_commands=True, handlers=frozenset())
+    handler, command = job().spec, job("cmd", task=CommandTask(argv=("true",))).spec
+    coming = [(handler, "o"), (handler, "o"), (command, "o")]
+    assert h.admission.demand([shared, cmds], coming) == {shared: 3, cmds: 1}
+    many = [(handler, "o")] * 20
+    assert h.admission.demand([shared, cmds], many) == {shared: 8, cmds: 0}
+
+
 def test_a_worker_gives_back_what_a_run_held() -> None:
     w = worker(slots=2, cpu_millis=1000, memory_mb=100)
     need = Resources(slots=2, cpu_millis=600, memory_mb=50)
@@ -351,3 +367,16 @@ def test_a_worker_gives_back_what_a_run_held() -> None:
     assert w.free == 0 and not w.fits(spec, "o") and w.could_run(spec, "o")
     w.release("r")
     assert (w.free, w.used_cpu, w.used_mem) == (2, 0, 0)
+
+
+def test_the_entries_of_a_timer_heap_due_by_a_time_are_read_without_taking_them_out() -> None:
+    heap: list[tuple[datetime, str]] = []
+    for i in (5, 1, 9, 3, 7, 2, 8, 4, 6, 0):
+        heapq.heappush(heap, (T0 + timedelta(seconds=i), f"r{i}"))
+    before = list(heap)
+    assert sorted(heap_until(heap, T0 + timedelta(seconds=4), cap=100)) == [
+        "r0", "r1", "r2", "r3", "r4",
+    ]  # fmt: skip
+    assert len(heap_until(heap, T0 + timedelta(seconds=4), cap=2)) == 2
+    assert heap_until(heap, T0 - timedelta(seconds=1), cap=100) == []
+    assert heap == before

@@ -16,8 +16,13 @@ The parts that decide take ``now`` and return decisions; one part acts:
 - ``state``, ``turn``: a held run's phase, and one turn's write set;
 - ``keeper``: the runs held, with the deciders' answers applied to them;
 - ``streams``: what workers say, applied to the runs held;
-- ``loop``: the inbox, the turn and the group commit; the only part that calls the
-  store, and it sends nothing that depends on a write before the write is durable.
+- ``loading``: a scan's store reads, beside the turns; what they found is held by
+  the loop;
+- ``ahead``: jobs read again for runs due, beside the turns; the runs coming due in
+  the demand; ``timers``: timer heaps read without taking entries out;
+- ``loop``: the inbox, the turn and the group commit; with ``loading`` and ``ahead``
+  the only part that calls the store, and it sends nothing that depends on a write
+  before the write is durable.
 
 Nothing here speaks gRPC: the lease stream's edge (``coordinator.worker_stream``)
 hands the loop typed events and sends what it is given.

@@ -30,7 +30,7 @@
   (``placement.why_waiting``); for a BLOCKED one, its job's limit. Counted by
   reason for the ``shardcron_waiting_runs`` gauge.
 - **Demand**: for a worker that shares its slots among pollers, how many slots of
-  ready runs it could take from this one.
+  ready runs, and of runs coming due (``ahead``), it could take from this one.
 
 Pure: nothing here reads a clock or calls the store; ``missed`` and ``place`` yield
 decisions lazily, so what the loop does with one (a run ended, a slot held) counts
@@ -47,7 +47,7 @@ from datetime import datetime, timedelta
 from enum import Enum
 
 from shardcron.client.saturating import saturating_add
-from shardcron.client.types import Job, OverlapPolicy, Run
+from shardcron.client.types import Job, JobSpec, OverlapPolicy, Run
 from shardcron.coordinator.poller.placement import ReadyRuns, WaitReason, why_waiting
 from shardcron.coordinator.poller.state import Phase, Slot
 from shardcron.coordinator.poller.workers import WorkerBook
@@ -314,14 +314,17 @@ class Admission:
         """Ready runs a pass may place that the last one did not."""
         return self._ready.worth_a_pass()
 
-    def demand(self, workers: Collection[WorkerBook]) -> dict[WorkerBook, int]:
-        """For each worker given, the slots of ready runs it could take (at most its
-        slots)."""
+    def demand(
+        self, workers: Collection[WorkerBook], coming: Iterable[tuple[JobSpec, str]] = ()
+    ) -> dict[WorkerBook, int]:
+        """For each worker given, the slots of ready runs, and of runs ``coming`` due
+        ((spec, owner) each), it could take (at most its slots)."""
         want = dict.fromkeys(workers, 0)
-        for cls in self._ready.classes():
-            need = cls.count * (cls.spec.resources.slots or 1)
+        needs = [(c.spec, c.owner, c.count) for c in self._ready.classes()]
+        for spec, owner, count in (*needs, *((spec, owner, 1) for spec, owner in coming)):
+            need = count * (spec.resources.slots or 1)
             for w in workers:
-                if want[w] < w.slots and w.could_run(cls.spec, cls.owner):
+                if want[w] < w.slots and w.could_run(spec, owner):
                     want[w] += need
         return {w: min(n, w.slots) for w, n in want.items()}
 

@@ -38,6 +38,7 @@ from shardcron.coordinator.poller.endings import final_run, follow_up
 from shardcron.coordinator.poller.fires import on_fire_due, retry_misfired
 from shardcron.coordinator.poller.leases import LeaseBook
 from shardcron.coordinator.poller.state import LAG_PHASES, Phase, Slot
+from shardcron.coordinator.poller.timers import heap_until
 from shardcron.coordinator.poller.turn import Turn
 from shardcron.coordinator.poller.workers import WorkerBook
 from shardcron.coordinator.sealing import SecretUnopenable, opened_task
@@ -151,9 +152,13 @@ class RunKeeper:
         cutoff = self._clock.monotonic() - keep_seconds
         self.recent_final = {k: v for k, v in self.recent_final.items() if v > cutoff}
 
-    def cache_job(self, job: Job) -> None:
+    def cache_job(self, job: Job, *, read_at: float | None = None) -> None:
+        """Holds the job as read at ``read_at`` (monotonic; None: now) unless held newer."""
+        read_at = self._clock.monotonic() if read_at is None else read_at
+        if self._job_read_at.get(job.id, -math.inf) > read_at:
+            return
         self.jobs[job.id] = job
-        self._job_read_at[job.id] = self._clock.monotonic()
+        self._job_read_at[job.id] = read_at
 
     def oldest_due(self, phases: Collection[Phase] | None = None) -> dict[int, datetime]:
         """Per shard, the due time of the oldest run held (in one of ``phases``)."""
@@ -203,6 +208,12 @@ class RunKeeper:
                 continue
             due.append(slot)
         return due
+
+    def coming_due(self, until: datetime) -> list[Slot]:
+        """WAITING runs due by ``until`` (a batch at most), left in the timer heap."""
+        ids = dict.fromkeys(heap_until(self._timers, until, self.config.max_batch))
+        slots = (self.slots.get(rid) for rid in ids)
+        return [s for s in slots if s is not None and s.phase == Phase.WAITING]
 
     def stale_jobs(self, due: list[Slot]) -> set[str]:
         """Jobs of these runs to read again: not held, or read longer ago than allowed."""

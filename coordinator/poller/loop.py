@@ -8,8 +8,10 @@ the turn decided in ONE store commit (group commit) before it sends anything tha
 depends on it: a lease is durable before the worker sees it, a result is durable
 before the worker is told it was accepted.
 
-This is the one part of the poller that calls the store, and its only place that
-reads the clock for the rules (each decider is given ``now``).
+This is, with the scan's and the jobs' reads (``loading``, ``ahead``: they go on
+beside the turns, and the loop holds what they found), the part of the poller that
+calls the store, and its
+only place that reads the clock for the rules (each decider is given ``now``).
 
 Never twice at once: a lease carries a fencing token (epoch << 32 | sequence);
 a worker holds a run only while it keeps renewing; a result or heartbeat whose
@@ -37,6 +39,7 @@ import logging
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta
+from functools import partial
 
 from shardcron.client.errors import FailedPrecondition, NotFound, ShardcronError, Unavailable
 from shardcron.client.saturating import saturating_add
@@ -45,8 +48,9 @@ from shardcron.coordinator.coordination import Assignment
 from shardcron.coordinator.ids import shard_for
 from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.poller.admission import free_slots, lease_lead
+from shardcron.coordinator.poller.ahead import JobReads, coming
 from shardcron.coordinator.poller.clock import Clock, SystemClock
-from shardcron.coordinator.poller.config import PollerConfig
+from shardcron.coordinator.poller.config import MAX_DEFERRED, PollerConfig
 from shardcron.coordinator.poller.events import (
     AssignmentChanged,
     CancelJob,
@@ -59,6 +63,7 @@ from shardcron.coordinator.poller.events import (
     WorkerMessage,
 )
 from shardcron.coordinator.poller.keeper import RunKeeper, fault_text
+from shardcron.coordinator.poller.loading import SCAN_WAIT, CursorSaves, ScanReads
 from shardcron.coordinator.poller.ownership import Ownership, Standing
 from shardcron.coordinator.poller.state import LAG_PHASES, Phase, Slot
 from shardcron.coordinator.poller.streams import WorkerStreams
@@ -68,8 +73,6 @@ from shardcron.coordinator.store import JobStore
 from shardcron.coordinator.store_lanes import mark_poller
 
 log = logging.getLogger("shardcron.poller")
-
-_PAGE = 2000  # due-index rows read per store call
 
 
 class Poller:
@@ -111,6 +114,13 @@ class Poller:
         )
         self._inbox: deque[InboxEvent] = deque()
         self._wake = asyncio.Event()
+        # the scan's reads, beside the turns (``loading``); what they found is held
+        # only if ``_generation`` (bumped on a reset or a new assignment) is unchanged
+        self._scans = ScanReads(store, self._windows, self._runs, wake=self._wake.set)
+        self._job_reads = JobReads(store, self._runs, wake=self._wake.set)  # ``ahead``
+        self._cursor_saves = CursorSaves(store)
+        self._generation = 0
+        self._early_hints: list[Run] = []  # hinted while its shard's first scan was read
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self.turns = 0  # turns completed (written and sent), for tests and status
@@ -170,6 +180,7 @@ class Poller:
         if self._task is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        self._drop_reads()
         for event in self._inbox:
             if isinstance(event, AssignmentChanged) and not event.applied.done():
                 event.applied.set_result(None)
@@ -209,9 +220,19 @@ class Poller:
         """Forgets everything held in memory; the next scan reloads it from the store,
         as a poller taking the shards over would (leases are waited out or renewed)."""
         self.metrics.poller_resets.inc()
+        self._drop_reads()
+        self._early_hints.clear()
         self._runs.clear()
         self._windows.reset(self._clock.now())
         self._streams.forget_all()
+
+    def _drop_reads(self) -> None:
+        """Nothing read or saved beside the turns is held any more: the poller forgets
+        what it held (a reset) or stops (``loading``, ``ahead``)."""
+        self._generation += 1
+        self._scans.cancel()
+        self._job_reads.cancel()
+        self._cursor_saves.cancel()
 
     def _settled(self) -> bool:
         """Every owned shard was loaded once: a run not held now is not ours."""
@@ -220,7 +241,7 @@ class Poller:
     def _sleep_for(self) -> float:
         now = self._clock.now()
         candidates = [0.5]
-        scan = self._windows.seconds_to_scan(self._clock.monotonic())
+        scan = None if self._scans.busy else self._windows.seconds_to_scan(self._clock.monotonic())
         if scan is not None:
             candidates.append(scan)
         runs = self._runs
@@ -266,8 +287,11 @@ class Poller:
         if self._stand_still():
             return
         now = self._clock.now()
-        if self._windows.scan_due(self._clock.monotonic()):
-            await self._scan(now)
+        scans = self._scans
+        if not scans.busy and self._windows.scan_due(self._clock.monotonic()):
+            scans.begin(now, self._clock.monotonic(), self._generation)
+            await scans.settle(SCAN_WAIT)
+        self._hold_scanned()
         with self._isolated("replay"):
             self._streams.replay_deferred(turn, now)
         runs.expire(now, turn)
@@ -277,7 +301,8 @@ class Poller:
             with self._isolated("dispatch"):
                 runs.dispatch(self._streams.workers.values(), now, turn)
         with self._isolated("demand"):
-            self._streams.update_demand(active=self.active)
+            soon = partial(coming, runs, now, self._lead())
+            self._streams.update_demand(active=self.active, coming=soon)
         if turn.retries:
             await self._place_retries(turn)
         if not turn.empty():
@@ -305,8 +330,9 @@ class Poller:
         for link, ack in turn.acks:
             link.ack(ack)
         self._streams.flush()
-        if self._windows.save_cursors_due(self._clock.monotonic()):
-            await self._save_cursors(now)
+        self._cursor_saves.check()  # a save that failed fails this turn
+        if self._windows.save_cursors_due(self._clock.monotonic()) and not self._cursor_saves.busy:
+            self._save_cursors(now)
         self._update_gauges()
         self.turns += 1
 
@@ -373,6 +399,8 @@ class Poller:
                     applied.set_result(None)
 
     def _on_assignment(self, a: Assignment, now: datetime) -> None:
+        self._generation += 1  # a scan begun for the shards of before is not held
+        self._scans.cancel()  # (runs waiting for their job are checked when it is read)
         if a.fencing_epoch != self.fencing_epoch:
             self._ownership.new_fencing_epoch()
         self.epoch = a.epoch
@@ -395,6 +423,11 @@ class Poller:
         ):
             return
         edge = self._windows.loaded_until(run.shard)
+        if edge is None and self._scans.busy and len(self._early_hints) < MAX_DEFERRED:
+            # the shard's first scan may have read past the run already: it is looked
+            # at again once that scan's runs are held
+            self._early_hints.append(run)
+            return
         if run.due_at >= (edge or now) and (
             edge is None  # the shard's first scan will load it
             or run.due_at >= saturating_add(now, self.config.hint_horizon)
@@ -407,85 +440,32 @@ class Poller:
 
     # --- loading -----------------------------------------------------------------
 
-    async def _scan(self, now: datetime) -> None:
-        """Loads runs that come due before now + lookahead from every owned shard."""
-        windows = self._windows
-        until = saturating_add(now, self.config.lookahead)
-        recheck = windows.recheck_due(self._clock.monotonic())
-        for shard in sorted(windows.shards):
-            if len(self._runs.slots) >= self.config.max_loaded:
-                break
-            start = windows.loaded_until(shard) or await self._shard_start(shard, now)
-            start = windows.window_start(shard, start, now, recheck=recheck)
-            if await self._load_range(shard, start, until, now):
-                windows.loaded(shard, until, now, recheck=recheck)
-        windows.scanned(self._clock.monotonic(), rechecked=recheck)
+    def _hold_scanned(self) -> None:
+        """Holds what the scan's reads found, once they are over (``loading``); then
+        looks again at the hints met while a shard's first scan was read."""
+        if self._scans.hold(self._generation):
+            early, self._early_hints = self._early_hints, []
+            now = self._clock.now()
+            for run in early:
+                self._admit_new(run, now)
 
-    async def _shard_start(self, shard: int, now: datetime) -> datetime:
-        cursors = await self.store.load_cursors([shard])
-        if shard in cursors:
-            return cursors[shard]
-        oldest = await self.store.oldest_due(shard)
-        return min(oldest, now) if oldest is not None else now
-
-    async def _load_range(
-        self, shard: int, start: datetime, until: datetime, now: datetime
-    ) -> bool:
-        """Reads [start, until) of a shard's due index; False if memory filled up first."""
-        held = self._runs
-        after: tuple[datetime, str] | None = None
-        while True:
-            entries = await self.store.scan_due(
-                shard, due_from=start, due_until=until, after=after, limit=_PAGE
-            )
-            fresh = [
-                e.run_id
-                for e in entries
-                if not held.known(e.run_id) and not self._windows.left_to_hint(shard, e.due_at, now)
-            ]
-            if fresh:
-                runs = await self.store.get_runs(fresh)
-                jobs = await self.store.get_jobs(list({r.job_id for r in runs.values()}))
-                taken = self._windows.taken_at.get(shard, now)
-                for run in runs.values():
-                    if run.id in held.slots:
-                        continue
-                    if run.state.is_final:
-                        held.ended_here(run.id)
-                    elif run.state == RunState.PENDING:
-                        held.add_waiting(Slot(run=run, job=jobs.get(run.job_id)))
-                    else:
-                        held.adopt_orphan(run, jobs.get(run.job_id), taken_at=taken, now=now)
-                for job in jobs.values():
-                    if held.holds_job(job.id):
-                        held.cache_job(job)
-            if len(entries) < _PAGE:
-                return True
-            if len(held.slots) >= self.config.max_loaded:
-                return False
-            last = entries[-1]
-            after = (last.due_at, last.run_id)
-
-    async def _save_cursors(self, now: datetime) -> None:
+    def _save_cursors(self, now: datetime) -> None:
+        """Saves each loaded shard's cursor, beside the turns (``loading``)."""
         clock = self._clock.monotonic()
         oldest = self._runs.oldest_due()
         cursors = self._windows.cursors(oldest, now, self.store.bucket_seconds, clock)
         if cursors:
-            await self.store.save_cursors(cursors)
+            self._cursor_saves.start(cursors)
         window = self.config.recheck_window + self.config.lookahead
         self._runs.prune_ended(window.total_seconds() + 60)
 
     # --- what needs the store in the middle of a turn --------------------------------
 
     async def _trigger_due(self, now: datetime, turn: Turn) -> None:
+        """Triggers the runs due whose job copies are current; the others wait for
+        their jobs to be read beside the turns (``ahead``)."""
         due = self._runs.pop_due(now, lead=self._lead())
-        if not due:
-            return
-        stale = self._runs.stale_jobs(due)
-        if stale:
-            for job in (await self.store.get_jobs(list(stale))).values():
-                self._runs.cache_job(job)
-        for slot in due:
+        for slot in await self._job_reads.ready(due, self._clock.monotonic()):
             with self._runs.isolated(slot, turn, now, where="trigger"):
                 self._runs.trigger(slot, now, turn)
 

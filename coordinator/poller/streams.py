@@ -43,7 +43,7 @@ that stream: the loop counts it and closes the stream, and nothing else changes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 
 from shardcron.client.errors import AlreadyExists, PermissionDenied
@@ -63,7 +63,7 @@ from shardcron.client.stream import (
     Welcome,
     WorkerEvent,
 )
-from shardcron.client.types import OutputChunk, RunState
+from shardcron.client.types import JobSpec, OutputChunk, RunState
 from shardcron.coordinator.poller.config import MAX_DEFERRED
 from shardcron.coordinator.poller.events import WorkerConnected
 from shardcron.coordinator.poller.keeper import RunKeeper
@@ -246,10 +246,14 @@ class WorkerStreams:
             else:
                 self._on_result(book, item, turn, now)
 
-    def update_demand(self, *, active: bool) -> None:
+    def update_demand(
+        self, *, active: bool, coming: Callable[[], Iterable[tuple[JobSpec, str]]] = tuple
+    ) -> None:
         """Tells each worker that shares its slots among pollers how many slots of ready
-        runs it could take from this one (it hands out its free slots by that), until
-        it was last told 0: a demand left standing would keep slots from other pollers."""
+        runs, and of runs ``coming()`` due ((spec, owner) each; asked only if a worker
+        shares), it could take from this one (it hands out its free slots by that),
+        until it was last told 0: a demand left standing would keep slots from other
+        pollers."""
         sharing = [
             w
             for w in self.workers.values()
@@ -258,7 +262,7 @@ class WorkerStreams:
         if not sharing:
             return
         if active:
-            for w, slots in self._keeper.admission.demand(sharing).items():
+            for w, slots in self._keeper.admission.demand(sharing, coming()).items():
                 w.link.demand(slots)
         else:
             for w in sharing:

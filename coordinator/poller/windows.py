@@ -73,7 +73,8 @@ class ShardWindows:
         return self._config.recheck_interval is not None and clock >= self._next_recheck
 
     def scanned(self, clock: float, *, rechecked: bool) -> None:
-        """A scan ended at ``clock``: the next one is a scan interval later."""
+        """A scan that began at ``clock`` is over: the next one is a scan interval
+        after that (at once if its reads took longer)."""
         self._next_scan = clock + self._config.scan_interval.total_seconds()
         if rechecked:
             assert self._config.recheck_interval is not None

@@ -1,0 +1,100 @@
+"""The jobs of runs coming due, read beside the turns; room asked for them ahead.
+
+In a cluster a job copy older than ``job_cache_ttl`` (1 s) is read again when its run
+triggers: another node's api may have changed the job. Read in the turn, that read
+held up every lease and result of the turn: 0.1-1 s per turn in W3 on Cassandra at
+1,000 jobs/s, where a turn's commit took as long. So a run due whose job copy is too
+old waits (WAITING, out of the timer heap) while its job is read beside the turns,
+during their commits (``JobReads``), and triggers in the first turn after the read
+with the copy it read: a copy read after the run came due sees every change made
+before. The turn that begins the read waits ``READ_WAIT`` for it, so a fast read
+(SQLite, a quiet Cassandra) serves that turn as before; a slow one holds up its
+runs, not the turn. One read is in flight at a time; a run that waits meanwhile goes into the next. A copy read so
+is held unless the one held was read later (``RunKeeper.cache_job``); a job with no
+row is looked for again at set times, as before (``RunKeeper.trigger``).
+
+A worker that shares its slots among pollers grants them by each poller's demand,
+one round trip after it is asked. The runs coming due within ``AHEAD`` of the lease
+lead count in the demand (``coming``, ``Admission.demand``), so the room is granted
+by the time they are ready.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+from shardcron.client.saturating import saturating_add
+from shardcron.client.types import Job, JobSpec
+from shardcron.coordinator.poller.keeper import RunKeeper
+from shardcron.coordinator.poller.loading import retrieve
+from shardcron.coordinator.poller.state import Phase, Slot
+from shardcron.coordinator.store import JobStore
+
+AHEAD = timedelta(seconds=2)  # runs count in the demand this long before the lead
+READ_WAIT = 0.05  # seconds the turn that begins a read of jobs waits for it
+
+
+def coming(keeper: RunKeeper, now: datetime, lead: timedelta) -> list[tuple[JobSpec, str]]:
+    """(spec, owner) of each run coming due within ``AHEAD`` of the lead whose job is held."""
+    jobs = keeper.jobs
+    soon = keeper.coming_due(saturating_add(now, lead + AHEAD))
+    return [(job.spec, s.run.owner) for s in soon if (job := jobs.get(s.run.job_id))]
+
+
+class JobReads:
+    """Runs due that wait for their job to be read, and the read in flight."""
+
+    def __init__(self, store: JobStore, keeper: RunKeeper, *, wake: Callable[[], None]):
+        self._store = store
+        self._keeper = keeper
+        self._wake = wake  # the loop goes on once a read is over
+        self._task: asyncio.Task[dict[str, Job]] | None = None
+        self._reading: list[Slot] = []  # waiting for the read in flight
+        self._next: list[Slot] = []  # waiting for the next read
+        self._read_at = 0.0  # monotonic: when the read in flight began
+
+    async def ready(self, due: list[Slot], monotonic: float) -> list[Slot]:
+        """Of the runs ``due`` and those that waited for a read now over, the ones to
+        trigger now (their job copies are current); the others wait for a read. A read
+        begun here is waited for ``READ_WAIT``: a fast one serves this turn."""
+        out = self._read_over()
+        if due:
+            stale = self._keeper.stale_jobs(due)
+            out += [s for s in due if s.run.job_id not in stale]
+            self._next += [s for s in due if s.run.job_id in stale]
+        if self._task is None and self._next:
+            self._reading, self._next = [s for s in self._next if self._waits(s)], []
+            self._read_at = monotonic
+            job_ids = list({s.run.job_id for s in self._reading})
+            task = self._task = asyncio.create_task(self._store.get_jobs(job_ids))
+            task.add_done_callback(lambda _: self._wake())
+            await asyncio.wait({task}, timeout=READ_WAIT)
+            out += self._read_over()
+        return out
+
+    def _read_over(self) -> list[Slot]:
+        """Holds the jobs of a read that is over; returns the runs that waited for it."""
+        task = self._task
+        if task is None or not task.done():
+            return []
+        self._task = None
+        keeper = self._keeper
+        for job in task.result().values():  # a store error resets the poller
+            if keeper.holds_job(job.id):
+                keeper.cache_job(job, read_at=self._read_at)
+        out, self._reading = [s for s in self._reading if self._waits(s)], []
+        return out
+
+    def _waits(self, slot: Slot) -> bool:
+        """Still held and waiting (not forgotten, cancelled or ended meanwhile)."""
+        return self._keeper.slots.get(slot.run.id) is slot and slot.phase == Phase.WAITING
+
+    def cancel(self) -> None:
+        """Nothing waits any more (the poller reset or stopped: its runs are forgotten)."""
+        if self._task is not None:
+            self._task.cancel()
+            self._task.add_done_callback(retrieve)
+        self._task = None
+        self._reading, self._next = [], []
