@@ -29,7 +29,7 @@ WORKERS = 1  # worker processes
 # rounds of a commit each and started 0.7 s late at the median, with 2,048 in one.
 # W2's 5,000 (--quick) with 2,048 went in three rounds, each waiting for the results
 # that freed the slots: p99 start lag 0.68-0.82 s; with 8,192, 0.31-0.34 s.
-SLOTS = 8192
+SLOTS = 65_536
 COMMAND_SLOTS = 64  # W6: slots per worker for `true` commands (each a child process)
 
 SYSTEM = "shardcron (embedded)"
