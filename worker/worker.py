@@ -57,6 +57,7 @@ from .handlers import HandlerRegistry
 from .handlers import registry as default_registry
 from .held import HeldRun, lapsed, lease_deadline
 from .link import PollerLink
+from .outbox import MAX_HEARTBEAT_LEASES
 from .reaper_client import Reaper
 from .targets import Target, next_reading, read_targets
 
@@ -366,7 +367,7 @@ class Worker:
             runs_commands=self.runs_commands,
             version=shardcron.__version__,
             pending_results=(*link.unacked.values(), *self._adrift.offer(link, link.streams)),
-            held=tuple(held),
+            held=tuple(held[:MAX_HEARTBEAT_LEASES]),  # the heartbeats name the rest
             instance_id=self.instance_id,
             waits_for_due=True,  # due_gate.run_when_due
         )
