@@ -133,6 +133,18 @@ def burst(node: Node, n: int, workload: str) -> Result:
     )
 
 
+def _landed(node: Node, name: str, started: int) -> list[RunTime]:
+    """The times of the runs named ``name`` once ``started`` of them show a start (or
+    after ``SETTLE`` seconds): the completion counter moves when a turn decides its runs'
+    ends, a moment before its commit lands, and a storm's last commit carried 10,000."""
+    end = time.time() + SETTLE
+    while True:
+        rows = node.run_times(name)
+        if sum(r.started_at is not None for r in rows) >= started or time.time() >= end:
+            return rows
+        time.sleep(POLL)
+
+
 def storm(node: Node, n: int) -> Result:
     """W2: ``n`` jobs all due at one instant T, submitted before it."""
     try:
@@ -142,7 +154,7 @@ def storm(node: Node, n: int) -> Result:
         spec = JobSpec(name="w2", task=HandlerTask(name="noop"), schedule=Schedule.once_at(at))
         timeout = TIMEOUT + max(0.0, at.timestamp() - time.time())
         first, last_ack, done, last_done, cpu = _measure(node, spec, n, timeout)
-        starts = [r.started_at for r in node.run_times("w2") if r.started_at is not None]
+        starts = [r.started_at for r in _landed(node, "w2", done) if r.started_at is not None]
     finally:
         node.stop()
     notes = "start lag = started_at (worker) - T, read from the store"
