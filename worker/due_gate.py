@@ -23,6 +23,8 @@ from collections.abc import Coroutine
 from datetime import datetime
 from typing import Any
 
+from shardcron.client.stream import LeaseRef
+
 from .context import ExecResult, stopped_result, utcnow
 from .executor import Launch
 from .held import HeldRun
@@ -32,7 +34,9 @@ class DueGate:
     """The runs held until their due instant, by instant, each instant with one timer."""
 
     def __init__(self) -> None:
-        self._instants: dict[datetime, list[tuple[HeldRun, asyncio.Future[Any], Launch]]] = {}
+        self._instants: dict[
+            datetime, list[tuple[HeldRun, LeaseRef, asyncio.Future[Any], Launch]]
+        ] = {}
 
     def __len__(self) -> int:
         """Instants with runs held for them."""
@@ -49,7 +53,7 @@ class DueGate:
         if held is None:
             held = self._instants[due_at] = []
             loop.call_later(seconds, self._release, due_at)
-        held.append((run, woken, launch))
+        held.append((run, run.ref, woken, launch))  # the ref made now: the release is lean
 
         def wake(_: object = None) -> None:
             if not woken.done():
@@ -69,14 +73,14 @@ class DueGate:
     def _release(self, due_at: datetime) -> None:
         """Starts every run held for ``due_at`` that was not stopped meanwhile."""
         at = utcnow()
-        for run, woken, launch in self._instants.pop(due_at, ()):
+        for run, ref, woken, launch in self._instants.pop(due_at, ()):
             if woken.done():
                 continue  # stopped meanwhile
             if run.ctx.stopping:
                 woken.set_result(None)
                 continue
             woken.set_result(launch())
-            run.link.outbox.started(run.ref, at)  # its poller now, if the shard moved
+            run.link.outbox.started(ref, at)  # its poller now, if the shard moved
 
 
 async def run_when_due(

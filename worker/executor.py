@@ -372,7 +372,7 @@ class HandlerExecutor:
         if fn is None:
             why = f"no handler named {task.name!r} on this worker"
             return partial(at_once, failed_result(RunReason.NO_HANDLER, why))
-        is_async = _is_async(fn)
+        loop = asyncio.get_running_loop() if _is_async(fn) else None
         ready = self._context(run, task) if run.timeout is None else None
 
         def launch() -> Coroutine[Any, Any, ExecResult]:
@@ -380,8 +380,8 @@ class HandlerExecutor:
             if run.stopping:
                 return at_once(stopped_result(run, False, started))
             ctx = ready or self._context(run, task)
-            if is_async:
-                job: asyncio.Future = asyncio.ensure_future(fn(ctx))
+            if loop is not None:
+                job: asyncio.Future = loop.create_task(fn(ctx))
                 cancel_job = job.cancel
             else:
                 thread_job = self._pool.submit(fn, ctx)
