@@ -49,6 +49,7 @@ from shardcron.client.types import (
 from shardcron.coordinator.poller import Phase, Poller, PollerConfig, fires
 from shardcron.coordinator.poller.admission import Admission, lease_lead, pick_worker
 from shardcron.coordinator.poller.config import JOB_ROW_RETRY
+from shardcron.coordinator.poller.crowds import CROWD
 from shardcron.coordinator.poller.events import WorkerClosed, WorkerConnected, WorkerMessage
 from shardcron.coordinator.poller.leases import LeaseBook
 from shardcron.coordinator.poller.state import Slot
@@ -438,3 +439,33 @@ async def test_a_run_met_before_its_job_row_is_looked_at_again_after_the_retry_n
     await clock.move(JOB_ROW_RETRY)
     await turns(poller, 3)
     assert read.count(job.id) == 2
+
+
+async def test_the_runs_of_a_crowded_instant_are_leased_further_ahead_than_the_lead(
+    store: SqliteStore,
+    poller: Poller,
+    clock: FakeClock,
+) -> None:
+    # A turn leases at most a batch, so a whole fleet due on one minute was still being
+    # leased after it; its instant is reached earlier by its runs (crowds.DueCrowds).
+    link = connect(poller, "new", waits=True, slots=2 * CROWD)
+    now = clock.now()
+    due = now + timedelta(seconds=5)
+    created = []
+    for _ in range(CROWD):
+        job = dataclasses.replace(make_job(), created_at=now, updated_at=now)
+        run = dataclasses.replace(make_run(job, due_at=due), created_at=now)
+        created.append(NewJob(job=job, runs=[run]))
+    await store.create_jobs(created)
+    for new in created:
+        poller.runs_created(new.runs, [new.job])
+    runs = [new.runs[0] for new in created]
+    await turns_until(lambda: all(poller.phase_of(r.id) == Phase.WAITING for r in runs), poller)
+    ahead = LEAD + CROWD * PollerConfig().crowd_lead_per_run
+    await clock.move_to(due - ahead - TICK)
+    await turns(poller)
+    assert not link.leases
+    await clock.move_to(due - ahead)
+    await turns_until(lambda: len(link.leases) == CROWD, poller)
+    assert {g.run_id for g in link.leases} == {r.id for r in runs}
+    assert all(g.due_at == due and g.expires_at == due + TTL for g in link.leases)

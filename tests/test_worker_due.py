@@ -1,4 +1,4 @@
-"""A lease given ahead of its run's due instant, on the worker (``worker/held.py``):
+"""A lease given ahead of its run's due instant, on the worker (``worker/due_gate.py``):
 held until ``due_at`` before the run starts, ``Started`` sent only then, and a cancel
 during the wait ends it without starting it. Against the scripted in-test poller of
 ``tests/test_worker_stream.py``; the order of instants is checked, never a speed."""
@@ -83,3 +83,37 @@ async def test_a_cancel_while_waiting_for_the_due_instant_stops_the_run_before_i
         assert not result.HasField("started_at")
         assert not began and not poller.of_kind("started")
         assert worker.slots_used == 0  # its slot is free for the next lease
+
+
+async def test_the_runs_of_one_instant_are_released_together_and_a_cancelled_one_never_starts() -> (
+    None
+):
+    # A fleet's minute brings thousands of runs due at one instant: one timer releases
+    # them all (due_gate.DueGate), each started in one pass, not each in its own turn.
+    poller = ScriptedPoller()
+    began: list[datetime] = []
+    registry = clocked(began)
+    async with (
+        serve(poller) as port,
+        running(make_worker(port, registry=registry, slots=32)) as worker,
+    ):
+        await until(lambda: worker.connected)
+        due = datetime.now(UTC) + timedelta(seconds=2)
+        poller.lease(*(early_lease(f"r{i}", "clocked", due, token=i + 1) for i in range(20)))
+        await until(lambda: worker.slots_used == 20, what="the leases held")
+        assert len(worker._due_gate) == 1  # one instant, one timer
+        cancel = worker_pb2.Cancel(
+            run_id="r0", fencing_token=1, reason=types_pb2.RUN_REASON_CANCELLED_BY_USER
+        )
+        poller.send(cancels=worker_pb2.Cancels(cancels=[cancel]))
+        await until(lambda: len(poller.results) == 20, what="the results")
+        assert poller.results["r0"].state == types_pb2.RUN_STATE_CANCELLED
+        assert not poller.results["r0"].HasField("started_at")
+        for i in range(1, 20):
+            result = poller.results[f"r{i}"]
+            assert result.state == types_pb2.RUN_STATE_SUCCEEDED
+            assert result.started_at.ToDatetime(UTC) >= due
+        assert len(began) == 19 and min(began) >= due
+        started = [ref.run_id for m in poller.of_kind("started") for ref in m.leases]
+        assert sorted(started) == sorted(f"r{i}" for i in range(1, 20))
+        assert worker.slots_used == 0 and len(worker._due_gate) == 0

@@ -20,9 +20,11 @@ import signal
 import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
+from functools import partial
+from typing import Any
 
 from shardcron.client.types import CommandTask, HandlerTask, RunReason, RunState
 from shardcron.worker.handlers import HandlerRegistry
@@ -51,6 +53,7 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+Launch = Callable[[], Coroutine[Any, Any, ExecResult]]  # starts a run; awaited, its result
 CHUNK_SIZE = 64 * 1024
 
 
@@ -350,27 +353,55 @@ class HandlerExecutor:
         )
 
     async def execute(self, run: RunContext) -> ExecResult:
+        return await self.begin(run)
+
+    def begin(self, run: RunContext) -> Coroutine[Any, Any, ExecResult]:
+        """Starts the run's handler now; the coroutine returned waits for its result."""
+        return self.prepare(run)()
+
+    def prepare(self, run: RunContext) -> Launch:
+        """What starts the run's handler, made ready ahead (its handler looked up, its
+        context built unless a timeout counts from the start), so that starting it costs
+        little: a worker releasing the many runs of one due instant starts each in one
+        pass (``due_gate``). Called, it stamps the start, starts the handler and gives
+        the coroutine that waits for its result."""
         task = run.task
         if not isinstance(task, HandlerTask):
-            return failed_result(RunReason.NO_HANDLER, "not a handler task")
+            return partial(at_once, failed_result(RunReason.NO_HANDLER, "not a handler task"))
         fn = self.registry.get(task.name)
         if fn is None:
-            return failed_result(
-                RunReason.NO_HANDLER, f"no handler named {task.name!r} on this worker"
-            )
-        started = utcnow()
-        if run.stopping:
-            return stopped_result(run, False, started)
-        ctx = self._context(run, task)
-        if _is_async(fn):
-            job: asyncio.Future = asyncio.ensure_future(fn(ctx))
-            cancel_job = job.cancel
-        else:
-            thread_job = self._pool.submit(fn, ctx)
-            job = asyncio.wrap_future(thread_job)
-            # This only stops a job still queued for a thread; a running one must see
-            # ctx.cancelled (cancelling the asyncio wrapper would just stop waiting).
-            cancel_job = thread_job.cancel
+            why = f"no handler named {task.name!r} on this worker"
+            return partial(at_once, failed_result(RunReason.NO_HANDLER, why))
+        loop = asyncio.get_running_loop() if _is_async(fn) else None
+        ready = self._context(run, task) if run.timeout is None else None
+
+        def launch() -> Coroutine[Any, Any, ExecResult]:
+            started = utcnow()
+            if run.stopping:
+                return at_once(stopped_result(run, False, started))
+            ctx = ready or self._context(run, task)
+            if loop is not None:
+                job: asyncio.Future = loop.create_task(fn(ctx))
+                cancel_job = job.cancel
+            else:
+                thread_job = self._pool.submit(fn, ctx)
+                job = asyncio.wrap_future(thread_job)
+                # This only stops a job still queued for a thread; a running one must
+                # see ctx.cancelled (cancelling the asyncio wrapper would just stop waiting).
+                cancel_job = thread_job.cancel
+            return self._outcome(run, ctx, job, cancel_job, started)
+
+        return launch
+
+    async def _outcome(
+        self,
+        run: RunContext,
+        ctx: HandlerContext,
+        job: asyncio.Future,
+        cancel_job: Callable[[], bool],
+        started: datetime,
+    ) -> ExecResult:
+        """Waits for a handler started by ``prepare``'s launch: its result, or its stop."""
         try:
             ended = await ended_first(job, run.stopped(), run.timeout)
         except BaseException:
@@ -420,6 +451,25 @@ class HandlerExecutor:
                 "poll ctx.cancelled)",
                 run.run_id,
             )
+
+
+def launcher(
+    ctx: RunContext, handlers: HandlerExecutor | None, commands: CommandExecutor | None
+) -> Launch:
+    """What starts the run: a handler's made ready now (``HandlerExecutor.prepare``), a
+    command's spawned once awaited; ``commands`` None: this worker runs none."""
+    if not isinstance(ctx.task, CommandTask):
+        assert handlers is not None
+        return handlers.prepare(ctx)
+    if commands is None:
+        why = "this worker does not run commands"
+        return partial(at_once, failed_result(RunReason.SPAWN_FAILED, why))
+    return partial(commands.execute, ctx)
+
+
+async def at_once(result: ExecResult) -> ExecResult:
+    """``result``, awaited: what ``begin`` gives for a run that ends before it starts."""
+    return result
 
 
 def _consume(fut: asyncio.Future) -> None:

@@ -2,7 +2,7 @@
 
 A lease given ahead of its run's due instant (the poller's lease lead; this worker
 says ``Hello.waits_for_due``) is held until ``due_at`` on this machine's clock
-before the run starts, and ``Started`` goes out only then (``hold_until_due``): the
+before the run starts, and ``Started`` goes out only then (``due_gate``): the
 run's start, its recorded ``started_at`` and the start lag are the real ones. A
 cancel or a lost lease during the wait ends it without starting it.
 
@@ -15,7 +15,6 @@ down, is ``seeking``: its lease is named to every poller until one renews it.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 from collections import deque
 from collections.abc import Iterable
@@ -24,7 +23,6 @@ from datetime import datetime
 
 from shardcron.client.stream import LeaseRef, RunOutcome
 
-from .context import stopped_result
 from .executor import ExecResult, RunContext, utcnow
 from .link import PollerLink
 
@@ -78,46 +76,6 @@ def lease_deadline(expires_at: datetime) -> float:
     """The ``time.monotonic()`` by which a run leased until ``expires_at`` (on the
     poller's clock, read as this machine's) must be dead."""
     return time.monotonic() + (expires_at - utcnow()).total_seconds() - LEASE_SAFETY_MARGIN
-
-
-def start_or_hold(run: HeldRun, due_at: datetime | None) -> float:
-    """How long a new lease is held before its run starts: until its ``due_at`` on this
-    machine's clock. 0 (due already, or not said): the run is reported ``Started`` now."""
-    now = utcnow()
-    wait = 0.0 if due_at is None else (due_at - now).total_seconds()
-    if wait <= 0:
-        run.link.outbox.started(run.ref, now)
-    return max(0.0, wait)
-
-
-async def hold_until_due(run: HeldRun, seconds: float) -> ExecResult | None:
-    """Holds a lease given ``seconds`` ahead of its run's due instant until then, then
-    reports the run ``Started`` (None: start it now). Stopped meanwhile (a cancel, or
-    its lease lost), the run never starts: its result says so, with no start time."""
-    if seconds <= 0:
-        return None
-    ctx = run.ctx
-    # a timer and a callback on the shared stop future (never cancelled): half the
-    # work of asyncio.wait, for each of a fleet's fires
-    loop = asyncio.get_running_loop()
-    woken = loop.create_future()
-
-    def wake(_: object = None) -> None:
-        if not woken.done():
-            woken.set_result(None)
-
-    timer = loop.call_later(seconds, wake)
-    stopped = ctx.stopped()
-    stopped.add_done_callback(wake)
-    try:
-        await woken
-    finally:
-        timer.cancel()
-        stopped.remove_done_callback(wake)
-    if ctx.stopping:
-        return dataclasses.replace(stopped_result(ctx, False, utcnow()), started_at=None)
-    run.link.outbox.started(run.ref, utcnow())  # its poller now, if the shard moved
-    return None
 
 
 def bounded_error(error: str) -> str:

@@ -37,6 +37,10 @@ MAX_OUTPUT_MESSAGE = 64 * 1024
 MAX_RESULTS_MESSAGE = 500
 MAX_RESULTS_MESSAGE_BYTES = 1 << 20
 RESULT_FIELDS_BYTES = 160  # a result's encoded size beyond its error text, at most
+# Leases named per Heartbeat, Started or Hello.held (a lease ref is about 90 bytes
+# encoded): a worker holding 50,000 leases given ahead of a storm's instant sent
+# messages of 4.4 MB, refused by the node, and every lease held lapsed.
+MAX_HEARTBEAT_LEASES = 10_000
 
 
 class _Chunk:
@@ -199,7 +203,11 @@ class Outbox:
             out.append(Credits(limit=self._credits))
             self._credits = None
         if self._started:
-            out.append(Started(leases=tuple(self._started), at=self._started_at))
+            step, refs = MAX_HEARTBEAT_LEASES, self._started
+            at = self._started_at
+            out += [
+                Started(leases=tuple(refs[i : i + step]), at=at) for i in range(0, len(refs), step)
+            ]
             self._started = []
             self._started_at = None
         if self._chunks and (
@@ -212,7 +220,7 @@ class Outbox:
             out.extend(self._results_messages())
         if self._heartbeat:
             self._heartbeat = False
-            out.append(build_heartbeat())
+            out.extend(heartbeat_messages(build_heartbeat()))
         return out
 
     def _results_messages(self) -> list[WorkerEvent]:
@@ -253,3 +261,13 @@ class Outbox:
         self._chunk_bytes = 0
         self._chunks_since = None
         return out
+
+
+def heartbeat_messages(beat: Heartbeat) -> list[Heartbeat]:
+    """``beat`` in messages of at most ``MAX_HEARTBEAT_LEASES`` leases (each lease is
+    renewed on its own, so how they are split changes nothing)."""
+    refs = beat.leases
+    if len(refs) <= MAX_HEARTBEAT_LEASES:
+        return [beat]
+    step = MAX_HEARTBEAT_LEASES
+    return [Heartbeat(leases=refs[i : i + step]) for i in range(0, len(refs), step)]

@@ -5,12 +5,11 @@ address gets a ``PollerLink`` (one stream). A run is killed at once, and its res
 never reported, when its lease is revoked (Renewal ok=false) or its deadline passes
 without renewal: no run outlives its lease ("never twice at once").
 
-The deadline is the lease's ``expires_at``, an absolute time set by the poller and
-moved by each granted renewal, read on this machine's clock less
-``LEASE_SAFETY_MARGIN`` (clock skew: proto/README.md). A lease already past it is
-refused, never started. Each command's deadline is also given to the reaper helper
-process, which kills the command's group on its own clock: a worker that is frozen
-(SIGSTOP) cannot keep a command alive past its lease.
+The deadline is the lease's ``expires_at`` (set by the poller, moved by each granted
+renewal) on this machine's clock less ``LEASE_SAFETY_MARGIN`` (clock skew: proto/README.md);
+a lease already past it is refused, never started. The reaper helper process kills each
+command's group at its deadline on its own clock: a frozen worker (SIGSTOP) cannot keep a
+command alive past its lease. A lease given ahead of its due instant waits (``due_gate``).
 
 A shard move costs no re-execution: a lease whose poller answers ``not_owner`` (the
 run's shard moved) or whose stream is down is named to every connected poller until
@@ -43,20 +42,22 @@ from shardcron.client.stream import (
     Renewals,
     ResultAck,
 )
-from shardcron.client.types import CommandTask, RunReason
+from shardcron.client.types import RunReason
 
 from .adrift import AdriftResults
+from .due_gate import DueGate, run_when_due
 from .executor import (
     CommandExecutor,
-    ExecResult,
     HandlerExecutor,
     RunContext,
     failed_result,
+    launcher,
 )
 from .handlers import HandlerRegistry
 from .handlers import registry as default_registry
-from .held import HeldRun, hold_until_due, lapsed, lease_deadline, start_or_hold
+from .held import HeldRun, lapsed, lease_deadline
 from .link import PollerLink
+from .outbox import MAX_HEARTBEAT_LEASES
 from .reaper_client import Reaper
 from .targets import Target, next_reading, read_targets
 
@@ -139,6 +140,7 @@ class Worker:
             kill_grace=kill_grace, reaper=self._reaper, inherit_env=inherit_env
         )
         self._handlers: HandlerExecutor | None = None
+        self._due_gate = DueGate()  # leases given ahead, held until their due instant
 
     # -- observability ------------------------------------------------------------------
     @property
@@ -365,9 +367,9 @@ class Worker:
             runs_commands=self.runs_commands,
             version=shardcron.__version__,
             pending_results=(*link.unacked.values(), *self._adrift.offer(link, link.streams)),
-            held=tuple(held),
+            held=tuple(held[:MAX_HEARTBEAT_LEASES]),  # the heartbeats name the rest
             instance_id=self.instance_id,
-            waits_for_due=True,  # hold_until_due
+            waits_for_due=True,  # due_gate.run_when_due
         )
 
     def heartbeat_for(self, link: PollerLink) -> Heartbeat:
@@ -442,8 +444,7 @@ class Worker:
             self._runs[lease.run_id] = run
             self._slots_used += slots
             link.held_slots += slots
-            wait = start_or_hold(run, lease.due_at)  # a lease ahead of due: held until then
-            run.task = asyncio.create_task(self._execute(run, prev, wait))
+            run.task = asyncio.create_task(self._execute(run, prev, lease))
         self.rebalance()
 
     def _on_output(
@@ -555,12 +556,13 @@ class Worker:
                 self.rebalance()  # shares left unused move on
             await asyncio.sleep(max(0.0, wake - time.monotonic()))
 
-    async def _execute(self, run: HeldRun, prev: HeldRun | None, wait: float) -> None:
+    async def _execute(self, run: HeldRun, prev: HeldRun | None, lease: LeaseGrant) -> None:
         ctx = run.ctx
         try:
             if prev is not None and prev.task is not None:
                 await asyncio.wait({prev.task})  # the old attempt is being killed
-            res = await hold_until_due(run, wait) or await self._run_task(ctx)
+            launch = launcher(ctx, self._handlers, self._commands if self.runs_commands else None)
+            res = await run_when_due(run, lease.due_at, self._due_gate, launch)
         except Exception as e:
             log.exception("run %s: worker error", ctx.run_id)
             res = failed_result(RunReason.HANDLER_ERROR, f"worker error: {type(e).__name__}: {e}")
@@ -587,11 +589,3 @@ class Worker:
             return
         run.link.unacked[(ctx.run_id, run.token)] = outcome
         run.link.outbox.result(outcome)
-
-    async def _run_task(self, ctx: RunContext) -> ExecResult:
-        if isinstance(ctx.task, CommandTask):
-            if not self.runs_commands:
-                return failed_result(RunReason.SPAWN_FAILED, "this worker does not run commands")
-            return await self._commands.execute(ctx)
-        assert self._handlers is not None
-        return await self._handlers.execute(ctx)

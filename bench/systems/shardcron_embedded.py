@@ -28,8 +28,11 @@ WORKERS = 1  # worker processes
 # is in flight; with 256, a storm of 2,000 runs (W4's fleet) was leased in eight
 # rounds of a commit each and started 0.7 s late at the median, with 2,048 in one.
 # W2's 5,000 (--quick) with 2,048 went in three rounds, each waiting for the results
-# that freed the slots: p99 start lag 0.68-0.82 s; with 8,192, 0.31-0.34 s.
-SLOTS = 8192
+# that freed the slots: p99 start lag 0.68-0.82 s; with 8,192, 0.31-0.34 s. Sized for
+# the largest fleet and storm (W4 10,000 crons, W2 50,000 runs): a lease given ahead of
+# its instant holds its slot until then, and a held or no-op run costs almost nothing;
+# with 8,192 the runs past them were leased only once results freed slots, after T.
+SLOTS = 65_536
 COMMAND_SLOTS = 64  # W6: slots per worker for `true` commands (each a child process)
 
 SYSTEM = "shardcron (embedded)"

@@ -133,6 +133,23 @@ def burst(node: Node, n: int, workload: str) -> Result:
     )
 
 
+def _landed(node: Node, name: str, landed: Callable[[list[RunTime]], bool]) -> list[RunTime]:
+    """The times of the runs named ``name`` once ``landed(rows)`` (or after ``SETTLE``
+    seconds): the completion counter moves when a turn decides its runs' ends, a moment
+    before its commit lands; a storm's last commit of 10,000 runs, or a fleet's last
+    turn of 2,000, was read as never started."""
+    end = time.time() + SETTLE
+    while True:
+        rows = node.run_times(name)
+        if landed(rows) or time.time() >= end:
+            return rows
+        time.sleep(POLL)
+
+
+def _started(rows: list[RunTime]) -> int:
+    return sum(r.started_at is not None for r in rows)
+
+
 def storm(node: Node, n: int) -> Result:
     """W2: ``n`` jobs all due at one instant T, submitted before it."""
     try:
@@ -142,7 +159,8 @@ def storm(node: Node, n: int) -> Result:
         spec = JobSpec(name="w2", task=HandlerTask(name="noop"), schedule=Schedule.once_at(at))
         timeout = TIMEOUT + max(0.0, at.timestamp() - time.time())
         first, last_ack, done, last_done, cpu = _measure(node, spec, n, timeout)
-        starts = [r.started_at for r in node.run_times("w2") if r.started_at is not None]
+        rows = _landed(node, "w2", lambda rows: _started(rows) >= done)
+        starts = [r.started_at for r in rows if r.started_at is not None]
     finally:
         node.stop()
     notes = "start lag = started_at (worker) - T, read from the store"
@@ -265,7 +283,7 @@ def cron_fleet(node: Node, jobs: int, plan: Plan) -> Result:
         time.sleep(max(0.0, marks[-1] - time.time()))
         wait_ended(node.metrics, before + expected, SETTLE, POLL)
         cpu = meter.stop()
-        rows = node.run_times("w4")
+        rows = _landed(node, "w4", lambda rows: count_fires(rows, marks)[0] >= expected)
     finally:
         node.stop()
     fired, duplicates, errors = count_fires(rows, marks)

@@ -34,6 +34,7 @@ from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.poller.admission import Admission, Verdict, past_deadline
 from shardcron.coordinator.poller.clock import Clock
 from shardcron.coordinator.poller.config import JOB_ROW_GRACE, JOB_ROW_RETRY, PollerConfig
+from shardcron.coordinator.poller.crowds import DueCrowds
 from shardcron.coordinator.poller.endings import final_run, follow_up
 from shardcron.coordinator.poller.fires import on_fire_due, retry_misfired
 from shardcron.coordinator.poller.leases import LeaseBook
@@ -68,6 +69,8 @@ class RunKeeper:
         # their job had runs admitted when the lead reached them, or their job row had
         # not landed and they are looked at again then
         self._at_instant: list[tuple[datetime, str]] = []
+        # how many timers are due at each instant: a crowded one is reached earlier
+        self._crowds = DueCrowds(per_run=config.crowd_lead_per_run, most=config.crowd_lead_most)
         self.leases = LeaseBook(lease_ttl=config.lease_ttl, expiry_grace=config.expiry_grace)
         self.admission = Admission(self.slots)
         self._job_runs: dict[str, int] = {}  # job id -> runs of it held
@@ -86,6 +89,7 @@ class RunKeeper:
                     fut.set_exception(Unavailable("the poller reloaded its shards; try again"))
         self.slots.clear()
         self._timers.clear()
+        self._crowds.clear()
         self._at_instant.clear()
         self.leases.clear()
         self.admission.clear()
@@ -113,6 +117,7 @@ class RunKeeper:
             self.track(slot)
         slot.phase = Phase.WAITING
         heapq.heappush(self._timers, (slot.run.due_at, slot.run.id))
+        self._crowds.add(slot.run.due_at)
 
     def adopt_orphan(self, run: Run, job: Job | None, *, taken_at: datetime, now: datetime) -> None:
         """A run leased before this poller held the shard: wait out its lease, one TTL at least."""
@@ -170,9 +175,12 @@ class RunKeeper:
                     oldest[s] = slot.run.due_at
         return oldest
 
-    def next_due(self) -> datetime | None:
-        """When the earliest run comes within the lease lead of its instant."""
-        return self._timers[0][0] if self._timers else None
+    def next_due(self, lead: timedelta = timedelta(0)) -> datetime | None:
+        """When the earliest run comes within ``lead`` of its instant (more for a
+        crowded instant, ``crowds``)."""
+        first = self._crowds.trigger_at(self._timers[0][0], lead) if self._timers else None
+        crowd = self._crowds.next_reach(lead)
+        return min(first, crowd) if first and crowd else first or crowd
 
     def next_at_instant(self) -> datetime | None:
         """When the earliest run left to trigger at a set time (no lead) comes due."""
@@ -187,8 +195,9 @@ class RunKeeper:
     def pop_due(self, now: datetime, *, lead: timedelta = timedelta(0)) -> list[Slot]:
         """Runs due by ``now`` + ``lead`` (at most a batch), out of the timer heap: a
         run is triggered up to the lease lead ahead of its due instant, so its fire
-        rules, admission and lease are decided by then. A run whose job has runs
-        admitted (ready or leased) is left to its very instant instead: whether it
+        rules, admission and lease are decided by then; a crowded instant's further
+        ahead (``crowds``), so its last lease is out by then too. A run whose job has
+        runs admitted (ready or leased) is left to its very instant instead: whether it
         overlaps them is decided when it is due, not up to a lead before."""
         due: list[Slot] = []
         timers, at_instant, limit = self._timers, self._at_instant, self.config.max_batch
@@ -197,9 +206,10 @@ class RunKeeper:
             slot = self.slots.get(rid)
             if slot is not None and slot.phase == Phase.WAITING:
                 due.append(slot)
-        until = saturating_add(now, lead)
+        until = self._crowds.reach(now, lead)
         while timers and timers[0][0] <= until and len(due) < limit:
             at, rid = heapq.heappop(timers)
+            self._crowds.remove(at)
             slot = self.slots.get(rid)
             if slot is None or slot.phase != Phase.WAITING:
                 continue

@@ -245,9 +245,9 @@ class Poller:
         if scan is not None:
             candidates.append(scan)
         runs = self._runs
-        due = runs.next_due()
+        due = runs.next_due(self._lead())
         if due is not None:
-            candidates.append((due - now - self._lead()).total_seconds())
+            candidates.append((due - now).total_seconds())
         admission = runs.admission
         for at in (
             runs.next_at_instant(),
