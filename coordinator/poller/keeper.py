@@ -28,7 +28,7 @@ from shardcron.client.errors import Unavailable
 from shardcron.client.frozen import copy_with
 from shardcron.client.limits import MAX_ERROR_MESSAGE, clip
 from shardcron.client.saturating import saturating_add
-from shardcron.client.stream import CancelOrder, LeaseGrant
+from shardcron.client.stream import CancelOrder
 from shardcron.client.types import Job, JobState, Run, RunReason, RunState
 from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.poller.admission import Admission, Verdict, past_deadline
@@ -37,12 +37,12 @@ from shardcron.coordinator.poller.config import JOB_ROW_GRACE, JOB_ROW_RETRY, Po
 from shardcron.coordinator.poller.crowds import DueCrowds
 from shardcron.coordinator.poller.endings import final_run, follow_up
 from shardcron.coordinator.poller.fires import on_fire_due, retry_misfired
+from shardcron.coordinator.poller.grants import lease_grant, unopenable
 from shardcron.coordinator.poller.leases import LeaseBook
 from shardcron.coordinator.poller.state import LAG_PHASES, Phase, Slot
 from shardcron.coordinator.poller.timers import heap_until
 from shardcron.coordinator.poller.turn import Turn
 from shardcron.coordinator.poller.workers import WorkerBook
-from shardcron.coordinator.sealing import SecretUnopenable, opened_task
 
 _REPORTED = (RunState.SUCCEEDED, RunState.FAILED, RunState.TIMED_OUT)  # ends a worker says
 WAITING_GAUGE_EVERY = 1.0  # seconds between counts of the runs waiting, by reason
@@ -365,10 +365,8 @@ class RunKeeper:
                 self.finish(slot, RunState.MISSED, RunReason.DEADLINE, turn, now)
                 continue
             assert slot.job is not None
-            try:  # a secret this node cannot open fails its run: it never reaches a worker
-                opened_task(self.config.secret_keys, slot.job.spec.task)
-            except SecretUnopenable as error:
-                self.fail(slot, error, turn, now, where="secrets")
+            if (fault := unopenable(self.config, slot.job)) is not None:
+                self.fail(slot, fault, turn, now, where="secrets")  # never to a worker
                 continue
             # a lease taken ahead of its due instant holds one TTL from that instant:
             # its worker waits for it before starting the run
@@ -427,24 +425,7 @@ class RunKeeper:
         if expires is None:
             return
         run = slot.run = copy_with(slot.run, lease_expires_at=expires)
-        spec = job.spec
-        worker.link.lease(
-            LeaseGrant(
-                run_id=run.id,
-                job_id=run.job_id,
-                owner=run.owner,
-                fencing_token=run.lease_token,
-                attempt=run.attempt,
-                fire_at=run.fire_at,
-                due_at=run.due_at,
-                task=opened_task(self.config.secret_keys, spec.task),
-                timeout=spec.timeout,
-                lease_ttl=self.config.lease_ttl,
-                resources=spec.resources,
-                job_name=spec.name,
-                expires_at=expires,
-            )
-        )
+        worker.link.lease(lease_grant(run, job, self.config, expires))
 
     def expire(self, now: datetime, turn: Turn) -> None:
         """Ends the runs whose lease ran out: lost with their worker, or cancelled."""
