@@ -325,6 +325,9 @@ class HandlerExecutor:
         self._pool = ThreadPoolExecutor(
             max_workers=max(1, max_threads), thread_name_prefix="shardcron-handler"
         )
+        # Whether each handler is async, by name, beside the handler it was found for (a
+        # name registered again is looked at again): inspect's test, once a run, is slow.
+        self._async: dict[str, tuple[Callable, bool]] = {}
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -362,7 +365,10 @@ class HandlerExecutor:
         if run.stopping:
             return stopped_result(run, False, started)
         ctx = self._context(run, task)
-        if _is_async(fn):
+        known = self._async.get(task.name)
+        if known is None or known[0] is not fn:
+            known = self._async[task.name] = (fn, _is_async(fn))
+        if known[1]:
             job: asyncio.Future = asyncio.ensure_future(fn(ctx))
             cancel_job = job.cancel
         else:
