@@ -1,7 +1,8 @@
-"""``python -m bench.profile``: where the embedded node spends its time during W1.
+"""``python -m bench.profile``: where the embedded node (or its worker) spends its time
+during W1.
 
 Starts a node and its worker as W1 does (``shardcron_embedded``), records the node
-with py-spy (every thread, sampled at ``--rate`` Hz) while ``--jobs`` no-op jobs are
+(``--process worker``: the worker) with py-spy (every thread, sampled at ``--rate`` Hz) while ``--jobs`` no-op jobs are
 submitted and run, and prints the frames that were busiest: by own time (self) and
 with what they called (total), as shares of the samples where a thread was busy
 (threads waiting on a lock, a queue, a socket or an fsync are left out).
@@ -52,15 +53,17 @@ def busiest(raw: str, top: int) -> list[str]:
 @click.option("--jobs", default=20_000, show_default=True)
 @click.option("--rate", default=200, show_default=True, help="Samples per second.")
 @click.option("--top", default=30, show_default=True)
-def main(jobs: int, rate: int, top: int) -> None:
-    """Profile the embedded node through W1 (needs py-spy, in the bench extra)."""
+@click.option("--process", type=click.Choice(["node", "worker"]), default="node", show_default=True)
+def main(jobs: int, rate: int, top: int, process: str) -> None:
+    """Profile the embedded node, or its worker, through W1 (needs py-spy, in the bench extra)."""
     out = Path(tempfile.mkdtemp(prefix="shardcron-profile-"))
     node = EmbeddedNode(out, "w1")
     spy_exe = Path(sys.executable).parent / "py-spy"
     try:
         node.start()
         node.wait_workers()
-        args = [str(spy_exe), "record", "--pid", str(node.node.pid), "--format", "raw"]
+        pid = node.node.pid if process == "node" else node.workers[0].pid
+        args = [str(spy_exe), "record", "--pid", str(pid), "--format", "raw"]
         args += ["--rate", str(rate), "--output", str(out / "raw.txt"), "--nonblocking"]
         spy = subprocess.Popen([*args, "--threads"], stdout=subprocess.DEVNULL)
         spec = JobSpec(name="w1", task=HandlerTask(name="noop"))

@@ -17,9 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from shardcron.client.frozen import fast_init
 from shardcron.client.types import Resources, RunReason, RunState, Task
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LeaseRef:
     """One lease, named by its run and fencing token, and the run's job: a poller that
@@ -30,6 +32,7 @@ class LeaseRef:
     job_id: str = ""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunOutcome:
     """How one leased run ended on the worker (``RunResult``). ``state`` is final:
@@ -140,6 +143,7 @@ class Welcome:
     heartbeat_interval: timedelta
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LeaseGrant:
     """One run handed to a worker, held until ``expires_at`` unless renewed.
@@ -188,6 +192,7 @@ class Renewal:
     not_owner: bool = False
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ResultAck:
     """The answer to one result. Not accepted: the result is stale, forget it; unless

@@ -14,6 +14,8 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Generic, TypeVar
 
+from shardcron.client.frozen import fast_init
+
 # What ``shardcron.client`` re-exports: the public domain types.
 __all__ = [
     "ClusterStatus",
@@ -179,6 +181,7 @@ class Schedule:
         return self.kind in (ScheduleKind.CRON, ScheduleKind.INTERVAL)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Fire:
     """One nominal fire of a schedule.
@@ -280,6 +283,7 @@ class JobSpec:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Job:
     id: str
@@ -297,6 +301,7 @@ class Job:
     schedule_version: int = 1  # the version at which the schedule last changed
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Run:
     id: str

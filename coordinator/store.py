@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol, runtime_checkable
 
+from shardcron.client.frozen import fast_init
 from shardcron.client.types import Job, JobState, OutputChunk, Page, Run, RunState
 from shardcron.coordinator.rows import BadRowLog
 
@@ -54,6 +55,7 @@ class DueEntry:
     priority: int = 0
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NewJob:
     """A job to create with its first runs (the first fire; SKIPPED records before it)."""
@@ -62,6 +64,7 @@ class NewJob:
     runs: Sequence[Run] = ()
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobProgress:
     """Poller-owned fields of a job. ``None`` leaves a field as it is.

@@ -229,6 +229,26 @@ async def test_async_handler_returns_bytes(reg: HandlerRegistry) -> None:
     assert "double" in reg.names()
 
 
+async def test_a_handler_registered_again_runs_as_the_new_one_is_async_or_not(
+    reg: HandlerRegistry,
+) -> None:
+    executor = HandlerExecutor(reg)
+
+    async def first(ctx: HandlerContext) -> str:
+        return threading.current_thread().name
+
+    def second(ctx: HandlerContext) -> str:
+        return threading.current_thread().name
+
+    reg.register("swap", first)
+    out = Out()
+    await executor.execute(handler_run("swap", out=out))
+    reg.register("swap", second)
+    await executor.execute(handler_run("swap", out=out))
+    on_loop, in_pool = out.text("stdout").split("shardcron-handler", 1)
+    assert on_loop == threading.current_thread().name and in_pool
+
+
 async def test_handler_exception_is_handler_error_with_traceback(reg: HandlerRegistry) -> None:
     def explode(ctx: HandlerContext) -> None:
         raise ValueError("bad input")

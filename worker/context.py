@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from shardcron.client.frozen import fast_init
 from shardcron.client.types import CommandTask, HandlerTask, RunReason, RunState
 
 log = logging.getLogger(__name__)
@@ -98,6 +99,7 @@ def resolve_future(fut: asyncio.Future | None) -> None:
         fut.set_result(None)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ExecResult:
     state: RunState
@@ -143,6 +145,7 @@ def failed_result(reason: RunReason, error: str, started: datetime | None = None
     )
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HandlerContext:
     """What a handler receives. ``deadline`` is a ``time.monotonic()`` value or None;

@@ -328,6 +328,9 @@ class HandlerExecutor:
         self._pool = ThreadPoolExecutor(
             max_workers=max(1, max_threads), thread_name_prefix="shardcron-handler"
         )
+        # Whether each handler is async, by name, beside the handler it was found for (a
+        # name registered again is looked at again): inspect's test, once a run, is slow.
+        self._async: dict[str, tuple[Callable, bool]] = {}
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -372,7 +375,10 @@ class HandlerExecutor:
         if fn is None:
             why = f"no handler named {task.name!r} on this worker"
             return partial(at_once, failed_result(RunReason.NO_HANDLER, why))
-        loop = asyncio.get_running_loop() if _is_async(fn) else None
+        known = self._async.get(task.name)
+        if known is None or known[0] is not fn:  # looked up once per handler, not per run
+            known = self._async[task.name] = (fn, _is_async(fn))
+        loop = asyncio.get_running_loop() if known[1] else None
         ready = self._context(run, task) if run.timeout is None else None
 
         def launch() -> Coroutine[Any, Any, ExecResult]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from shardcron.client.codec.common import (
@@ -319,7 +319,7 @@ def _read_once(read: Callable[[Any, str], T], msg: Any, path: str, memo: dict[An
     return value
 
 
-def _built_once(build: Callable[[Any], Any], value: Any, memo: dict[int, Any]) -> Any:
+def _built_once(build: Callable[[Any], Any], value: Any, memo: dict[Any, Any]) -> Any:
     """``build(value)``, or the message built for the same object earlier in this batch
     (by identity: every value stays referenced by its grant while the batch is built)."""
     msg = memo.get(id(value))
@@ -353,10 +353,10 @@ def _grant_from_proto(
 
 
 def _grant_to_proto(
-    grant: LeaseGrant, path: str, memo: dict[int, Any] | None = None
+    grant: LeaseGrant, path: str, memo: dict[Any, Any] | None = None
 ) -> worker_pb2.Lease:
     memo = {} if memo is None else memo
-    msg = worker_pb2.Lease(
+    return worker_pb2.Lease(
         run_id=grant.run_id,
         job_id=grant.job_id,
         owner=grant.owner,
@@ -365,13 +365,33 @@ def _grant_to_proto(
         task=_built_once(task_to_proto, grant.task, memo),
         resources=_built_once(resources_to_proto, grant.resources, memo),
         job_name=grant.job_name,
+        fire_at=_stamp_once(set_time, grant.fire_at, "fire_at", path, memo),
+        due_at=_stamp_once(set_time, grant.due_at, "due_at", path, memo),
+        timeout=_stamp_once(set_duration, grant.timeout, "timeout", path, memo),
+        lease_ttl=_stamp_once(set_duration, grant.lease_ttl, "lease_ttl", path, memo),
+        expires_at=_stamp_once(set_time, grant.expires_at, "expires_at", path, memo),
     )
-    set_time(msg, "fire_at", grant.fire_at)
-    set_time(msg, "due_at", grant.due_at)
-    set_duration(msg, "timeout", grant.timeout)
-    set_duration(msg, "lease_ttl", grant.lease_ttl)
-    set_time(msg, "expires_at", grant.expires_at)
-    return msg
+
+
+def _stamp_once(
+    setter: Callable[[Any, str, Any, str], None],
+    value: datetime | timedelta | None,
+    name: str,
+    path: str,
+    memo: dict[Any, Any],
+) -> Any:
+    """Field ``name`` of a ``Lease`` (a Timestamp or Duration; None when unset) as
+    ``setter`` builds it, or the one built for an equal value earlier in this batch: a
+    turn's leases mostly share their due instant, lease TTL and expiry."""
+    if value is None:
+        return None
+    key = (setter, value)
+    stamp = memo.get(key)
+    if stamp is None:
+        holder = worker_pb2.Lease()
+        setter(holder, name, value, path)
+        stamp = memo[key] = getattr(holder, name)
+    return stamp
 
 
 def _cancel_from_proto(msg: worker_pb2.Cancel, path: str) -> CancelOrder:

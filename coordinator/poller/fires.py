@@ -15,7 +15,7 @@ import dataclasses
 import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from shardcron.client.saturating import saturating_add, saturating_seconds
 from shardcron.client.schedule import iter_fires, jitter_delay, next_fire
@@ -40,6 +40,8 @@ MAX_SKIP_RECORDS = 1000
 # A run lost with its worker is tried again at least this many times in all, unless
 # it is a scheduled fire of a recurring job (its next fire comes anyway).
 WORKER_LOST_ATTEMPTS = 3
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_last_immediate = (_EPOCH, Fire(key=f"now:{_EPOCH.isoformat()}", at=_EPOCH, local=_EPOCH))
 
 
 @dataclass(slots=True)
@@ -91,7 +93,7 @@ def first_fire(job: Job, *, now: datetime, shard_count: int) -> tuple[Fire | Non
     """The first fire of a new (or rescheduled) job, and SKIPPED records for DST-skipped fires before it."""
     schedule = job.spec.schedule
     if schedule.kind == ScheduleKind.IMMEDIATE:
-        return Fire(key=f"now:{now.isoformat()}", at=now, local=now), []
+        return _immediate_fire(now), []
     if schedule.kind == ScheduleKind.AT:
         at = schedule.at
         assert at is not None
@@ -101,6 +103,16 @@ def first_fire(job: Job, *, now: datetime, shard_count: int) -> tuple[Fire | Non
     return _next_runnable(
         job, after=now - timedelta(microseconds=1), now=now, shard_count=shard_count
     )
+
+
+def _immediate_fire(now: datetime) -> Fire:
+    """The one fire of an immediate job made at ``now``. The jobs of a batch create are
+    made with one ``now`` object, so the last fire is kept and given again for that very
+    object (not an equal one: an equal time in another zone has another key)."""
+    global _last_immediate
+    if _last_immediate[0] is not now:
+        _last_immediate = (now, Fire(key=f"now:{now.isoformat()}", at=now, local=now))
+    return _last_immediate[1]
 
 
 def _next_runnable(

@@ -150,10 +150,17 @@ def test_sigkill_worker_mid_run_releases_the_run_after_its_ttl(tmp_path: Path) -
                 what="first attempt running",
             )
             assert run.worker_id == "w1"
+
+            # the run is RUNNING once its shell is spawned, maybe before the shell wrote
+            # its pid: read it before the worker (and with it the shell) is killed
+            def token_and_pid() -> list[str]:
+                words = marker.read_text().split() if marker.exists() else []
+                return words if len(words) >= 2 else []
+
+            orphan = int(wait_until(token_and_pid, what="the command's pid")[1])
             first.kill()
             killed = datetime.now(UTC)
             # the dead worker's command dies with it: never two attempts at once
-            orphan = int(marker.read_text().split()[1])
             wait_until(
                 lambda: not _alive(orphan), timeout=2, what="the dead worker's command to go"
             )
