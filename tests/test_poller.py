@@ -209,6 +209,11 @@ async def rescan(poller: Poller, clock: FakeClock) -> None:
     wrote to the store is read (the first scan may have run before it was written,
     and loaded the shard's window past it: only a re-read finds it then)."""
     await clock.move(RECHECK_INTERVAL)
+    moved = clock.monotonic()
+    # a scan's reads run beside the turns and may outlast a few of them on a busy
+    # machine: wait until one that began after the move (and re-read the recent past)
+    # was held, then for the turns that act on what it found
+    await turns_until(lambda: poller._windows._next_recheck > moved, poller)
     await turns(poller)
 
 
