@@ -145,7 +145,9 @@ class ShardRouter:
         if not isinstance(to, str):
             to.runs_created(runs, jobs)
             return
-        request = cluster_pb2.NotifyRunsRequest(run_ids=[r.id for r in runs])
+        request = cluster_pb2.NotifyRunsRequest(
+            run_ids=[r.id for r in runs], job_ids=[r.job_id for r in runs]
+        )
         try:
             await self._stub_at(to).NotifyRuns(
                 request, timeout=CALL_TIMEOUT, metadata=self._metadata
@@ -272,16 +274,33 @@ class PollerServiceServicer(cluster_pb2_grpc.PollerServiceServicer):
     ) -> cluster_pb2.NotifyRunsResponse:
         async with _answered(context):
             poller = self._poller
+            named = _run_jobs(request)
             # the runs the poller holds already (its scan found them first) are not read
             ids = [i for i in _ids(request.run_ids, "run_ids") if poller.phase_of(i) is None]
-            stored = await poller.store.get_runs(ids) if ids else {}
-            runs = [
-                r for r in stored.values() if r.state == RunState.PENDING and poller.owns(r.shard)
-            ]
-            if runs:
-                jobs = await poller.store.get_jobs(list({r.job_id for r in runs}))
-                poller.runs_created([r for r in runs if r.job_id in jobs], list(jobs.values()))
+            if ids:
+                await self._runs_created(ids, {i: named[i] for i in ids if i in named})
         return cluster_pb2.NotifyRunsResponse()
+
+    async def _runs_created(self, ids: list[str], named: dict[str, str]) -> None:
+        """Hands the poller the hinted runs that are stored PENDING in its shards, with
+        their jobs as stored. With each run's job named, the runs are read under their
+        jobs and the jobs beside them (one round of reads, not three in a row: a fresh
+        run due now waits for them); a run not stored under the job named is ignored."""
+        store = self._poller.store
+        if named:
+            stored, jobs = await asyncio.gather(
+                store.get_runs(ids, job_ids=named), store.get_jobs(list(set(named.values())))
+            )
+        else:
+            stored, jobs = await store.get_runs(ids), {}
+        runs = [
+            r for r in stored.values() if r.state == RunState.PENDING and self._poller.owns(r.shard)
+        ]
+        if runs and not named:
+            jobs = await store.get_jobs(list({r.job_id for r in runs}))
+        runs = [r for r in runs if r.job_id in jobs]
+        if runs:
+            self._poller.runs_created(runs, [jobs[j] for j in {r.job_id for r in runs}])
 
     async def CancelRun(
         self, request: cluster_pb2.CancelRunRequest, context: grpc.aio.ServicerContext
@@ -332,6 +351,15 @@ def _ids(values: Sequence[str], field: str) -> list[str]:
     if len(values) > limits.MAX_BATCH:
         raise InvalidArgument(field, f"at most {limits.MAX_BATCH} ids")
     return [identifier(v, f"{field}[{i}]") for i, v in enumerate(values)]
+
+
+def _run_jobs(request: cluster_pb2.NotifyRunsRequest) -> dict[str, str]:
+    """Run id -> job id as a hint names them; empty when the sender names no jobs."""
+    if not request.job_ids:
+        return {}
+    if len(request.job_ids) != len(request.run_ids):
+        raise InvalidArgument("job_ids", "one job id per run id")
+    return dict(zip(request.run_ids, _ids(request.job_ids, "job_ids"), strict=True))
 
 
 @contextlib.asynccontextmanager

@@ -30,7 +30,7 @@ has passed). The due index holds no spec, so ``scan_due`` never meets one.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol, runtime_checkable
@@ -200,9 +200,14 @@ class JobStore(Protocol):
         """The run, if its job belongs to ``owner``. Raises NotFound otherwise, and
         ``UnreadableRow`` when its row cannot be decoded."""
 
-    async def get_runs(self, run_ids: Sequence[str]) -> dict[str, Run]:
+    async def get_runs(
+        self, run_ids: Sequence[str], *, job_ids: Mapping[str, str] | None = None
+    ) -> dict[str, Run]:
         """Runs by id whatever their owner (for pollers); missing ids, and rows that
-        cannot be decoded (skipped, logged and counted), are absent."""
+        cannot be decoded (skipped, logged and counted), are absent. ``job_ids`` (run
+        id -> job id, as a caller was told) lets a store read those runs under their
+        jobs without looking the jobs up; a run not stored under the job named for it
+        is absent."""
 
     async def list_runs(
         self,

@@ -154,6 +154,26 @@ async def test_create_writes_job_runs_and_due_rows_for_pending_runs(store: JobSt
     ]
 
 
+async def test_runs_read_under_their_named_jobs_are_found_there_only(
+    store_factory: Callable[[], Awaitable[JobStore]],
+) -> None:
+    job1, job2 = make_job(), make_job()
+    r1, r2 = make_run(job1), make_run(job2)
+    writer = await store_factory()
+    await writer.create_jobs([NewJob(job=job1, runs=[r1]), NewJob(job=job2, runs=[r2])])
+    await writer.close()
+    # a store that never saw the runs finds them under the jobs named
+    fresh = await store_factory()
+    named = {r1.id: job1.id, r2.id: job2.id}
+    assert await fresh.get_runs([r1.id, r2.id], job_ids=named) == {r1.id: r1, r2.id: r2}
+    # named under another job, even one read beside it (and whatever the store learnt
+    # of the run before): not stored there, so absent
+    swapped = {r1.id: job2.id, r2.id: job2.id}
+    assert await fresh.get_runs([r1.id, r2.id], job_ids=swapped) == {r2.id: r2}
+    # a run without a job named is read as before
+    assert await fresh.get_runs([r1.id, r2.id], job_ids={r2.id: job2.id}) == {r1.id: r1, r2.id: r2}
+
+
 async def test_spec_round_trips_exactly(store: JobStore) -> None:
     spec = rich_spec()
     job = dataclasses.replace(

@@ -10,7 +10,7 @@ raise ``UnreadableRow``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -97,14 +97,19 @@ async def get_run(cql: Cql, owner: str, run_id: str) -> Run:
     return ROWS.row_run(rows[0])
 
 
-async def _run_rows(cql: Cql, run_ids: Sequence[str]) -> list[Any]:
-    """Rows of the runs of ``run_ids`` that exist: their jobs as the store has seen them
-    (``run_jobs``), else from ``runs_by_id``, then the runs by groups of job partitions
-    (``Cql.cross``; a poller loads thousands of runs of as many jobs at a time)."""
+async def _run_rows(
+    cql: Cql, run_ids: Sequence[str], job_ids: Mapping[str, str] | None = None
+) -> list[Any]:
+    """Rows of the runs of ``run_ids`` that exist: their jobs as named by the caller
+    (``job_ids``; a run found under another job of the same read is dropped), else as
+    the store has seen them (``run_jobs``), else from ``runs_by_id``, then the runs by
+    groups of job partitions (``Cql.cross``; a poller loads thousands of runs of as
+    many jobs at a time)."""
+    named = job_ids or {}
     by_job: dict[str, list[str]] = {}
     unseen: list[str] = []
     for rid in run_ids:
-        job_id = cql.run_jobs.get(rid)
+        job_id = named.get(rid) or cql.run_jobs.get(rid)
         if job_id is None:
             unseen.append(rid)
         else:
@@ -113,13 +118,18 @@ async def _run_rows(cql: Cql, run_ids: Sequence[str]) -> list[Any]:
         cql.run_jobs.add(rid, job_id)
         by_job.setdefault(job_id, []).append(rid)
     rows = await cql.cross("select_runs_of_jobs", by_job)
+    if named:  # the cross product of the read could find a run under a job named for another
+        rows = [r for r in rows if named.get(r[0], r[1]) == r[1]]
     # what a poller's commit then takes as stored (``run_states``; columns: _RUN_COLS)
     cql.run_states.learn((r[0], (run_state_order(r[4]), bool(r[5]))) for r in rows)
     return rows
 
 
-async def get_runs(cql: Cql, run_ids: Sequence[str], bad_rows: BadRowLog) -> dict[str, Run]:
-    return {r.id: r for r in bad_rows.decoded(await _run_rows(cql, run_ids), ROWS.row_run)}
+async def get_runs(
+    cql: Cql, run_ids: Sequence[str], bad_rows: BadRowLog, job_ids: Mapping[str, str]
+) -> dict[str, Run]:
+    rows = await _run_rows(cql, run_ids, job_ids)
+    return {r.id: r for r in bad_rows.decoded(rows, ROWS.row_run)}
 
 
 async def list_runs(
@@ -239,7 +249,7 @@ async def list_dead_letters(
         if not rows:
             break
         ids = [rid for rid, jid in rows if not job_id or jid == job_id]
-        runs = await get_runs(cql, ids, bad_rows) if ids else {}
+        runs = await get_runs(cql, ids, bad_rows, {}) if ids else {}
         # The index is checked against the runs: an entry left by an interrupted
         # write whose run is no longer a dead letter is skipped.
         found += [r for rid in ids if (r := runs.get(rid)) and r.dead_letter and r.owner == owner]

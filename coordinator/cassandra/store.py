@@ -65,7 +65,7 @@ microseconds and "no value" a sentinel (``statements``).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -326,8 +326,10 @@ class CassandraStore:
     async def get_run(self, owner: str, run_id: str) -> Run:
         return await reads.get_run(self._cql, owner, run_id)
 
-    async def get_runs(self, run_ids: Sequence[str]) -> dict[str, Run]:
-        return await reads.get_runs(self._cql, run_ids, self.bad_rows)
+    async def get_runs(
+        self, run_ids: Sequence[str], *, job_ids: Mapping[str, str] | None = None
+    ) -> dict[str, Run]:
+        return await reads.get_runs(self._cql, run_ids, self.bad_rows, job_ids or {})
 
     async def list_runs(
         self,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -272,10 +272,14 @@ class SqliteStore:
             raise NotFound(f"run {run_id} not found")
         return _row_run(row)
 
-    async def get_runs(self, run_ids: Sequence[str]) -> dict[str, Run]:
+    async def get_runs(
+        self, run_ids: Sequence[str], *, job_ids: Mapping[str, str] | None = None
+    ) -> dict[str, Run]:
         sql = SELECT_RUN + " WHERE id IN ({})"
         rows = await self._db.read(lambda c: select_in(c, sql, run_ids))
-        return {r.id: r for r in self.bad_rows.decoded(rows, _row_run)}
+        runs = self.bad_rows.decoded(rows, _row_run)
+        named = job_ids or {}
+        return {r.id: r for r in runs if named.get(r.id, r.job_id) == r.job_id}
 
     async def list_runs(
         self,

@@ -68,10 +68,12 @@ class ClusterStatus(_message.Message):
     def __init__(self, mode: _Optional[str] = ..., leader: _Optional[str] = ..., epoch: _Optional[int] = ..., members: _Optional[_Iterable[str]] = ..., shards: _Optional[_Iterable[_Union[ShardInfo, _Mapping]]] = ..., workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ...) -> None: ...
 
 class NotifyRunsRequest(_message.Message):
-    __slots__ = ("run_ids",)
+    __slots__ = ("run_ids", "job_ids")
     RUN_IDS_FIELD_NUMBER: _ClassVar[int]
+    JOB_IDS_FIELD_NUMBER: _ClassVar[int]
     run_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, run_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    job_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, run_ids: _Optional[_Iterable[str]] = ..., job_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class NotifyRunsResponse(_message.Message):
     __slots__ = ()
