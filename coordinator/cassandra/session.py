@@ -21,6 +21,7 @@ from cassandra import Unavailable as CassandraUnavailable
 from cassandra.cluster import Session
 from cassandra.query import BatchStatement, BatchType, BoundStatement, PreparedStatement
 
+from shardcron.coordinator.cassandra.binding import Binder
 from shardcron.coordinator.cassandra.run_jobs import RunJobs
 from shardcron.coordinator.cassandra.run_states import RunStates
 from shardcron.coordinator.store_lanes import Lanes
@@ -63,6 +64,7 @@ class Cql:
         self.consistency = consistency
         self.max_concurrency = max_concurrency
         self.ps: dict[str, PreparedStatement] = {}
+        self._binders: dict[str, Binder] = {}
         self._session: Session | None = None
         self._lanes: Lanes | None = None
         self._lwt: list[PreparedStatement] = []
@@ -76,6 +78,7 @@ class Cql:
         self, session: Session, prepared: dict[str, PreparedStatement], lwt: Sequence[str]
     ) -> None:
         self.ps = prepared
+        self._binders = {name: Binder(ps) for name, ps in prepared.items()}
         self._lwt = [prepared[name] for name in lwt]
         self._lanes = Lanes(self.max_concurrency)  # bound to a loop on first use
         self._session = session
@@ -84,7 +87,7 @@ class Cql:
         self._session = None
 
     def bind(self, name: str, values: Sequence[Any]) -> BoundStatement:
-        return self.ps[name].bind(values)
+        return self._binders[name](values)
 
     def replicas(self, stmt: BoundStatement) -> Hashable:
         """A key equal for statements whose partitions are held by the same nodes (the
