@@ -145,62 +145,12 @@ def failed_result(reason: RunReason, error: str, started: datetime | None = None
     )
 
 
-class StopFlag:
-    """``threading.Event``'s interface (``is_set``, ``set``, ``wait``) for a handler's
-    ``cancelled``, with the event itself made only when a thread first waits on it: a
-    worker makes one per run, and most runs end without anyone waiting or setting.
-
-    Safe across threads: ``set`` raises the flag before it looks for the event, and
-    ``wait`` publishes the event before it looks at the flag, so one of them always
-    sees the other."""
-
-    __slots__ = ("_flag", "_event")
-    _making = threading.Lock()
-
-    def __init__(self) -> None:
-        self._flag = False
-        self._event: threading.Event | None = None
-
-    def is_set(self) -> bool:
-        return self._flag
-
-    isSet = is_set  # noqa: N815 - threading.Event's old name
-
-    def set(self) -> None:
-        self._flag = True
-        event = self._event
-        if event is not None:
-            event.set()
-
-    def clear(self) -> None:
-        self._flag = False
-        event = self._event
-        if event is not None:
-            event.clear()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        if self._flag:
-            return True
-        event = self._event
-        if event is None:
-            with StopFlag._making:
-                event = self._event
-                if event is None:
-                    event = self._event = threading.Event()
-            if self._flag:
-                event.set()
-        return event.wait(timeout)
-
-    def __repr__(self) -> str:
-        return f"<StopFlag {'set' if self._flag else 'unset'}>"
-
-
 @fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HandlerContext:
     """What a handler receives. ``deadline`` is a ``time.monotonic()`` value or None;
     ``cancelled`` is set when the run is cancelled or timed out (a sync handler
-    should poll it: ``is_set()``, or ``wait(timeout)`` as on a ``threading.Event``); ``log()`` appends a line to the run's output; ``json()`` decodes
+    should poll it); ``log()`` appends a line to the run's output; ``json()`` decodes
     the payload."""
 
     run_id: str
@@ -209,7 +159,7 @@ class HandlerContext:
     fencing_token: int = 0
     payload: bytes = b""
     deadline: float | None = None
-    cancelled: StopFlag = field(default_factory=StopFlag)
+    cancelled: threading.Event = field(default_factory=threading.Event)
     sink: Callable[[str, bytes], None] | None = field(default=None, repr=False, compare=False)
 
     @property
