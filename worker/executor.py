@@ -414,7 +414,7 @@ class HandlerExecutor:
                 # there, and a done job is read at once, without ended_first's waiter
                 # and the two wake-ups it costs (about 5 us a run).
                 await asyncio.sleep(0)
-            ended = await ended_first(job, run.stopped(), run.timeout)
+            ended = job.done() or await ended_first(job, run.stopped(), run.timeout)
         except BaseException:
             ctx.cancelled.set()
             cancel_job()

@@ -85,6 +85,8 @@ def _each(items: Sequence[Any], path: str, read: Callable[[Any, str], Any]) -> t
 
 
 def _token(value: int, path: str) -> int:
+    if value >= 0:  # the field's path is formatted only for the error: this runs per run
+        return value
     return non_negative(value, f"{path}.fencing_token")
 
 
