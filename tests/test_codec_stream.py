@@ -534,3 +534,22 @@ def test_leases_sharing_a_task_read_it_once_and_keep_what_differs() -> None:
     assert grants[0].task is grants[1].task is grants[2].task
     assert grants[0].resources is grants[2].resources
     assert grants[1].resources.slots == 3
+
+
+def test_leases_of_one_batch_share_the_instants_they_share_and_keep_their_own() -> None:
+    later = dataclasses.replace(GRANT, run_id="r-2", due_at=T0 + timedelta(seconds=5))
+    wire = encode_poller_message(Leases(grants=(GRANT, later, GRANT)))
+    event = decode_poller_message(wire)
+    assert isinstance(event, Leases)
+    assert event.grants == (GRANT, later, GRANT)
+    first, second, third = event.grants
+    assert first.expires_at is second.expires_at  # read once for the batch
+    assert first.due_at is third.due_at and second.due_at == T0 + timedelta(seconds=5)
+
+
+def test_a_bad_instant_in_a_later_lease_of_a_batch_still_names_that_lease() -> None:
+    wire = encode_poller_message(Leases(grants=(GRANT, GRANT)))
+    wire.leases.leases[1].expires_at.nanos = -1
+    with pytest.raises(InvalidArgument) as e:
+        decode_poller_message(wire)
+    assert "leases[1].expires_at" in e.value.field

@@ -29,6 +29,27 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+_CONDITION_MADE = threading.Lock()
+
+
+class CancelEvent(threading.Event):
+    """A ``threading.Event`` whose condition (a lock and a condition object, most of
+    what an Event costs) is made the first time it is set or waited on: a worker makes
+    one per run and almost every run ends without either. ``is_set`` reads the flag."""
+
+    def __init__(self) -> None:  # noqa: D107 - the parent's, minus the condition
+        self._flag = False
+
+    def __getattr__(self, name: str) -> Any:
+        if name != "_cond":
+            raise AttributeError(name)
+        with _CONDITION_MADE:  # two threads making it at once would wait on different ones
+            cond = self.__dict__.get("_cond")
+            if cond is None:
+                cond = self._cond = threading.Condition(threading.Lock())
+        return cond
+
+
 @dataclass(eq=False, kw_only=True)
 class RunContext:
     """One run to execute, and the signals that stop it early.
@@ -159,7 +180,7 @@ class HandlerContext:
     fencing_token: int = 0
     payload: bytes = b""
     deadline: float | None = None
-    cancelled: threading.Event = field(default_factory=threading.Event)
+    cancelled: threading.Event = field(default_factory=CancelEvent)
     sink: Callable[[str, bytes], None] | None = field(default=None, repr=False, compare=False)
 
     @property
