@@ -15,13 +15,14 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
+from typing import Any
 
 from shardcron.client.errors import Unavailable
 from shardcron.client.types import Job, JobState, RunState
 from shardcron.coordinator.cassandra.reads import job_rows
 from shardcron.coordinator.cassandra.session import Cql
 from shardcron.coordinator.cassandra.statements import ROWS
-from shardcron.coordinator.cassandra.writes import WritePlanner, Writes
+from shardcron.coordinator.cassandra.writes import WritePlanner, Writes, encode_runs
 from shardcron.coordinator.store import NewJob
 
 log = logging.getLogger(__name__)
@@ -44,8 +45,7 @@ async def create_jobs(
     writes = Writes()
     for item in items:
         planner.plan_job(writes, item.job)
-        for run in item.runs:
-            ROWS.run_row(run)
+    rows = [encode_runs(item.runs) for item in items]
     # Idempotency keys: the first item with a key claims it (an LWT, only here).
     first: dict[tuple[str, str], int] = {}
     for i, item in enumerate(items):
@@ -59,6 +59,7 @@ async def create_jobs(
         raise
     results: list[tuple[Job, bool]] = []
     created: list[NewJob] = []
+    created_rows: list[tuple[Any, ...]] = []
     for i, item in enumerate(items):
         key = (item.job.owner, item.job.idempotency_key)
         if item.job.idempotency_key and (key in existing or first[key] != i):
@@ -66,14 +67,14 @@ async def create_jobs(
         else:
             results.append((item.job, True))
             created.append(item)
+            created_rows += rows[i]
     if len(created) != len(items):  # re-plan without the items that were not created
         writes = Writes()
         for item in created:
             planner.plan_job(writes, item.job)
     runs = [run for item in created for run in item.runs]
-    await planner.put_runs(
-        writes, runs, [r for r in runs if r.state == RunState.PENDING], known_new=True
-    )
+    due = [r for r in runs if r.state == RunState.PENDING]
+    await planner.put_runs(writes, runs, created_rows, due, known_new=True)
     try:
         await flush(writes)
     except BaseException:

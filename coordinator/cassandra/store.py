@@ -84,12 +84,13 @@ from shardcron.coordinator.cassandra.schema import (
     ensure_schema,
 )
 from shardcron.coordinator.cassandra.session import Cql
-from shardcron.coordinator.cassandra.statements import LWT, ROWS, prepare
+from shardcron.coordinator.cassandra.statements import LWT, prepare
 from shardcron.coordinator.cassandra.writes import (
     MAX_TTL,
     P_RUNS,
     WritePlanner,
     Writes,
+    encode_runs,
     flush,
     now_us,
     progress_values,
@@ -270,8 +271,8 @@ class CassandraStore:
             _spec_to_json(job.spec), job.pause_reason, _us(job.updated_at),
             fire_at, fire_key, failures, job.id, job.owner, expected_version,
         )  # fmt: skip
-        for run in runs:
-            ROWS.run_row(run)  # encode before the compare-and-set: bad input changes nothing
+        runs = list(runs)
+        rows = encode_runs(runs)  # before the compare-and-set: bad input changes nothing
         # The one LWT of an update: compare-and-set on the version (user updates are rare).
         result = await self._cql.exec(self._cql.ps["update_job"], values)
         if not result.applied:
@@ -280,7 +281,7 @@ class CassandraStore:
             stored = result.column("version")
             raise VersionConflict(f"job {job.id} is at version {stored}, not {expected_version}")
         writes = Writes()
-        await self._planner.put_runs(writes, list(runs), list(due), known_new=False)
+        await self._planner.put_runs(writes, runs, rows, list(due), known_new=False)
         await self._flush(writes)
         if job.state == JobState.DELETED:
             # only a job that was not DELETED is updated (the api refuses the others),
@@ -302,8 +303,7 @@ class CassandraStore:
         if not (runs or due or progress):
             return
         write_us = None if write_time is None else _us(write_time)
-        for run in runs:
-            ROWS.run_row(run)
+        rows = encode_runs(runs)  # before anything is read or written
         writes = Writes()
         states: dict[str, tuple[str, int]] = {}
 
@@ -314,7 +314,7 @@ class CassandraStore:
                     states[job_id] = (state, max(state_ts or 0, reason_ts or 0))
 
         await asyncio.gather(
-            self._planner.put_runs(writes, runs, due, known_new=False, write_us=write_us),
+            self._planner.put_runs(writes, runs, rows, due, known_new=False, write_us=write_us),
             job_states() if progress else asyncio.sleep(0),
         )
         for p in progress:

@@ -123,6 +123,12 @@ async def flush(cql: Cql, writes: Writes) -> None:
         done()
 
 
+def encode_runs(runs: Iterable[Run]) -> list[tuple[Any, ...]]:
+    """The rows of ``runs`` as written to ``runs``, in their order; raises on a value
+    no store can encode. Encoded once per call, before anything is read or written."""
+    return [ROWS.run_row(run) for run in runs]
+
+
 class WritePlanner:
     """Plans the writes of jobs, runs, due rows and progress into a ``Writes``. Keeps
     which ``shard_buckets`` rows this process already wrote, so that a bucket's row
@@ -153,6 +159,7 @@ class WritePlanner:
         self,
         writes: Writes,
         run: Run,
+        row: tuple[Any, ...],
         *,
         new: bool,
         was_dead: bool,
@@ -161,7 +168,6 @@ class WritePlanner:
     ) -> None:
         """``indexed``: the call also writes a due row for the run (its row goes first).
         ``write_us``: the poller's write time (module docstring), None for the api."""
-        row = ROWS.run_row(run)
         self._cql.run_jobs.add(run.id, run.job_id)
         # the api (no write_us): now, and a new run a second earlier (module docstring)
         backdate = _CREATE_BACKDATE_US if new else 0
@@ -234,20 +240,23 @@ class WritePlanner:
         self,
         writes: Writes,
         runs: Sequence[Run],
+        rows: Sequence[tuple[Any, ...]],
         due: Sequence[Run],
         *,
         known_new: bool,
         write_us: int | None = None,
     ) -> None:
         """Plans the upsert of ``runs`` (never moving a stored run to an earlier state) and
-        the due rows of ``due``. ``known_new``: the runs belong to jobs created in this call."""
+        the due rows of ``due``. ``rows``: the runs' rows (``encode_runs``), encoded by
+        the caller before it read or wrote anything, so that bad input writes nothing.
+        ``known_new``: the runs belong to jobs created in this call."""
         indexed = {run.id for run in due}
         stored: dict[str, StoredState] = {}
         if runs and not known_new:
             # the poller's commits (they carry its write time) trust what this store
             # last wrote or read of a run (``run_states``); the api's writes read
             stored = await self._stored_runs(runs, remembered=write_us is not None)
-        for run in runs:
+        for run, row in zip(runs, rows, strict=True):
             current = stored.get(run.id)
             order = run_state_order(run.state)
             if current is not None and order < current[0]:
@@ -255,6 +264,7 @@ class WritePlanner:
             self._plan_run(
                 writes,
                 run,
+                row,
                 new=current is None,
                 was_dead=current is not None and current[1],
                 indexed=run.id in indexed,
