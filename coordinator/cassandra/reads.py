@@ -126,7 +126,7 @@ async def _run_rows(
 
 
 async def get_runs(
-    cql: Cql, run_ids: Sequence[str], bad_rows: BadRowLog, job_ids: Mapping[str, str]
+    cql: Cql, run_ids: Sequence[str], bad_rows: BadRowLog, job_ids: Mapping[str, str] | None = None
 ) -> dict[str, Run]:
     rows = await _run_rows(cql, run_ids, job_ids)
     return {r.id: r for r in bad_rows.decoded(rows, ROWS.row_run)}
@@ -249,7 +249,7 @@ async def list_dead_letters(
         if not rows:
             break
         ids = [rid for rid, jid in rows if not job_id or jid == job_id]
-        runs = await get_runs(cql, ids, bad_rows, {}) if ids else {}
+        runs = await get_runs(cql, ids, bad_rows) if ids else {}
         # The index is checked against the runs: an entry left by an interrupted
         # write whose run is no longer a dead letter is skipped.
         found += [r for rid in ids if (r := runs.get(rid)) and r.dead_letter and r.owner == owner]

@@ -329,7 +329,7 @@ class CassandraStore:
     async def get_runs(
         self, run_ids: Sequence[str], *, job_ids: Mapping[str, str] | None = None
     ) -> dict[str, Run]:
-        return await reads.get_runs(self._cql, run_ids, self.bad_rows, job_ids or {})
+        return await reads.get_runs(self._cql, run_ids, self.bad_rows, job_ids)
 
     async def list_runs(
         self,
