@@ -24,6 +24,8 @@ Modules, each saying what it guarantees:
 - ``leadership``: election, the term, and the assignment the leader publishes;
 - ``balance``: the balanced, least-movement assignment (pure);
 - ``delivery``: assignments and pollers handed to the listeners on the loop;
+- ``views``: the view and the live pollers, served from the last read until a
+  watch set by that read fires or the connection changes state;
 - ``reconciler``: the thread that drives membership and ownership;
 - ``coordination``: ``ZkCoordination``, which composes them into the
   ``Coordination`` protocol.
@@ -44,7 +46,7 @@ Which thread runs what, and which state it owns:
   SUSPENDED/LOST assignment queued to the loop, wake-ups for the reconciler and
   the elector. Must not block.
 - kazoo's event thread: watch callbacks, which only wake the reconciler or the
-  elector.
+  elector, or mark what ``views`` holds as changed.
 - ``zk-reconcile-<node>`` (``reconciler``): joins, announces workers, takes and
   releases shards, tracks pollers. Owns the poller's join and member node,
   ``ShardOwnership`` (held shards, epochs seen) and the pollers last posted.

@@ -27,6 +27,8 @@ from shardcron.coordinator.coordination import (
 )
 from shardcron.coordinator.zk.delivery import AssignmentFeed, PollersFeed
 from shardcron.coordinator.zk.layout import (
+    Watch,
+    ZkPaths,
     check_name,
     cluster_paths,
     ensure_layout,
@@ -38,6 +40,7 @@ from shardcron.coordinator.zk.membership import Membership
 from shardcron.coordinator.zk.ownership import ShardOwnership
 from shardcron.coordinator.zk.reconciler import Reconciler, Wakeups
 from shardcron.coordinator.zk.session import Session
+from shardcron.coordinator.zk.views import WatchedReads
 
 log = logging.getLogger("shardcron.coordination")
 
@@ -83,6 +86,8 @@ class ZkCoordination:
             hosts, node_id=node_id, timeout=session_timeout, probe_path=self._paths.root
         )
         self._feed = AssignmentFeed(self._session)
+        self._watched = WatchedReads()  # view() and pollers(), until a watch fires
+        self._session.on_state(self._watched.changed)
         self._pollers_feed = PollersFeed(self._session.stopping)
         self._wakeups = Wakeups()
         # Made by start(), once the poller's identity is known.
@@ -129,7 +134,7 @@ class ZkCoordination:
         return self._session.generation
 
     async def view(self) -> ClusterView:
-        return await self._read(lambda: read_view(self._session.client, self._paths))
+        return await self._watched_read("view", read_view, self._paths)
 
     async def register_worker(
         self, worker_id: str, address: str, info: Mapping[str, Any] | None = None
@@ -145,7 +150,7 @@ class ZkCoordination:
         return await self._read(lambda: read_members(self._session.client, self._paths.workers))
 
     async def pollers(self) -> list[Member]:
-        return await self._read(lambda: read_members(self._session.client, self._paths.pollers))
+        return await self._watched_read("pollers", _read_pollers, self._paths)
 
     def watch_pollers(self, listener: PollersListener) -> None:
         if not self._pollers_feed.watch(listener):
@@ -268,6 +273,18 @@ class ZkCoordination:
             self._leadership.join(1.0)
         log.info("coordination: %s left the cluster", self._node_id)
 
+    async def _watched_read(
+        self, name: str, read: Callable[[KazooClient, ZkPaths, Watch], T], paths: ZkPaths
+    ) -> T:
+        """What ``read`` last gave, if ZooKeeper told of no change since (``WatchedReads``),
+        else read afresh, watched."""
+        held = self._watched.held(name)
+        if held is not None:
+            return held
+        return await self._read(
+            lambda: self._watched.read(name, lambda w: read(self._session.client, paths, w))
+        )
+
     async def _read(self, fn: Callable[[], T]) -> T:
         """Runs ``fn`` (idempotent) in an executor thread, retried; ``Unavailable``
         when not connected or not done within a session timeout."""
@@ -278,3 +295,7 @@ class ZkCoordination:
             return await asyncio.wait_for(asyncio.to_thread(session.retry, fn), session.timeout)
         except (TimeoutError, KazooException) as e:
             raise Unavailable(f"ZooKeeper at {session.hosts}: {e!r}") from e
+
+
+def _read_pollers(zk: KazooClient, paths: ZkPaths, watch: Watch) -> list[Member]:
+    return read_members(zk, paths.pollers, watch, data_watch=watch)

@@ -141,9 +141,12 @@ def ensure_layout(zk: KazooClient, paths: ZkPaths, shard_count: int | None) -> N
             pass
 
 
-def read_members(zk: KazooClient, path: str, watch: Watch | None = None) -> list[Member]:
-    """The members under ``path`` (pollers or workers), by id."""
-    found = read_children(zk, path, zk.get_children(path, watch=watch))
+def read_members(
+    zk: KazooClient, path: str, watch: Watch | None = None, *, data_watch: Watch | None = None
+) -> list[Member]:
+    """The members under ``path`` (pollers or workers), by id. ``watch`` is set on the
+    list of members, ``data_watch`` on each member's node."""
+    found = read_children(zk, path, zk.get_children(path, watch=watch), watch=data_watch)
     members = []
     for child in sorted(found):
         info = load(found[child])
@@ -152,11 +155,13 @@ def read_members(zk: KazooClient, path: str, watch: Watch | None = None) -> list
     return members
 
 
-def read_children(zk: KazooClient, path: str, children: list[str]) -> dict[str, bytes]:
-    """The data of each of ``children`` of ``path`` that still exists, by name. The
-    reads are pipelined: one round trip for all, not one each (an api node's router
-    reads every shard's owner node twice a second)."""
-    pending = [(child, zk.get_async(f"{path}/{child}")) for child in children]
+def read_children(
+    zk: KazooClient, path: str, children: list[str], *, watch: Watch | None = None
+) -> dict[str, bytes]:
+    """The data of each of ``children`` of ``path`` that still exists, by name (``watch``
+    set on each). The reads are pipelined: one round trip for all, not one each (the
+    view reads every shard's owner node)."""
+    pending = [(child, zk.get_async(f"{path}/{child}", watch=watch)) for child in children]
     found: dict[str, bytes] = {}
     for child, result in pending:
         try:
@@ -176,13 +181,17 @@ def read_assignment(
     return int(value.get("epoch", 0)), owners, stat.version
 
 
-def read_view(zk: KazooClient, paths: ZkPaths) -> ClusterView:
+def read_view(zk: KazooClient, paths: ZkPaths, watch: Watch | None = None) -> ClusterView:
     """Leader (the first election contender), epoch, members and the pollers
-    holding each shard's owner node."""
+    holding each shard's owner node. ``watch`` is set on every node read, and on the
+    contenders' list: it is called once any of these changes."""
+    if watch is not None:
+        zk.get_children(paths.leader, watch=watch)  # contenders() sets none
     contenders = zk.Lock(paths.leader).contenders()
-    epoch = int(load(zk.get(paths.epoch)[0]).get("epoch", 0))
-    pollers = zk.get_children(paths.pollers)
-    found = read_children(zk, paths.owners, zk.get_children(paths.owners))
+    epoch = int(load(zk.get(paths.epoch, watch=watch)[0]).get("epoch", 0))
+    pollers = zk.get_children(paths.pollers, watch=watch)
+    owners_path = paths.owners
+    found = read_children(zk, owners_path, zk.get_children(owners_path, watch=watch), watch=watch)
     owners = {int(child): str(load(data).get("poller", "")) for child, data in found.items()}
     return ClusterView(
         mode="zookeeper",
