@@ -7,15 +7,18 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import time
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from shardcron.client.types import HandlerTask
 from shardcron.v1 import types_pb2, worker_pb2
 from shardcron.worker import HandlerRegistry
-from shardcron.worker.due_gate import DueGate, collector_held_off
+from shardcron.worker.context import RunContext
+from shardcron.worker.due_gate import DueGate, collector_held_off, run_when_due
 from tests.support.waiting import until
 from tests.test_worker_stream import ScriptedPoller, handler_lease, make_worker, running, serve
 
@@ -128,8 +131,6 @@ async def test_the_release_pass_holds_the_collector_off_and_gives_it_back() -> N
     # A full collection inside the pass of a 10,000-run minute delayed every run after
     # it by ~60 ms: each run's launch (its start stamped) happens with the collector
     # held off, and the collector is on again once the pass is over.
-    loop = asyncio.get_running_loop()
-    never: asyncio.Future[None] = loop.create_future()
     started: list[Any] = []
     outbox = SimpleNamespace(started=lambda ref, at: started.append(ref))
     seen: list[bool] = []
@@ -142,8 +143,9 @@ async def test_the_release_pass_holds_the_collector_off_and_gives_it_back() -> N
         return result()
 
     def held(i: int) -> Any:
-        ctx = SimpleNamespace(stopping=False, stopped=lambda: never)
-        return SimpleNamespace(ref=f"ref{i}", ctx=ctx, link=SimpleNamespace(outbox=outbox))
+        ctx = RunContext(run_id=f"r{i}", task=HandlerTask(name="note"))
+        link = SimpleNamespace(outbox=outbox)
+        return SimpleNamespace(ref=f"ref{i}", ctx=ctx, link=link, deadline=time.monotonic() + 60)
 
     gate = DueGate()
     due = datetime.now(UTC) + timedelta(milliseconds=100)
@@ -154,6 +156,41 @@ async def test_the_release_pass_holds_the_collector_off_and_gives_it_back() -> N
     assert started == ["ref0", "ref1", "ref2"]
     assert gc.isenabled()
     assert [await o for o in outcomes if o is not None] == ["done"] * 3
+
+
+async def test_a_run_whose_lease_ran_out_while_frozen_is_not_started() -> None:
+    # A worker frozen (SIGSTOP) through a run's due instant and past its lease's
+    # deadline: its poller may have leased the run to another worker. Whichever timer
+    # comes first on resume (the instant's release, or a lease read late), the run is
+    # not started and no Started goes out.
+    started: list[Any] = []
+    launched: list[str] = []
+    outbox = SimpleNamespace(started=lambda ref, at: started.append(ref))
+
+    def held(name: str, deadline: float) -> Any:
+        ctx = RunContext(run_id=name, task=HandlerTask(name="note"))
+        link = SimpleNamespace(outbox=outbox)
+        return SimpleNamespace(ref=name, ctx=ctx, link=link, deadline=deadline)
+
+    def launch_of(name: str) -> Any:
+        def launch() -> Any:
+            launched.append(name)
+            return asyncio.sleep(0, result=name)
+
+        return launch
+
+    gate = DueGate()
+    clock = time.monotonic()
+    due = datetime.now(UTC) + timedelta(milliseconds=100)
+    lapsed_run, live_run = held("lapsed", clock + 0.05), held("live", clock + 60)
+    waits = [gate.hold(r, due, 0.1, launch_of(r.ref)) for r in (lapsed_run, live_run)]
+    outcomes = await asyncio.gather(*waits)
+    assert outcomes[0] is None and launched == ["live"] and started == ["live"]
+    assert await outcomes[1] == "live"
+
+    late = held("late", time.monotonic() - 1)  # a lease read after its deadline
+    result = await run_when_due(late, None, gate, launch_of("late"))
+    assert result.started_at is None and launched == ["live"] and started == ["live"]
 
 
 def test_the_collector_stays_off_if_it_was_off() -> None:

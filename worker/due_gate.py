@@ -12,7 +12,9 @@ of 10,000 runs of one minute started 0.6 s after the first: each waited for the
 others' whole steps, result and all.
 
 A run stopped while it waits (a cancel, or its lease lost) is not started: its result
-says so, with no start time.
+says so, with no start time. Nor is one whose lease ran out before it could start
+(``lapsed``: this process was frozen past the lease's deadline, and the run may be on
+another worker by now).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import asyncio
 import contextlib
 import dataclasses
 import gc
+import time
 from collections.abc import Coroutine, Iterator
 from datetime import datetime
 from typing import Any
@@ -76,12 +79,12 @@ class DueGate:
         """Starts every run held for ``due_at`` that was not stopped meanwhile, with the
         cyclic collector held off until the pass is over (``collector_held_off``)."""
         with collector_held_off():
-            at = utcnow()
+            at, clock = utcnow(), time.monotonic()
             for run, ref, woken, launch in self._instants.pop(due_at, ()):
                 if woken.done():
                     continue  # stopped meanwhile
-                if run.ctx.stopping:
-                    woken.set_result(None)
+                if run.ctx.stopping or run.deadline <= clock:
+                    woken.set_result(None)  # stopped, or its lease ran out (lapsed)
                     continue
                 woken.set_result(launch())
                 run.link.outbox.started(ref, at)  # its poller now, if the shard moved
@@ -103,6 +106,14 @@ def collector_held_off() -> Iterator[None]:
         gc.enable()
 
 
+def lapsed(run: HeldRun) -> bool:
+    """The run's lease ran out before it could start: this process was frozen (SIGSTOP,
+    a long pause) past its deadline, and its poller may have given the run to another
+    worker meanwhile. The watchdog kills such runs once it runs again, but a due
+    instant's timer (or a lease read late) can come first; it must not start it."""
+    return run.deadline <= time.monotonic()
+
+
 async def run_when_due(
     run: HeldRun, due_at: datetime | None, gate: DueGate, launch: Launch
 ) -> ExecResult:
@@ -111,6 +122,8 @@ async def run_when_due(
     now = utcnow()
     seconds = 0.0 if due_at is None else (due_at - now).total_seconds()
     if seconds <= 0:
+        if lapsed(run):
+            return dataclasses.replace(stopped_result(run.ctx, False, utcnow()), started_at=None)
         run.link.outbox.started(run.ref, now)
         return await launch()
     assert due_at is not None
