@@ -100,6 +100,8 @@ class Writes:
     # (phase, partition) -> [(statement, size)]
     parts: dict[tuple[int, Any], Partition] = dataclasses.field(default_factory=dict)
     after: list[Callable[[], None]] = dataclasses.field(default_factory=list)  # once written
+    # shard_buckets rows planned by this call: each is written once, not once per run
+    buckets: set[tuple[int, int]] = dataclasses.field(default_factory=set)
 
     def add(self, phase: int, partition: tuple[Any, ...], stmt: BoundStatement, size: int) -> None:
         """``partition``: the table and the partition key the statement writes."""
@@ -222,14 +224,17 @@ class WritePlanner:
         writes.add(P_DUE, ("due_runs", run.shard, b), self._cql.bind("insert_due", values), 120)
         # The bucket's row in shard_buckets must outlive every due row of the bucket: it
         # lives until the bucket's end (or now, if later) + due_ttl, plus an hour for skew.
-        # Rewritten only when this process has not already written one living that long.
+        # Rewritten only when this process has not already written one living that long
+        # (nor planned one in this call: a call of 1,000 creates planned it per run).
         need = max(b + self._bucket_seconds, now) + self._due_ttl.total_seconds()
-        if self._buckets_written.get((run.shard, b), 0.0) < need:
+        key = (run.shard, b)
+        if key not in writes.buckets and self._buckets_written.get(key, 0.0) < need:
+            writes.buckets.add(key)
             ttl = self._ttl(b + self._bucket_seconds + 3600, now)
             stmt = self._cql.bind("insert_bucket", (run.shard, b, ttl))
             writes.add(P_DUE, ("shard_buckets", run.shard), stmt, 40)
             lives = float("inf") if ttl == 0 else now + ttl
-            writes.after.append(lambda k=(run.shard, b), v=lives: self._remember_bucket(k, v))
+            writes.after.append(lambda k=key, v=lives: self._remember_bucket(k, v))
 
     def _remember_bucket(self, key: tuple[int, int], lives: float) -> None:
         if len(self._buckets_written) > 100_000:  # old buckets are not written again
