@@ -465,7 +465,8 @@ class Poller:
         """Triggers the runs due whose job copies are current; the others wait for
         their jobs to be read beside the turns (``ahead``)."""
         due = self._runs.pop_due(now, lead=self._lead())
-        for slot in await self._job_reads.ready(due, self._clock.monotonic()):
+        ready = await self._job_reads.ready(due, self._clock.monotonic(), wait=turn.empty())
+        for slot in ready:
             with self._runs.isolated(slot, turn, now, where="trigger"):
                 self._runs.trigger(slot, now, turn)
 
