@@ -59,6 +59,7 @@ from .held import HeldRun, lapsed, lease_deadline
 from .link import PollerLink
 from .outbox import MAX_HEARTBEAT_LEASES
 from .reaper_client import Reaper
+from .shares import shared_limits
 from .targets import Target, next_reading, read_targets
 
 if TYPE_CHECKING:
@@ -68,7 +69,6 @@ log = logging.getLogger(__name__)
 
 WATCHDOG_PERIOD = 0.1
 MAX_PENDING_HEARTBEATS = 256
-GRANT_IDLE = 1.5  # seconds a share may stay unused before it goes to other pollers
 
 
 class Worker:
@@ -266,12 +266,10 @@ class Worker:
     # -- sharing the slots among streams --------------------------------------------
     def _limits(self) -> dict[PollerLink, int]:
         """The credit limit of every open stream. One stream: every slot not taken by
-        another stream's runs (or by runs still being killed). Several: each keeps what
-        its runs hold, and the free slots go to the pollers that want them (Demand), in
-        equal turns, streams with an unused grant first (their leases may be on the
-        way), then the one granted longest ago. Their sum never exceeds the free slots,
-        so pollers do not lease past this worker's capacity (the rare lease that does,
-        sent before a lowered limit arrived, is refused)."""
+        another stream's runs (or by runs still being killed). Several: ``shared_limits``.
+        Their sum never exceeds the free slots, so pollers do not lease past this worker's
+        capacity (the rare lease that does, sent before a lowered limit arrived, is
+        refused)."""
         links = [link for link in self._links.values() if link.sent_limit is not None]
         if not links:
             return {}
@@ -280,32 +278,7 @@ class Worker:
         free = max(0, self.slots - self._slots_used)
         if len(links) == 1:
             return {links[0]: min(self.slots, links[0].held_slots + free)}
-        shares = dict.fromkeys(links, 0)
-        now = time.monotonic()
-
-        def wants(link: PollerLink) -> bool:
-            # a share left unused for GRANT_IDLE since it was given or last asked for:
-            # that poller is not leasing (stalled, or its runs fit elsewhere)
-            unused = (link.sent_limit or 0) - link.held_slots
-            idle = now - max(link.granted_at, link.demand_at) > GRANT_IDLE
-            return link.demand > 0 and not (unused > 0 and idle)
-
-        order = sorted(
-            (link for link in links if wants(link)),
-            key=lambda link: (-max(0, (link.sent_limit or 0) - link.held_slots), link.granted_at),
-        )
-        while free > 0:
-            active = [link for link in order if shares[link] < min(link.demand, self.slots)]
-            if not active:
-                break
-            each = max(1, free // len(active))
-            for link in active:
-                give = min(each, link.demand - shares[link], free)
-                shares[link] += give
-                free -= give
-                if free == 0:
-                    break
-        return {link: min(self.slots, link.held_slots + shares[link]) for link in links}
+        return shared_limits(links, free=free, slots=self.slots, now=time.monotonic())
 
     def rebalance(self) -> None:
         """Sends every stream whose credit limit changed its new one."""
