@@ -83,17 +83,28 @@ class DueGate:
             run.link.outbox.started(ref, at)  # its poller now, if the shard moved
 
 
+def start_if_due(
+    run: HeldRun, due_at: datetime | None, launch: Launch
+) -> Coroutine[Any, Any, ExecResult] | None:
+    """Starts ``run`` now if its due instant has come (or is not said): its ``Started``
+    goes out, and what gives its result is returned; None if it is due later."""
+    now = utcnow()
+    if due_at is not None and due_at > now:
+        return None
+    run.link.outbox.started(run.ref, now)
+    return launch()
+
+
 async def run_when_due(
     run: HeldRun, due_at: datetime | None, gate: DueGate, launch: Launch
 ) -> ExecResult:
     """Runs ``run`` (``launch`` starts it) at its due instant: now if that has come (or
     is not said; its ``Started`` goes out now), else once ``gate`` releases it."""
-    now = utcnow()
-    seconds = 0.0 if due_at is None else (due_at - now).total_seconds()
-    if seconds <= 0:
-        run.link.outbox.started(run.ref, now)
-        return await launch()
+    now_started = start_if_due(run, due_at, launch)
+    if now_started is not None:
+        return await now_started
     assert due_at is not None
+    seconds = (due_at - utcnow()).total_seconds()
     started = await gate.hold(run, due_at, seconds, launch)
     if started is None:
         return dataclasses.replace(stopped_result(run.ctx, False, utcnow()), started_at=None)

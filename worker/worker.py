@@ -27,9 +27,9 @@ import socket
 import time
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Coroutine, Sequence
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import shardcron
 from shardcron.client.sdk.connection import call_metadata
@@ -42,17 +42,19 @@ from shardcron.client.stream import (
     Renewals,
     ResultAck,
 )
-from shardcron.client.types import RunReason
+from shardcron.client.types import HandlerTask, RunReason
 
 from .adrift import AdriftResults
-from .due_gate import DueGate, run_when_due
+from .due_gate import DueGate, run_when_due, start_if_due
 from .executor import (
     CommandExecutor,
+    ExecResult,
     HandlerExecutor,
     RunContext,
-    failed_result,
+    at_once,
     launcher,
 )
+from .first_step import Resumed, first_step, worker_error
 from .handlers import HandlerRegistry
 from .handlers import registry as default_registry
 from .held import HeldRun, lapsed, lease_deadline
@@ -357,7 +359,7 @@ class Worker:
 
     # -- poller messages ----------------------------------------------------------------
     def on_leases(self, link: PollerLink, grants: Sequence[LeaseGrant]) -> None:
-        now = time.monotonic()
+        now, loop = time.monotonic(), asyncio.get_running_loop()
         for lease in grants:
             self.stats["leased"] += 1
             ref = LeaseRef(run_id=lease.run_id, fencing_token=lease.fencing_token)
@@ -417,7 +419,15 @@ class Worker:
             self._runs[lease.run_id] = run
             self._slots_used += slots
             link.held_slots += slots
-            run.task = asyncio.create_task(self._execute(run, prev, lease))
+            if prev is None and isinstance(lease.task, HandlerTask):
+                try:
+                    outcome = start_if_due(run, lease.due_at, launcher(ctx, self._handlers, None))
+                except Exception as e:  # as in _settle: this run fails, the others go on
+                    outcome = at_once(worker_error(lease.run_id, e))
+                if outcome is not None:  # its handler's first step is queued: read after it
+                    loop.call_soon(self._after_first_step, run, outcome)
+                    continue
+            run.task = loop.create_task(self._execute(run, prev, lease))
         self.rebalance()
 
     def _on_output(
@@ -530,25 +540,47 @@ class Worker:
             await asyncio.sleep(max(0.0, wake - time.monotonic()))
 
     async def _execute(self, run: HeldRun, prev: HeldRun | None, lease: LeaseGrant) -> None:
-        ctx = run.ctx
+        await self._settle(run, self._start(run, prev, lease))
+
+    async def _start(self, run: HeldRun, prev: HeldRun | None, lease: LeaseGrant) -> ExecResult:
+        if prev is not None and prev.task is not None:
+            await asyncio.wait({prev.task})  # the old attempt is being killed
+        launch = launcher(run.ctx, self._handlers, self._commands if self.runs_commands else None)
+        return await run_when_due(run, lease.due_at, self._due_gate, launch)
+
+    def _after_first_step(self, run: HeldRun, outcome: Coroutine[Any, Any, ExecResult]) -> None:
+        """A handler run started by ``on_leases``: its result read, or waited for in a task
+        if its handler did not end in its first step (``first_step``)."""
+        res = first_step(run.ctx.run_id, outcome)
+        if isinstance(res, Resumed):
+            run.task = asyncio.get_running_loop().create_task(self._settle(run, res))
+            return
+        self._release(run)
+        self._report(run, res)
+
+    async def _settle(self, run: HeldRun, outcome: Awaitable[ExecResult]) -> None:
         try:
-            if prev is not None and prev.task is not None:
-                await asyncio.wait({prev.task})  # the old attempt is being killed
-            launch = launcher(ctx, self._handlers, self._commands if self.runs_commands else None)
-            res = await run_when_due(run, lease.due_at, self._due_gate, launch)
+            res = await outcome
         except Exception as e:
-            log.exception("run %s: worker error", ctx.run_id)
-            res = failed_result(RunReason.HANDLER_ERROR, f"worker error: {type(e).__name__}: {e}")
+            res = worker_error(run.ctx.run_id, e)
         finally:
-            if not run.lost and run.deadline <= time.monotonic():
-                # it ended (maybe killed by the reaper) while this process was frozen
-                self._lose(run, "lease expired without renewal")
-            self._slots_used -= run.slots
-            if not run.lost:
-                run.link.held_slots -= run.slots
-            if self._runs.get(ctx.run_id) is run:
-                del self._runs[ctx.run_id]
-            self.rebalance()
+            self._release(run)
+        self._report(run, res)
+
+    def _release(self, run: HeldRun) -> None:
+        """The run's slots and place given back: it ended, or will never be reported."""
+        if not run.lost and run.deadline <= time.monotonic():
+            # it ended (maybe killed by the reaper) while this process was frozen
+            self._lose(run, "lease expired without renewal")
+        self._slots_used -= run.slots
+        if not run.lost:
+            run.link.held_slots -= run.slots
+        if self._runs.get(run.ctx.run_id) is run:
+            del self._runs[run.ctx.run_id]
+        self.rebalance()
+
+    def _report(self, run: HeldRun, res: ExecResult) -> None:
+        """Sends the run's result to its poller (or, seeking one, to every poller)."""
         if run.lost or run.abandoned:
             self.stats["dropped_results"] += 1
             return
@@ -560,5 +592,5 @@ class Worker:
                 if link.connected:
                     self._offer_adrift(link)
             return
-        run.link.unacked[(ctx.run_id, run.token)] = outcome
+        run.link.unacked[(run.ctx.run_id, run.token)] = outcome
         run.link.outbox.result(outcome)
