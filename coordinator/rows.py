@@ -39,8 +39,13 @@ _US = timedelta(microseconds=1)
 
 
 def _us(dt: datetime | None) -> Any:
-    """Microseconds since the epoch (None stays None); a naive datetime raises TypeError."""
-    return None if dt is None else (dt - _EPOCH) // _US
+    """Microseconds since the epoch (None stays None); a naive datetime raises TypeError.
+    Read off the difference's fields: a fifth faster than dividing it by a microsecond,
+    and every time of every run row written goes through here."""
+    if dt is None:
+        return None
+    since = dt - _EPOCH
+    return (since.days * 86_400 + since.seconds) * 1_000_000 + since.microseconds
 
 
 def _dt(us: int | None) -> Any:
@@ -203,13 +208,21 @@ class RowCodec:
         )  # fmt: skip
 
     def run_row(self, r: Run) -> tuple[Any, ...]:
-        t = self._time
+        # ``_time`` written out: a run row is written at each of a run's state changes
+        null, lease, created, started, ended = (
+            self.null,
+            r.lease_expires_at,
+            r.created_at,
+            r.started_at,
+            r.ended_at,
+        )
         return (
             r.id, r.job_id, r.owner, r.shard, str(r.state), bool(r.dead_letter),
             _us(r.due_at), r.fire_key, _us(r.fire_at), r.attempt, r.priority, r.worker_id,
-            r.lease_token, t(r.lease_expires_at), t(r.created_at), t(r.started_at),
-            t(r.ended_at), self.null if r.exit_code is None else r.exit_code, str(r.reason),
-            r.error, r.output_bytes, r.replayed_from, r.schedule_version,
+            r.lease_token, null if lease is None else _us(lease),
+            null if created is None else _us(created), null if started is None else _us(started),
+            null if ended is None else _us(ended), null if r.exit_code is None else r.exit_code,
+            str(r.reason), r.error, r.output_bytes, r.replayed_from, r.schedule_version,
         )  # fmt: skip
 
     def row_run(self, r: Sequence[Any]) -> Run:

@@ -13,7 +13,7 @@ others' whole steps, result and all.
 
 A run stopped while it waits (a cancel, or its lease lost) is not started: its result
 says so, with no start time. Nor is one whose lease ran out before it could start
-(``lapsed``: this process was frozen past the lease's deadline, and the run may be on
+(``lease_ran_out``: this process was frozen past the lease's deadline, and the run may be on
 another worker by now).
 """
 
@@ -31,7 +31,7 @@ from typing import Any
 from shardcron.client.stream import LeaseRef
 
 from .context import ExecResult, stopped_result, utcnow
-from .executor import Launch
+from .executor import Launch, at_once
 from .held import HeldRun
 
 
@@ -84,7 +84,7 @@ class DueGate:
                 if woken.done():
                     continue  # stopped meanwhile
                 if run.ctx.stopping or run.deadline <= clock:
-                    woken.set_result(None)  # stopped, or its lease ran out (lapsed)
+                    woken.set_result(None)  # stopped, or its lease ran out (lease_ran_out)
                     continue
                 woken.set_result(launch())
                 run.link.outbox.started(ref, at)  # its poller now, if the shard moved
@@ -106,7 +106,7 @@ def collector_held_off() -> Iterator[None]:
         gc.enable()
 
 
-def lapsed(run: HeldRun) -> bool:
+def lease_ran_out(run: HeldRun) -> bool:
     """The run's lease ran out before it could start: this process was frozen (SIGSTOP,
     a long pause) past its deadline, and its poller may have given the run to another
     worker meanwhile. The watchdog kills such runs once it runs again, but a due
@@ -114,19 +114,30 @@ def lapsed(run: HeldRun) -> bool:
     return run.deadline <= time.monotonic()
 
 
+def start_if_due(
+    run: HeldRun, due_at: datetime | None, launch: Launch
+) -> Coroutine[Any, Any, ExecResult] | None:
+    """Starts ``run`` now if its due instant has come (or is not said): its ``Started``
+    goes out, and what gives its result is returned; None if it is due later."""
+    now = utcnow()
+    if due_at is not None and due_at > now:
+        return None
+    if lease_ran_out(run):  # not started, and no Started: a lease read after its deadline
+        return at_once(dataclasses.replace(stopped_result(run.ctx, False, now), started_at=None))
+    run.link.outbox.started(run.ref, now)
+    return launch()
+
+
 async def run_when_due(
     run: HeldRun, due_at: datetime | None, gate: DueGate, launch: Launch
 ) -> ExecResult:
     """Runs ``run`` (``launch`` starts it) at its due instant: now if that has come (or
     is not said; its ``Started`` goes out now), else once ``gate`` releases it."""
-    now = utcnow()
-    seconds = 0.0 if due_at is None else (due_at - now).total_seconds()
-    if seconds <= 0:
-        if lapsed(run):
-            return dataclasses.replace(stopped_result(run.ctx, False, utcnow()), started_at=None)
-        run.link.outbox.started(run.ref, now)
-        return await launch()
+    now_started = start_if_due(run, due_at, launch)
+    if now_started is not None:
+        return await now_started
     assert due_at is not None
+    seconds = (due_at - utcnow()).total_seconds()
     started = await gate.hold(run, due_at, seconds, launch)
     if started is None:
         return dataclasses.replace(stopped_result(run.ctx, False, utcnow()), started_at=None)

@@ -27,9 +27,9 @@ import socket
 import time
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Coroutine, Sequence
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import shardcron
 from shardcron.client.sdk.connection import call_metadata
@@ -42,23 +42,26 @@ from shardcron.client.stream import (
     Renewals,
     ResultAck,
 )
-from shardcron.client.types import RunReason
+from shardcron.client.types import HandlerTask, RunReason
 
 from .adrift import AdriftResults
-from .due_gate import DueGate, run_when_due
+from .due_gate import DueGate, run_when_due, start_if_due
 from .executor import (
     CommandExecutor,
+    ExecResult,
     HandlerExecutor,
     RunContext,
-    failed_result,
+    at_once,
     launcher,
 )
+from .first_step import Resumed, first_step, worker_error
 from .handlers import HandlerRegistry
 from .handlers import registry as default_registry
 from .held import HeldRun, lapsed, lease_deadline
 from .link import PollerLink
 from .outbox import MAX_HEARTBEAT_LEASES
 from .reaper_client import Reaper
+from .shares import shared_limits
 from .targets import Target, next_reading, read_targets
 
 if TYPE_CHECKING:
@@ -68,7 +71,6 @@ log = logging.getLogger(__name__)
 
 WATCHDOG_PERIOD = 0.1
 MAX_PENDING_HEARTBEATS = 256
-GRANT_IDLE = 1.5  # seconds a share may stay unused before it goes to other pollers
 
 
 class Worker:
@@ -266,12 +268,10 @@ class Worker:
     # -- sharing the slots among streams --------------------------------------------
     def _limits(self) -> dict[PollerLink, int]:
         """The credit limit of every open stream. One stream: every slot not taken by
-        another stream's runs (or by runs still being killed). Several: each keeps what
-        its runs hold, and the free slots go to the pollers that want them (Demand), in
-        equal turns, streams with an unused grant first (their leases may be on the
-        way), then the one granted longest ago. Their sum never exceeds the free slots,
-        so pollers do not lease past this worker's capacity (the rare lease that does,
-        sent before a lowered limit arrived, is refused)."""
+        another stream's runs (or by runs still being killed). Several: ``shared_limits``.
+        Their sum never exceeds the free slots, so pollers do not lease past this worker's
+        capacity (the rare lease that does, sent before a lowered limit arrived, is
+        refused)."""
         links = [link for link in self._links.values() if link.sent_limit is not None]
         if not links:
             return {}
@@ -280,32 +280,7 @@ class Worker:
         free = max(0, self.slots - self._slots_used)
         if len(links) == 1:
             return {links[0]: min(self.slots, links[0].held_slots + free)}
-        shares = dict.fromkeys(links, 0)
-        now = time.monotonic()
-
-        def wants(link: PollerLink) -> bool:
-            # a share left unused for GRANT_IDLE since it was given or last asked for:
-            # that poller is not leasing (stalled, or its runs fit elsewhere)
-            unused = (link.sent_limit or 0) - link.held_slots
-            idle = now - max(link.granted_at, link.demand_at) > GRANT_IDLE
-            return link.demand > 0 and not (unused > 0 and idle)
-
-        order = sorted(
-            (link for link in links if wants(link)),
-            key=lambda link: (-max(0, (link.sent_limit or 0) - link.held_slots), link.granted_at),
-        )
-        while free > 0:
-            active = [link for link in order if shares[link] < min(link.demand, self.slots)]
-            if not active:
-                break
-            each = max(1, free // len(active))
-            for link in active:
-                give = min(each, link.demand - shares[link], free)
-                shares[link] += give
-                free -= give
-                if free == 0:
-                    break
-        return {link: min(self.slots, link.held_slots + shares[link]) for link in links}
+        return shared_limits(links, free=free, slots=self.slots, now=time.monotonic())
 
     def rebalance(self) -> None:
         """Sends every stream whose credit limit changed its new one."""
@@ -384,7 +359,7 @@ class Worker:
 
     # -- poller messages ----------------------------------------------------------------
     def on_leases(self, link: PollerLink, grants: Sequence[LeaseGrant]) -> None:
-        now = time.monotonic()
+        now, loop = time.monotonic(), asyncio.get_running_loop()
         for lease in grants:
             self.stats["leased"] += 1
             ref = LeaseRef(run_id=lease.run_id, fencing_token=lease.fencing_token)
@@ -444,7 +419,15 @@ class Worker:
             self._runs[lease.run_id] = run
             self._slots_used += slots
             link.held_slots += slots
-            run.task = asyncio.create_task(self._execute(run, prev, lease))
+            if prev is None and isinstance(lease.task, HandlerTask):
+                try:
+                    outcome = start_if_due(run, lease.due_at, launcher(ctx, self._handlers, None))
+                except Exception as e:  # as in _settle: this run fails, the others go on
+                    outcome = at_once(worker_error(lease.run_id, e))
+                if outcome is not None:  # its handler's first step is queued: read after it
+                    loop.call_soon(self._after_first_step, run, outcome)
+                    continue
+            run.task = loop.create_task(self._execute(run, prev, lease))
         self.rebalance()
 
     def _on_output(
@@ -557,25 +540,47 @@ class Worker:
             await asyncio.sleep(max(0.0, wake - time.monotonic()))
 
     async def _execute(self, run: HeldRun, prev: HeldRun | None, lease: LeaseGrant) -> None:
-        ctx = run.ctx
+        await self._settle(run, self._start(run, prev, lease))
+
+    async def _start(self, run: HeldRun, prev: HeldRun | None, lease: LeaseGrant) -> ExecResult:
+        if prev is not None and prev.task is not None:
+            await asyncio.wait({prev.task})  # the old attempt is being killed
+        launch = launcher(run.ctx, self._handlers, self._commands if self.runs_commands else None)
+        return await run_when_due(run, lease.due_at, self._due_gate, launch)
+
+    def _after_first_step(self, run: HeldRun, outcome: Coroutine[Any, Any, ExecResult]) -> None:
+        """A handler run started by ``on_leases``: its result read, or waited for in a task
+        if its handler did not end in its first step (``first_step``)."""
+        res = first_step(run.ctx.run_id, outcome)
+        if isinstance(res, Resumed):
+            run.task = asyncio.get_running_loop().create_task(self._settle(run, res))
+            return
+        self._release(run)
+        self._report(run, res)
+
+    async def _settle(self, run: HeldRun, outcome: Awaitable[ExecResult]) -> None:
         try:
-            if prev is not None and prev.task is not None:
-                await asyncio.wait({prev.task})  # the old attempt is being killed
-            launch = launcher(ctx, self._handlers, self._commands if self.runs_commands else None)
-            res = await run_when_due(run, lease.due_at, self._due_gate, launch)
+            res = await outcome
         except Exception as e:
-            log.exception("run %s: worker error", ctx.run_id)
-            res = failed_result(RunReason.HANDLER_ERROR, f"worker error: {type(e).__name__}: {e}")
+            res = worker_error(run.ctx.run_id, e)
         finally:
-            if not run.lost and run.deadline <= time.monotonic():
-                # it ended (maybe killed by the reaper) while this process was frozen
-                self._lose(run, "lease expired without renewal")
-            self._slots_used -= run.slots
-            if not run.lost:
-                run.link.held_slots -= run.slots
-            if self._runs.get(ctx.run_id) is run:
-                del self._runs[ctx.run_id]
-            self.rebalance()
+            self._release(run)
+        self._report(run, res)
+
+    def _release(self, run: HeldRun) -> None:
+        """The run's slots and place given back: it ended, or will never be reported."""
+        if not run.lost and run.deadline <= time.monotonic():
+            # it ended (maybe killed by the reaper) while this process was frozen
+            self._lose(run, "lease expired without renewal")
+        self._slots_used -= run.slots
+        if not run.lost:
+            run.link.held_slots -= run.slots
+        if self._runs.get(run.ctx.run_id) is run:
+            del self._runs[run.ctx.run_id]
+        self.rebalance()
+
+    def _report(self, run: HeldRun, res: ExecResult) -> None:
+        """Sends the run's result to its poller (or, seeking one, to every poller)."""
         if run.lost or run.abandoned:
             self.stats["dropped_results"] += 1
             return
@@ -587,5 +592,5 @@ class Worker:
                 if link.connected:
                     self._offer_adrift(link)
             return
-        run.link.unacked[(ctx.run_id, run.token)] = outcome
+        run.link.unacked[(run.ctx.run_id, run.token)] = outcome
         run.link.outbox.result(outcome)
