@@ -13,8 +13,8 @@ others' whole steps, result and all.
 
 A run stopped while it waits (a cancel, or its lease lost) is not started: its result
 says so, with no start time. Nor is one whose lease ran out before it could start
-(``lease_ran_out``: this process was frozen past the lease's deadline, and the run may be on
-another worker by now).
+(``lease_ran_out``: this process was frozen past the lease's deadline, and the run may
+be on another worker by now).
 """
 
 from __future__ import annotations

@@ -9,9 +9,10 @@ during their commits (``JobReads``), and triggers in the first turn after the re
 with the copy it read: a copy read after the run came due sees every change made
 before. A turn that begins the read with nothing else to write waits ``READ_WAIT``
 for it, so a fast read (SQLite, a quiet Cassandra) serves that turn as before; a slow
-one holds up its runs, not the turn; a turn with writes of its own does not wait. One read is in flight at a time; a run that waits meanwhile goes into the next. A copy read so
-is held unless the one held was read later (``RunKeeper.cache_job``); a job with no
-row is looked for again at set times, as before (``RunKeeper.trigger``).
+one holds up its runs, not the turn; a turn with writes of its own does not wait. One
+read is in flight at a time; a run that waits meanwhile goes into the next. A copy
+read so is held unless the one held was read later (``RunKeeper.cache_job``); a job
+with no row is looked for again at set times, as before (``RunKeeper.trigger``).
 
 A worker that shares its slots among pollers grants them by each poller's demand,
 one round trip after it is asked. The runs coming due within ``AHEAD`` of the lease
