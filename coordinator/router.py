@@ -1,8 +1,8 @@
 """How an api node reaches the poller that owns a shard, in a cluster.
 
 ``ShardRouter`` is the api's ``PollerLink`` when pollers may live on other nodes:
-it looks the owner of a run's shard up in the coordination view (cached for a
-moment: assignments change rarely) and calls the local poller directly or the
+it looks the owner of a run's shard up in the coordination view (which the
+coordination keeps until it changes: ``zk/views.py``) and calls the local poller directly or the
 remote one over ``PollerService``. Hints (new runs, changed jobs) are best
 effort — pollers also re-read the recent due index and re-read jobs that are
 old — and so are waiting reasons (a read goes without them after a short
@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -27,14 +26,13 @@ from shardcron.client import codec, limits
 from shardcron.client.errors import InvalidArgument, NotFound, ShardcronError, Unavailable
 from shardcron.client.sdk.connection import call_metadata
 from shardcron.client.types import Job, Run, RunReason, RunState
-from shardcron.coordinator.coordination import ClusterView, Coordination
+from shardcron.coordinator.coordination import Coordination
 from shardcron.coordinator.ids import shard_for
 from shardcron.coordinator.poller import Poller
 from shardcron.coordinator.validation import identifier
 from shardcron.v1 import cluster_pb2, cluster_pb2_grpc, types_pb2
 
 log = logging.getLogger("shardcron.router")
-VIEW_TTL = 0.5  # seconds a cached view of shard owners is trusted
 CALL_TIMEOUT = 10.0
 WAITING_REASONS_TIMEOUT = 1.0  # reads go without reasons rather than wait longer
 
@@ -56,18 +54,12 @@ class ShardRouter:
         self._metadata = call_metadata(None, node_token)
         self._local = local
         self._shard_count = shard_count
-        self._view: ClusterView | None = None
-        self._view_at = 0.0
-        self._addresses: dict[str, str] = {}
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
 
     async def _owners(self) -> tuple[dict[int, str], dict[str, str]]:
-        if self._view is None or time.monotonic() - self._view_at > VIEW_TTL:
-            self._view = await self._coordination.view()
-            self._addresses = {m.id: m.address for m in await self._coordination.pollers()}
-            self._view_at = time.monotonic()
-        return self._view.shard_owners, self._addresses
+        view = await self._coordination.view()
+        return view.shard_owners, {m.id: m.address for m in await self._coordination.pollers()}
 
     async def _destination(self, shard: int) -> Poller | str:
         """The local poller if it owns ``shard``, else the owner's address; Unavailable
@@ -78,7 +70,6 @@ class ShardRouter:
         owner = owners.get(shard)
         address = addresses.get(owner or "")
         if owner is None or address is None:
-            self._view = None
             raise Unavailable(f"shard {shard} has no poller right now; try again")
         return address
 
@@ -168,7 +159,6 @@ class ShardRouter:
                 await stub.CancelRun(request, timeout=CALL_TIMEOUT, metadata=self._metadata)
             )
         except grpc.aio.AioRpcError as e:
-            self._view = None
             raise codec.error_from_rpc(e) from e
 
     def cancel_job(self, job_id: str, reason: RunReason) -> None:
