@@ -194,7 +194,9 @@ async def _dev(
 
     data_dir.mkdir(parents=True, exist_ok=True)
     load_handler_modules(handler_modules)
-    store = SqliteStore(data_dir / "shardcron.db", shard_count=shards, retention=retention)
+    store = SqliteStore(
+        data_dir / "shardcron.db", shard_count=shards, retention=retention, writer_process=True
+    )
     config = NodeConfig(
         listen=listen,
         metrics_listen=metrics_listen,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from shardcron.client.types import OutputChunk
-from shardcron.coordinator.sqlite import group_commit
+from shardcron.coordinator.sqlite import committer
 from shardcron.coordinator.sqlite.store import SqliteStore
 from tests.support.store_builders import CONTRACT_CONFIG, make_job, make_run
 from tests.test_store_contract import joined
@@ -83,7 +83,7 @@ async def test_output_floods_leave_a_bounded_file_that_gives_freed_pages_back(
     """Issue 10 item 4: 60 MiB output messages grew the file and its WAL by their size,
     for good. Now bytes past the cap are never written, the WAL is truncated after a
     checkpoint, and freed pages go back to the file system."""
-    monkeypatch.setattr(group_commit, "_VACUUM_EVERY_SECONDS", 0.0)
+    monkeypatch.setattr(committer, "_VACUUM_EVERY_SECONDS", 0.0)
     path = tmp_path / "s.db"
     store = SqliteStore(path, output_cap_bytes=1 << 20)
     await store.open()

@@ -67,8 +67,15 @@ def sqlite_backend(tmp_path: Path) -> StoreFactory:
     return lambda: SqliteStore(path, **CONTRACT_CONFIG)
 
 
+def sqlite_process_backend(tmp_path: Path) -> StoreFactory:
+    """The store as ``shardcron dev`` opens it: its writer a process of its own."""
+    path = tmp_path / "shardcron.db"
+    return lambda: SqliteStore(path, **CONTRACT_CONFIG, writer_process=True)
+
+
 BACKENDS: dict[str, Callable[[Path], StoreFactory]] = {
     "sqlite": sqlite_backend,
+    "sqlite-process": sqlite_process_backend,
     "cassandra": cassandra_backend(CONTRACT_CONFIG),
 }
 
@@ -945,7 +952,10 @@ async def retention_store(
 ) -> AsyncIterator[JobStore]:
     """An opened, empty store keeping final runs ``RETENTION`` after they end."""
     config = {**CONTRACT_CONFIG, "retention": RETENTION}
-    backends = {"sqlite": lambda p: lambda: SqliteStore(p / "r.db", **config)}
+    backends = {
+        "sqlite": lambda p: lambda: SqliteStore(p / "r.db", **config),
+        "sqlite-process": lambda p: lambda: SqliteStore(p / "r.db", **config, writer_process=True),
+    }
     backends["cassandra"] = cassandra_backend(config)
     store = backends[request.param](tmp_path)()
     await store.open()

@@ -1,6 +1,7 @@
-"""One SQLite file shared by asyncio callers: one writer thread, a small read pool.
+"""One SQLite file shared by asyncio callers: one writer, a small read pool.
 
-Every write goes to the writer thread, which owns the only writing connection. It
+Every write goes to the writer (a thread, or with ``process`` a child process:
+``writer_process``), which owns the only writing connection (``committer``). It
 takes everything queued, runs each operation inside its own SAVEPOINT (so one
 caller's error, such as a ``VersionConflict``, undoes only that caller's work),
 COMMITs once with ``synchronous=FULL`` and then resolves every caller's future: many
@@ -25,24 +26,18 @@ import asyncio
 import contextlib
 import dataclasses
 import queue
-import sqlite3
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from shardcron.coordinator.sqlite.committer import Committer, Conn, connect, take_batch
+from shardcron.coordinator.sqlite.writer_process import WriterProcess
 from shardcron.coordinator.store_rules import resolve_future
 
 T = TypeVar("T")
-Conn = sqlite3.Connection
 
-_MAX_BATCH_ROWS = 50_000  # a group commit stops taking callers past this many rows
 _READ_THREADS = 2
-_WAL_LIMIT_BYTES = 64 << 20  # the WAL file is truncated back to this after a checkpoint
-_VACUUM_EVERY_SECONDS = 10.0
-_VACUUM_PAGES = 4096  # pages freed per incremental vacuum: bounds the pause it makes
-_INCREMENTAL = 2  # PRAGMA auto_vacuum's value for INCREMENTAL
 
 
 @dataclasses.dataclass(slots=True)
@@ -53,64 +48,58 @@ class _Op:
     rows: int
 
 
-def _connect(path: str) -> Conn:
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    conn.execute("PRAGMA busy_timeout = 10000")
-    conn.execute("PRAGMA synchronous = FULL")
-    return conn
-
-
-def _reclaim_freed_pages(conn: Conn) -> None:
-    """Puts the file in ``auto_vacuum = INCREMENTAL`` mode. A new file takes it at
-    once; a file made before (mode NONE) only through a full VACUUM, which rewrites it
-    once, here, before anything else uses it."""
-    if conn.execute("PRAGMA auto_vacuum").fetchone()[0] == _INCREMENTAL:
-        return
-    conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
-    if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
-        conn.execute("VACUUM")
-
-
-def _vacuum_step(conn: Conn) -> None:
-    """Returns up to ``_VACUUM_PAGES`` free pages to the file system (its own short
-    transaction, between group commits); a failure is left for the next step."""
-    with contextlib.suppress(sqlite3.Error):
-        if conn.execute("PRAGMA freelist_count").fetchone()[0]:
-            conn.execute(f"PRAGMA incremental_vacuum({_VACUUM_PAGES})").fetchall()
-
-
 class GroupCommitDb:
-    """The writer thread and the read pool of one file (module docstring)."""
+    """The writer and the read pool of one file (module docstring). With ``process``,
+    the writer is a child process (``writer_process``) rather than a thread."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, process: bool = False) -> None:
         self.path = path
-        self.transactions = 0  # group commits so far
         self._queue: queue.SimpleQueue[_Op | None] = queue.SimpleQueue()
+        self._committer = Committer(path)
         self._writer: threading.Thread | None = None
+        self._child: WriterProcess | None = WriterProcess(path) if process else None
+        self._open = False
         self._readers: ThreadPoolExecutor | None = None
         self._local = threading.local()  # each read thread's own connection
         self._read_conns: list[Conn] = []
 
+    @property
+    def transactions(self) -> int:
+        """Group commits so far."""
+        if self._child is not None:
+            return self._child.transactions
+        return self._committer.transactions
+
     async def open(self, prepare: Callable[[Conn], None]) -> None:
         """Starts the writer, which first runs ``prepare`` (the schema) in a transaction
         of its own; its error is raised here. Idempotent."""
-        if self._writer is not None:
+        if self._open:
             return
-        loop = asyncio.get_running_loop()
-        ready: asyncio.Future[None] = loop.create_future()
-        writer = threading.Thread(target=self._write_loop, args=(prepare, ready, loop), daemon=True)
-        writer.start()
-        await ready
-        self._writer = writer
+        if self._child is not None:
+            await self._child.open(prepare)
+        else:
+            loop = asyncio.get_running_loop()
+            ready: asyncio.Future[None] = loop.create_future()
+            writer = threading.Thread(
+                target=self._write_loop, args=(prepare, ready, loop), daemon=True
+            )
+            writer.start()
+            await ready
+            self._writer = writer
+        self._open = True
         self._readers = ThreadPoolExecutor(_READ_THREADS, initializer=self._open_reader)
 
     async def close(self) -> None:
-        writer, readers = self._writer, self._readers
-        if writer is None or readers is None:
+        readers = self._readers
+        if not self._open or readers is None:
             return
-        self._writer = self._readers = None
-        self._queue.put(None)  # behind every write already queued: those commit first
-        await asyncio.to_thread(writer.join)
+        self._open, self._readers = False, None
+        if self._child is not None:
+            await self._child.close()
+        elif self._writer is not None:
+            self._queue.put(None)  # behind every write already queued: those commit first
+            await asyncio.to_thread(self._writer.join)
+            self._writer = None
         await asyncio.to_thread(readers.shutdown)
         for conn in self._read_conns:
             conn.close()
@@ -118,9 +107,12 @@ class GroupCommitDb:
 
     async def write(self, fn: Callable[[Conn], T], rows: int = 1) -> T:
         """Runs ``fn`` on the writer's connection in the next group commit; returns its
-        result once committed. ``rows``: about how many rows it writes."""
-        if self._writer is None:
+        result once committed. ``rows``: about how many rows it writes. In a writer
+        process, ``fn`` and what it returns or raises must pickle."""
+        if not self._open:
             raise RuntimeError("SqliteStore is not open")
+        if self._child is not None:
+            return await self._child.write(fn, rows)  # type: ignore[no-any-return]
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         self._queue.put(_Op(fn, future, loop, rows))
@@ -140,62 +132,30 @@ class GroupCommitDb:
         ready: asyncio.Future[None],
         loop: asyncio.AbstractEventLoop,
     ) -> None:
+        committer = self._committer
         try:
-            conn = _connect(self.path)
-            _reclaim_freed_pages(conn)
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute(f"PRAGMA journal_size_limit = {_WAL_LIMIT_BYTES}")
-            conn.execute("PRAGMA cache_size = -32768")
-            prepare(conn)
+            committer.open(prepare)
         except Exception as e:
+            committer.close()
             loop.call_soon_threadsafe(resolve_future, ready, False, e)
             return
         loop.call_soon_threadsafe(resolve_future, ready, True, None)
-        next_vacuum = time.monotonic() + _VACUUM_EVERY_SECONDS
         while True:
-            batch, rows = [], 0
-            op = self._queue.get()
-            while op is not None:  # take every caller waiting now, up to _MAX_BATCH_ROWS
-                batch.append(op)
-                rows += op.rows
-                if rows >= _MAX_BATCH_ROWS or self._queue.empty():
-                    break
-                op = self._queue.get()
+            batch, end = take_batch(self._queue.get, self._queue.empty)
             if batch:
-                self._run_batch(conn, batch)
-            if time.monotonic() >= next_vacuum:
-                next_vacuum = time.monotonic() + _VACUUM_EVERY_SECONDS
-                _vacuum_step(conn)
-            if op is None:
-                conn.close()
+                results = committer.run_batch(batch)
+                for op, (ok, value) in zip(batch, results, strict=True):
+                    with contextlib.suppress(RuntimeError):  # the caller's loop is closed
+                        op.loop.call_soon_threadsafe(resolve_future, op.future, ok, value)
+            committer.between_batches()
+            if end:
+                committer.close()
                 return
-
-    def _run_batch(self, conn: Conn, batch: list[_Op]) -> None:
-        results: list[tuple[bool, Any]] = []
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            for op in batch:
-                conn.execute("SAVEPOINT op")
-                try:
-                    results.append((True, op.fn(conn)))
-                except Exception as e:  # this caller's error: undo only its writes
-                    conn.execute("ROLLBACK TO op")
-                    results.append((False, e))
-                conn.execute("RELEASE op")
-            conn.execute("COMMIT")
-            self.transactions += 1
-        except Exception as e:  # the transaction itself failed: nothing in it is durable
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            results = [(False, e)] * len(batch)
-        for op, (ok, value) in zip(batch, results, strict=True):
-            with contextlib.suppress(RuntimeError):  # the caller's loop is closed
-                op.loop.call_soon_threadsafe(resolve_future, op.future, ok, value)
 
     # --- the read pool ----------------------------------------------------------
 
     def _open_reader(self) -> None:
-        self._local.conn = _connect(self.path)
+        self._local.conn = connect(self.path)
         self._local.conn.execute("PRAGMA query_only = ON")
         self._read_conns.append(self._local.conn)
 

@@ -16,27 +16,22 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from shardcron.client.errors import NotFound, VersionConflict
+from shardcron.client.errors import NotFound
 from shardcron.client.types import Job, JobState, OutputChunk, Page, Run, RunState
 from shardcron.coordinator.ids import bucket_for
 from shardcron.coordinator.rows import BadRowLog, RowCodec, _dt, _spec_to_json, _us
+from shardcron.coordinator.sqlite import writes
 from shardcron.coordinator.sqlite.group_commit import Conn, GroupCommitDb
 from shardcron.coordinator.sqlite.schema import (
     COUNT_JOBS,
-    INSERT_DUE,
-    INSERT_JOB,
-    PRUNE_DUE,
-    RUNS_AFTER,
-    SAVE_CURSOR,
     SELECT_ACTIVE_RUNS,
     SELECT_JOB,
     SELECT_RUN,
-    UPDATE_JOB,
-    UPSERT_RUN,
     marks,
     prepare,
     select_in,
 )
+from shardcron.coordinator.sqlite.writes import Row
 from shardcron.coordinator.store import (
     DEFAULT_BUCKET_SECONDS,
     DEFAULT_OUTPUT_CAP_BYTES,
@@ -49,18 +44,12 @@ from shardcron.coordinator.store_rules import (
     JobFilter,
     PageKind,
     StoreLayout,
-    bytes_in,
     clamp_page_size,
-    cut_pieces,
     make_row_page,
-    output_head,
-    output_window,
     owner_runs_after,
     owner_runs_token,
     page_token_after,
-    place_output,
     progress_write,
-    run_expires_at,
 )
 
 _ROWS = RowCodec(null=None)
@@ -99,6 +88,7 @@ class SqliteStore:
         bucket_seconds: int = DEFAULT_BUCKET_SECONDS,
         output_cap_bytes: int = DEFAULT_OUTPUT_CAP_BYTES,
         retention: timedelta | None = None,
+        writer_process: bool = False,
     ) -> None:
         layout = StoreLayout(
             shard_count=shard_count,
@@ -111,7 +101,7 @@ class SqliteStore:
         self.bucket_seconds = layout.bucket_seconds
         self.output_cap_bytes = layout.output_cap_bytes
         self.retention = retention
-        self._db = GroupCommitDb(self.path)
+        self._db = GroupCommitDb(self.path, process=writer_process)
         self.bad_rows = BadRowLog()
 
     @property
@@ -139,42 +129,37 @@ class SqliteStore:
 
     async def create_jobs(self, items: Sequence[NewJob]) -> list[tuple[Job, bool]]:
         items = list(items)
-        rows = sum(1 + len(item.runs) for item in items)
-        return await self._db.write(lambda conn: self._create_jobs(conn, items), rows)
-
-    def _create_jobs(self, conn: Conn, items: list[NewJob]) -> list[tuple[Job, bool]]:
-        results: list[tuple[Job, bool]] = []
-        jobs, runs = [], []
-        created: dict[tuple[str, str], Job] = {}  # this call's new jobs by idempotency key
+        texts: dict[int, str] = {}  # each distinct spec object encoded once (job_rows)
+        entries: list[writes.NewJobRows] = []
+        rows = 0
         for item in items:
-            job, key = item.job, (item.job.owner, item.job.idempotency_key)
-            if job.idempotency_key:
-                existing = created.get(key)
-                if existing is None:
-                    sql = f"{SELECT_JOB} WHERE owner = ? AND idempotency_key = ?"
-                    row = conn.execute(sql, key).fetchone()
-                    existing = row and _row_job(row)
-                if existing:
-                    results.append((existing, False))
-                    continue
-                created[key] = job
-            results.append((job, True))
-            jobs.append(job)
-            runs += item.runs
-        conn.executemany(INSERT_JOB, _ROWS.job_rows(jobs))
-        self._put_runs(conn, runs, [r for r in runs if r.state == RunState.PENDING])
+            job = item.job
+            text = texts.get(id(job.spec))
+            if text is None:
+                text = texts[id(job.spec)] = _spec_to_json(job.spec)
+            key = (job.owner, job.idempotency_key) if job.idempotency_key else None
+            runs = item.runs
+            due = [r for r in runs if r.state == RunState.PENDING]
+            entries.append((key, _ROWS.job_row(job, text), *self._run_rows(runs, due)))
+            rows += 1 + len(runs)
+        found = await self._db.write(functools.partial(writes.create_jobs, entries), rows)
+        results: list[tuple[Job, bool]] = []
+        for item, f in zip(items, found, strict=True):
+            if f is None:
+                results.append((item.job, True))
+            elif f[0] == writes.FOUND_STORED:
+                results.append((_row_job(f[1]), False))
+            else:
+                results.append((results[f[1]][0], False))
         return results
 
-    def _put_runs(self, conn: Conn, runs: Sequence[Run], due: Sequence[Run]) -> None:
-        conn.executemany(UPSERT_RUN, [_run_row(r) for r in runs])
+    def _run_rows(self, runs: Sequence[Run], due: Sequence[Run]) -> tuple[list[Row], list[Row]]:
+        """The rows of ``runs``, and the due-index rows of ``due``."""
         b = self.bucket_seconds
-        conn.executemany(
-            INSERT_DUE,
-            [
-                (r.shard, bucket_for(r.due_at, b), _us(r.due_at), r.id, r.job_id, r.priority)
-                for r in due
-            ],
-        )
+        return [_run_row(r) for r in runs], [
+            (r.shard, bucket_for(r.due_at, b), _us(r.due_at), r.id, r.job_id, r.priority)
+            for r in due
+        ]
 
     async def count_jobs(self, owner: str) -> int:
         return int((await self._one(COUNT_JOBS, (owner,)))[0])
@@ -229,22 +214,11 @@ class SqliteStore:
         spec = _spec_to_json(job.spec)
         values = (job.spec.name, str(job.state), expected_version + 1, job.schedule_version, spec)
         values += (job.pause_reason, _us(job.updated_at), job.id, job.owner, expected_version)
-        runs, due = list(runs), list(due)
-
-        def op(conn: Conn) -> Job:
-            if conn.execute(UPDATE_JOB, values).rowcount:
-                if progress is not None:
-                    moved = dataclasses.replace(progress, job_id=job.id)
-                    _apply_progress(conn, moved, in_update=True)
-                self._put_runs(conn, runs, due)
-                return _row_job(conn.execute(f"{SELECT_JOB} WHERE id = ?", (job.id,)).fetchone())
-            sql = "SELECT version FROM jobs WHERE id = ? AND owner = ?"
-            found = conn.execute(sql, (job.id, job.owner)).fetchone()
-            if found is None:
-                raise NotFound(f"job {job.id} not found")
-            raise VersionConflict(f"job {job.id} is at version {found[0]}, not {expected_version}")
-
-        return await self._db.write(op, 1 + len(runs) + len(due))
+        moved = [] if progress is None else [dataclasses.replace(progress, job_id=job.id)]
+        statements = _progress_statements(moved, in_update=True)
+        run_rows, due_rows = self._run_rows(runs, due)
+        write = functools.partial(writes.update_job, values, statements, run_rows, due_rows)
+        return _row_job(await self._db.write(write, 1 + len(run_rows) + len(due_rows)))
 
     # --- runs -------------------------------------------------------------
 
@@ -260,11 +234,9 @@ class SqliteStore:
         if not (runs or due or progress):
             return
 
-        def op(conn: Conn) -> None:
-            self._put_runs(conn, runs, due)
-            _apply_all_progress(conn, progress)
-
-        await self._db.write(op, len(runs) + len(due) + len(progress))
+        run_rows, due_rows = self._run_rows(runs, due)
+        write = functools.partial(writes.commit, run_rows, due_rows, _progress_statements(progress))
+        await self._db.write(write, len(runs) + len(due) + len(progress))
 
     async def get_run(self, owner: str, run_id: str) -> Run:
         row = await self._one(SELECT_RUN + " WHERE id = ? AND owner = ?", (run_id, owner))
@@ -384,38 +356,17 @@ class SqliteStore:
         if not rows:
             return
 
-        def op(conn: Conn) -> None:
-            conn.executemany(SAVE_CURSOR, rows).close()
-            conn.executemany(PRUNE_DUE, [(shard, shard) for shard, _ in rows]).close()
-
-        await self._db.write(op, len(rows))
+        await self._db.write(functools.partial(writes.save_cursors, rows), len(rows))
 
     async def expire_runs(self, now: datetime, *, chunk: int = 2000) -> int:
         retention = self.retention
         if retention is None:
             return 0
 
-        def expired(row: tuple[Any, ...]) -> bool:
-            run_id, state, dead, ended, due = row
-            at = run_expires_at(
-                state=state,
-                dead_letter=bool(dead),
-                ended_at=_dt(ended),
-                due_at=_dt(due),
-                retention=retention,
-            )
-            return at is not None and at <= now
-
-        def op(conn: Conn, after: str) -> tuple[str | None, int]:
-            rows = conn.execute(RUNS_AFTER, (after, chunk)).fetchall()
-            gone = [(r[0],) for r in rows if expired(r)]
-            conn.executemany("DELETE FROM run_output WHERE run_id = ?", gone)
-            conn.executemany("DELETE FROM runs WHERE id = ?", gone)
-            return (rows[-1][0] if len(rows) == chunk else None), len(gone)
-
         deleted, after = 0, ""
         while True:  # one write per chunk: the writer is never held for a whole sweep
-            last, count = await self._db.write(functools.partial(op, after=after), chunk)
+            write = functools.partial(writes.expire_runs, after, chunk, now, retention)
+            last, count = await self._db.write(write, chunk)
             deleted += count
             if last is None:
                 return deleted
@@ -427,61 +378,15 @@ class SqliteStore:
         return None if row is None else _dt(row[0])
 
     # --- output -------------------------------------------------------------
-    # Rows (run_id, seq) hold a run's chunks in order; a chunk's offset counts every byte
-    # appended to the run before it, so offsets stay absolute when the head is trimmed.
 
     async def append_output(self, chunks: Sequence[OutputChunk]) -> None:
-        by_run: dict[str, list[OutputChunk]] = {}
+        by_run: dict[str, list[tuple[str, bytes]]] = {}
         for chunk in chunks:
             if chunk.data:
-                by_run.setdefault(chunk.run_id, []).append(chunk)
+                by_run.setdefault(chunk.run_id, []).append((chunk.stream, bytes(chunk.data)))
         if by_run:
-            await self._db.write(lambda conn: self._append(conn, by_run), len(chunks))
-
-    def _append(self, conn: Conn, by_run: dict[str, list[OutputChunk]]) -> None:
-        insert = (
-            'INSERT INTO run_output (run_id, seq, "offset", stream, data) VALUES (?, ?, ?, ?, ?)'
-        )
-        ends = (
-            'SELECT min("offset"), max(seq) + 1, max("offset" + length(data)) FROM run_output'
-            " WHERE run_id = ?"
-        )
-        for run_id, chunks in by_run.items():
-            head, seq, end = conn.execute(ends, (run_id,)).fetchone()
-            head, seq, end = (head, seq, end) if seq is not None else (0, 0, 0)
-            new = place_output(end, [(c.stream, bytes(c.data)) for c in chunks])
-            new_end = new[-1][0] + len(new[-1][2])
-            window = output_window(head, new_end, self.output_cap_bytes)
-            if window is not None:  # cut before writing: nothing past the cap is stored
-                stored = self._stored_in(conn, run_id, window) if window[0] < end else []
-                near_cut = bytes_in([*stored, *((at, d) for at, _, d in new)], window)
-                head = output_head(new_end, self.output_cap_bytes, near_cut, window[0])
-                new = cut_pieces(new, head)
-                self._trim(conn, run_id, head)
-            for at, stream, data in new:
-                conn.execute(insert, (run_id, seq, at, stream, data))
-                seq += 1
-
-    @staticmethod
-    def _stored_in(conn: Conn, run_id: str, window: tuple[int, int]) -> list[tuple[int, bytes]]:
-        sql = (
-            'SELECT "offset", data FROM run_output WHERE run_id = ? AND "offset" < ?'
-            ' AND "offset" + length(data) > ? ORDER BY seq'
-        )
-        return [(at, bytes(d)) for at, d in conn.execute(sql, (run_id, window[1], window[0]))]
-
-    @staticmethod
-    def _trim(conn: Conn, run_id: str, head: int) -> None:
-        """Drops the stored output before ``head``, cutting the chunk that holds it."""
-        conn.execute(
-            'DELETE FROM run_output WHERE run_id = ? AND "offset" + length(data) <= ?',
-            (run_id, head),
-        )
-        conn.execute(
-            'UPDATE run_output SET data = substr(data, ?2 - "offset" + 1), "offset" = ?2'
-            ' WHERE run_id = ?1 AND "offset" < ?2',
-            (run_id, head),
-        )
+            write = functools.partial(writes.append_output, by_run, self.output_cap_bytes)
+            await self._db.write(write, len(chunks))
 
     async def read_output(
         self, run_id: str, *, offset: int = 0, limit: int = 1 << 16
@@ -510,40 +415,26 @@ class SqliteStore:
         return await self._db.read(read)
 
 
-def _apply_progress(conn: Conn, p: JobProgress, *, in_update: bool = False) -> None:
-    """Writes ``p`` to its job (``store_rules.progress_write``)."""
-    for sql, args in _progress_statements(p, in_update=in_update):
-        conn.execute(sql, args)
-
-
-def _apply_all_progress(conn: Conn, progress: Sequence[JobProgress]) -> None:
-    """Writes the progress of many jobs, one ``executemany`` per statement text (a
-    turn's jobs mostly move alike: each one-off job to COMPLETED)."""
-    by_sql: dict[str, list[tuple[Any, ...]]] = {}
-    for p in progress:  # each job once: a job's statements touch distinct columns
-        for sql, args in _progress_statements(p):
-            by_sql.setdefault(sql, []).append(args)
-    for sql, rows in by_sql.items():
-        conn.executemany(sql, rows)
-
-
 def _progress_statements(
-    p: JobProgress, *, in_update: bool = False
-) -> list[tuple[str, tuple[Any, ...]]]:
-    """The statements that write ``p``; the state move only where the job is still ACTIVE."""
-    write = progress_write(p, in_update=in_update)
-    statements = []
-    if write.columns:
-        sets = {c: _us(v) if c == "next_fire_at" else v for c, v in write.columns.items()}
-        assignments = ", ".join(f"{column} = ?" for column in sets)
-        statements.append(
-            (f"UPDATE jobs SET {assignments} WHERE id = ?", (*sets.values(), p.job_id))
-        )
-    if write.state is not None:
-        moved = {"state": str(write.state)}
-        if write.state_reason is not None:
-            moved["pause_reason"] = write.state_reason
-        assignments = ", ".join(f"{column} = ?" for column in moved)
-        sql = f"UPDATE jobs SET {assignments} WHERE id = ? AND state = 'ACTIVE'"
-        statements.append((sql, (*moved.values(), p.job_id)))
-    return statements
+    progress: Sequence[JobProgress], *, in_update: bool = False
+) -> writes.Statements:
+    """The statements that write each job's progress (``store_rules.progress_write``),
+    one per statement text with the rows of every job it applies to (a turn's jobs
+    mostly move alike: each one-off job to COMPLETED); the state move only where the
+    job is still ACTIVE. A job's statements touch distinct columns."""
+    by_sql: dict[str, list[writes.Row]] = {}
+    for p in progress:
+        write = progress_write(p, in_update=in_update)
+        if write.columns:
+            sets = {c: _us(v) if c == "next_fire_at" else v for c, v in write.columns.items()}
+            assignments = ", ".join(f"{column} = ?" for column in sets)
+            sql = f"UPDATE jobs SET {assignments} WHERE id = ?"
+            by_sql.setdefault(sql, []).append((*sets.values(), p.job_id))
+        if write.state is not None:
+            moved = {"state": str(write.state)}
+            if write.state_reason is not None:
+                moved["pause_reason"] = write.state_reason
+            assignments = ", ".join(f"{column} = ?" for column in moved)
+            sql = f"UPDATE jobs SET {assignments} WHERE id = ? AND state = 'ACTIVE'"
+            by_sql.setdefault(sql, []).append((*moved.values(), p.job_id))
+    return list(by_sql.items())

@@ -1,0 +1,139 @@
+"""The SQLite store's writer as a process of its own (``writer_process=True``, as
+``shardcron dev`` opens it): what happens when it dies, when the node dies, and what
+crosses the pipe. The contract suite runs on this store too (``sqlite-process``)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import psutil
+import pytest
+
+from shardcron.client.errors import Unavailable
+from shardcron.coordinator.sqlite.store import SqliteStore
+from shardcron.coordinator.store import NewJob
+from shardcron.coordinator.store_rules import SchemaMismatch
+from tests.support.store_builders import CONTRACT_CONFIG, create, make_job
+from tests.support.waiting import until
+
+WRITER = "shardcron.coordinator.sqlite.writer_process"
+
+
+def writers(parent: int) -> list[psutil.Process]:
+    """The writer processes ``parent`` started."""
+    children = psutil.Process(parent).children()
+    return [p for p in children if WRITER in " ".join(p.cmdline())]
+
+
+async def test_a_killed_writer_fails_what_waits_and_the_next_write_starts_another(
+    tmp_path: Path,
+) -> None:
+    store = SqliteStore(tmp_path / "s.db", **CONTRACT_CONFIG, writer_process=True)
+    await store.open()
+    try:
+        kept = await create(store, make_job())
+        [writer] = writers(os.getpid())
+        writer.suspend()  # holds the next write unread in the pipe
+        lost = make_job()
+        waiting = asyncio.ensure_future(store.create_jobs([NewJob(job=lost)]))
+        await asyncio.sleep(0.2)
+        assert not waiting.done()
+        writer.kill()
+        with pytest.raises(Unavailable, match="writer process ended"):
+            await waiting
+        later = await create(store, make_job())  # on a new writer
+        [again] = writers(os.getpid())
+        assert again.pid != writer.pid
+        got = await store.get_jobs([kept.id, lost.id, later.id])
+        assert set(got) == {kept.id, later.id}
+    finally:
+        await store.close()
+    assert writers(os.getpid()) == []
+
+
+async def test_a_node_killed_outright_takes_its_writer_with_it(tmp_path: Path) -> None:
+    """The writer reads the end of its pipe and exits; what was acknowledged is kept."""
+    script = textwrap.dedent(
+        f"""
+        import asyncio, sys
+        from shardcron.coordinator.sqlite.store import SqliteStore
+        from shardcron.coordinator.store import NewJob
+        from tests.support.store_builders import CONTRACT_CONFIG, make_job
+
+        async def main():
+            store = SqliteStore({str(tmp_path / "s.db")!r}, **CONTRACT_CONFIG, writer_process=True)
+            await store.open()
+            job = make_job()
+            await store.create_jobs([NewJob(job=job)])
+            print(job.id, flush=True)
+            await asyncio.sleep(600)
+
+        asyncio.run(main())
+        """
+    )
+    node = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=os.getcwd()
+    )
+    try:
+        assert node.stdout is not None
+        job_id = (await asyncio.to_thread(node.stdout.readline)).strip()
+        [writer] = writers(node.pid)
+        node.send_signal(signal.SIGKILL)
+        node.wait()
+        await asyncio.to_thread(writer.wait, 10)  # raises TimeoutExpired if it stays
+    finally:
+        node.kill()
+        node.wait()
+    store = SqliteStore(tmp_path / "s.db", **CONTRACT_CONFIG, writer_process=True)
+    await store.open()
+    try:
+        assert set(await store.get_jobs([job_id])) == {job_id}
+    finally:
+        await store.close()
+
+
+async def test_a_layout_mismatch_is_raised_from_the_writer(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "s.db", **CONTRACT_CONFIG, writer_process=True)
+    await store.open()
+    await store.close()
+    other = {**CONTRACT_CONFIG, "shard_count": CONTRACT_CONFIG["shard_count"] + 1}
+    wrong = SqliteStore(tmp_path / "s.db", **other, writer_process=True)
+    with pytest.raises(SchemaMismatch, match="shard_count"):
+        await wrong.open()
+    await until(lambda: writers(os.getpid()) == [])
+
+
+async def test_close_commits_every_write_queued_before_it(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "s.db", **CONTRACT_CONFIG, writer_process=True)
+    await store.open()
+    jobs = [make_job() for _ in range(50)]
+    writes = [asyncio.ensure_future(create(store, job)) for job in jobs]
+    await asyncio.sleep(0)  # every write handed to the writer
+    await store.close()
+    await asyncio.gather(*writes)
+    again = SqliteStore(tmp_path / "s.db", **CONTRACT_CONFIG, writer_process=True)
+    await again.open()
+    try:
+        assert set(await again.get_jobs([j.id for j in jobs])) == {j.id for j in jobs}
+    finally:
+        await again.close()
+
+
+async def test_a_write_that_cannot_cross_the_pipe_fails_alone(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "s.db", **CONTRACT_CONFIG, writer_process=True)
+    await store.open()
+    try:
+        local = asyncio.ensure_future(store._db.write(lambda conn: 1))  # no pickle for it
+        fine = asyncio.ensure_future(create(store, make_job()))
+        with pytest.raises(Exception, match="pickle"):
+            await local
+        assert (await fine).id
+        assert await create(store, make_job())
+    finally:
+        await store.close()
