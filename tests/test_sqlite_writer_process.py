@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from shardcron.client.errors import Unavailable
+from shardcron.client.errors import InvalidArgument, Unavailable
 from shardcron.coordinator.sqlite.store import SqliteStore
 from shardcron.coordinator.store import NewJob
 from shardcron.coordinator.store_rules import SchemaMismatch
@@ -135,5 +135,20 @@ async def test_a_write_that_cannot_cross_the_pipe_fails_alone(tmp_path: Path) ->
             await local
         assert (await fine).id
         assert await create(store, make_job())
+    finally:
+        await store.close()
+
+
+def refuse(conn: object) -> None:
+    raise InvalidArgument("spec.name", "made up")  # its pickle does not come back whole
+
+
+async def test_an_error_that_does_not_pickle_whole_arrives_in_words(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "s.db", **CONTRACT_CONFIG, writer_process=True)
+    await store.open()
+    try:
+        with pytest.raises(RuntimeError, match="InvalidArgument: spec.name: made up"):
+            await store._db.write(refuse)
+        assert await create(store, make_job())  # the same writer goes on
     finally:
         await store.close()

@@ -50,7 +50,10 @@ _START_TIMEOUT_S = 60.0  # a writer that has not opened the file by then is give
 
 
 def send(out: IO[bytes], message: Any) -> None:
-    data = pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
+    send_bytes(out, pickle.dumps(message, pickle.HIGHEST_PROTOCOL))
+
+
+def send_bytes(out: IO[bytes], data: bytes) -> None:
     out.write(_HEADER.pack(len(data)) + data)
     out.flush()
 
@@ -124,32 +127,47 @@ class _Child:
                         return
         except OSError:  # the writer is gone: the receiver fails what waits
             pass
+        except Exception:  # nothing sent is known to be whole: start again
+            log.exception("sending to the store's writer process failed; stopping it")
+            self.proc.kill()
 
     def _send_ops(self, out: IO[bytes], ops: list[tuple[int, Any, int]]) -> None:
         try:
-            send(out, ops)
-        except (pickle.PicklingError, TypeError, AttributeError):
-            for op in ops:  # find the write that cannot be sent and fail it alone
+            data = pickle.dumps(ops, pickle.HIGHEST_PROTOCOL)
+        except Exception:
+            sendable = []
+            for op in ops:  # find the writes that cannot be sent and fail them alone
                 try:
-                    send(out, [op])
-                except (pickle.PicklingError, TypeError, AttributeError) as e:
+                    pickle.dumps(op, pickle.HIGHEST_PROTOCOL)
+                except Exception as e:
                     self._resolve([(op[0], False, e)])
+                else:
+                    sendable.append(op)
+            if not sendable:
+                return
+            data = pickle.dumps(sendable, pickle.HIGHEST_PROTOCOL)
+        send_bytes(out, data)
 
     def _receive_loop(self) -> None:
         inp = self.proc.stdout
         assert inp is not None
+        error: Exception | None = None
         try:
             while True:
                 kind, transactions, results = receive(inp)
                 if kind == DONE:
                     self.transactions = self.base + transactions
                     self._resolve(results)
-        except Exception as e:  # EOF, or a message that cannot be read
-            self.ended = True
-            code = self.proc.wait()
-            if not (self.closing and code == 0):
-                log.error("the store's writer process ended (exit code %s): %r", code, e)
-            self._resolve([(op_id, False, self._gone()) for op_id in list(self.waiting)])
+        except EOFError:
+            pass
+        except Exception as e:  # a reply that cannot be read: which write it ends is lost
+            error = e
+            self.proc.kill()
+        self.ended = True
+        code = self.proc.wait()
+        if error is not None or not (self.closing and code == 0):
+            log.error("the store's writer process ended (exit code %s): %r", code, error)
+        self._resolve([(op_id, False, self._gone()) for op_id in list(self.waiting)])
 
     def _resolve(self, results: list[tuple[int, bool, Any]]) -> None:
         by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], bool, Any]]]
@@ -265,16 +283,29 @@ def _read_ops(inp: IO[bytes], inbox: queue.SimpleQueue[_ChildOp | None]) -> None
 
 
 def _reply(out: IO[bytes], batch: list[_ChildOp], results: list[tuple[bool, Any]], n: int) -> None:
-    message = [(op.op_id, ok, value) for op, (ok, value) in zip(batch, results, strict=True)]
+    """Sends the outcome of each write of a group commit. An error goes as it is if it
+    comes back whole from a pickle (not every exception does), else in words."""
+    message = []
+    for op, (ok, value) in zip(batch, results, strict=True):
+        if not ok and not _round_trips(value):
+            value = RuntimeError(f"{type(value).__name__}: {value}")
+        message.append((op.op_id, ok, value))
     try:
-        send(out, (DONE, n, message))
-    except (pickle.PicklingError, TypeError, AttributeError):
+        data = pickle.dumps((DONE, n, message), pickle.HIGHEST_PROTOCOL)
+    except Exception:
         for i, (op_id, _ok, value) in enumerate(message):
-            try:
-                pickle.dumps(value)
-            except Exception as e:  # a result or error that does not pickle: said in words
-                message[i] = (op_id, False, RuntimeError(f"{value!r} ({e!r})"))
-        send(out, (DONE, n, message))
+            if not _round_trips(value):  # a result that does not pickle: said in words
+                message[i] = (op_id, False, RuntimeError(f"the write's result {value!r}"))
+        data = pickle.dumps((DONE, n, message), pickle.HIGHEST_PROTOCOL)
+    send_bytes(out, data)
+
+
+def _round_trips(value: Any) -> bool:
+    try:
+        pickle.loads(pickle.dumps(value, pickle.HIGHEST_PROTOCOL))
+    except Exception:
+        return False
+    return True
 
 
 def main() -> int:
