@@ -6,8 +6,9 @@ workload's jobs. Jobs are no-op handler jobs (the built-in ``noop`` handler):
 the scheduler is measured, not process start-up; W6 runs ``true`` as a command job,
 on a worker that runs commands.
 
-- The node runs api, poller and store in one process; workers are separate
-  processes (``shardcron worker``), so the two cores are both used.
+- The node runs api and poller in one process and commits to SQLite from its writer
+  process; workers are separate processes (``shardcron worker``), so the two cores
+  are both used.
 - Run times are read from the store file (SQLite, read-only) once the runs ended.
 """
 
@@ -112,7 +113,7 @@ class EmbeddedNode:
 
     def describe(self, workload: str) -> str:
         return (
-            f"`shardcron dev` (api, poller, SQLite WAL) + {WORKERS} worker process x "
+            f"`shardcron dev` (api, poller; SQLite WAL from its writer process) + {WORKERS} worker process x "
             f"{self.slots} slots; submits: CreateJobs x {BATCH} jobs, {IN_FLIGHT} calls in flight"
         )
 
