@@ -17,8 +17,9 @@ A sender thread and a receiver thread on the node side keep the event loop off t
 pipes. The writer ignores SIGINT and SIGTERM (the node decides when it stops) and
 exits when its input ends, so a node killed outright takes its writer with it; a
 group commit that was under way finishes first, and no caller was told of it. If the
-writer dies, every write waiting on it fails ``Unavailable`` and the next write
-starts a new writer.
+writer dies, every write waiting on it fails ``Unavailable`` (committed or not, as
+when a node dies mid-call: the SDK repeats only creates with idempotency keys) and
+the next write starts a new writer.
 """
 
 from __future__ import annotations
@@ -110,7 +111,10 @@ class _Child:
         self.outbox.put(None)  # behind every write already queued: those commit first
 
     def _gone(self) -> Unavailable:
-        return Unavailable(f"the store's writer process ended (exit code {self.proc.poll()})")
+        return Unavailable(
+            f"the store's writer process ended (exit code {self.proc.poll()}) before it"
+            " confirmed this write: it may or may not have been committed"
+        )
 
     def _send_loop(self, out: IO[bytes]) -> None:
         """Sends everything queued as one message; the end marker closes the pipe."""
