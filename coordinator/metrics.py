@@ -154,6 +154,11 @@ class Metrics:
             ["table"],
             registry=r,
         )
+        self.store_writer_restarts = Counter(
+            "shardcron_store_writer_restarts_total",
+            "Times the embedded store's writer process ended unasked and a new one was started",
+            registry=r,
+        )
         # Every refused credential, however many: the audit logs them within a bound.
         self.auth_refusals = Counter(
             "shardcron_auth_refusals_total",
@@ -221,12 +226,16 @@ class Metrics:
 
 class TimedStore:
     """Wraps a JobStore so every call lands in ``shardcron_store_seconds{op=...}``,
-    and every row it skips as unreadable in ``shardcron_store_bad_rows_total``."""
+    every row it skips as unreadable in ``shardcron_store_bad_rows_total``, and each
+    new writer process of the embedded store in ``shardcron_store_writer_restarts_total``."""
 
     def __init__(self, store: Any, metrics: Metrics) -> None:
         self._store = store
         self._metrics = metrics
         store.bad_rows.count_into(lambda table: metrics.store_bad_rows.labels(table=table).inc())
+        restarts = getattr(store, "count_writer_restarts_into", None)
+        if restarts is not None:
+            restarts(metrics.store_writer_restarts.inc)
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._store, name)

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from shardcron.client.errors import InvalidArgument, Unavailable
+from shardcron.coordinator.metrics import Metrics, TimedStore
 from shardcron.coordinator.sqlite.store import SqliteStore
 from shardcron.coordinator.store import NewJob
 from shardcron.coordinator.store_rules import SchemaMismatch
@@ -48,11 +49,18 @@ def alive(pid: int, *, parent: int | None = None) -> bool:
 async def test_a_killed_writer_fails_what_waits_and_the_next_write_starts_another(
     tmp_path: Path,
 ) -> None:
+    metrics = Metrics()
     store = SqliteStore(tmp_path / "s.db", **CONTRACT_CONFIG, writer_process=True)
+    timed = TimedStore(store, metrics)
     await store.open()
+
+    def restarts() -> float | None:
+        return metrics.registry.get_sample_value("shardcron_store_writer_restarts_total")
+
     try:
-        kept = await create(store, make_job())
+        kept = await create(timed, make_job())
         [writer] = writers(os.getpid())
+        assert restarts() == 0
         os.kill(writer, signal.SIGSTOP)  # holds the next write unread in the pipe
         lost = make_job()
         waiting = asyncio.ensure_future(store.create_jobs([NewJob(job=lost)]))
@@ -61,9 +69,10 @@ async def test_a_killed_writer_fails_what_waits_and_the_next_write_starts_anothe
         os.kill(writer, signal.SIGKILL)
         with pytest.raises(Unavailable, match="writer process ended"):
             await waiting
-        later = await create(store, make_job())  # on a new writer
+        later = await create(timed, make_job())  # on a new writer
         [again] = writers(os.getpid())
         assert again != writer
+        assert restarts() == 1
         got = await store.get_jobs([kept.id, lost.id, later.id])
         assert set(got) == {kept.id, later.id}
     finally:

@@ -63,6 +63,11 @@ class GroupCommitDb:
         self._local = threading.local()  # each read thread's own connection
         self._read_conns: list[Conn] = []
 
+    def count_restarts_into(self, count: Callable[[], object]) -> None:
+        """Calls ``count()`` each time the writer process is replaced (none in a thread)."""
+        if self._child is not None:
+            self._child.count_restarts = count
+
     @property
     def transactions(self) -> int:
         """Group commits so far."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -103,6 +103,10 @@ class SqliteStore:
         self.retention = retention
         self._db = GroupCommitDb(self.path, process=writer_process)
         self.bad_rows = BadRowLog()
+
+    def count_writer_restarts_into(self, count: Callable[[], object]) -> None:
+        """Calls ``count()`` each time a writer process that ended unasked is replaced."""
+        self._db.count_restarts_into(count)
 
     @property
     def _transactions(self) -> int:

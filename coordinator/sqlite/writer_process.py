@@ -195,6 +195,7 @@ class WriterProcess:
         self._transactions = 0
         self._starting: asyncio.Lock | None = None
         self._closed = False
+        self.count_restarts: Callable[[], object] = lambda: None
 
     @property
     def transactions(self) -> int:
@@ -246,6 +247,7 @@ class WriterProcess:
                 self._transactions = child.transactions
             log.warning("starting a new writer process for %s", self.path)
             self._child = await self._start()
+            self.count_restarts()
             return self._child
 
     async def close(self) -> None:
