@@ -48,6 +48,7 @@ from shardcron.coordinator.sqlite.store import SqliteStore
 from shardcron.coordinator.store import NewJob
 from shardcron.coordinator.worker_stream import WorkerStreamServicer
 from shardcron.v1 import cluster_pb2_grpc, types_pb2, worker_pb2, worker_pb2_grpc
+from shardcron.worker.outbox import MAX_HEARTBEAT_LEASES
 from tests.support.store_builders import SHARDS, make_job, make_run
 from tests.support.waiting import until
 
@@ -741,3 +742,40 @@ async def test_a_result_pending_from_a_closed_stream_counts_only_from_the_same_p
     assert ack.accepted
     assert (await stored_run(poller, run.id)).state == RunState.SUCCEEDED
     back.cancel()
+
+
+async def test_leases_beyond_what_a_hello_names_are_renewed_by_the_next_heartbeat(
+    poller: Poller, stub: worker_pb2_grpc.WorkerServiceStub
+) -> None:
+    """A Hello names at most ``MAX_HEARTBEAT_LEASES`` held leases (a bigger one was
+    refused for its size); a worker holding more names the rest in its next
+    heartbeat. After the same process reconnects, every lease of either list is
+    renewed on the new stream: none lapses."""
+    n = MAX_HEARTBEAT_LEASES + 50
+    first = hello_of("w1", "instance-a")
+    first.hello.slots = n
+    old = await connect_as(stub, first)
+    now = utcnow()
+    created = []
+    for _ in range(n):
+        job = dataclasses.replace(make_job("alice"), created_at=now, updated_at=now)
+        created.append(
+            NewJob(job=job, runs=[dataclasses.replace(make_run(job, due_at=now), created_at=now)])
+        )
+    await poller.store.create_jobs(created)
+    poller.runs_created([c.runs[0] for c in created], [c.job for c in created])
+    refs: list[worker_pb2.LeaseRef] = []
+    while len(refs) < n:
+        refs += [ref_of(lease) for lease in (await next_of(old, "leases")).leases.leases]
+    again = hello_of("w1", "instance-a", *refs[:MAX_HEARTBEAT_LEASES])
+    again.hello.slots = n
+    new = await connect_as(stub, again)
+    await new.write(
+        worker_pb2.WorkerMessage(heartbeat=worker_pb2.Heartbeat(leases=refs[MAX_HEARTBEAT_LEASES:]))
+    )
+    renewed: dict[str, bool] = {}
+    while len(renewed) < n:
+        for r in (await next_of(new, "renewals")).renewals.renewals:
+            renewed[r.run_id] = r.ok
+    assert set(renewed) == {r.run_id for r in refs} and all(renewed.values())
+    new.cancel()
