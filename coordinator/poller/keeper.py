@@ -17,16 +17,14 @@ such fault is counted in ``shardcron_poller_faults_total{where}``.
 
 from __future__ import annotations
 
-import contextlib
 import heapq
 import logging
 import math
-from collections.abc import Collection, Iterator
+from collections.abc import Collection
 from datetime import datetime, timedelta
 
 from shardcron.client.errors import Unavailable
 from shardcron.client.frozen import copy_with
-from shardcron.client.limits import MAX_ERROR_MESSAGE, clip
 from shardcron.client.saturating import saturating_add
 from shardcron.client.stream import CancelOrder
 from shardcron.client.types import Job, JobState, Run, RunReason, RunState
@@ -36,6 +34,7 @@ from shardcron.coordinator.poller.clock import Clock
 from shardcron.coordinator.poller.config import JOB_ROW_GRACE, JOB_ROW_RETRY, PollerConfig
 from shardcron.coordinator.poller.crowds import DueCrowds
 from shardcron.coordinator.poller.endings import final_run, follow_up
+from shardcron.coordinator.poller.faults import Isolated, fault_text
 from shardcron.coordinator.poller.fires import on_fire_due, retry_misfired
 from shardcron.coordinator.poller.grants import lease_grant, unopenable
 from shardcron.coordinator.poller.leases import LeaseBook
@@ -48,11 +47,6 @@ _REPORTED = (RunState.SUCCEEDED, RunState.FAILED, RunState.TIMED_OUT)  # ends a 
 WAITING_GAUGE_EVERY = 1.0  # seconds between counts of the runs waiting, by reason
 
 log = logging.getLogger("shardcron.poller")
-
-
-def fault_text(error: BaseException) -> str:
-    """What a run's error or a job's pause reason says of a fault: type and message, capped."""
-    return clip(f"{type(error).__name__}: {error}", MAX_ERROR_MESSAGE)
 
 
 class RunKeeper:
@@ -537,13 +531,9 @@ class RunKeeper:
 
     # --- faults ------------------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def isolated(self, slot: Slot, turn: Turn, now: datetime, *, where: str) -> Iterator[None]:
+    def isolated(self, slot: Slot, turn: Turn, now: datetime, *, where: str) -> Isolated:
         """Applies rules to one run; if they raise, that run alone fails (``fail``)."""
-        try:
-            yield
-        except Exception as error:
-            self.fail(slot, error, turn, now, where=where)
+        return Isolated(self.fail, slot, turn, now, where)
 
     def fail(
         self,

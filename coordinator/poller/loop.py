@@ -62,7 +62,8 @@ from shardcron.coordinator.poller.events import (
     WorkerConnected,
     WorkerMessage,
 )
-from shardcron.coordinator.poller.keeper import RunKeeper, fault_text
+from shardcron.coordinator.poller.faults import fault_text
+from shardcron.coordinator.poller.keeper import RunKeeper
 from shardcron.coordinator.poller.loading import SCAN_WAIT, CursorSaves, ScanReads
 from shardcron.coordinator.poller.ownership import Ownership, Standing
 from shardcron.coordinator.poller.state import LAG_PHASES, Phase, Slot
