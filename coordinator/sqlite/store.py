@@ -133,18 +133,13 @@ class SqliteStore:
 
     async def create_jobs(self, items: Sequence[NewJob]) -> list[tuple[Job, bool]]:
         items = list(items)
-        texts: dict[int, str] = {}  # each distinct spec object encoded once (job_rows)
         entries: list[writes.NewJobRows] = []
         rows = 0
-        for item in items:
-            job = item.job
-            text = texts.get(id(job.spec))
-            if text is None:
-                text = texts[id(job.spec)] = _spec_to_json(job.spec)
+        for item, job_row in zip(items, _ROWS.job_rows(i.job for i in items), strict=True):
+            job, runs = item.job, item.runs
             key = (job.owner, job.idempotency_key) if job.idempotency_key else None
-            runs = item.runs
             due = [r for r in runs if r.state == RunState.PENDING]
-            entries.append((key, _ROWS.job_row(job, text), *self._run_rows(runs, due)))
+            entries.append((key, job_row, *self._run_rows(runs, due)))
             rows += 1 + len(runs)
         found = await self._db.write(functools.partial(writes.create_jobs, entries), rows)
         results: list[tuple[Job, bool]] = []
