@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from cassandra import OperationTimedOut, ReadTimeout, WriteTimeout
 from cassandra import Unavailable as CassandraUnavailable
-from cassandra.cluster import Session
+from cassandra.cluster import ResponseFuture, Session
 from cassandra.query import BatchStatement, BatchType, BoundStatement, PreparedStatement
 
 from shardcron.coordinator.cassandra.binding import Binder
@@ -34,6 +34,16 @@ _CROSS = 256  # (partition, row) pairs per cross-product read
 _RETRY_BACKOFF = (0.05, 0.2, 0.8)  # seconds before each retry of an idempotent read
 _WRITE_BACKOFF = (0.05, 0.2, 0.5, 1.0, 2.0)  # of a plain write: a few seconds of trouble
 _RETRYABLE = (WriteTimeout, ReadTimeout, CassandraUnavailable, OperationTimedOut)
+
+
+def _unlink(rf: ResponseFuture) -> None:
+    """Drops what ties a finished request to itself: the callbacks it holds (which name
+    it) and its timeout timer (whose callback is its own method). It is then freed as
+    soon as it is done with, rows and all, not left to the cyclic collector: each
+    request left about 70 objects of cyclic garbage, and under a steady 1,000 jobs/s a
+    cluster node's young collections freed 15,000 of them at a time, 10-24 ms each."""
+    rf.clear_callbacks()
+    rf._timer = None  # cancelled by the driver before the callbacks run
 
 
 def chunks(values: Sequence[T], n: int) -> Iterable[Sequence[T]]:
@@ -132,10 +142,12 @@ class Cql:
 
             def ok(rows: list[tuple[Any, ...]]) -> None:
                 result = Result(list(rows or ()), list(rf._col_names or ()), rf._paging_state)
+                _unlink(rf)
                 with contextlib.suppress(RuntimeError):  # the loop is closed
                     loop.call_soon_threadsafe(resolve_future, future, True, result)
 
             def err(exc: BaseException) -> None:
+                _unlink(rf)
                 with contextlib.suppress(RuntimeError):
                     loop.call_soon_threadsafe(resolve_future, future, False, exc)
 
