@@ -231,6 +231,9 @@ async def test_a_shard_is_released_only_once_the_result_accepted_before_is_writt
         async with worker_of(node, handler=handler):
             run = await leased_run(store, node)
             await until(lambda: handler.attempts, WAIT, "the run started")
+            # its Started written first: the message queued below is its result
+            while (await stored(store, run.id)).state != RunState.RUNNING:
+                await asyncio.sleep(0.01)
             gated = True
             await hinted_run(store, node)  # a turn that writes, held in its commit
             await until(lambda: entered == 1, WAIT, "a turn in its commit")

@@ -83,8 +83,15 @@ class StreamOwner(Protocol):
     """
 
     stats: Counter[str]  # counters the link adds to (sent_*, received_*, reconnects)
+    slots: int  # runs it may hold at once
     metadata: tuple[tuple[str, str], ...]  # gRPC metadata of every stream
     credentials: grpc.ChannelCredentials | None  # TLS for every stream; None = plaintext
+
+    @property
+    def slots_used(self) -> int: ...
+
+    @property
+    def links(self) -> list[PollerLink]: ...
 
     def hello_for(self, link: PollerLink) -> Hello:
         """The Hello that opens a new stream of ``link`` (it sets ``link.sent_limit``)."""
@@ -121,7 +128,7 @@ class PollerLink:
     def __init__(self, worker: StreamOwner, address: str) -> None:
         self.worker = worker
         self.address = address
-        self.outbox = Outbox()
+        self.outbox = Outbox(patient=self._reports_can_wait)
         # Results sent (or queued) and not yet acknowledged, by (run_id, fencing_token).
         self.unacked: dict[tuple[str, int], RunOutcome] = {}
         self.lease_ttl = DEFAULT_LEASE_TTL
@@ -147,6 +154,14 @@ class PollerLink:
     @property
     def connected(self) -> bool:
         return self._welcomed.is_set()
+
+    def _reports_can_wait(self) -> bool:
+        """Starts, results and credit limits may gather (``Outbox``) while a quarter of
+        the worker's slots or more are free, and more than its pollers asked for: then
+        no poller waits for the slots they free."""
+        w = self.worker
+        free = w.slots - w.slots_used
+        return free * 4 >= w.slots and free > sum(link.demand for link in w.links)
 
     @property
     def ended(self) -> bool:

@@ -4,10 +4,24 @@ It holds the typed messages of ``shardcron.client.stream``; the link encodes the
 Items of one kind queued while the previous message was being written (or within
 one coalescing window) leave as ONE message: Started refs, Results and Output
 chunks are merged; a Heartbeat is built at send time with the leases held then.
+
 Output is flushed when 64 KiB is buffered, when ``output_interval`` has passed since
 the oldest buffered byte, or before a Results message (so a run's output precedes
 its result). Output survives a reconnect (bounded); Started, Results and heartbeats
 do not (``Hello.held`` and ``Hello.pending_results`` carry them instead).
+
+How long starts, results and credit limits wait for company depends on whether a
+poller may be waiting for the slots they free (``patient``, from the worker):
+
+- Slots to spare: they gather for ``gather`` (10 ms) from the first one queued, and
+  a run's Started is left out when its result goes in the same flush (the result
+  carries its start). Runs that start one by one, each at its own due instant,
+  sent a Started and a Results message each, and a Credits message for most: 2.3
+  messages per run, each one written, read, decoded and handled on both sides.
+  Gathered, a steady 1,000 runs/s on the cluster took 0.8 messages per run.
+- Slots scarce: what frees a slot goes at once (yielding to the loop while more of
+  the same burst keeps arriving, ``linger`` at most), so a poller waiting for slots
+  is not kept waiting.
 """
 
 from __future__ import annotations
@@ -16,7 +30,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from shardcron.client.stream import (
     Credits,
@@ -41,6 +55,9 @@ RESULT_FIELDS_BYTES = 160  # a result's encoded size beyond its error text, at m
 # encoded): a worker holding 50,000 leases given ahead of a storm's instant sent
 # messages of 4.4 MB, refused by the node, and every lease held lapsed.
 MAX_HEARTBEAT_LEASES = 10_000
+# Starts this far apart may share a Started message (and its ``at``): those released
+# together by one due instant do; those gathered one by one do not.
+START_TOLERANCE = timedelta(milliseconds=1)
 
 
 class _Chunk:
@@ -58,15 +75,18 @@ class Outbox:
         self,
         *,
         linger: float = 0.005,
+        gather: float = 0.010,
+        patient: Callable[[], bool] = lambda: False,
         output_interval: float = 0.1,
         output_buffer: int = 8 * 1024 * 1024,
     ) -> None:
         self.linger = linger
+        self.gather = gather
+        self._patient = patient  # True: no poller waits for the slots reports free
         self.output_interval = output_interval
         self.output_buffer = output_buffer
         self.dropped_output_bytes = 0
-        self._started: list[LeaseRef] = []
-        self._started_at: datetime | None = None
+        self._started: list[tuple[LeaseRef, datetime]] = []  # each with when it started
         self._results: list[RunOutcome] = []
         self._chunks: list[_Chunk] = []
         self._chunk_bytes = 0
@@ -75,21 +95,30 @@ class Outbox:
         self._refused: list[LeaseRef] = []
         self._heartbeat = False
         self._wake = asyncio.Event()
+        self._reports_since: float | None = None  # the oldest start, result or limit queued
 
     # -- producers ---------------------------------------------------------------
     def started(self, ref: LeaseRef, at: datetime) -> None:
-        if not self._started:
-            self._started_at = at
-        self._started.append(ref)
-        self._wake.set()
+        self._started.append((ref, at))
+        self._queued()
 
     def result(self, outcome: RunOutcome) -> None:
         self._results.append(outcome)
-        self._wake.set()
+        self._queued()
 
     def credits(self, limit: int) -> None:
         self._credits = limit
-        self._wake.set()
+        self._queued()
+
+    def _queued(self) -> None:
+        """A start, result or limit was queued: ``take`` looks again, unless it is
+        gathering them already and they still fit in one message."""
+        if (
+            self._reports_since is None
+            or len(self._results) >= MAX_RESULTS_MESSAGE
+            or len(self._started) >= MAX_HEARTBEAT_LEASES
+        ):
+            self._wake.set()
 
     def refused(self, ref: LeaseRef) -> None:
         self._refused.append(ref)
@@ -136,8 +165,8 @@ class Outbox:
 
     def reset(self) -> None:
         """A new stream begins: drop what Hello carries instead; keep buffered output."""
+        self._reports_since = None
         self._started.clear()
-        self._started_at = None
         self._results.clear()
         self._credits = None
         self._refused.clear()
@@ -149,20 +178,29 @@ class Outbox:
 
     # -- consumer ----------------------------------------------------------------
     def _until_due(self) -> float | None:
-        """0 when something must go now, else seconds until output is due, or None."""
-        if (
-            self._credits is not None
-            or self._refused
-            or self._started
-            or self._results
-            or self._heartbeat
-        ):
+        """0 when something must go now, else seconds until something is due, or None."""
+        if self._refused or self._heartbeat:
             return 0.0
+        wait = None
+        if self._credits is not None or self._started or self._results:
+            if (
+                len(self._results) >= MAX_RESULTS_MESSAGE
+                or len(self._started) >= MAX_HEARTBEAT_LEASES
+                or not self._patient()
+            ):
+                return 0.0
+            now = time.monotonic()
+            if self._reports_since is None:
+                self._reports_since = now
+            wait = max(0.0, self._reports_since + self.gather - now)
+            if wait == 0.0:
+                return 0.0
         if self._chunks_since is not None:
             if self._chunk_bytes >= MAX_OUTPUT_MESSAGE:
                 return 0.0
-            return max(0.0, self._chunks_since + self.output_interval - time.monotonic())
-        return None
+            due = max(0.0, self._chunks_since + self.output_interval - time.monotonic())
+            return due if wait is None else min(wait, due)
+        return wait
 
     async def take(
         self, done: asyncio.Event, build_heartbeat: Callable[[], Heartbeat]
@@ -177,8 +215,9 @@ class Outbox:
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), wait)
-        if self._started or self._results:
-            await self._coalesce()
+        if (self._started or self._results) and self._reports_since is None:
+            await self._coalesce()  # scarce slots: sent at once, with the rest of the burst
+        self._reports_since = None
         return self._drain(build_heartbeat)
 
     async def _coalesce(self) -> None:
@@ -202,14 +241,13 @@ class Outbox:
         if self._credits is not None:
             out.append(Credits(limit=self._credits))
             self._credits = None
-        if self._started:
-            step, refs = MAX_HEARTBEAT_LEASES, self._started
-            at = self._started_at
-            out += [
-                Started(leases=tuple(refs[i : i + step]), at=at) for i in range(0, len(refs), step)
+        if self._started and self._results:  # a result says its run started, and when
+            ended = {(o.run_id, o.fencing_token) for o in self._results}
+            self._started = [
+                s for s in self._started if (s[0].run_id, s[0].fencing_token) not in ended
             ]
-            self._started = []
-            self._started_at = None
+        if self._started:
+            out.extend(self._started_messages())
         if self._chunks and (
             self._results
             or self._chunk_bytes >= MAX_OUTPUT_MESSAGE
@@ -221,6 +259,21 @@ class Outbox:
         if self._heartbeat:
             self._heartbeat = False
             out.extend(heartbeat_messages(build_heartbeat()))
+        return out
+
+    def _started_messages(self) -> list[WorkerEvent]:
+        """Started refs by when they started (``START_TOLERANCE`` apart at most within a
+        message, whose ``at`` is the first's), ``MAX_HEARTBEAT_LEASES`` a message."""
+        out: list[WorkerEvent] = []
+        refs: list[LeaseRef] = []
+        first = self._started[0][1]
+        for ref, at in self._started:
+            if len(refs) == MAX_HEARTBEAT_LEASES or abs(at - first) > START_TOLERANCE:
+                out.append(Started(leases=tuple(refs), at=first))
+                refs, first = [], at
+            refs.append(ref)
+        out.append(Started(leases=tuple(refs), at=first))
+        self._started = []
         return out
 
     def _results_messages(self) -> list[WorkerEvent]:
