@@ -98,12 +98,57 @@ async def test_refusals_and_heartbeats_never_wait(patient: bool) -> None:
 
 async def test_gathered_starts_keep_their_own_instants() -> None:
     box = Outbox(patient=lambda: True, gather=0.01)
-    later = AT + timedelta(milliseconds=5)
+    later = AT + timedelta(milliseconds=8)
     box.started(ref(1), AT)
     box.started(ref(2), AT)
-    box.started(ref(3), later)
+    box.started(ref(3), later)  # past START_TOLERANCE of the first
     sent = await asyncio.wait_for(take(box), 5)
     assert [(m.at, [r.run_id for r in m.leases]) for m in sent] == [
         (AT, ["r1", "r2"]),
         (later, ["r3"]),
     ]
+
+
+async def test_an_urgent_credit_limit_goes_at_once() -> None:
+    box = Outbox(patient=lambda: True, gather=LONG)
+    box.result(outcome(1))
+    taking = take(box)
+    await asyncio.sleep(0.05)
+    assert not taking.done()
+    box.credits(9, urgent=True)
+    sent = await asyncio.wait_for(taking, 5)
+    assert [type(m) for m in sent] == [Credits, Results] and sent[0].limit == 9
+
+
+class _Owner:
+    """What a link's patience reads: nothing of the worker."""
+
+
+def test_reports_wait_only_while_the_poller_sees_room() -> None:
+    from shardcron.worker.link import PollerLink
+
+    link = PollerLink(_Owner(), "127.0.0.1:1")  # type: ignore[arg-type]
+    link.sent_limit, link.held_slots, link.demand = 64, 10, 0
+    assert link._reports_can_wait()  # 54 of 64 free as the poller sees it
+    link.held_slots = 40
+    for i in range(20):  # runs ended, their results queued: still held, to the poller
+        link.outbox.result(outcome(i))
+    assert not link._reports_can_wait()  # 4 of 64
+    link.held_slots, link.demand = 10, 60
+    link.outbox.reset()
+    assert not link._reports_can_wait()  # it asked for more than the 54 it has
+
+
+async def test_a_grant_is_urgent_only_for_a_poller_that_asked_for_more() -> None:
+    from shardcron.worker.link import PollerLink
+
+    link = PollerLink(_Owner(), "127.0.0.1:1")  # type: ignore[arg-type]
+    link.sent_limit, link.held_slots, link.demand = 10, 10, 5
+    link.grant(15)
+    assert link.outbox._credits_urgent and link.sent_limit == 15
+    link.outbox.reset()
+    link.demand = 0
+    link.grant(20)
+    assert not link.outbox._credits_urgent
+    link.grant(12)  # lowered: never urgent
+    assert not link.outbox._credits_urgent

@@ -83,15 +83,8 @@ class StreamOwner(Protocol):
     """
 
     stats: Counter[str]  # counters the link adds to (sent_*, received_*, reconnects)
-    slots: int  # runs it may hold at once
     metadata: tuple[tuple[str, str], ...]  # gRPC metadata of every stream
     credentials: grpc.ChannelCredentials | None  # TLS for every stream; None = plaintext
-
-    @property
-    def slots_used(self) -> int: ...
-
-    @property
-    def links(self) -> list[PollerLink]: ...
 
     def hello_for(self, link: PollerLink) -> Hello:
         """The Hello that opens a new stream of ``link`` (it sets ``link.sent_limit``)."""
@@ -156,12 +149,23 @@ class PollerLink:
         return self._welcomed.is_set()
 
     def _reports_can_wait(self) -> bool:
-        """Starts, results and credit limits may gather (``Outbox``) while a quarter of
-        the worker's slots or more are free, and more than its pollers asked for: then
-        no poller waits for the slots they free."""
-        w = self.worker
-        free = w.slots - w.slots_used
-        return free * 4 >= w.slots and free > sum(link.demand for link in w.links)
+        """Starts, results and credit limits may gather (``Outbox``) while the room the
+        poller sees (its credit limit less the runs it believes this worker holds: those
+        running, and those whose result is still queued) is half its limit or
+        more, and no less than it asked for: it is not waiting for the slots they free."""
+        limit = self.sent_limit or 0
+        room = limit - self.held_slots - self.outbox.results_queued
+        return room * 2 >= limit and room >= self.demand
+
+    def grant(self, limit: int) -> None:
+        """Tells the poller its new credit limit: at once when it gives more room to a
+        poller that asked for more than it had, else with the next reports."""
+        before = self.sent_limit or 0
+        if limit > before:
+            self.granted_at = time.monotonic()
+        waiting = limit > before and self.demand > before - self.held_slots
+        self.sent_limit = limit
+        self.outbox.credits(limit, urgent=waiting)
 
     @property
     def ended(self) -> bool:

@@ -286,10 +286,7 @@ class Worker:
         """Sends every stream whose credit limit changed its new one."""
         for link, limit in self._limits().items():
             if limit != link.sent_limit:
-                if limit > (link.sent_limit or 0):
-                    link.granted_at = time.monotonic()
-                link.sent_limit = limit
-                link.outbox.credits(limit)
+                link.grant(limit)
 
     # -- building messages (called by links) -------------------------------------------
     def _runs_of(self, link: PollerLink) -> list[HeldRun]:
