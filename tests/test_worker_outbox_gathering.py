@@ -109,46 +109,27 @@ async def test_gathered_starts_keep_their_own_instants() -> None:
     ]
 
 
-async def test_an_urgent_credit_limit_goes_at_once() -> None:
-    box = Outbox(patient=lambda: True, gather=LONG)
-    box.result(outcome(1))
-    taking = take(box)
-    await asyncio.sleep(0.05)
-    assert not taking.done()
-    box.credits(9, urgent=True)
-    sent = await asyncio.wait_for(taking, 5)
-    assert [type(m) for m in sent] == [Credits, Results] and sent[0].limit == 9
-
-
 class _Owner:
-    """What a link's patience reads: nothing of the worker."""
+    """What a link's patience reads of its worker."""
+
+    spare = True
+
+    def slots_to_spare(self) -> bool:
+        return self.spare
 
 
-def test_reports_wait_only_while_the_poller_sees_room() -> None:
+def test_reports_wait_only_while_no_poller_waits_for_slots() -> None:
     from shardcron.worker.link import PollerLink
 
-    link = PollerLink(_Owner(), "127.0.0.1:1")  # type: ignore[arg-type]
-    link.sent_limit, link.held_slots, link.demand = 64, 10, 0
+    owner = _Owner()
+    link = PollerLink(owner, "127.0.0.1:1")  # type: ignore[arg-type]
+    link.sent_limit, link.held_slots = 64, 10
     assert link._reports_can_wait()  # 54 of 64 free as the poller sees it
-    link.held_slots = 40
+    link.held_slots = 20
     for i in range(20):  # runs ended, their results queued: still held, to the poller
         link.outbox.result(outcome(i))
-    assert not link._reports_can_wait()  # 4 of 64
-    link.held_slots, link.demand = 10, 60
-    link.outbox.reset()
-    assert not link._reports_can_wait()  # it asked for more than the 54 it has
-
-
-async def test_a_grant_is_urgent_only_for_a_poller_that_asked_for_more() -> None:
-    from shardcron.worker.link import PollerLink
-
-    link = PollerLink(_Owner(), "127.0.0.1:1")  # type: ignore[arg-type]
-    link.sent_limit, link.held_slots, link.demand = 10, 10, 5
-    link.grant(15)
-    assert link.outbox._credits_urgent and link.sent_limit == 15
-    link.outbox.reset()
-    link.demand = 0
-    link.grant(20)
-    assert not link.outbox._credits_urgent
-    link.grant(12)  # lowered: never urgent
-    assert not link.outbox._credits_urgent
+    assert not link._reports_can_wait()  # 24 of 64
+    link.held_slots = 0
+    assert link._reports_can_wait()
+    owner.spare = False  # pollers asked for more slots than are free
+    assert not link._reports_can_wait()

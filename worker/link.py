@@ -108,6 +108,10 @@ class StreamOwner(Protocol):
         """Share the slots among the streams again (one opened, closed or asked)."""
         ...
 
+    def slots_to_spare(self) -> bool:
+        """More slots are free than all its pollers asked for."""
+        ...
+
 
 def backoff_delay(failures: int) -> float:
     """Delay before reconnect attempt after ``failures`` consecutive failures (>= 0)."""
@@ -149,23 +153,21 @@ class PollerLink:
         return self._welcomed.is_set()
 
     def _reports_can_wait(self) -> bool:
-        """Starts, results and credit limits may gather (``Outbox``) while the room the
-        poller sees (its credit limit less the runs it believes this worker holds: those
-        running, and those whose result is still queued) is half its limit or
-        more, and no less than it asked for: it is not waiting for the slots they free."""
+        """Starts, results and credit limits may gather (``Outbox``) while no poller
+        waits for the slots they free: the room this one sees (its credit limit less
+        the runs it believes this worker holds, those whose result is still queued
+        included) is half its limit or more, and the worker has more slots free than
+        all its pollers asked for."""
         limit = self.sent_limit or 0
         room = limit - self.held_slots - self.outbox.results_queued
-        return room * 2 >= limit and room >= self.demand
+        return room * 2 >= limit and self.worker.slots_to_spare()
 
     def grant(self, limit: int) -> None:
-        """Tells the poller its new credit limit: at once when it gives more room to a
-        poller that asked for more than it had, else with the next reports."""
-        before = self.sent_limit or 0
-        if limit > before:
+        """Tells the poller its new credit limit (with the next reports)."""
+        if limit > (self.sent_limit or 0):
             self.granted_at = time.monotonic()
-        waiting = limit > before and self.demand > before - self.held_slots
         self.sent_limit = limit
-        self.outbox.credits(limit, urgent=waiting)
+        self.outbox.credits(limit)
 
     @property
     def ended(self) -> bool:

@@ -12,7 +12,8 @@ do not (``Hello.held`` and ``Hello.pending_results`` carry them instead).
 
 How long starts, results and credit limits wait for company depends on whether the
 poller may be waiting for the slots they free (``patient``, from the link: the room
-the poller sees is half its credit limit or more, and what it asked for):
+the poller sees is half its credit limit or more, and the worker has more slots free
+than its pollers asked for):
 
 - Room to spare: they gather for ``gather`` (10 ms) from the first one queued, and
   a run's Started is left out when its result goes in the same flush (the result
@@ -22,8 +23,7 @@ the poller sees is half its credit limit or more, and what it asked for):
   Gathered, a steady 1,000 runs/s on the cluster took 0.8 messages per run.
 - Room scarce: what frees a slot goes at once (yielding to the loop while more of
   the same burst keeps arriving, ``linger`` at most), so a poller waiting for slots
-  is not kept waiting. A credit limit that gives room to a poller that asked for
-  more goes at once too (``urgent``).
+  is not kept waiting.
 """
 
 from __future__ import annotations
@@ -58,9 +58,8 @@ RESULT_FIELDS_BYTES = 160  # a result's encoded size beyond its error text, at m
 # messages of 4.4 MB, refused by the node, and every lease held lapsed.
 MAX_HEARTBEAT_LEASES = 10_000
 # Starts this far apart at most share a Started message, and its ``at`` (the first's):
-# as close as the coalescing window (``linger``) ever kept them. Apart to the
-# millisecond, runs started one by one (commands) took a message each: W6 ran 10%
-# slower.
+# as close as the coalescing window (``linger``) ever kept them; to the millisecond,
+# runs started one by one (commands) would take a message each.
 START_TOLERANCE = timedelta(milliseconds=5)
 
 
@@ -100,7 +99,6 @@ class Outbox:
         self._heartbeat = False
         self._wake = asyncio.Event()
         self._reports_since: float | None = None  # the oldest start, result or limit queued
-        self._credits_urgent = False
 
     # -- producers ---------------------------------------------------------------
     def started(self, ref: LeaseRef, at: datetime) -> None:
@@ -111,14 +109,9 @@ class Outbox:
         self._results.append(outcome)
         self._queued()
 
-    def credits(self, limit: int, *, urgent: bool = False) -> None:
-        """A new credit limit; ``urgent``: it goes at once (a poller waits for it)."""
+    def credits(self, limit: int) -> None:
         self._credits = limit
-        if urgent:
-            self._credits_urgent = True
-            self._wake.set()
-        else:
-            self._queued()
+        self._queued()
 
     def _queued(self) -> None:
         """A start, result or limit was queued: ``take`` looks again, unless it is
@@ -179,7 +172,6 @@ class Outbox:
         self._started.clear()
         self._results.clear()
         self._credits = None
-        self._credits_urgent = False
         self._refused.clear()
         self._heartbeat = False
 
@@ -194,7 +186,7 @@ class Outbox:
     # -- consumer ----------------------------------------------------------------
     def _until_due(self) -> float | None:
         """0 when something must go now, else seconds until something is due, or None."""
-        if self._refused or self._heartbeat or self._credits_urgent:
+        if self._refused or self._heartbeat:
             return 0.0
         wait = None
         if self._credits is not None or self._started or self._results:
@@ -256,7 +248,6 @@ class Outbox:
         if self._credits is not None:
             out.append(Credits(limit=self._credits))
             self._credits = None
-            self._credits_urgent = False
         if self._started and self._results:  # a result says its run started, and when
             ended = {(o.run_id, o.fencing_token) for o in self._results}
             self._started = [

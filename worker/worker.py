@@ -282,6 +282,9 @@ class Worker:
             return {links[0]: min(self.slots, links[0].held_slots + free)}
         return shared_limits(links, free=free, slots=self.slots, now=time.monotonic())
 
+    def slots_to_spare(self) -> bool:
+        return self.slots - self._slots_used > sum(link.demand for link in self._links.values())
+
     def rebalance(self) -> None:
         """Sends every stream whose credit limit changed its new one."""
         for link, limit in self._limits().items():
