@@ -87,7 +87,7 @@ class Worker:
     ``metadata`` goes with each.
 
     To its links it is a ``StreamOwner``: they call ``hello_for``, ``heartbeat_for``,
-    the ``on_*`` handlers and ``rebalance``, which are not for other callers.
+    the ``on_*`` handlers, ``rebalance`` and ``slots_to_spare``, not for other callers.
     """
 
     def __init__(
