@@ -151,7 +151,10 @@ class Cql:
                 with contextlib.suppress(RuntimeError):
                     loop.call_soon_threadsafe(resolve_future, future, False, exc)
 
-            rf.add_callbacks(ok, err)
+            # the errback first: a response that came before the callback was added
+            # runs it at once, and then nothing is left on the request to tie it
+            rf.add_errback(err)
+            rf.add_callback(ok)
             return await future
 
     async def all(self, stmt: Any, params: Any = None) -> list[tuple[Any, ...]]:
