@@ -12,6 +12,7 @@ import pytest
 
 from shardcron.client.stream import Credits, Heartbeat, LeaseRef, Results, RunOutcome, Started
 from shardcron.client.types import RunState
+from shardcron.worker.link import PollerLink
 from shardcron.worker.outbox import MAX_RESULTS_MESSAGE, Outbox
 
 AT = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -119,8 +120,6 @@ class _Owner:
 
 
 def test_reports_wait_only_while_no_poller_waits_for_slots() -> None:
-    from shardcron.worker.link import PollerLink
-
     owner = _Owner()
     link = PollerLink(owner, "127.0.0.1:1")  # type: ignore[arg-type]
     link.sent_limit, link.held_slots = 64, 10

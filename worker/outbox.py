@@ -116,12 +116,14 @@ class Outbox:
     def _queued(self) -> None:
         """A start, result or limit was queued: ``take`` looks again, unless it is
         gathering them already and they still fit in one message."""
-        if (
-            self._reports_since is None
-            or len(self._results) >= MAX_RESULTS_MESSAGE
-            or len(self._started) >= MAX_HEARTBEAT_LEASES
-        ):
+        if self._reports_since is None or self._full():
             self._wake.set()
+
+    def _full(self) -> bool:
+        """As many results or starts as one message takes: no reason to wait."""
+        return (
+            len(self._results) >= MAX_RESULTS_MESSAGE or len(self._started) >= MAX_HEARTBEAT_LEASES
+        )
 
     def refused(self, ref: LeaseRef) -> None:
         self._refused.append(ref)
@@ -190,11 +192,7 @@ class Outbox:
             return 0.0
         wait = None
         if self._credits is not None or self._started or self._results:
-            if (
-                len(self._results) >= MAX_RESULTS_MESSAGE
-                or len(self._started) >= MAX_HEARTBEAT_LEASES
-                or not self._patient()
-            ):
+            if self._full() or not self._patient():
                 return 0.0
             now = time.monotonic()
             if self._reports_since is None:
