@@ -597,6 +597,35 @@ async def test_progress_state_moves_only_active_jobs(store: JobStore) -> None:
     assert (got[active.id].state, got[completed.id].state) == (JobState.PAUSED, JobState.COMPLETED)
 
 
+async def test_progress_with_columns_and_a_state_moves_the_state_only_where_active(
+    store: JobStore,
+) -> None:
+    # The columns go to every job named; the state (and its reason) only to ACTIVE ones.
+    active = await create(store, make_job())
+    paused = await create(
+        store, dataclasses.replace(make_job(state=JobState.PAUSED), pause_reason="by user")
+    )
+    deleted = await create(store, make_job(state=JobState.DELETED))
+    await store.commit(
+        progress=[
+            JobProgress(
+                job_id=j.id, state=state, next_fire_key="", consecutive_failures=3, pause_reason=why
+            )
+            for j, state, why in [
+                (active, JobState.PAUSED, "3 failures"),
+                (paused, JobState.PAUSED, "3 failures"),
+                (deleted, JobState.COMPLETED, None),
+            ]
+        ]
+    )
+    got = await store.get_jobs([active.id, paused.id, deleted.id])
+    assert (got[active.id].state, got[active.id].pause_reason) == (JobState.PAUSED, "3 failures")
+    assert (got[paused.id].state, got[paused.id].pause_reason) == (JobState.PAUSED, "by user")
+    assert got[deleted.id].state == JobState.DELETED
+    for job in got.values():
+        assert (job.consecutive_failures, job.next_fire_at, job.next_fire_key) == (3, None, "")
+
+
 async def test_progress_never_touches_spec_or_version(store: JobStore) -> None:
     job = await create(store, make_job(name="a"))
     updated = await store.update_job(

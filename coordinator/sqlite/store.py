@@ -420,20 +420,28 @@ def _progress_statements(
     """The statements that write each job's progress (``store_rules.progress_write``),
     one per statement text with the rows of every job it applies to (a turn's jobs
     mostly move alike: each one-off job to COMPLETED); the state move only where the
-    job is still ACTIVE. A job's statements touch distinct columns."""
+    job is still ACTIVE. Columns and state move go in one statement (a one-off job's
+    completion is one UPDATE, not two): its state-moving assignments are ``CASE``s on
+    the row as it was before the statement."""
     by_sql: dict[str, list[writes.Row]] = {}
     for p in progress:
         write = progress_write(p, in_update=in_update)
-        if write.columns:
-            sets = {c: _us(v) if c == "next_fire_at" else v for c, v in write.columns.items()}
-            assignments = ", ".join(f"{column} = ?" for column in sets)
-            sql = f"UPDATE jobs SET {assignments} WHERE id = ?"
-            by_sql.setdefault(sql, []).append((*sets.values(), p.job_id))
+        sets = {c: _us(v) if c == "next_fire_at" else v for c, v in write.columns.items()}
+        assignments = [f"{column} = ?" for column in sets]
+        where = "WHERE id = ?"
         if write.state is not None:
             moved = {"state": str(write.state)}
             if write.state_reason is not None:
                 moved["pause_reason"] = write.state_reason
-            assignments = ", ".join(f"{column} = ?" for column in moved)
-            sql = f"UPDATE jobs SET {assignments} WHERE id = ? AND state = 'ACTIVE'"
-            by_sql.setdefault(sql, []).append((*moved.values(), p.job_id))
+            if sets:
+                assignments += [
+                    f"{c} = CASE WHEN state = 'ACTIVE' THEN ? ELSE {c} END" for c in moved
+                ]
+            else:
+                assignments += [f"{column} = ?" for column in moved]
+                where += " AND state = 'ACTIVE'"
+            sets |= moved
+        if sets:
+            sql = f"UPDATE jobs SET {', '.join(assignments)} {where}"
+            by_sql.setdefault(sql, []).append((*sets.values(), p.job_id))
     return list(by_sql.items())
