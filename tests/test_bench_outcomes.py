@@ -4,6 +4,7 @@ tried once more before it is reported failed, W3's timetable and W4's minutes.""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -140,3 +141,26 @@ def test_w4_counts_a_fire_once_per_job_and_minute_and_its_extra_runs_as_duplicat
     fired, duplicates, errors = count_fires(rows, [120.0, 180.0])
     assert (fired, duplicates) == (2, 1)
     assert errors == [pytest.approx(0.04), pytest.approx(0.03)]
+
+
+def test_w3_lag_is_told_apart_by_the_notice_each_run_had() -> None:
+    from bench.systems.shardcron_workloads import _due_instant, lag_by_notice
+    from bench.workloads import RunTime
+
+    start = 1_800_000_000.123456
+    schedule = arrivals(100, 2)
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    runs = []
+    for i, (sent, due) in enumerate(schedule):
+        at = (_due_instant(start, due) - epoch) // timedelta(microseconds=1) / 1e6
+        late = 0.5 if due - sent < 1 else 0.01
+        runs.append(RunTime(job_id=str(i), attempt=1, fire_at=at, due_at=at, started_at=at + late))
+    runs.append(
+        RunTime(job_id="x", attempt=1, fire_at=start + 99, due_at=start + 99, started_at=None)
+    )
+    short = sum(1 for sent, due in schedule if due - sent < 1)
+    note = lag_by_notice(schedule, start, runs)
+    assert note == (
+        "start lag by notice (due less submit offset): "
+        f"under 1 s: {short:,} runs, p99 0.500 s; 1 s or more: {200 - short:,} runs, p99 0.010 s"
+    )

@@ -20,7 +20,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.common import CpuMeter, Proc, Result, per_1000, percentiles
+from bench.common import CpuMeter, Proc, Result, notice_note, per_1000, percentiles
 from bench.systems.celery_redis import (
     READ_BATCH,
     REPO,
@@ -75,6 +75,12 @@ def _w3_rate(variant: Variant, srv: Servers, rate: int, seconds: float) -> Resul
     cpu = meter.stop()
     starts = _results(srv, ids)
     lags = [s - eta for s, eta in zip(starts, etas, strict=True) if isinstance(s, float)]
+    notices = [due - sent for sent, due in schedule[: len(ids)]]
+    pairs = [
+        (n, s - eta)
+        for n, s, eta in zip(notices, starts, etas, strict=True)
+        if isinstance(s, float)
+    ]
     return Result(
         system=variant.system,
         workload="W3",
@@ -86,7 +92,8 @@ def _w3_rate(variant: Variant, srv: Servers, rate: int, seconds: float) -> Resul
         lag=percentiles(lags),
         cpu_per_1000=per_1000(cpu, len(schedule)),
         completed=len(lags),
-        notes="lag = task start (its result) - eta" + (f"; {stopped}" if stopped else ""),
+        notes=f"lag = task start (its result) - eta; {notice_note(pairs)}"
+        + (f"; {stopped}" if stopped else ""),
     )
 
 

@@ -29,7 +29,15 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from bench.common import CpuMeter, Result, metric_total, per_1000, percentiles, wait_ended
+from bench.common import (
+    CpuMeter,
+    Result,
+    metric_total,
+    notice_note,
+    per_1000,
+    percentiles,
+    wait_ended,
+)
 from bench.workloads import (
     W4_CRON,
     Plan,
@@ -202,7 +210,7 @@ async def _open_loop(
                 JobSpec(
                     name=name,
                     task=task,
-                    schedule=Schedule.once_at(datetime.fromtimestamp(start + due, UTC)),
+                    schedule=Schedule.once_at(_due_instant(start, due)),
                 )
                 for _, due in batch
             ]
@@ -215,6 +223,30 @@ async def _open_loop(
     finally:
         for c in clients:
             await c.close()
+
+
+def _due_instant(start: float, due: float) -> datetime:
+    """The due instant ``_open_loop`` asks for: ``due`` seconds after ``start``."""
+    return datetime.fromtimestamp(start + due, UTC)
+
+
+def lag_by_notice(
+    schedule: Sequence[tuple[float, float]], start: float, runs: Sequence[RunTime]
+) -> str:
+    """W3's start lag by each run's notice (``notice_note``). A run is matched to its
+    arrival by its due instant (the microsecond the submitter asked for); an unmatched
+    run is left out."""
+    notice = {_micros(_due_instant(start, due).timestamp()): due - sent for sent, due in schedule}
+    pairs = []
+    for r in runs:
+        given = notice.get(_micros(r.fire_at))
+        if given is not None and r.started_at is not None:
+            pairs.append((given, r.started_at - r.fire_at))
+    return notice_note(pairs)
+
+
+def _micros(t: float) -> int:
+    return round(t * 1_000_000)
 
 
 def steady(node: Node, plan: Plan) -> list[Result]:
@@ -237,7 +269,8 @@ def steady(node: Node, plan: Plan) -> list[Result]:
             cpu = meter.stop()
             ended = done - ended_before
             ended_before = done
-            lags = [r.started_at - r.fire_at for r in node.run_times(name) if r.started_at]
+            times = node.run_times(name)
+            lags = [r.started_at - r.fire_at for r in times if r.started_at]
             result = Result(
                 system=node.system,
                 workload="W3",
@@ -252,7 +285,8 @@ def steady(node: Node, plan: Plan) -> list[Result]:
                 cpu_per_1000=per_1000(cpu, jobs),
                 completed=min(ended, len(lags)),
                 notes="lag = started_at - due instant (fire_at), from the store; rates stop "
-                "after the first not held"
+                "after the first not held; "
+                + lag_by_notice(arrivals(rate, plan.w3_seconds), start, times)
                 + (
                     f"; {len(refused)} CreateJobs calls refused: {refused[0][:200]}"
                     if refused
