@@ -70,10 +70,10 @@ def wait_ended(
 NOTICE_SPLIT_S = 1.0  # W3's lag is also told apart for runs given this much notice
 
 
-def notice_note(pairs: Sequence[tuple[float, float]]) -> str:
-    """W3's start lag told apart by notice, as a note: from (notice, lag) pairs (the
-    notice: a run's due offset less its submit offset), the p99 lag of the runs due
-    less than ``NOTICE_SPLIT_S`` after their submit and that of the others."""
+def notice_note(rate: float, pairs: Sequence[tuple[float, float]]) -> str:
+    """W3's start lag at ``rate`` told apart by notice, as a note: from (notice, lag)
+    pairs (the notice: a run's due offset less its submit offset), the p99 lag of the
+    runs due less than ``NOTICE_SPLIT_S`` after their submit and that of the others."""
     short = [lag for notice, lag in pairs if notice < NOTICE_SPLIT_S]
     long = [lag for notice, lag in pairs if notice >= NOTICE_SPLIT_S]
     parts = []
@@ -83,7 +83,9 @@ def notice_note(pairs: Sequence[tuple[float, float]]) -> str:
     ):
         p99 = percentiles(lags).get("p99")
         parts.append(f"{label}: {len(lags):,} runs" + ("" if p99 is None else f", p99 {p99:.3f} s"))
-    return "start lag by notice (due less submit offset): " + "; ".join(parts)
+    return f"at {rate:,.0f} jobs/s, start lag by notice (due less submit offset): " + ", ".join(
+        parts
+    )
 
 
 def percentiles(values: Sequence[float]) -> dict[str, float]:

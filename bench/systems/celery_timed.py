@@ -92,7 +92,7 @@ def _w3_rate(variant: Variant, srv: Servers, rate: int, seconds: float) -> Resul
         lag=percentiles(lags),
         cpu_per_1000=per_1000(cpu, len(schedule)),
         completed=len(lags),
-        notes=f"lag = task start (its result) - eta; {notice_note(pairs)}"
+        notes=f"lag = task start (its result) - eta; {notice_note(rate, pairs)}"
         + (f"; {stopped}" if stopped else ""),
     )
 

@@ -231,7 +231,7 @@ def _due_instant(start: float, due: float) -> datetime:
 
 
 def lag_by_notice(
-    schedule: Sequence[tuple[float, float]], start: float, runs: Sequence[RunTime]
+    rate: float, schedule: Sequence[tuple[float, float]], start: float, runs: Sequence[RunTime]
 ) -> str:
     """W3's start lag by each run's notice (``notice_note``). A run is matched to its
     arrival by its due instant (the microsecond the submitter asked for); an unmatched
@@ -242,7 +242,7 @@ def lag_by_notice(
         given = notice.get(_micros(r.fire_at))
         if given is not None and r.started_at is not None:
             pairs.append((given, r.started_at - r.fire_at))
-    return notice_note(pairs)
+    return notice_note(rate, pairs)
 
 
 def _micros(t: float) -> int:
@@ -286,7 +286,7 @@ def steady(node: Node, plan: Plan) -> list[Result]:
                 completed=min(ended, len(lags)),
                 notes="lag = started_at - due instant (fire_at), from the store; rates stop "
                 "after the first not held; "
-                + lag_by_notice(arrivals(rate, plan.w3_seconds), start, times)
+                + lag_by_notice(rate, arrivals(rate, plan.w3_seconds), start, times)
                 + (
                     f"; {len(refused)} CreateJobs calls refused: {refused[0][:200]}"
                     if refused
