@@ -12,7 +12,6 @@ import contextlib
 import os
 import signal
 import socket
-import statistics
 import subprocess
 import time
 import urllib.request
@@ -23,6 +22,7 @@ import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.outcomes import Result as Result  # re-exported: the runners import it from here
+from bench.workloads import percentiles as percentiles  # re-exported, as Result
 
 
 def metric_total(urls: Iterable[str], name: str) -> float:
@@ -65,39 +65,6 @@ def wait_ended(
             break
         time.sleep(min(poll, FINE_POLL) if done >= FINE_FROM * n else poll)
     return done, at
-
-
-NOTICE_SPLIT_S = 1.0  # W3's lag is also told apart for runs given this much notice
-
-
-def notice_note(rate: float, pairs: Sequence[tuple[float, float]]) -> str:
-    """W3's start lag at ``rate`` told apart by notice, as a note: from (notice, lag)
-    pairs (the notice: a run's due offset less its submit offset), the p99 lag of the
-    runs due less than ``NOTICE_SPLIT_S`` after their submit and that of the others."""
-    short = [lag for notice, lag in pairs if notice < NOTICE_SPLIT_S]
-    long = [lag for notice, lag in pairs if notice >= NOTICE_SPLIT_S]
-    parts = []
-    for label, lags in (
-        (f"under {NOTICE_SPLIT_S:g} s", short),
-        (f"{NOTICE_SPLIT_S:g} s or more", long),
-    ):
-        p99 = percentiles(lags).get("p99")
-        parts.append(f"{label}: {len(lags):,} runs" + ("" if p99 is None else f", p99 {p99:.3f} s"))
-    return f"at {rate:,.0f} jobs/s, start lag by notice (due less submit offset): " + ", ".join(
-        parts
-    )
-
-
-def percentiles(values: Sequence[float]) -> dict[str, float]:
-    """p50, p95, p99 and max of ``values`` (seconds); empty if there are none."""
-    if not values:
-        return {}
-    ordered = sorted(values)
-    if len(ordered) == 1:
-        v = ordered[0]
-        return {"p50": v, "p95": v, "p99": v, "max": v}
-    cuts = statistics.quantiles(ordered, n=100, method="inclusive")
-    return {"p50": cuts[49], "p95": cuts[94], "p99": cuts[98], "max": ordered[-1]}
 
 
 class CpuMeter:

@@ -9,7 +9,15 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from bench.outcomes import ENTRY_FIELDS, Result, entries, failed_results, spread, twice
-from bench.workloads import arrivals, due_batches, highest_held, minute_marks
+from bench.workloads import (
+    RunTime,
+    arrivals,
+    due_batches,
+    due_instant,
+    highest_held,
+    lag_by_notice,
+    minute_marks,
+)
 
 
 def _w1(rate: float, cpu: float, completed: int = 100, config_id: str = "celery-prefetch1"):
@@ -144,15 +152,12 @@ def test_w4_counts_a_fire_once_per_job_and_minute_and_its_extra_runs_as_duplicat
 
 
 def test_w3_lag_is_told_apart_by_the_notice_each_run_had() -> None:
-    from bench.systems.shardcron_workloads import _due_instant, lag_by_notice
-    from bench.workloads import RunTime
-
     start = 1_800_000_000.123456
     schedule = arrivals(100, 2)
     epoch = datetime(1970, 1, 1, tzinfo=UTC)
     runs = []
     for i, (sent, due) in enumerate(schedule):
-        at = (_due_instant(start, due) - epoch) // timedelta(microseconds=1) / 1e6
+        at = (due_instant(start, due) - epoch) // timedelta(microseconds=1) / 1e6
         late = 0.5 if due - sent < 1 else 0.01
         runs.append(RunTime(job_id=str(i), attempt=1, fire_at=at, due_at=at, started_at=at + late))
     runs.append(

@@ -20,7 +20,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.common import CpuMeter, Proc, Result, notice_note, per_1000, percentiles
+from bench.common import CpuMeter, Proc, Result, per_1000, percentiles
 from bench.systems.celery_redis import (
     READ_BATCH,
     REPO,
@@ -32,7 +32,7 @@ from bench.systems.celery_redis import (
     wait_counted,
 )
 from bench.systems.celery_tasks import BEAT_JOBS_ENV, NOOP
-from bench.workloads import Plan, arrivals, due_batches, held, minute_marks
+from bench.workloads import Plan, arrivals, due_batches, held, minute_marks, notice_note
 
 TICK = 0.02  # seconds between W3 submit rounds
 SETTLE = 10.0  # seconds past the last due instant allowed for tasks to end

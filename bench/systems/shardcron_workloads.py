@@ -33,7 +33,6 @@ from bench.common import (
     CpuMeter,
     Result,
     metric_total,
-    notice_note,
     per_1000,
     percentiles,
     wait_ended,
@@ -45,7 +44,9 @@ from bench.workloads import (
     arrivals,
     count_fires,
     due_batches,
+    due_instant,
     held,
+    lag_by_notice,
     minute_marks,
 )
 from shardcron.client import AsyncClient
@@ -210,7 +211,7 @@ async def _open_loop(
                 JobSpec(
                     name=name,
                     task=task,
-                    schedule=Schedule.once_at(_due_instant(start, due)),
+                    schedule=Schedule.once_at(due_instant(start, due)),
                 )
                 for _, due in batch
             ]
@@ -223,30 +224,6 @@ async def _open_loop(
     finally:
         for c in clients:
             await c.close()
-
-
-def _due_instant(start: float, due: float) -> datetime:
-    """The due instant ``_open_loop`` asks for: ``due`` seconds after ``start``."""
-    return datetime.fromtimestamp(start + due, UTC)
-
-
-def lag_by_notice(
-    rate: float, schedule: Sequence[tuple[float, float]], start: float, runs: Sequence[RunTime]
-) -> str:
-    """W3's start lag by each run's notice (``notice_note``). A run is matched to its
-    arrival by its due instant (the microsecond the submitter asked for); an unmatched
-    run is left out."""
-    notice = {_micros(_due_instant(start, due).timestamp()): due - sent for sent, due in schedule}
-    pairs = []
-    for r in runs:
-        given = notice.get(_micros(r.fire_at))
-        if given is not None and r.started_at is not None:
-            pairs.append((given, r.started_at - r.fire_at))
-    return notice_note(rate, pairs)
-
-
-def _micros(t: float) -> int:
-    return round(t * 1_000_000)
 
 
 def steady(node: Node, plan: Plan) -> list[Result]:
