@@ -7,7 +7,8 @@ README's metrics table is checked against what this registry exports
 
 A run's end is counted in one place, ``run_ended``: by state and reason (a run that
 succeeded has reason ``NONE``, not an empty label), SKIPPED and MISSED apart, and how
-long it ran.
+long it ran. Those counts, and each start's lag (``schedule_lag``), are kept in plain
+numbers and read when scraped (``run_metrics``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from shardcron.client import exposition
 from shardcron.client.types import Run, RunReason, RunState
+from shardcron.coordinator.run_metrics import RunCounts
 
 LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 STORE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5)
@@ -37,28 +39,12 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = exposition.new_registry()
         r = self.registry
-        # the labelled series a run's end counts in, by (state, reason) and by state
-        self._final_series: dict[tuple[RunState, RunReason], Any] = {}
-        self._duration_series: dict[RunState, Any] = {}
-        self.schedule_lag = Histogram(
-            "shardcron_schedule_lag_seconds",
-            "Start of a run minus its due time (start lag)",
-            buckets=LAG_BUCKETS,
-            registry=r,
-        )
-        self.runs_final = Counter(
-            "shardcron_runs_final_total",
-            "Runs that reached a final state, by state and reason (NONE when it has none)",
-            ["state", "reason"],
-            registry=r,
-        )
-        self.run_duration = Histogram(
-            "shardcron_run_seconds",
-            "How long runs ran, start to end, by final state",
-            ["state"],
-            buckets=RUN_BUCKETS,
-            registry=r,
-        )
+        # runs ended (by state and reason), how long they ran, and start lags
+        self._runs = RunCounts(lag_buckets=LAG_BUCKETS, run_buckets=RUN_BUCKETS)
+        r.register(self._runs)
+        self.schedule_lag = self._runs.schedule_lag  # observe(seconds) per start
+        # the labels a run's end counts under, by (state, reason)
+        self._final_keys: dict[tuple[RunState, RunReason], tuple[str, str]] = {}
         self.dead_letters = Counter(
             "shardcron_dead_letters_total",
             "Runs that failed with no attempt left (dead letters), by reason",
@@ -198,21 +184,17 @@ class Metrics:
     def run_ended(self, run: Run) -> None:
         """Counts a run that reached its final state (``run``, its final record)."""
         state = run.state
-        counted = self._final_series.get((state, run.reason))
-        if counted is None:  # looking a labelled series up costs more than counting in it
-            labels = {"state": state.value, "reason": reason_label(run.reason)}
-            counted = self._final_series[(state, run.reason)] = self.runs_final.labels(**labels)
-        counted.inc()
+        key = self._final_keys.get((state, run.reason))
+        if key is None:
+            key = self._final_keys[(state, run.reason)] = (state.value, reason_label(run.reason))
+        ran = None
         if state == RunState.SKIPPED:
-            self.fires_skipped.labels(reason=reason_label(run.reason)).inc()
+            self.fires_skipped.labels(reason=key[1]).inc()
         elif state == RunState.MISSED:
-            self.fires_missed.labels(reason=reason_label(run.reason)).inc()
+            self.fires_missed.labels(reason=key[1]).inc()
         elif run.started_at is not None and run.ended_at is not None:
-            ran = (run.ended_at - run.started_at).total_seconds()
-            timed = self._duration_series.get(state)
-            if timed is None:
-                timed = self._duration_series[state] = self.run_duration.labels(state=state.value)
-            timed.observe(max(0.0, ran))
+            ran = max(0.0, (run.ended_at - run.started_at).total_seconds())
+        self._runs.ended(key, ran)
 
     def auth_refused(self, method: str, code: str) -> None:
         """Counts a call refused for its credential (``auth.RefusalAudit.count_into``)."""

@@ -54,6 +54,7 @@ def families(registry: CollectorRegistry) -> dict[str, tuple[str, str, frozenset
         names = getattr(collector, "_labelnames", None)
         if names is not None:
             declared[collector._name] = tuple(names)  # noqa: SLF001
+        declared.update(getattr(collector, "label_names", {}))  # run_metrics.RunCounts
     text = generate_latest(registry).decode()
     for family in text_string_to_metric_families(text):
         labels = {k for s in family.samples for k in s.labels} - HISTOGRAM_LABELS
@@ -248,3 +249,34 @@ def write_readme_table() -> None:
 
 if __name__ == "__main__":
     write_readme_table()
+
+
+def test_run_counts_place_values_in_buckets_as_prometheus_client_does() -> None:
+    # The node's per-run histograms are kept in plain numbers (run_metrics); a scrape
+    # must read what a prometheus-client Histogram fed the same values would.
+    from prometheus_client import Histogram
+
+    from shardcron.coordinator.metrics import LAG_BUCKETS
+
+    values = [0.0, 0.001, 0.0011, 0.0025, 0.02, 0.1, 0.25000001, 1, 59.9, 300, 301, 1e9]
+    reference = CollectorRegistry()
+    histogram = Histogram(
+        "shardcron_schedule_lag_seconds", "x", buckets=LAG_BUCKETS, registry=reference
+    )
+    metrics = Metrics()
+    for v in values:
+        histogram.observe(v)
+        metrics.schedule_lag.observe(v)
+
+    def samples(registry: CollectorRegistry) -> dict[tuple[str, str], float]:
+        text = generate_latest(registry).decode()
+        return {
+            (s.name, s.labels.get("le", "")): s.value
+            for f in text_string_to_metric_families(text)
+            if f.name == "shardcron_schedule_lag_seconds"
+            for s in f.samples
+        }
+
+    got, want = samples(metrics.registry), samples(reference)
+    assert got == want
+    assert got[("shardcron_schedule_lag_seconds_count", "")] == len(values)
