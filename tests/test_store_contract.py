@@ -562,13 +562,19 @@ async def test_commit_never_moves_a_run_backwards(store: JobStore) -> None:
     assert await store.get_run(ALICE, pending.id) == dropped
 
 
-async def test_progress_state_moves_only_active_jobs(store: JobStore) -> None:
+async def _active_paused_deleted(store: JobStore) -> tuple[Job, Job, Job]:
+    """Three stored jobs: ACTIVE, PAUSED (reason "by user") and DELETED."""
     active = await create(store, make_job())
-    completed = await create(store, make_job())
     paused = await create(
         store, dataclasses.replace(make_job(state=JobState.PAUSED), pause_reason="by user")
     )
     deleted = await create(store, make_job(state=JobState.DELETED))
+    return active, paused, deleted
+
+
+async def test_progress_state_moves_only_active_jobs(store: JobStore) -> None:
+    active, paused, deleted = await _active_paused_deleted(store)
+    completed = await create(store, make_job())
     await store.commit(
         progress=[
             JobProgress(job_id=active.id, state=JobState.PAUSED, pause_reason="5 failures"),
@@ -601,11 +607,7 @@ async def test_progress_with_columns_and_a_state_moves_the_state_only_where_acti
     store: JobStore,
 ) -> None:
     # The columns go to every job named; the state (and its reason) only to ACTIVE ones.
-    active = await create(store, make_job())
-    paused = await create(
-        store, dataclasses.replace(make_job(state=JobState.PAUSED), pause_reason="by user")
-    )
-    deleted = await create(store, make_job(state=JobState.DELETED))
+    active, paused, deleted = await _active_paused_deleted(store)
     await store.commit(
         progress=[
             JobProgress(

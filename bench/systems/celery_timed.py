@@ -74,13 +74,13 @@ def _w3_rate(variant: Variant, srv: Servers, rate: int, seconds: float) -> Resul
     stopped = wait_counted(srv, len(ids), deadline)
     cpu = meter.stop()
     starts = _results(srv, ids)
-    lags = [s - eta for s, eta in zip(starts, etas, strict=True) if isinstance(s, float)]
     notices = [due - sent for sent, due in schedule[: len(ids)]]
-    pairs = [
+    pairs = [  # (notice, start lag) of each task that started
         (n, s - eta)
         for n, s, eta in zip(notices, starts, etas, strict=True)
         if isinstance(s, float)
     ]
+    lags = [lag for _, lag in pairs]
     return Result(
         system=variant.system,
         workload="W3",
