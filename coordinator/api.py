@@ -157,14 +157,15 @@ class JobsApi:
         single = len(items) == 1
         checked: list[tuple[JobSpec, str]] = []
         kept: dict[int, JobSpec] = {}  # by id(): a spec shared by many jobs is checked once
-        for i, (spec, key) in enumerate(items):
-            spec_field = "spec" if single else f"jobs[{i}].spec"
+        for i, (spec, key) in enumerate(items):  # field names made only when needed
             stored = kept.get(id(spec))
             if stored is None:
+                spec_field = "spec" if single else f"jobs[{i}].spec"
                 validate_spec(spec, spec_field)
                 stored = kept[id(spec)] = self._sealed(secrets_for_create(spec, spec_field))
-            key_field = "idempotency_key" if single else f"jobs[{i}].idempotency_key"
-            text(key, key_field, limits.MAX_IDEMPOTENCY_KEY)
+            if key:  # the empty key (none) is valid
+                key_field = "idempotency_key" if single else f"jobs[{i}].idempotency_key"
+                text(key, key_field, limits.MAX_IDEMPOTENCY_KEY)
             checked.append((stored, key))
         items = checked
         await self.quotas.check_creates(owner, len(items))

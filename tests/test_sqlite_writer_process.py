@@ -5,6 +5,8 @@ crosses the pipe. The contract suite runs on this store too (``sqlite-process``)
 from __future__ import annotations
 
 import asyncio
+import functools
+import marshal
 import os
 import signal
 import subprocess
@@ -15,7 +17,9 @@ from pathlib import Path
 import pytest
 
 from shardcron.client.errors import InvalidArgument, Unavailable
+from shardcron.client.types import RunState
 from shardcron.coordinator.metrics import Metrics, TimedStore
+from shardcron.coordinator.sqlite import writer_process, writes
 from shardcron.coordinator.sqlite.store import SqliteStore
 from shardcron.coordinator.store import NewJob
 from shardcron.coordinator.store_rules import SchemaMismatch
@@ -175,3 +179,32 @@ async def test_an_error_that_does_not_pickle_whole_arrives_in_words(tmp_path: Pa
         assert await create(store, make_job())  # the same writer goes on
     finally:
         await store.close()
+
+
+def test_plain_values_cross_the_pipe_marshalled_and_come_back_as_sent() -> None:
+    message = [(1, "commit", ([("r", True, None, b"\x00", 2**70, 1.5, [3])], []), 4)]
+    data = writer_process.encode(message)
+    assert data[:1] == b"m"
+    back = writer_process.decode(data)
+    assert back == message
+    assert type(back[0][2][0][0]) is tuple and back[0][2][0][0][1] is True
+    # a value marshal does not carry (a str subclass, an exception) goes as a pickle
+    for other in [(RunState.PENDING,), ValueError("no")]:
+        data = writer_process.encode(other)
+        assert data[:1] == b"p"
+        assert repr(writer_process.decode(data)) == repr(other)
+    with pytest.raises(ValueError, match="unknown kind"):
+        writer_process.decode(b"x" + marshal.dumps(1))
+
+
+def test_only_writes_functions_of_plain_arguments_go_by_name() -> None:
+    rows = [("shard", 1)]
+    plain = writer_process._plain_ops([(7, functools.partial(writes.save_cursors, rows), 1)])
+    assert plain == [(7, "save_cursors", (rows,), 1)]
+    op_id, fn, count = writer_process._op_of(plain[0])
+    assert (op_id, fn.func, fn.args, count) == (7, writes.save_cursors, (rows,), 1)
+    assert writer_process._plain_ops([(1, lambda conn: 1, 1)]) is None
+    by_keyword = functools.partial(writes.save_cursors, rows=rows)
+    assert writer_process._plain_ops([(1, by_keyword, 1)]) is None
+    not_sent_by_name = functools.partial(writes.expire_runs, "", 10)
+    assert writer_process._plain_ops([(1, not_sent_by_name, 1)]) is None

@@ -57,7 +57,8 @@ class FireOutcome:
 
 def make_run(job: Job, fire: Fire, *, shard_count: int, now: datetime, attempt: int = 1) -> Run:
     """The first attempt of a scheduled fire, due at the fire time plus the job's jitter."""
-    due = saturating_add(fire.at, jitter_delay(job.id, fire.key, job.spec.schedule.jitter))
+    jitter = job.spec.schedule.jitter
+    due = saturating_add(fire.at, jitter_delay(job.id, fire.key, jitter)) if jitter else fire.at
     return Run(
         id=run_id(job.id, fire.key, attempt, due),
         job_id=job.id,

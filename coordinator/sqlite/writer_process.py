@@ -3,8 +3,12 @@
 turns with it for one interpreter lock.
 
 The node side (``WriterProcess``) starts ``python -m
-shardcron.coordinator.sqlite.writer_process`` with two pipes. Each message is a
-pickle behind its length (8 bytes, big-endian):
+shardcron.coordinator.sqlite.writer_process`` with two pipes. Each message is its
+length (8 bytes, big-endian), then a byte saying how the rest is encoded: ``marshal``
+where the message holds plain values only (rows: strings, numbers, bytes, None, in
+tuples and lists), at half a pickle's cost on the node's side for the rows of a
+commit, else ``pickle``. A write that is a ``writes`` function with every argument
+plain goes as its function's name, its arguments and its row count (``_plain_ops``).
 
 - node → writer: first ``(path, prepare)``; then lists of ``(op id, fn, rows)``, each
   ``fn`` a picklable function of the connection (``writes``: module-level functions
@@ -26,8 +30,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
+import marshal
 import os
 import pickle
 import queue
@@ -40,18 +46,35 @@ from collections.abc import Callable
 from typing import IO, Any, NamedTuple
 
 from shardcron.client.errors import Unavailable
+from shardcron.coordinator.sqlite import writes
 from shardcron.coordinator.sqlite.committer import Committer, Conn, take_batch
 from shardcron.coordinator.store_rules import resolve_future
 
 log = logging.getLogger(__name__)
 
 _HEADER = struct.Struct(">Q")
+_MARSHAL, _PICKLE = b"m", b"p"
+# the writes that may be sent by name (``_plain_ops``)
+_BY_NAME: dict[str, Callable[..., Any]] = {
+    f.__name__: f
+    for f in (writes.create_jobs, writes.update_job, writes.commit, writes.save_cursors)
+}
+_BY_FUNCTION = {f: name for name, f in _BY_NAME.items()}
 READY, DONE = "ready", "done"
 _START_TIMEOUT_S = 60.0  # a writer that has not opened the file by then is given up on
 
 
 def send(out: IO[bytes], message: Any) -> None:
-    send_bytes(out, pickle.dumps(message, pickle.HIGHEST_PROTOCOL))
+    send_bytes(out, encode(message))
+
+
+def encode(message: Any) -> bytes:
+    """``message`` marshalled if it is plain values only, else pickled (raises what
+    ``pickle.dumps`` raises)."""
+    try:
+        return _MARSHAL + marshal.dumps(message)
+    except ValueError:  # something marshal does not carry: an object, an exception
+        return _PICKLE + pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
 
 
 def send_bytes(out: IO[bytes], data: bytes) -> None:
@@ -68,7 +91,36 @@ def receive(inp: IO[bytes]) -> Any:
     data = inp.read(size)
     if len(data) < size:
         raise EOFError
-    return pickle.loads(data)
+    return decode(data)
+
+
+def decode(data: bytes) -> Any:
+    kind, body = data[:1], memoryview(data)[1:]
+    if kind == _MARSHAL:
+        return marshal.loads(body)
+    if kind == _PICKLE:
+        return pickle.loads(body)
+    raise ValueError(f"a message of unknown kind {kind!r}")
+
+
+def _plain_ops(ops: list[tuple[int, Any, int]]) -> list[tuple[int, Any, Any, int]] | None:
+    """``ops`` as ``(op id, name in writes, arguments, rows)`` if each is a partial of a
+    ``writes`` function by keyword-free arguments (which may still not marshal), else
+    None."""
+    plain = []
+    for op_id, fn, rows in ops:
+        if type(fn) is not functools.partial or fn.keywords or fn.func not in _BY_FUNCTION:
+            return None
+        plain.append((op_id, _BY_FUNCTION[fn.func], fn.args, rows))
+    return plain
+
+
+def _op_of(op: tuple[Any, ...]) -> tuple[int, Any, int]:
+    """A write as the writer runs it, from a pickled op or a plain one (``_plain_ops``)."""
+    if len(op) == 3:
+        return op  # type: ignore[return-value]
+    op_id, name, args, rows = op
+    return op_id, functools.partial(_BY_NAME[name], *args), rows
 
 
 # --- the node's side ----------------------------------------------------------
@@ -136,8 +188,16 @@ class _Child:
             self.proc.kill()
 
     def _send_ops(self, out: IO[bytes], ops: list[tuple[int, Any, int]]) -> None:
+        plain = _plain_ops(ops)
         try:
-            data = pickle.dumps(ops, pickle.HIGHEST_PROTOCOL)
+            data = _MARSHAL + marshal.dumps(plain) if plain is not None else b""
+        except ValueError:  # an argument marshal does not carry
+            data = b""
+        if data:
+            send_bytes(out, data)
+            return
+        try:
+            data = _PICKLE + pickle.dumps(ops, pickle.HIGHEST_PROTOCOL)
         except Exception:
             sendable = []
             for op in ops:  # find the writes that cannot be sent and fail them alone
@@ -149,7 +209,7 @@ class _Child:
                     sendable.append(op)
             if not sendable:
                 return
-            data = pickle.dumps(sendable, pickle.HIGHEST_PROTOCOL)
+            data = _PICKLE + pickle.dumps(sendable, pickle.HIGHEST_PROTOCOL)
         send_bytes(out, data)
 
     def _receive_loop(self) -> None:
@@ -281,7 +341,7 @@ def _read_ops(inp: IO[bytes], inbox: queue.SimpleQueue[_ChildOp | None]) -> None
             if not ops:
                 break
             for op in ops:
-                inbox.put(_ChildOp(*op))
+                inbox.put(_ChildOp(*_op_of(op)))
     except EOFError:
         pass
     finally:
@@ -297,12 +357,12 @@ def _reply(out: IO[bytes], batch: list[_ChildOp], results: list[tuple[bool, Any]
             value = RuntimeError(f"{type(value).__name__}: {value}")
         message.append((op.op_id, ok, value))
     try:
-        data = pickle.dumps((DONE, n, message), pickle.HIGHEST_PROTOCOL)
+        data = encode((DONE, n, message))
     except Exception:
         for i, (op_id, _ok, value) in enumerate(message):
             if not _round_trips(value):  # a result that does not pickle: said in words
                 message[i] = (op_id, False, RuntimeError(f"the write's result {value!r}"))
-        data = pickle.dumps((DONE, n, message), pickle.HIGHEST_PROTOCOL)
+        data = encode((DONE, n, message))
     send_bytes(out, data)
 
 
