@@ -64,6 +64,19 @@ def test_the_final_record_adds_the_output_received_and_ends_now() -> None:
     )
 
 
+def test_the_final_record_keeps_the_leases_last_expiry_when_one_is_given() -> None:
+    run = Run(
+        id="r", job_id="j", owner="o", fire_key="f", fire_at=T0, due_at=T0,
+        state=RunState.RUNNING, lease_expires_at=T0 + timedelta(seconds=30),
+    )  # fmt: skip
+    later = T0 + timedelta(seconds=31)
+    assert final_run(run, RunState.SUCCEEDED, RunReason.NONE, T0).lease_expires_at == (
+        T0 + timedelta(seconds=30)
+    )
+    kept = final_run(run, RunState.SUCCEEDED, RunReason.NONE, T0, lease_expires_at=later)
+    assert kept.lease_expires_at == later
+
+
 def test_a_failure_with_attempts_left_is_retried_after_its_backoff_from_now() -> None:
     j = job(retry=RetryPolicy(max_attempts=3, initial_backoff=timedelta(seconds=7)))
     now = T0 + timedelta(seconds=9)

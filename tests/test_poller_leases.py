@@ -99,6 +99,8 @@ def test_a_lease_sent_later_counts_its_ttl_from_the_send() -> None:
     token, granted = b.grant("r", "w", T0)
     sent = T0 + timedelta(milliseconds=300)  # after the store commit
     assert b.sent("r", token, sent) == sent + TTL
+    assert b.expires_at("r") == sent + TTL, "the run's final record takes it from here"
+    assert b.expires_at("nobody") is None
     assert b.expired(granted) == []
     assert b.expired(sent + TTL) == ["r"]
     assert b.sent("r", token, sent) is None, "sent after it was taken back"

@@ -35,8 +35,10 @@ def final_run(
     started_at: datetime | None = None,
     ended_at: datetime | None = None,
     output_bytes: int = 0,
+    lease_expires_at: datetime | None = None,
 ) -> Run:
-    """The run's final record; ``output_bytes`` received since it was loaded are added."""
+    """The run's final record; ``output_bytes`` received since it was loaded are added,
+    and ``lease_expires_at`` (the lease's last expiry, when it is still held) set."""
     return copy_with(
         run,
         state=state,
@@ -46,6 +48,7 @@ def final_run(
         started_at=started_at or run.started_at,
         ended_at=ended_at or now,
         output_bytes=run.output_bytes + output_bytes,
+        lease_expires_at=lease_expires_at or run.lease_expires_at,
     )
 
 

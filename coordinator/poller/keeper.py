@@ -418,8 +418,9 @@ class RunKeeper:
         expires = self.leases.sent(slot.run.id, slot.run.lease_token, max(now, slot.run.due_at))
         if expires is None:
             return
-        run = slot.run = copy_with(slot.run, lease_expires_at=expires)
-        worker.link.lease(lease_grant(run, job, self.config, expires))
+        # the run keeps its granted expiry: the lease book holds this one, and the run's
+        # final record takes it from there (``finish``)
+        worker.link.lease(lease_grant(slot.run, job, self.config, expires))
 
     def expire(self, now: datetime, turn: Turn) -> None:
         """Ends the runs whose lease ran out: lost with their worker, or cancelled."""
@@ -492,6 +493,7 @@ class RunKeeper:
             started_at=started_at,
             ended_at=ended_at,
             output_bytes=slot.output_bytes,
+            lease_expires_at=self.leases.expires_at(slot.run.id),
         )
         self.forget(slot)
         self.ended_here(final.id)

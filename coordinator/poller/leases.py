@@ -117,6 +117,11 @@ class LeaseBook:
         self._hold(run_id, token, worker_id, expires)
         return expires
 
+    def expires_at(self, run_id: str) -> datetime | None:
+        """When the run's lease held here expires (None: not held)."""
+        held = self._held.get(run_id)
+        return None if held is None else held[2]
+
     def release(self, run_id: str) -> None:
         """The run is no longer leased here (it ended, was refused or forgotten)."""
         self._held.pop(run_id, None)
