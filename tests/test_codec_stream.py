@@ -14,6 +14,10 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from shardcron.client.codec.stream import (
+    GRANT_OWN_FIELDS,
+    GRANT_SHARED_FIELDS,
+    GRANT_SHARED_OBJECTS,
+    _grant_to_proto,
     decode_poller_message,
     decode_worker_message,
     encode_poller_message,
@@ -553,3 +557,37 @@ def test_a_bad_instant_in_a_later_lease_of_a_batch_still_names_that_lease() -> N
     with pytest.raises(InvalidArgument) as e:
         decode_poller_message(wire)
     assert "leases[1].expires_at" in e.value.field
+
+
+def test_every_grant_field_is_its_own_or_shared_by_value_or_by_identity() -> None:
+    named = [*GRANT_OWN_FIELDS, *GRANT_SHARED_FIELDS, *GRANT_SHARED_OBJECTS]
+    assert sorted(named) == sorted(f.name for f in dataclasses.fields(LeaseGrant))
+
+
+def test_leases_built_from_shared_bytes_are_the_leases_built_whole() -> None:
+    varied = [
+        GRANT,
+        dataclasses.replace(GRANT, run_id="r-2", job_id="j-2", owner="team-b"),
+        dataclasses.replace(GRANT, run_id="r-3", fencing_token=0, attempt=0),
+        dataclasses.replace(GRANT, run_id="r-4", fire_at=None, timeout=None),
+        dataclasses.replace(GRANT, run_id="r-5", due_at=T0 + timedelta(seconds=9)),
+        dataclasses.replace(GRANT, run_id="r-6", expires_at=None, job_name=""),
+        dataclasses.replace(GRANT, run_id="r-7", task=HandlerTask(name="h", payload=b"p")),
+        dataclasses.replace(GRANT, run_id="r-8", lease_ttl=timedelta(seconds=5)),
+        dataclasses.replace(GRANT, run_id="r-9", resources=Resources()),
+        dataclasses.replace(GRANT, run_id="r-10", attempt=3),
+    ]
+    leases = encode_poller_message(Leases(grants=tuple(varied))).leases.leases
+    for i, (grant, lease) in enumerate(zip(varied, leases, strict=True)):
+        whole = _grant_to_proto(grant, f"leases.leases[{i}]")
+        assert lease == whole, grant.run_id
+        assert lease.SerializeToString() == whole.SerializeToString()
+    empty = encode_poller_message(Leases(grants=()))
+    assert empty.WhichOneof("body") == "leases" and not empty.leases.leases
+
+
+def test_a_negative_token_in_a_later_lease_is_not_encoded_and_names_it() -> None:
+    bad = dataclasses.replace(GRANT, run_id="r-2", fencing_token=-1)
+    with pytest.raises(InvalidArgument) as e:
+        encode_poller_message(Leases(grants=(GRANT, bad)))
+    assert e.value.field == "leases.leases[1].fencing_token"
