@@ -106,6 +106,7 @@ class JobsApi:
         ``quotas.DEFAULT_QUOTA``); ``keys`` what seals secret env values before they
         are stored (``sealing``; none: stored as given)."""
         self.store = store
+        self.shard_count: int = store.shard_count  # fixed with the store's layout
         self.link = link
         self.metrics = metrics
         self.endings = endings or RunEndings()
@@ -136,7 +137,7 @@ class JobsApi:
         return self._with_first_fire(job, now)
 
     def _with_first_fire(self, job: Job, now: datetime) -> NewJob:
-        shards = self.store.shard_count
+        shards = self.shard_count
         fire, skips = first_fire(job, now=now, shard_count=shards)
         runs: list[Run] = list(skips)
         if fire is None:
@@ -345,7 +346,7 @@ class JobsApi:
             due_at=now,
             state=RunState.PENDING,
             priority=job.spec.priority,
-            shard=shard_for(job.id, self.store.shard_count),
+            shard=shard_for(job.id, self.shard_count),
             created_at=now,
             replayed_from=replayed_from,
         )

@@ -56,8 +56,16 @@ def final_run(
 class Ending:
     final: Run  # the record to write (dead_letter set when no attempt is left)
     retry: Run | None = None  # the next attempt, PENDING
-    job: Job | None = None  # the job as it stands after, when it changed
     progress: dict[str, Any] = field(default_factory=dict)  # the job's progress changes
+    before: Job | None = None  # the job ``progress`` changes
+
+    @property
+    def job(self) -> Job | None:
+        """The job as it stands after, when it changed; built when asked for (the poller
+        keeps it only while it still holds the job, which a one-off's end is not)."""
+        if not self.progress or self.before is None:
+            return None
+        return copy_with(self.before, **self.progress)
 
 
 def dropped_retry(run: Run) -> bool:
@@ -77,24 +85,21 @@ def follow_up(job: Job, final: Run, now: datetime, *, current: Job, runs_left: i
         if nxt is not None:
             return Ending(final=final, retry=nxt)
         final = copy_with(final, dead_letter=True)
-    out = Ending(final=final)
-    job = current
+    out = Ending(final=final, before=current)
+    job, state, progress = current, current.state, out.progress  # progress: Job fields
     if final.state in _COUNTED or dropped_retry(final):
         streak = 0 if final.state == RunState.SUCCEEDED else job.consecutive_failures + 1
         if streak != job.consecutive_failures:
-            job = copy_with(job, consecutive_failures=streak)
-            out.progress["consecutive_failures"] = streak
+            progress["consecutive_failures"] = streak
         limit = job.spec.pause_after_failures
-        if limit and streak >= limit and job.state == JobState.ACTIVE:
-            reason = f"paused after {streak} consecutive failed runs"
-            job = copy_with(job, state=JobState.PAUSED, pause_reason=reason)
-            out.progress.update(state=JobState.PAUSED, pause_reason=reason)
+        if limit and streak >= limit and state == JobState.ACTIVE:
+            state = JobState.PAUSED
+            progress.update(
+                state=state, pause_reason=f"paused after {streak} consecutive failed runs"
+            )
     kind = job.spec.schedule.kind
     one_off = kind in (ScheduleKind.IMMEDIATE, ScheduleKind.AT) and not is_extra_run(final)
     exhausted = job.spec.schedule.recurring and job.next_fire_key == "" and job.next_fire_at is None
-    if (one_off or (exhausted and runs_left == 0)) and job.state == JobState.ACTIVE:
-        job = copy_with(job, state=JobState.COMPLETED)
-        out.progress["state"] = JobState.COMPLETED
-    if job is not current:
-        out.job = job
+    if (one_off or (exhausted and runs_left == 0)) and state == JobState.ACTIVE:
+        progress["state"] = JobState.COMPLETED
     return out

@@ -527,8 +527,8 @@ class RunKeeper:
             turn.retries.append(slot)
         if ending.progress:
             turn.set_progress(job.id, **ending.progress)
-        if ending.job is not None and job.id in self.jobs:
-            self.jobs[job.id] = ending.job
+        if ending.progress and job.id in self.jobs:
+            self.jobs[job.id] = ending.job  # type: ignore[assignment]
         return ending.final
 
     # --- faults ------------------------------------------------------------------------------
