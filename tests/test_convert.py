@@ -305,6 +305,11 @@ def test_every_enum_value_maps_both_ways(table: ProtoEnum, pb_enum: object, pref
         number = table.to_proto(member)
         assert number == pb_enum.Value(prefix + (member.value or "UNSPECIFIED"))  # type: ignore[attr-defined]
         assert table.from_proto(number, "f") is member
+        assert table.to_proto(member.value) == number, "its text maps as the member does"
+        assert table.by_number.get(number, member) is member
+    for bad in ("NO_SUCH_VALUE", ["unhashable"], 3):
+        with pytest.raises(InvalidArgument, match="unknown value"):
+            table.to_proto(bad)  # type: ignore[arg-type]
 
 
 def test_an_enum_table_missing_a_schema_value_fails_at_build() -> None:

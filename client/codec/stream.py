@@ -18,7 +18,7 @@ import functools
 import operator
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from shardcron.client.codec.common import (
     RUN_REASON,
@@ -114,21 +114,25 @@ def _refs_to_proto(refs: Sequence[LeaseRef], path: str) -> list[worker_pb2.Lease
 
 
 def _outcome_from_proto(msg: worker_pb2.RunResult, path: str) -> RunOutcome:
-    state = RUN_STATE.from_proto(msg.state, f"{path}.state")
-    if not state.is_final:
-        raise InvalidArgument(f"{path}.state", f"{state.value} is not a final state")
-    reason = RUN_REASON.from_proto(msg.reason, f"{path}.reason")
+    # read first without naming fields (a result of every run passes here); a field in
+    # doubt is read again by ``_refuse_outcome``, which names it
+    state = _FINAL_STATES.get(msg.state)
+    reason = RUN_REASON.by_number.get(msg.reason)
+    run_id = msg.run_id
+    if state is None or reason is None or not run_id:
+        _refuse_outcome(msg, path)
+    has_exit_code = msg.has_exit_code
     if state is RunState.FAILED and reason is RunReason.NONE:
         # A worker may report a failure without saying why (older Python workers, the
         # Go worker): a run that has an exit code failed on it, anything else in its
         # handler. Every FAILED run has a reason from here on.
-        reason = RunReason.NON_ZERO_EXIT if msg.has_exit_code else RunReason.HANDLER_ERROR
+        reason = RunReason.NON_ZERO_EXIT if has_exit_code else RunReason.HANDLER_ERROR
     return RunOutcome(
-        run_id=required_text(msg.run_id, f"{path}.run_id"),
+        run_id=run_id,
         fencing_token=msg.fencing_token,
         state=state,
         reason=reason,
-        exit_code=msg.exit_code if msg.has_exit_code else None,
+        exit_code=msg.exit_code if has_exit_code else None,
         error=msg.error,
         started_at=get_time(msg, "started_at", path),
         ended_at=get_time(msg, "ended_at", path),
@@ -136,24 +140,41 @@ def _outcome_from_proto(msg: worker_pb2.RunResult, path: str) -> RunOutcome:
     )
 
 
-def _outcome_to_proto(outcome: RunOutcome, path: str) -> worker_pb2.RunResult:
-    msg = worker_pb2.RunResult(
-        run_id=outcome.run_id,
-        fencing_token=_token(outcome.fencing_token, path),
-        state=RUN_STATE.to_proto(outcome.state),
-        reason=RUN_REASON.to_proto(outcome.reason),
-        error=outcome.error,
-        has_exit_code=outcome.exit_code is not None,
-        exit_code=outcome.exit_code or 0,
-        job_id=outcome.job_id,
-    )
-    set_time(msg, "started_at", outcome.started_at)
-    set_time(msg, "ended_at", outcome.ended_at)
-    return msg
+_FINAL_STATES = {n: state for n, state in RUN_STATE.by_number.items() if state.is_final}
+
+
+def _refuse_outcome(msg: worker_pb2.RunResult, path: str) -> NoReturn:
+    state = RUN_STATE.from_proto(msg.state, f"{path}.state")
+    if not state.is_final:
+        raise InvalidArgument(f"{path}.state", f"{state.value} is not a final state")
+    RUN_REASON.from_proto(msg.reason, f"{path}.reason")
+    required_text(msg.run_id, f"{path}.run_id")
+    raise AssertionError(f"{path}: refused with no field in doubt")
 
 
 def _outcomes_to_proto(outcomes: Sequence[RunOutcome], path: str) -> list[worker_pb2.RunResult]:
-    return [_outcome_to_proto(o, f"{path}[{i}]") for i, o in enumerate(outcomes)]
+    holder = worker_pb2.Results()
+    _add_outcomes(holder.results, outcomes, path)
+    return list(holder.results)
+
+
+def _add_outcomes(out: Any, outcomes: Sequence[RunOutcome], path: str) -> None:
+    """Adds a ``RunResult`` of each outcome to the repeated field ``out`` (built in place:
+    a result built alone is copied again into its message)."""
+    for i, o in enumerate(outcomes):
+        token = o.fencing_token
+        msg = out.add(
+            run_id=o.run_id,
+            fencing_token=token if token >= 0 else _token(token, f"{path}[{i}]"),
+            state=RUN_STATE.to_proto(o.state),
+            reason=RUN_REASON.to_proto(o.reason),
+            error=o.error,
+            has_exit_code=o.exit_code is not None,
+            exit_code=o.exit_code or 0,
+            job_id=o.job_id,
+        )
+        set_time(msg, "started_at", o.started_at)
+        set_time(msg, "ended_at", o.ended_at)
 
 
 def _piece_from_proto(msg: types_pb2.OutputChunk, path: str) -> OutputPiece:
@@ -284,8 +305,10 @@ def encode_worker_message(event: Hello | WorkerEvent) -> worker_pb2.WorkerMessag
         set_time(started, "at", event.at)
         return worker_pb2.WorkerMessage(started=started)
     if isinstance(event, Results):
-        results = _outcomes_to_proto(event.outcomes, "results.results")
-        return worker_pb2.WorkerMessage(results=worker_pb2.Results(results=results))
+        msg = worker_pb2.WorkerMessage()
+        msg.results.SetInParent()
+        _add_outcomes(msg.results.results, event.outcomes, "results.results")
+        return msg
     if isinstance(event, Output):
         chunks = _each(event.pieces, "output.chunks", _piece_to_proto)
         return worker_pb2.WorkerMessage(output=worker_pb2.Output(chunks=chunks))
