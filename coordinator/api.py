@@ -39,7 +39,13 @@ from shardcron.client.types import (
 )
 from shardcron.coordinator.ids import new_job_id, new_job_ids, run_id, shard_for, utcnow
 from shardcron.coordinator.metrics import Metrics
-from shardcron.coordinator.poller.fires import MANUAL_PREFIX, REPLAY_PREFIX, first_fire, make_run
+from shardcron.coordinator.poller.fires import (
+    MANUAL_PREFIX,
+    REPLAY_PREFIX,
+    first_fires,
+    make_run,
+    skipped_run,
+)
 from shardcron.coordinator.quotas import QuotaGuard, Quotas
 from shardcron.coordinator.run_waits import RunEndings, wait_final, wait_seconds
 from shardcron.coordinator.sealing import KeyRing
@@ -123,31 +129,42 @@ class JobsApi:
         if spec.schedule.kind == ScheduleKind.INTERVAL and spec.schedule.anchor is None:
             anchor = spec.schedule.start_at or now
             spec = spec.replace(schedule=dataclasses.replace(spec.schedule, anchor=anchor))
+        fire, skipped = first_fires(spec.schedule, now)  # the job is made once, with them
         job = Job(
             id=job_id,
             owner=owner,
             spec=spec,
-            state=JobState.ACTIVE,
+            state=JobState.ACTIVE if fire is not None else JobState.COMPLETED,
             version=1,
             schedule_version=1,
             created_at=now,
             updated_at=now,
             idempotency_key=key,
+            next_fire_at=None if fire is None else fire.at,
+            next_fire_key="" if fire is None else fire.key,
         )
-        return self._with_first_fire(job, now)
+        return self._first_runs(job, fire, skipped, now)
 
     def _with_first_fire(self, job: Job, now: datetime) -> NewJob:
-        shards = self.shard_count
-        fire, skips = first_fire(job, now=now, shard_count=shards)
-        runs: list[Run] = list(skips)
+        fire, skipped = first_fires(job.spec.schedule, now)
         if fire is None:
             job = copy_with(job, next_fire_at=None, next_fire_key="", state=JobState.COMPLETED)
-            return NewJob(job=job, runs=runs)
-        run = make_run(job, fire, shard_count=shards, now=now)
-        if run.due_at < now:  # an AT in the past runs now
-            run = copy_with(run, due_at=now, id=run_id(job.id, fire.key, 1, now))
-        runs.append(run)
-        job = copy_with(job, next_fire_at=fire.at, next_fire_key=fire.key)
+        else:
+            job = copy_with(job, next_fire_at=fire.at, next_fire_key=fire.key)
+        return self._first_runs(job, fire, skipped, now)
+
+    def _first_runs(
+        self, job: Job, fire: Fire | None, skipped: list[Fire], now: datetime
+    ) -> NewJob:
+        """The new job with the records of its ``skipped`` fires and the run of its first
+        ``fire`` (its next fire already set: the runs do not read it)."""
+        shards = self.shard_count
+        runs = [skipped_run(job, f, f.skip_reason, shard_count=shards, now=now) for f in skipped]
+        if fire is not None:
+            run = make_run(job, fire, shard_count=shards, now=now)
+            if run.due_at < now:  # an AT in the past runs now
+                run = copy_with(run, due_at=now, id=run_id(job.id, fire.key, 1, now))
+            runs.append(run)
         return NewJob(job=job, runs=runs)
 
     async def create_jobs(

@@ -28,6 +28,7 @@ from shardcron.coordinator.poller.fires import (
     MAX_BACKFILL,
     WORKER_LOST_ATTEMPTS,
     first_fire,
+    first_fires,
     make_run,
     on_fire_due,
     retry_misfired,
@@ -125,6 +126,23 @@ def test_dst_gap_skip_is_recorded_and_the_chain_goes_on() -> None:
     [gap] = [r for r in out.runs if r.reason == RunReason.DST_GAP]
     assert gap.state == RunState.SKIPPED and gap.fire_key.startswith("2026-03-29T02:30")
     assert out.next_fire is not None and out.next_fire.key.startswith("2026-03-30T02:30")
+
+
+def test_a_job_made_inside_a_dst_gap_records_the_skip_before_its_first_fire() -> None:
+    s = Schedule.cron_expr("30 2 * * *", timezone="Europe/Berlin", dst_gap=DstGap.SKIP)
+    j = job(s)
+    made = datetime(2026, 3, 29, 0, 45, tzinfo=UTC)  # 01:45 CET, the gap's night
+    fire, skipped = first_fires(s, made)
+    assert fire is not None and fire.key.startswith("2026-03-30T02:30")
+    assert [f.key[:16] for f in skipped] == ["2026-03-29T02:30"]
+    same_fire, skips = first_fire(j, now=made, shard_count=8)
+    assert same_fire == fire
+    [skip] = skips
+    assert (skip.state, skip.reason, skip.fire_key) == (
+        RunState.SKIPPED,
+        RunReason.DST_GAP,
+        skipped[0].key,
+    )
 
 
 def test_materialising_a_fire_twice_gives_the_same_run_id() -> None:

@@ -92,7 +92,14 @@ def skipped_run(job: Job, fire: Fire, reason: RunReason, *, shard_count: int, no
 
 def first_fire(job: Job, *, now: datetime, shard_count: int) -> tuple[Fire | None, list[Run]]:
     """The first fire of a new (or rescheduled) job, and SKIPPED records for DST-skipped fires before it."""
-    schedule = job.spec.schedule
+    fire, skipped = first_fires(job.spec.schedule, now)
+    skips = [skipped_run(job, f, f.skip_reason, shard_count=shard_count, now=now) for f in skipped]
+    return fire, skips
+
+
+def first_fires(schedule: Schedule, now: datetime) -> tuple[Fire | None, list[Fire]]:
+    """``first_fire`` of a schedule alone (the fires, not the job's runs): the first fire,
+    and the DST-skipped fires before it that get a record (``MAX_SKIP_RECORDS`` at most)."""
     if schedule.kind == ScheduleKind.IMMEDIATE:
         return _immediate_fire(now), []
     if schedule.kind == ScheduleKind.AT:
@@ -101,9 +108,7 @@ def first_fire(job: Job, *, now: datetime, shard_count: int) -> tuple[Fire | Non
         if schedule.end_at is not None and at > schedule.end_at:
             return None, []
         return Fire(key=at.isoformat(), at=at, local=at), []
-    return _next_runnable(
-        job, after=now - timedelta(microseconds=1), now=now, shard_count=shard_count
-    )
+    return _runnable_after(schedule, now - timedelta(microseconds=1))
 
 
 def _immediate_fire(now: datetime) -> Fire:
@@ -119,18 +124,24 @@ def _immediate_fire(now: datetime) -> Fire:
 def _next_runnable(
     job: Job, *, after: datetime, now: datetime, shard_count: int
 ) -> tuple[Fire | None, list[Run]]:
-    first = next_fire(job.spec.schedule, after)  # remembered: shared by a fleet
+    fire, skipped = _runnable_after(job.spec.schedule, after)
+    skips = [skipped_run(job, f, f.skip_reason, shard_count=shard_count, now=now) for f in skipped]
+    return fire, skips
+
+
+def _runnable_after(schedule: Schedule, after: datetime) -> tuple[Fire | None, list[Fire]]:
+    """The first fire after ``after`` that is not skipped, and the skipped ones before it
+    that get a record (``MAX_SKIP_RECORDS`` at most)."""
+    first = next_fire(schedule, after)  # remembered: shared by a fleet
     if first is None or first.skip_reason == RunReason.NONE:
         return first, []
-    skips: list[Run] = []
-    for fire in iter_fires(job.spec.schedule, after):
+    skipped: list[Fire] = []
+    for fire in iter_fires(schedule, after):
         if fire.skip_reason == RunReason.NONE:
-            return fire, skips
-        if len(skips) < MAX_SKIP_RECORDS:
-            skips.append(skipped_run(job, fire, fire.skip_reason, shard_count=shard_count, now=now))
-        else:
-            after = fire.at  # keep going without recording
-    return None, skips
+            return fire, skipped
+        if len(skipped) < MAX_SKIP_RECORDS:
+            skipped.append(fire)
+    return None, skipped
 
 
 def on_fire_due(
