@@ -1,11 +1,13 @@
-"""Job ids: UUIDv7, unique, ascending within a process, also across calls."""
+"""Job ids: UUIDv7, unique, ascending within a process, also across calls. Run ids:
+UUIDv8, the same for the same job, fire and attempt, on every version (they are stored)."""
 
 from __future__ import annotations
 
 import time
 import uuid
+from datetime import UTC, datetime
 
-from shardcron.coordinator.ids import new_job_id, new_job_ids
+from shardcron.coordinator.ids import new_job_id, new_job_ids, run_id
 
 
 def test_job_ids_are_uuid7_and_ascend() -> None:
@@ -32,3 +34,19 @@ def test_job_ids_of_a_burst_do_not_run_ahead_of_the_clock() -> None:
     ids = new_job_ids(10_000)
     newest = int(ids[-1].replace("-", "")[:12], 16)
     assert newest <= time.time_ns() // 1_000_000 + 3  # 4,096 per ms before one is borrowed
+
+
+def test_run_ids_are_uuid8_and_stay_what_they_were() -> None:
+    # values made by the first implementation: a run's id is stored, and a fire made
+    # again (after a crash, by the next poller of its shard) must give the same row
+    due = datetime(2026, 6, 1, 12, 0, 0, 123456, tzinfo=UTC)
+    job = "01a214ec-bebd-737a-9372-2cb5480e4a39"
+    assert run_id(job, "2026-06-01T12:00:00+00:00", 2, due) == (
+        "019e830e-1a7b-822d-8dd0-e7bfe047d1dd"
+    )
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    assert run_id("j", "now:x", 1, epoch) == "00000000-0000-880d-b6c2-3f8b774abf8e"
+    for attempt in range(1, 50):
+        parsed = uuid.UUID(run_id(job, f"k{attempt}", attempt, due))
+        assert parsed.version == 8 and parsed.variant == uuid.RFC_4122
+        assert parsed.int >> 80 == int(due.timestamp() * 1000)
