@@ -19,7 +19,6 @@ import urllib.request
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.outcomes import Result as Result  # re-exported: the runners import it from here
@@ -82,6 +81,8 @@ class CpuMeter:
 
     @staticmethod
     def _tree_seconds(pids: Iterable[int]) -> float:
+        import psutil  # the bench extra: the tests import this module without it
+
         total = 0.0
         seen: set[int] = set()
         for pid in pids:

@@ -169,3 +169,14 @@ def test_w3_lag_is_told_apart_by_the_notice_each_run_had() -> None:
         "at 100 jobs/s, start lag by notice (due less submit offset): "
         f"under 1 s: {short:,} runs, p99 0.500 s, 1 s or more: {200 - short:,} runs, p99 0.010 s"
     )
+
+
+def test_a_warm_up_job_is_due_at_once_and_named_apart_from_the_workload() -> None:
+    from bench.systems.shardcron_workloads import warm_up_spec
+    from shardcron.client.types import HandlerTask, JobSpec, Schedule, ScheduleKind
+
+    at = datetime(2030, 1, 1, tzinfo=UTC)
+    storm = JobSpec(name="w2", task=HandlerTask(name="noop"), schedule=Schedule.once_at(at))
+    warm = warm_up_spec(storm)
+    assert warm.schedule.kind == ScheduleKind.IMMEDIATE, "a storm's instant held submits back"
+    assert warm.name != storm.name and warm.task == storm.task
