@@ -13,11 +13,13 @@ import pytest
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from shardcron.client.codec.stream import (
+from shardcron.client.codec.leases import (
     GRANT_OWN_FIELDS,
     GRANT_SHARED_FIELDS,
     GRANT_SHARED_OBJECTS,
-    _grant_to_proto,
+    grant_to_proto,
+)
+from shardcron.client.codec.stream import (
     decode_poller_message,
     decode_worker_message,
     encode_poller_message,
@@ -579,7 +581,7 @@ def test_leases_built_from_shared_bytes_are_the_leases_built_whole() -> None:
     ]
     leases = encode_poller_message(Leases(grants=tuple(varied))).leases.leases
     for i, (grant, lease) in enumerate(zip(varied, leases, strict=True)):
-        whole = _grant_to_proto(grant, f"leases.leases[{i}]")
+        whole = grant_to_proto(grant, f"leases.leases[{i}]")
         assert lease == whole, grant.run_id
         assert lease.SerializeToString() == whole.SerializeToString()
     empty = encode_poller_message(Leases(grants=()))

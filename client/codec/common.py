@@ -16,6 +16,7 @@ only fails loudly on import instead of on the first message that carries it.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, Generic, TypeVar
@@ -37,6 +38,7 @@ from shardcron.v1 import types_pb2
 
 E = TypeVar("E", bound=StrEnum)
 M = TypeVar("M", bound=Message)
+T = TypeVar("T")
 
 # The range google.protobuf.Timestamp is defined over: 0001-01-01 .. 9999-12-31.
 _MIN_SECONDS = -62_135_596_800
@@ -158,6 +160,20 @@ def non_negative(value: int, path: str) -> int:
     if value < 0:
         raise InvalidArgument(path, "must not be negative")
     return value
+
+
+def each(items: Sequence[Any], path: str, read: Callable[[Any, str], T]) -> tuple[T, ...]:
+    """``read(item, "path[i]")`` of every item of a repeated field."""
+    return tuple(read(item, f"{path}[{i}]") for i, item in enumerate(items))
+
+
+def fencing_token(value: int, path: str, index: int | None = None) -> int:
+    """``value`` as a fencing token on the wire: not negative, else InvalidArgument
+    naming ``path[index].fencing_token``, formatted only then (this runs per run)."""
+    if value >= 0:
+        return value
+    where = path if index is None else f"{path}[{index}]"
+    return non_negative(value, f"{where}.fencing_token")
 
 
 def required_text(value: str, path: str) -> str:

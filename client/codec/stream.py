@@ -14,15 +14,14 @@ why where it is made.
 
 from __future__ import annotations
 
-import functools
-import operator
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
 from typing import Any, NoReturn, TypeVar
 
 from shardcron.client.codec.common import (
     RUN_REASON,
     RUN_STATE,
+    each,
+    fencing_token,
     get_duration,
     get_time,
     non_negative,
@@ -30,14 +29,8 @@ from shardcron.client.codec.common import (
     set_duration,
     set_time,
 )
-from shardcron.client.codec.jobs import (
-    resources_from_proto,
-    resources_to_proto,
-    task_from_proto,
-    task_to_proto,
-)
+from shardcron.client.codec.leases import NOT_SAID, leases_from_proto, leases_to_proto
 from shardcron.client.errors import InvalidArgument
-from shardcron.client.frozen import copy_with
 from shardcron.client.stream import (
     CancelOrder,
     Cancels,
@@ -45,7 +38,6 @@ from shardcron.client.stream import (
     Demand,
     Heartbeat,
     Hello,
-    LeaseGrant,
     LeaseRef,
     Leases,
     Output,
@@ -82,16 +74,6 @@ def _body(msg: Any, kind: str) -> tuple[str, Any]:
     return body, getattr(msg, body)
 
 
-def _each(items: Sequence[Any], path: str, read: Callable[[Any, str], Any]) -> tuple[Any, ...]:
-    return tuple(read(item, f"{path}[{i}]") for i, item in enumerate(items))
-
-
-def _token(value: int, path: str) -> int:
-    if value >= 0:  # the field's path is formatted only for the error: this runs per run
-        return value
-    return non_negative(value, f"{path}.fencing_token")
-
-
 # --------------------------------------------------------------------------- shared parts
 
 
@@ -105,7 +87,7 @@ def _ref_from_proto(msg: worker_pb2.LeaseRef, path: str) -> LeaseRef:
 
 def _ref_to_proto(ref: LeaseRef, path: str) -> worker_pb2.LeaseRef:
     return worker_pb2.LeaseRef(
-        run_id=ref.run_id, fencing_token=_token(ref.fencing_token, path), job_id=ref.job_id
+        run_id=ref.run_id, fencing_token=fencing_token(ref.fencing_token, path), job_id=ref.job_id
     )
 
 
@@ -152,20 +134,13 @@ def _refuse_outcome(msg: worker_pb2.RunResult, path: str) -> NoReturn:
     raise AssertionError(f"{path}: refused with no field in doubt")
 
 
-def _outcomes_to_proto(outcomes: Sequence[RunOutcome], path: str) -> list[worker_pb2.RunResult]:
-    holder = worker_pb2.Results()
-    _add_outcomes(holder.results, outcomes, path)
-    return list(holder.results)
-
-
 def _add_outcomes(out: Any, outcomes: Sequence[RunOutcome], path: str) -> None:
     """Adds a ``RunResult`` of each outcome to the repeated field ``out`` (built in place:
     a result built alone is copied again into its message)."""
     for i, o in enumerate(outcomes):
-        token = o.fencing_token
         msg = out.add(
             run_id=o.run_id,
-            fencing_token=token if token >= 0 else _token(token, f"{path}[{i}]"),
+            fencing_token=fencing_token(o.fencing_token, path, i),
             state=RUN_STATE.to_proto(o.state),
             reason=RUN_REASON.to_proto(o.reason),
             error=o.error,
@@ -191,7 +166,7 @@ def _piece_from_proto(msg: types_pb2.OutputChunk, path: str) -> OutputPiece:
 def _piece_to_proto(piece: OutputPiece, path: str) -> types_pb2.OutputChunk:
     return types_pb2.OutputChunk(
         run_id=piece.run_id,
-        fencing_token=_token(piece.fencing_token, path),
+        fencing_token=fencing_token(piece.fencing_token, path),
         data=piece.data,
         stream=piece.stream,
     )
@@ -212,8 +187,8 @@ def _hello_from_proto(msg: worker_pb2.Hello, path: str) -> Hello:
         handlers=frozenset(msg.handlers),
         runs_commands=msg.runs_commands,
         version=msg.version,
-        pending_results=_each(msg.pending_results, f"{path}.pending_results", _outcome_from_proto),
-        held=_each(msg.held, f"{path}.held", _ref_from_proto),
+        pending_results=each(msg.pending_results, f"{path}.pending_results", _outcome_from_proto),
+        held=each(msg.held, f"{path}.held", _ref_from_proto),
         # kept as sent: above ``slots`` it means every slot (the poller takes the lower)
         credit_limit=(
             non_negative(msg.credit_limit, f"{path}.credit_limit")
@@ -235,11 +210,11 @@ def _hello_to_proto(hello: Hello, path: str) -> worker_pb2.Hello:
         handlers=sorted(hello.handlers),
         runs_commands=hello.runs_commands,
         version=hello.version,
-        pending_results=_outcomes_to_proto(hello.pending_results, f"{path}.pending_results"),
         held=_refs_to_proto(hello.held, f"{path}.held"),
         instance_id=hello.instance_id,
         waits_for_due=hello.waits_for_due,
     )
+    _add_outcomes(msg.pending_results, hello.pending_results, f"{path}.pending_results")
     if hello.credit_limit is not None:
         msg.credit_limit = hello.credit_limit
     return msg
@@ -250,26 +225,26 @@ def _credits_from_proto(msg: worker_pb2.Credits, path: str) -> Credits:
 
 
 def _heartbeat_from_proto(msg: worker_pb2.Heartbeat, path: str) -> Heartbeat:
-    return Heartbeat(leases=_each(msg.leases, f"{path}.leases", _ref_from_proto))
+    return Heartbeat(leases=each(msg.leases, f"{path}.leases", _ref_from_proto))
 
 
 def _started_from_proto(msg: worker_pb2.Started, path: str) -> Started:
     return Started(
-        leases=_each(msg.leases, f"{path}.leases", _ref_from_proto),
+        leases=each(msg.leases, f"{path}.leases", _ref_from_proto),
         at=get_time(msg, "at", path),
     )
 
 
 def _results_from_proto(msg: worker_pb2.Results, path: str) -> Results:
-    return Results(outcomes=_each(msg.results, f"{path}.results", _outcome_from_proto))
+    return Results(outcomes=each(msg.results, f"{path}.results", _outcome_from_proto))
 
 
 def _output_from_proto(msg: worker_pb2.Output, path: str) -> Output:
-    return Output(pieces=_each(msg.chunks, f"{path}.chunks", _piece_from_proto))
+    return Output(pieces=each(msg.chunks, f"{path}.chunks", _piece_from_proto))
 
 
 def _refused_from_proto(msg: worker_pb2.Refused, path: str) -> Refused:
-    return Refused(leases=_each(msg.leases, f"{path}.leases", _ref_from_proto))
+    return Refused(leases=each(msg.leases, f"{path}.leases", _ref_from_proto))
 
 
 _WORKER_READERS: dict[str, Callable[[Any, str], Hello | WorkerEvent]] = {
@@ -310,7 +285,7 @@ def encode_worker_message(event: Hello | WorkerEvent) -> worker_pb2.WorkerMessag
         _add_outcomes(msg.results.results, event.outcomes, "results.results")
         return msg
     if isinstance(event, Output):
-        chunks = _each(event.pieces, "output.chunks", _piece_to_proto)
+        chunks = each(event.pieces, "output.chunks", _piece_to_proto)
         return worker_pb2.WorkerMessage(output=worker_pb2.Output(chunks=chunks))
     if isinstance(event, Refused):
         leases = _refs_to_proto(event.leases, "refused.leases")
@@ -320,160 +295,14 @@ def encode_worker_message(event: Hello | WorkerEvent) -> worker_pb2.WorkerMessag
 
 # --------------------------------------------------------------------------- poller -> worker
 
-# Durations the poller may leave unset read as timedelta(0), "not said": the worker
-# then keeps what it had (its default lease TTL, a third of it between heartbeats,
-# the Welcome's TTL for a lease or a renewal), as it always has.
-_NOT_SAID = timedelta(0)
-
 
 def _welcome_from_proto(msg: worker_pb2.Welcome, path: str) -> Welcome:
     return Welcome(
         poller_id=msg.poller_id,
         epoch=msg.epoch,
-        lease_ttl=get_duration(msg, "lease_ttl", path, _NOT_SAID),  # type: ignore[arg-type]
-        heartbeat_interval=get_duration(msg, "heartbeat_interval", path, _NOT_SAID),  # type: ignore[arg-type]
+        lease_ttl=get_duration(msg, "lease_ttl", path, NOT_SAID),  # type: ignore[arg-type]
+        heartbeat_interval=get_duration(msg, "heartbeat_interval", path, NOT_SAID),  # type: ignore[arg-type]
     )
-
-
-def _read_once(read: Callable[[Any, str], T], msg: Any, path: str, memo: dict[Any, Any]) -> T:
-    """``read(msg, path)``, or what it gave for the same bytes earlier in this batch: the
-    leases of one job, or of jobs made from one spec, carry the same task and resources.
-    The first message of some bytes is read in full, so errors name what they did."""
-    key = (read, msg.SerializeToString())
-    value = memo.get(key)
-    if value is None:
-        value = memo[key] = read(msg, path)
-    return value
-
-
-def _time_once(msg: Any, name: str, path: str, memo: dict[Any, Any]) -> datetime | None:
-    """``get_time(msg, name, path)``, or the datetime read for the same instant earlier
-    in this batch: a batch's leases mostly share their expiry, and the fire and due
-    instants of the jobs created together (a third of what ``get_time`` costs)."""
-    if not msg.HasField(name):
-        return None
-    ts = getattr(msg, name)
-    key = (get_time, ts.seconds, ts.nanos)
-    value = memo.get(key)
-    if value is None:
-        value = memo[key] = get_time(msg, name, path)
-    return value
-
-
-def _built_once(build: Callable[[Any], Any], value: Any, memo: dict[Any, Any]) -> Any:
-    """``build(value)``, or the message built for the same object earlier in this batch
-    (by identity: every value stays referenced by its grant while the batch is built)."""
-    msg = memo.get(id(value))
-    if msg is None:
-        msg = memo[id(value)] = build(value)
-    return msg
-
-
-def _grant_from_proto(
-    msg: worker_pb2.Lease, path: str, memo: dict[Any, Any] | None = None
-) -> LeaseGrant:
-    if not msg.HasField("task"):
-        raise InvalidArgument(f"{path}.task", "required: set a command or a handler")
-    memo = {} if memo is None else memo
-    return LeaseGrant(
-        run_id=required_text(msg.run_id, f"{path}.run_id"),
-        job_id=msg.job_id,
-        owner=msg.owner,
-        fencing_token=msg.fencing_token,
-        attempt=non_negative(msg.attempt, f"{path}.attempt"),
-        fire_at=_time_once(msg, "fire_at", path, memo),
-        due_at=_time_once(msg, "due_at", path, memo),
-        task=_read_once(task_from_proto, msg.task, f"{path}.task", memo),
-        # a zero timeout is none, as the worker has always read it
-        timeout=get_duration(msg, "timeout", path) or None,
-        lease_ttl=get_duration(msg, "lease_ttl", path, _NOT_SAID),  # type: ignore[arg-type]
-        resources=_read_once(resources_from_proto, msg.resources, f"{path}.resources", memo),
-        job_name=msg.job_name,
-        expires_at=_time_once(msg, "expires_at", path, memo),
-    )
-
-
-def _grant_to_proto(
-    grant: LeaseGrant, path: str, memo: dict[Any, Any] | None = None
-) -> worker_pb2.Lease:
-    memo = {} if memo is None else memo
-    return worker_pb2.Lease(
-        run_id=grant.run_id,
-        job_id=grant.job_id,
-        owner=grant.owner,
-        fencing_token=_token(grant.fencing_token, path),
-        attempt=grant.attempt,
-        task=_built_once(task_to_proto, grant.task, memo),
-        resources=_built_once(resources_to_proto, grant.resources, memo),
-        job_name=grant.job_name,
-        fire_at=_stamp_once(set_time, grant.fire_at, "fire_at", path, memo),
-        due_at=_stamp_once(set_time, grant.due_at, "due_at", path, memo),
-        timeout=_stamp_once(set_duration, grant.timeout, "timeout", path, memo),
-        lease_ttl=_stamp_once(set_duration, grant.lease_ttl, "lease_ttl", path, memo),
-        expires_at=_stamp_once(set_time, grant.expires_at, "expires_at", path, memo),
-    )
-
-
-# Every field of a grant is its own or one it may share with others of a batch (a test
-# checks): the shared ones are compared by value, task and resources by identity (each
-# stays referenced by its grant while the batch is built).
-GRANT_OWN_FIELDS = ("run_id", "job_id", "owner", "fencing_token", "attempt")
-GRANT_SHARED_FIELDS = ("fire_at", "due_at", "timeout", "lease_ttl", "expires_at", "job_name")
-GRANT_SHARED_OBJECTS = ("task", "resources")
-_shared_values = operator.attrgetter(*GRANT_SHARED_FIELDS)
-
-
-def _shared_key(g: LeaseGrant) -> tuple[Any, ...]:
-    return id(g.task), id(g.resources), _shared_values(g)
-
-
-def _leases_to_proto(grants: Sequence[LeaseGrant]) -> worker_pb2.PollerMessage:
-    """The ``Leases`` message of ``grants``. What a grant shares with others of the
-    batch (task, resources, times, job name: a turn's leases mostly share all of it) is
-    built and serialized once; each lease is those bytes merged, then its own fields
-    set: a fifth of the cost of building each lease whole."""
-    msg = worker_pb2.PollerMessage()
-    msg.leases.SetInParent()
-    out = msg.leases.leases
-    memo: dict[Any, Any] = {}
-    shared: dict[tuple[Any, ...], bytes] = {}
-    for i, g in enumerate(grants):
-        key = _shared_key(g)
-        common = shared.get(key)
-        if common is None:
-            path = f"leases.leases[{i}]"
-            alone = copy_with(g, run_id="", job_id="", owner="", fencing_token=0, attempt=0)
-            common = shared[key] = _grant_to_proto(alone, path, memo).SerializeToString()
-        lease = out.add()
-        lease.MergeFromString(common)
-        lease.run_id = g.run_id
-        lease.job_id = g.job_id
-        lease.owner = g.owner
-        token = g.fencing_token
-        lease.fencing_token = token if token >= 0 else _token(token, f"leases.leases[{i}]")
-        lease.attempt = g.attempt
-    return msg
-
-
-def _stamp_once(
-    setter: Callable[[Any, str, Any, str], None],
-    value: datetime | timedelta | None,
-    name: str,
-    path: str,
-    memo: dict[Any, Any],
-) -> Any:
-    """Field ``name`` of a ``Lease`` (a Timestamp or Duration; None when unset) as
-    ``setter`` builds it, or the one built for an equal value earlier in this batch: a
-    turn's leases mostly share their due instant, lease TTL and expiry."""
-    if value is None:
-        return None
-    key = (setter, value)
-    stamp = memo.get(key)
-    if stamp is None:
-        holder = worker_pb2.Lease()
-        setter(holder, name, value, path)
-        stamp = memo[key] = getattr(holder, name)
-    return stamp
 
 
 def _cancel_from_proto(msg: worker_pb2.Cancel, path: str) -> CancelOrder:
@@ -500,7 +329,7 @@ def _renewal_from_proto(msg: worker_pb2.Renewal, path: str) -> Renewal:
 def _renewal_to_proto(renewal: Renewal, path: str) -> worker_pb2.Renewal:
     msg = worker_pb2.Renewal(
         run_id=renewal.run_id,
-        fencing_token=_token(renewal.fencing_token, path),
+        fencing_token=fencing_token(renewal.fencing_token, path),
         ok=renewal.ok,
         not_owner=renewal.not_owner,
     )
@@ -518,25 +347,19 @@ def _ack_from_proto(msg: worker_pb2.ResultAck, path: str) -> ResultAck:
     )
 
 
-def _leases_from_proto(msg: worker_pb2.Leases, path: str) -> Leases:
-    memo: dict[Any, Any] = {}
-    read = functools.partial(_grant_from_proto, memo=memo)
-    return Leases(grants=_each(msg.leases, f"{path}.leases", read))
-
-
 def _cancels_from_proto(msg: worker_pb2.Cancels, path: str) -> Cancels:
-    return Cancels(orders=_each(msg.cancels, f"{path}.cancels", _cancel_from_proto))
+    return Cancels(orders=each(msg.cancels, f"{path}.cancels", _cancel_from_proto))
 
 
 def _renewals_from_proto(msg: worker_pb2.Renewals, path: str) -> Renewals:
     return Renewals(
-        renewals=_each(msg.renewals, f"{path}.renewals", _renewal_from_proto),
-        lease_ttl=get_duration(msg, "lease_ttl", path, _NOT_SAID),  # type: ignore[arg-type]
+        renewals=each(msg.renewals, f"{path}.renewals", _renewal_from_proto),
+        lease_ttl=get_duration(msg, "lease_ttl", path, NOT_SAID),  # type: ignore[arg-type]
     )
 
 
 def _acks_from_proto(msg: worker_pb2.ResultAcks, path: str) -> ResultAcks:
-    return ResultAcks(acks=_each(msg.acks, f"{path}.acks", _ack_from_proto))
+    return ResultAcks(acks=each(msg.acks, f"{path}.acks", _ack_from_proto))
 
 
 def _demand_from_proto(msg: worker_pb2.Demand, path: str) -> Demand:
@@ -545,7 +368,7 @@ def _demand_from_proto(msg: worker_pb2.Demand, path: str) -> Demand:
 
 _POLLER_READERS: dict[str, Callable[[Any, str], PollerEvent]] = {
     "welcome": _welcome_from_proto,
-    "leases": _leases_from_proto,
+    "leases": leases_from_proto,
     "cancels": _cancels_from_proto,
     "renewals": _renewals_from_proto,
     "acks": _acks_from_proto,
@@ -567,12 +390,12 @@ def encode_poller_message(event: PollerEvent) -> worker_pb2.PollerMessage:
         set_duration(welcome, "heartbeat_interval", event.heartbeat_interval)
         return worker_pb2.PollerMessage(welcome=welcome)
     if isinstance(event, Leases):
-        return _leases_to_proto(event.grants)
+        return leases_to_proto(event.grants)
     if isinstance(event, Cancels):
         cancels = [
             worker_pb2.Cancel(
                 run_id=c.run_id,
-                fencing_token=_token(c.fencing_token, f"cancels.cancels[{i}]"),
+                fencing_token=fencing_token(c.fencing_token, "cancels.cancels", i),
                 reason=RUN_REASON.to_proto(c.reason),
             )
             for i, c in enumerate(event.orders)
@@ -591,7 +414,7 @@ def encode_poller_message(event: PollerEvent) -> worker_pb2.PollerMessage:
         acks = [
             worker_pb2.ResultAck(
                 run_id=a.run_id,
-                fencing_token=_token(a.fencing_token, f"acks.acks[{i}]"),
+                fencing_token=fencing_token(a.fencing_token, "acks.acks", i),
                 accepted=a.accepted,
                 reason=a.reason,
                 not_owner=a.not_owner,
