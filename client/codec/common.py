@@ -198,11 +198,10 @@ class ProtoEnum(Generic[E]):
         self._to: dict[E, int] = {}
         for member in domain:
             self._to[member] = pb_enum.Value(prefix + (member.value or "UNSPECIFIED"))
-        self._from: dict[int, E] = {number: member for member, number in self._to.items()}
         # the members by number, UNSPECIFIED only where a member stands for it: a hot
         # path's first look (``from_proto`` gives the default and names a bad field)
-        self.by_number: dict[int, E] = dict(self._from)
-        unknown = set(pb_enum.values()) - set(self._from) - {0}
+        self.by_number: dict[int, E] = {number: member for member, number in self._to.items()}
+        unknown = set(pb_enum.values()) - set(self.by_number) - {0}
         if unknown:  # the schema has a value the domain lacks
             names = sorted(pb_enum.Name(n) for n in unknown)
             raise TypeError(f"{domain.__name__} has no member for {', '.join(names)}")
@@ -222,7 +221,7 @@ class ProtoEnum(Generic[E]):
 
     def from_proto(self, number: int, field: str, default: E | None = None) -> E:
         """``default`` (else the table's own) stands for UNSPECIFIED."""
-        member = self._from.get(number)
+        member = self.by_number.get(number)
         if member is not None:
             return member
         if number != 0:

@@ -527,8 +527,8 @@ class RunKeeper:
             turn.retries.append(slot)
         if ending.progress:
             turn.set_progress(job.id, **ending.progress)
-        if ending.progress and job.id in self.jobs:
-            self.jobs[job.id] = ending.job  # type: ignore[assignment]
+        if job.id in self.jobs and (changed := ending.job) is not None:
+            self.jobs[job.id] = changed
         return ending.final
 
     # --- faults ------------------------------------------------------------------------------

@@ -7,8 +7,9 @@ shardcron.coordinator.sqlite.writer_process`` with two pipes. Each message is it
 length (8 bytes, big-endian), then a byte saying how the rest is encoded: ``marshal``
 where the message holds plain values only (rows: strings, numbers, bytes, None, in
 tuples and lists), at half a pickle's cost on the node's side for the rows of a
-commit, else ``pickle``. A write that is a ``writes`` function with every argument
-plain goes as its function's name, its arguments and its row count (``_plain_ops``).
+commit, else ``pickle``. A write that is a ``writes`` function given positional
+arguments goes as its function's name, its arguments and its row count
+(``_plain_ops``): marshalled when those are plain values.
 
 - node → writer: first ``(path, prepare)``; then lists of ``(op id, fn, rows)``, each
   ``fn`` a picklable function of the connection (``writes``: module-level functions
@@ -190,14 +191,7 @@ class _Child:
     def _send_ops(self, out: IO[bytes], ops: list[tuple[int, Any, int]]) -> None:
         plain = _plain_ops(ops)
         try:
-            data = _MARSHAL + marshal.dumps(plain) if plain is not None else b""
-        except ValueError:  # an argument marshal does not carry
-            data = b""
-        if data:
-            send_bytes(out, data)
-            return
-        try:
-            data = _PICKLE + pickle.dumps(ops, pickle.HIGHEST_PROTOCOL)
+            data = encode(ops if plain is None else plain)
         except Exception:
             sendable = []
             for op in ops:  # find the writes that cannot be sent and fail them alone
@@ -209,7 +203,7 @@ class _Child:
                     sendable.append(op)
             if not sendable:
                 return
-            data = _PICKLE + pickle.dumps(sendable, pickle.HIGHEST_PROTOCOL)
+            data = encode(sendable)
         send_bytes(out, data)
 
     def _receive_loop(self) -> None:
