@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -208,3 +209,13 @@ def test_only_writes_functions_of_plain_arguments_go_by_name() -> None:
     assert writer_process._plain_ops([(1, by_keyword, 1)]) is None
     not_sent_by_name = functools.partial(writes.expire_runs, "", 10)
     assert writer_process._plain_ops([(1, not_sent_by_name, 1)]) is None
+
+
+def test_a_write_by_name_whose_arguments_do_not_marshal_goes_pickled_and_runs_the_same() -> None:
+    at = datetime(2026, 6, 1, tzinfo=UTC)
+    plain = writer_process._plain_ops([(3, functools.partial(writes.save_cursors, [(1, at)]), 1)])
+    assert plain is not None
+    data = writer_process.encode(plain)
+    assert data[:1] == b"p", "a datetime does not marshal"
+    op_id, fn, rows = writer_process._op_of(writer_process.decode(data)[0])
+    assert (op_id, fn.func, fn.args, rows) == (3, writes.save_cursors, ([(1, at)],), 1)
