@@ -30,7 +30,7 @@ has passed). The due index holds no spec, so ``scan_due`` never meets one.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol, runtime_checkable
@@ -182,6 +182,7 @@ class JobStore(Protocol):
         due: Sequence[Run] = (),
         progress: Sequence[JobProgress] = (),
         write_time: datetime | None = None,
+        durable: Callable[[Collection[str]], None] | None = None,
     ) -> None:
         """The poller's group commit: upserts ``runs`` (whole records), adds a
         due-index row for each run in ``due`` and applies ``progress``, durably,
@@ -194,7 +195,13 @@ class JobStore(Protocol):
         that time (a later write wins), so writes that reach it late, because the
         process froze in the middle of them, lose to every write of the shard's
         next owner, which took it over only after that time. Several calls by one
-        caller carry increasing times."""
+        caller carry increasing times.
+
+        ``durable``: a store that writes in steps may call it, before it returns, with
+        the ids of runs of ``runs`` whose new records are already durable (and
+        readable), so the caller can act on them (send their leases) while the rest is
+        written. Called at most once; a store that writes all at once never calls it.
+        If the call then fails, those records stay written."""
 
     async def get_run(self, owner: str, run_id: str) -> Run:
         """The run, if its job belongs to ``owner``. Raises NotFound otherwise, and

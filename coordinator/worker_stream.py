@@ -101,12 +101,15 @@ class WorkerOutbox:
         again = slots > 0 and time.monotonic() - self._demand_sent_at >= DEMAND_REFRESH
         self._demand = None if slots == self._demand_sent and not again else slots
 
+    def flush_leases(self) -> None:
+        if self._leases and not self.closed:
+            self._put(encode_poller_message(Leases(grants=tuple(self._leases))), leases=True)
+            self._leases = []
+
     def flush(self) -> None:
         if self.closed:
             return
-        if self._leases:
-            self._put(encode_poller_message(Leases(grants=tuple(self._leases))), leases=True)
-            self._leases = []
+        self.flush_leases()
         if self._cancels:
             self._put(encode_poller_message(Cancels(orders=tuple(self._cancels))))
             self._cancels = []

@@ -19,6 +19,7 @@ import asyncio
 import dataclasses
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -104,6 +105,9 @@ class RecordingLink:
         pass
 
     def flush(self) -> None:
+        pass
+
+    def flush_leases(self) -> None:
         pass
 
     def close(self) -> None:
@@ -469,3 +473,33 @@ async def test_the_runs_of_a_crowded_instant_are_leased_further_ahead_than_the_l
     await turns_until(lambda: len(link.leases) == CROWD, poller)
     assert {g.run_id for g in link.leases} == {r.id for r in runs}
     assert all(g.due_at == due and g.expires_at == due + TTL for g in link.leases)
+
+
+async def test_a_lease_the_store_names_durable_goes_out_then_and_only_once(
+    store: SqliteStore,
+    poller: Poller,
+    clock: FakeClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A store that writes in steps (Cassandra) names the runs it already wrote before
+    its commit is over (``JobStore.commit``'s ``durable``): their leases go out at
+    that moment, and are not sent again when the commit ends."""
+    link = connect(poller, "new", waits=True)
+    run = await due_run(store, poller, timedelta(seconds=2), clock.now())
+    commit = store.commit
+    sent_when_named: list[int] = []
+
+    async def stepped(**kw: Any) -> None:
+        durable = kw.pop("durable", None)
+        await commit(**kw)
+        leased = [r.id for r in kw.get("runs", ()) if r.state == RunState.LEASED]
+        if durable is not None and leased:
+            durable(leased)
+            sent_when_named.append(sum(g.run_id == run.id for g in link.leases))
+
+    monkeypatch.setattr(store, "commit", stepped)
+    await clock.move_to(run.due_at - LEAD)
+    await turns_until(lambda: link.granted(run.id) is not None, poller)
+    await turns(poller)
+    assert sent_when_named == [1]  # sent as it was named, before the commit returned
+    assert sum(g.run_id == run.id for g in link.leases) == 1

@@ -65,7 +65,7 @@ microseconds and "no value" a sentinel (``statements``).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -298,7 +298,12 @@ class CassandraStore:
         due: Sequence[Run] = (),
         progress: Sequence[JobProgress] = (),
         write_time: datetime | None = None,
+        durable: Callable[[Collection[str]], None] | None = None,
     ) -> None:
+        """The state changes of runs whose jobs have no other write in the call are
+        written first, beside the read of the progressing jobs' states, and named to
+        ``durable`` once acknowledged (``Writes.early``): a turn's new leases go out
+        after one round trip, not after that read and the ordered phases."""
         runs, due, progress = list(runs), list(due), list(progress)
         if not (runs or due or progress):
             return
@@ -313,10 +318,20 @@ class CassandraStore:
                 if state is not None:
                     states[job_id] = (state, max(state_ts or 0, reason_ts or 0))
 
-        await asyncio.gather(
-            self._planner.put_runs(writes, runs, rows, due, known_new=False, write_us=write_us),
-            job_states() if progress else asyncio.sleep(0),
-        )
+        async def planned_runs() -> None:
+            await self._planner.put_runs(
+                writes, runs, rows, due, known_new=False, write_us=write_us
+            )
+            if durable is None:
+                return
+            early, ids = writes.early({p.job_id for p in progress})
+            if ids and (writes or progress):  # else the call is one phase: nothing to gain
+                await self._flush(early)
+                durable(ids)
+            else:
+                writes.parts.update(early.parts)
+
+        await asyncio.gather(planned_runs(), job_states() if progress else asyncio.sleep(0))
         for p in progress:
             self._planner.plan_progress(
                 writes, p, states, now_us() if write_us is None else write_us

@@ -45,7 +45,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -102,6 +102,11 @@ class Writes:
     after: list[Callable[[], None]] = dataclasses.field(default_factory=list)  # once written
     # shard_buckets rows planned by this call: each is written once, not once per run
     buckets: set[tuple[int, int]] = dataclasses.field(default_factory=set)
+    # job id -> the runs of it whose rows this call writes in P_STATES (``early``)
+    state_runs: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    # jobs with a write of this call that is ordered against their run states: rows
+    # of new or re-indexed runs, due rows, job rows, dead-letter index entries
+    ordered_jobs: set[str] = dataclasses.field(default_factory=set)
 
     def add(self, phase: int, partition: tuple[Any, ...], stmt: BoundStatement, size: int) -> None:
         """``partition``: the table and the partition key the statement writes."""
@@ -109,6 +114,27 @@ class Writes:
 
     def __bool__(self) -> bool:
         return bool(self.parts)
+
+    def early(self, held: Collection[str]) -> tuple[Writes, list[str]]:
+        """Takes out the run rows that need not wait for an earlier phase: the state
+        changes (P_STATES) of the runs of jobs that have no other write in this call
+        (``ordered_jobs``, and ``held``: the jobs whose progress the caller will plan).
+        Returns them, to be written at once, with the ids of their runs. What stays is
+        written in phases as before; every prefix of what is written is still
+        consistent (module docstring): the order of the phases is an order between
+        writes of one job (its new runs, due rows, progress, dead-letter entries and
+        the state changes of its runs), and these jobs have no such other write."""
+        taken = Writes()
+        ids: list[str] = []
+        for job_id, run_ids in self.state_runs.items():
+            if job_id in held or job_id in self.ordered_jobs:
+                continue
+            key = (P_STATES, ("runs", job_id))
+            statements = self.parts.pop(key, None)
+            if statements is not None:
+                taken.parts[key] = statements
+                ids += run_ids
+        return taken, ids
 
 
 async def flush(cql: Cql, writes: Writes) -> None:
@@ -154,6 +180,7 @@ class WritePlanner:
     def plan_job(self, writes: Writes, job: Job) -> None:
         row = ROWS.job_row(job)
         writes.add(P_JOBS, ("jobs", job.id), self._cql.bind("insert_job", row), _size(row))
+        writes.ordered_jobs.add(job.id)
         stmt = self._cql.bind("insert_owner", (job.owner, job.id))
         writes.add(P_JOBS, ("jobs_by_owner", job.owner), stmt, 64)
 
@@ -178,6 +205,10 @@ class WritePlanner:
         ttl = self.run_ttl(run, time.time())
         stmt = self._cql.bind("insert_run", (*row, ts, ttl))
         writes.add(phase, ("runs", run.job_id), stmt, _size(row))
+        if phase == P_STATES:
+            writes.state_runs.setdefault(run.job_id, []).append(run.id)
+        if phase != P_STATES or run.dead_letter or was_dead:
+            writes.ordered_jobs.add(run.job_id)
         if new or ttl:  # the id's row expires with the run
             stmt = self._cql.bind("insert_run_id", (run.id, run.job_id, run.owner, ttl))
             writes.add(P_RUNS if new else phase, ("runs_by_id", run.id), stmt, 120)
@@ -222,6 +253,7 @@ class WritePlanner:
             self._ttl(due_at / 1e6, now),
         )
         writes.add(P_DUE, ("due_runs", run.shard, b), self._cql.bind("insert_due", values), 120)
+        writes.ordered_jobs.add(run.job_id)
         # The bucket's row in shard_buckets must outlive every due row of the bucket: it
         # lives until the bucket's end (or now, if later) + due_ttl, plus an hour for skew.
         # Rewritten only when this process has not already written one living that long

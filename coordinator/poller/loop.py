@@ -37,7 +37,7 @@ import contextlib
 import dataclasses
 import logging
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from datetime import datetime, timedelta
 from functools import partial
 
@@ -317,6 +317,7 @@ class Poller:
                 due=turn.due,
                 progress=list(turn.progress.values()),
                 write_time=confirmed,
+                durable=partial(self._send_durable_leases, turn) if turn.leases else None,
             )
             ended = [r for r in turn.runs.values() if r.state.is_final]
             if ended and self._runs_ended is not None:
@@ -325,7 +326,8 @@ class Poller:
             return  # frozen or cut off during the turn: send nothing it decided
         sent_at = self._clock.now()
         for slot in turn.leases:
-            runs.send_lease(slot, sent_at)
+            if slot.run.id not in turn.leases_sent:
+                runs.send_lease(slot, sent_at)
         for action in turn.after:
             action()
         for link, ack in turn.acks:
@@ -336,6 +338,21 @@ class Poller:
             self._save_cursors(now)
         self._update_gauges()
         self.turns += 1
+
+    def _send_durable_leases(self, turn: Turn, run_ids: Collection[str]) -> None:
+        """The store wrote these runs of the turn while the rest of its commit goes on
+        (``JobStore.commit``): their leases go out now, if this poller may still send
+        any (checked again as they are written to the stream); the others once the
+        commit is over."""
+        if not self.may_lease():
+            return
+        durable = set(run_ids)
+        sent_at = self._clock.now()
+        for slot in turn.leases:
+            if slot.run.id in durable:
+                self._runs.send_lease(slot, sent_at)
+                turn.leases_sent.add(slot.run.id)
+        self._streams.flush_leases()
 
     @contextlib.contextmanager
     def _isolated(self, where: str) -> Iterator[None]:

@@ -112,6 +112,12 @@ class WorkerStreams:
         for book in self.workers.values():
             book.link.flush()
 
+    def flush_leases(self) -> None:
+        """Only the leases queued so far go out (the rest of the turn's messages wait
+        for its commit)."""
+        for book in self.workers.values():
+            book.link.flush_leases()
+
     def close_all(self) -> None:
         for book in list(self._books.values()):
             book.link.close()

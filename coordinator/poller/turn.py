@@ -3,7 +3,9 @@
 The deciders add to a ``Turn``; the loop writes it in ONE store commit (group
 commit), and only then sends the leases, cancels, acks and answers it carries:
 a lease is durable before its worker sees it, a result before its worker is told
-it was accepted. A caller waiting on the turn (``answers``) always hears back: if the
+it was accepted. A store that writes in steps may name runs durable before the
+commit is over (``JobStore.commit``'s ``durable``): their leases go out then
+(``leases_sent``). A caller waiting on the turn (``answers``) always hears back: if the
 turn is not written, the loop fails what it left unanswered.
 """
 
@@ -29,6 +31,7 @@ class Turn:
     progress: dict[str, JobProgress] = field(default_factory=dict)
     output: list[OutputChunk] = field(default_factory=list)
     leases: list[Slot] = field(default_factory=list)  # leased: sent after the commit
+    leases_sent: set[str] = field(default_factory=set)  # run ids of those sent before its end
     acks: list[tuple[WorkerLink, ResultAck]] = field(default_factory=list)  # sent after it
     after: list[Callable[[], object]] = field(default_factory=list)  # run after it
     retries: list[Slot] = field(default_factory=list)  # decided, not yet placed

@@ -60,6 +60,10 @@ class WorkerLink(Protocol):
         """Sends what was batched: one message per kind."""
         ...
 
+    def flush_leases(self) -> None:
+        """Sends the leases batched so far alone; the rest waits for ``flush``."""
+        ...
+
     def close(self) -> None: ...
 
     def fail(self, error: ShardcronError) -> None:

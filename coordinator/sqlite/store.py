@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -228,6 +228,7 @@ class SqliteStore:
         due: Sequence[Run] = (),
         progress: Sequence[JobProgress] = (),
         write_time: datetime | None = None,  # one process writes this file: not needed
+        durable: Callable[[Collection[str]], None] | None = None,  # one transaction: never called
     ) -> None:
         runs, due, progress = list(runs), list(due), list(progress)
         if not (runs or due or progress):
