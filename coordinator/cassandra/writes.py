@@ -34,6 +34,11 @@ retries (creates with an idempotency key dedupe, see
 fails on its input (a value no store can encode) writes nothing: every row is
 encoded first.
 
+The order is an order between the writes of one job. A poller's commit takes the
+state changes of the runs of jobs with no other write in it (``Writes.early``) out
+of phase 4 and writes them first, beside its read of the completing jobs' states: a
+lease among them is durable, and goes out, after one round trip.
+
 Timestamps: the poller's run rows and progress carry its ``write_time`` (store.py
 docstring); the api writes a new run as of one second ago, so the poller's first
 write of the run beats its creation even when the two hosts' clocks are a little
