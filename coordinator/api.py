@@ -44,7 +44,7 @@ from shardcron.coordinator.poller.fires import (
     REPLAY_PREFIX,
     first_fires,
     make_run,
-    skipped_run,
+    skip_records,
 )
 from shardcron.coordinator.quotas import QuotaGuard, Quotas
 from shardcron.coordinator.run_waits import RunEndings, wait_final, wait_seconds
@@ -159,7 +159,7 @@ class JobsApi:
         """The new job with the records of its ``skipped`` fires and the run of its first
         ``fire`` (its next fire already set: the runs do not read it)."""
         shards = self.shard_count
-        runs = [skipped_run(job, f, f.skip_reason, shard_count=shards, now=now) for f in skipped]
+        runs = skip_records(job, skipped, shard_count=shards, now=now)
         if fire is not None:
             run = make_run(job, fire, shard_count=shards, now=now)
             if run.due_at < now:  # an AT in the past runs now

@@ -90,11 +90,16 @@ def skipped_run(job: Job, fire: Fire, reason: RunReason, *, shard_count: int, no
     return dataclasses.replace(base, state=state, reason=reason, ended_at=now)
 
 
+def skip_records(job: Job, skipped: list[Fire], *, shard_count: int, now: datetime) -> list[Run]:
+    """The records of fires skipped for their own reasons (DST), as ``first_fires`` and
+    ``_runnable_after`` list them."""
+    return [skipped_run(job, f, f.skip_reason, shard_count=shard_count, now=now) for f in skipped]
+
+
 def first_fire(job: Job, *, now: datetime, shard_count: int) -> tuple[Fire | None, list[Run]]:
     """The first fire of a new (or rescheduled) job, and SKIPPED records for DST-skipped fires before it."""
     fire, skipped = first_fires(job.spec.schedule, now)
-    skips = [skipped_run(job, f, f.skip_reason, shard_count=shard_count, now=now) for f in skipped]
-    return fire, skips
+    return fire, skip_records(job, skipped, shard_count=shard_count, now=now)
 
 
 def first_fires(schedule: Schedule, now: datetime) -> tuple[Fire | None, list[Fire]]:
@@ -125,8 +130,7 @@ def _next_runnable(
     job: Job, *, after: datetime, now: datetime, shard_count: int
 ) -> tuple[Fire | None, list[Run]]:
     fire, skipped = _runnable_after(job.spec.schedule, after)
-    skips = [skipped_run(job, f, f.skip_reason, shard_count=shard_count, now=now) for f in skipped]
-    return fire, skips
+    return fire, skip_records(job, skipped, shard_count=shard_count, now=now)
 
 
 def _runnable_after(schedule: Schedule, after: datetime) -> tuple[Fire | None, list[Fire]]:
