@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 _RANDOM_BYTES = 8  # 64 bits drawn per id; 62 of them are kept
 _COUNTER_MAX = 0xFFF  # the 12 bits after the version count ids within one millisecond
 _last = (0, 0)  # (milliseconds, counter) of this process's newest id: ids only ascend
+_HEX = frozenset("0123456789abcdefABCDEF")
 
 
 def new_job_id() -> str:
@@ -69,6 +70,18 @@ def _uuid_text(value: int) -> str:
     and stores the value first): an id is made for every job, a third of its cost."""
     h = value.to_bytes(16, "big").hex()
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def run_due_at(run_id: str) -> datetime | None:
+    """The due instant, to the millisecond, that a run id begins with (``run_id``); None
+    if the text is not shaped as a run id."""
+    head = run_id[:8] + run_id[9:13]
+    if len(run_id) != 36 or run_id[8] != "-" or not _HEX.issuperset(head):
+        return None
+    try:
+        return datetime.fromtimestamp(int(head, 16) / 1000, UTC)
+    except (OverflowError, ValueError, OSError):  # past the year 9999
+        return None
 
 
 def shard_for(job_id: str, shard_count: int) -> int:

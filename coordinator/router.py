@@ -27,7 +27,7 @@ from shardcron.client.errors import InvalidArgument, NotFound, ShardcronError, U
 from shardcron.client.sdk.connection import call_metadata
 from shardcron.client.types import Job, Run, RunReason, RunState
 from shardcron.coordinator.coordination import Coordination
-from shardcron.coordinator.ids import shard_for
+from shardcron.coordinator.ids import run_due_at, shard_for, utcnow
 from shardcron.coordinator.poller import Poller
 from shardcron.coordinator.validation import identifier
 from shardcron.v1 import cluster_pb2, cluster_pb2_grpc, types_pb2
@@ -275,22 +275,35 @@ class PollerServiceServicer(cluster_pb2_grpc.PollerServiceServicer):
         """Hands the poller the hinted runs that are stored PENDING in its shards, with
         their jobs as stored. With each run's job named, the runs are read under their
         jobs and the jobs beside them (one round of reads, not three in a row: a fresh
-        run due now waits for them); a run not stored under the job named is ignored."""
+        run due now waits for them); a run not stored under the job named is ignored.
+        The jobs of runs due past ``PollerConfig.job_read_until`` are not read: the
+        poller reads them as the runs trigger."""
         store = self._poller.store
+        until = self._poller.config.job_read_until(utcnow())
         if named:
+            # a run due past ``until`` has its job read as it triggers: the id tells
+            wanted = {
+                job_id
+                for run_id, job_id in named.items()
+                if until is None or (due := run_due_at(run_id)) is None or due <= until
+            }
             stored, jobs = await asyncio.gather(
-                store.get_runs(ids, job_ids=named), store.get_jobs(list(set(named.values())))
+                store.get_runs(ids, job_ids=named), store.get_jobs(list(wanted))
             )
         else:
-            stored, jobs = await store.get_runs(ids), {}
+            stored, jobs, wanted = await store.get_runs(ids), {}, set()
         runs = [
             r for r in stored.values() if r.state == RunState.PENDING and self._poller.owns(r.shard)
         ]
         if runs and not named:
-            jobs = await store.get_jobs(list({r.job_id for r in runs}))
-        runs = [r for r in runs if r.job_id in jobs]
+            wanted = {r.job_id for r in runs if until is None or r.due_at <= until}
+            jobs = await store.get_jobs(list(wanted))
+        # a job read and not found: the create failed after writing its runs
+        runs = [r for r in runs if r.job_id in jobs or r.job_id not in wanted]
         if runs:
-            self._poller.runs_created(runs, [jobs[j] for j in {r.job_id for r in runs}])
+            self._poller.runs_created(
+                runs, [jobs[j] for j in {r.job_id for r in runs} if j in jobs]
+            )
 
     async def CancelRun(
         self, request: cluster_pb2.CancelRunRequest, context: grpc.aio.ServicerContext

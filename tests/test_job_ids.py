@@ -7,7 +7,7 @@ import time
 import uuid
 from datetime import UTC, datetime
 
-from shardcron.coordinator.ids import new_job_id, new_job_ids, run_id
+from shardcron.coordinator.ids import new_job_id, new_job_ids, run_due_at, run_id
 
 
 def test_job_ids_are_uuid7_and_ascend() -> None:
@@ -50,3 +50,15 @@ def test_run_ids_are_uuid8_and_stay_what_they_were() -> None:
         parsed = uuid.UUID(run_id(job, f"k{attempt}", attempt, due))
         assert parsed.version == 8 and parsed.variant == uuid.RFC_4122
         assert parsed.int >> 80 == int(due.timestamp() * 1000)
+
+
+def test_a_run_id_tells_its_due_instant_to_the_millisecond() -> None:
+    due = datetime(2026, 11, 27, 15, 4, 5, 678_901, tzinfo=UTC)
+    assert run_due_at(run_id("job", "now", 1, due)) == due.replace(microsecond=678_000)
+
+
+def test_text_not_shaped_as_a_run_id_tells_no_due_instant() -> None:
+    assert run_due_at("r1") is None
+    assert run_due_at("0192f1e2x3c4-8000-8000-000000000000") is None  # no dash at 8
+    assert run_due_at("0192f1e2-3c4g-8000-8000-000000000000") is None  # not hex
+    assert run_due_at("ffffffff-ffff-8000-8000-000000000000") is None  # past the year 9999

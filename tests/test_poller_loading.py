@@ -5,7 +5,8 @@ the store must not hold up the turns (a hinted run comes due and is triggered
 meanwhile); a run hinted while its shard's first scan is being read, which that
 scan's read missed, must still be held once the scan is over (with no re-read of the
 recent past, nothing else would ever find it); a job read again when its run comes
-due holds up that run alone; a save of the shards' cursors holds up nothing.
+due holds up that run alone, and a scanned run due too late for a copy read with it
+to serve has its job read only then; a save of the shards' cursors holds up nothing.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class HeldReads:
         self.released.set()
         self.held_kind = ""
         self.held = 0  # reads made and not answered yet
+        self.jobs_read: list[str] = []  # the job ids of every get_jobs, in order
 
     def hold(self, kind: str) -> None:
         self.held_kind = kind
@@ -50,6 +52,8 @@ class HeldReads:
             return attr
 
         async def read(*args: Any, **kwargs: Any) -> Any:
+            if name == "get_jobs":
+                self.jobs_read.extend(args[0])
             answer = await attr(*args, **kwargs)
             if name == self.held_kind and not self.released.is_set():
                 self.held += 1
@@ -158,6 +162,25 @@ async def test_a_job_read_again_at_its_runs_trigger_does_not_hold_up_the_turns(
     assert poller.phase_of(run_id) == Phase.WAITING
     scans.released.set()
     await until(lambda: poller.phase_of(run_id) == Phase.READY, what="the run triggered")
+
+
+@pytest.mark.parametrize("job_cache_ttl", [timedelta(milliseconds=500)])
+async def test_a_scanned_run_due_past_the_job_read_horizon_has_its_job_read_as_it_triggers(
+    sqlite_store: SqliteStore, scans: HeldReads, poller: Poller
+) -> None:
+    """Read with the run, the copy would be too old by the trigger and read again."""
+    now = utcnow()
+    soon, later = make_job(), make_job()
+    near = dataclasses.replace(make_run(soon, due_at=now + timedelta(seconds=1)), created_at=now)
+    # past the lease lead (0.5 s) and the demand's 2 s beyond it, within the lookahead
+    far = dataclasses.replace(make_run(later, due_at=now + timedelta(seconds=3)), created_at=now)
+    await sqlite_store.create_jobs([NewJob(job=soon, runs=[near]), NewJob(job=later, runs=[far])])
+    await _settled(poller)  # the shards' first scan finds the runs
+    assert poller.phase_of(far.id) == Phase.WAITING
+    assert soon.id in scans.jobs_read and later.id not in scans.jobs_read
+    await until(lambda: poller.phase_of(far.id) == Phase.READY, what="the later run triggered")
+    assert later.id in scans.jobs_read
+    assert poller._runs.slots[far.id].job is not None  # triggered with its job as read
 
 
 async def test_a_save_of_the_cursors_held_up_in_the_store_does_not_hold_up_the_turns(

@@ -1,17 +1,21 @@
 """Hints of new runs from another node (``PollerService.NotifyRuns``): the receiving
 poller acts only on what it reads from the store; a hint naming each run's job lets
 it read the run under that job directly, and one naming none (an older sender) still
-works."""
+works. In a cluster (job copies go stale) the job of a run due past the job read
+horizon is not read: the poller reads it as the run triggers."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
+from datetime import timedelta
 from pathlib import Path
 
 import grpc
 import pytest
 
 from shardcron.client.types import Job, Run, RunState
+from shardcron.coordinator.ids import utcnow
+from shardcron.coordinator.poller import PollerConfig
 from shardcron.coordinator.router import PollerServiceServicer
 from shardcron.coordinator.sqlite.store import SqliteStore
 from shardcron.coordinator.store import JobStore, NewJob
@@ -24,6 +28,7 @@ class HintedPoller:
 
     def __init__(self, store: JobStore) -> None:
         self.store = store
+        self.config = PollerConfig()
         self.hints: list[tuple[list[Run], list[Job]]] = []
 
     def phase_of(self, run_id: str) -> None:
@@ -99,6 +104,27 @@ async def test_a_run_named_under_a_job_it_is_not_stored_under_is_ignored(
         cluster_pb2.NotifyRunsRequest(run_ids=[r1.id, r2.id], job_ids=[job2.id, job2.id])
     )
     assert by_id(poller.hints) == ({r2.id}, {job2.id})
+
+
+@pytest.mark.parametrize("named", [True, False])
+async def test_in_a_cluster_the_job_of_a_run_due_past_the_job_read_horizon_is_not_read(
+    poller: HintedPoller, stub: cluster_pb2_grpc.PollerServiceStub, named: bool
+) -> None:
+    poller.config = PollerConfig(
+        job_cache_ttl=timedelta(seconds=1), lease_lead=timedelta(milliseconds=500)
+    )
+    now = utcnow()
+    soon, later = make_job(), make_job()
+    near = make_run(soon, due_at=now + timedelta(seconds=1))
+    far = make_run(later, due_at=now + timedelta(seconds=10))
+    await poller.store.create_jobs([NewJob(job=soon, runs=[near]), NewJob(job=later, runs=[far])])
+    runs = [near, far]
+    await stub.NotifyRuns(
+        cluster_pb2.NotifyRunsRequest(
+            run_ids=[r.id for r in runs], job_ids=[r.job_id for r in runs] if named else []
+        )
+    )
+    assert by_id(poller.hints) == ({near.id, far.id}, {soon.id})
 
 
 @pytest.mark.parametrize(

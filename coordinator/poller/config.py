@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
+from shardcron.client.saturating import saturating_add
 from shardcron.coordinator.poller.fires import MISFIRE_GRACE
 from shardcron.coordinator.sealing import KeyRing
 
@@ -12,6 +13,9 @@ EPOCH_SHIFT = 32  # a fencing token is fencing_epoch << EPOCH_SHIFT | sequence
 MAX_DEFERRED = 100_000  # held leases and results kept to answer once the shards are loaded
 JOB_ROW_GRACE = timedelta(seconds=30)  # a run's job row may land this long after the run
 JOB_ROW_RETRY = timedelta(milliseconds=500)
+# A worker that shares its slots among pollers grants them one round trip after it is
+# asked: runs coming due within this of the lease lead count in the demand for them.
+DEMAND_AHEAD = timedelta(seconds=2)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,6 +58,18 @@ class PollerConfig:
     crowd_lead_most: timedelta = timedelta(seconds=10)
     max_loaded: int = 500_000  # runs held in memory before loading pauses
     cursor_save_interval: timedelta = timedelta(seconds=5)
+
+    def job_read_until(self, now: datetime) -> datetime | None:
+        """Runs due by then have their jobs read as they are loaded (from a hint or a
+        scan). A later run's job is read as the run triggers (``JobReads``): a copy read
+        now would be older than ``job_cache_ttl`` by then, and read again. Such a run
+        counts in the demand for room (``ahead.coming``) from its trigger on, not ahead
+        of it: the room comes one round trip later, within the lease lead. None: every
+        run's job is read as it is loaded (the copies held never go stale)."""
+        ttl = self.job_cache_ttl
+        if ttl is None:
+            return None
+        return saturating_add(now, self.lease_lead + max(ttl, DEMAND_AHEAD))
 
     @property
     def worker_silence_timeout(self) -> timedelta:
