@@ -1,12 +1,18 @@
 """A call's due rows name each (shard, bucket) of ``shard_buckets`` once: a create of
 many jobs in one shard plans one bucket row, not one per run (``WritePlanner``), and a
-later call of this process, once that row is written, plans none."""
+later call of this process, once that row is written, plans none. A scan over a few
+buckets reads them without that index; a longer one goes by it."""
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
+from shardcron.coordinator.cassandra.reads import DIRECT_BUCKETS
 from shardcron.coordinator.cassandra.store import CassandraStore
 from shardcron.coordinator.cassandra.writes import P_DUE, Writes, encode_runs
-from tests.support.store_builders import make_job, make_run
+from shardcron.coordinator.ids import bucket_for
+from shardcron.coordinator.store import NewJob
+from tests.support.store_builders import T0, make_job, make_run
 
 
 def _statements(writes: Writes, table: str) -> int:
@@ -29,3 +35,29 @@ async def test_a_call_plans_each_bucket_row_once(cassandra_store: CassandraStore
     await planner.put_runs(later, again, encode_runs(again), again, known_new=True)
     assert _statements(later, "due_runs") == 5
     assert _statements(later, "shard_buckets") == 0
+
+
+async def test_a_scan_of_a_few_buckets_reads_them_without_the_index(
+    cassandra_store: CassandraStore,
+) -> None:
+    """Shown with the index row taken away: a scan within the run's bucket still finds
+    it, a scan of several buckets (which asks the index) does not."""
+    job = make_job(shard=3)
+    run = make_run(job, due_at=T0 + timedelta(seconds=90))  # the second bucket from T0
+    await cassandra_store.create_jobs([NewJob(job=job, runs=[run])])
+    bucket = bucket_for(run.due_at, cassandra_store.bucket_seconds)
+    assert cassandra_store._session is not None
+    cassandra_store._session.execute(
+        "DELETE FROM shard_buckets WHERE shard = %s AND bucket = %s", (3, bucket)
+    )
+
+    async def scan(start: datetime, seconds: int) -> list[str]:
+        until = start + timedelta(seconds=seconds)
+        entries = await cassandra_store.scan_due(
+            3, due_from=start, due_until=until, after=None, limit=10
+        )
+        return [e.run_id for e in entries]
+
+    start = T0 + timedelta(seconds=60)  # the run's bucket
+    assert await scan(start, DIRECT_BUCKETS * 60 - 1) == [run.id]
+    assert await scan(T0, (DIRECT_BUCKETS + 2) * 60) == []

@@ -6,6 +6,11 @@ a page may need several index reads; indexes are checked against the rows they
 point to (an entry left by an interrupted write is skipped). Reads of many rows
 skip the rows that cannot be decoded (``BadRowLog``); reads of one row by id
 raise ``UnreadableRow``.
+
+The due index of a shard is read bucket by bucket. A window within one bucket (a
+poller's scan of the seconds ahead) reads it as it is; a longer one (a re-read of the
+recent past, a shard's first scan from its cursor) asks ``shard_buckets`` which of
+its buckets ever had rows.
 """
 
 from __future__ import annotations
@@ -33,6 +38,10 @@ from shardcron.coordinator.store_rules import (
     run_state_order,
     run_state_wanted,
 )
+
+# A window over at most this many buckets reads them without the index. One: a scan
+# of the next seconds saves its index read, and a longer one reads no empty bucket.
+DIRECT_BUCKETS = 1
 
 
 def _id(item: Job | Run) -> str:
@@ -279,10 +288,14 @@ async def scan_due(
     first = bucket_for(due_from, b)
     if after is not None and after[0] >= due_from:
         first = max(first, bucket_for(after[0], b))
-    # Only the buckets this shard ever had rows in (shard_buckets), oldest first.
-    buckets = [
-        row[0] for row in await cql.all(cql.ps["buckets"], (shard, first, bucket_for(due_until, b)))
-    ]
+    last = bucket_for(due_until, b)
+    if last - first < DIRECT_BUCKETS * b:
+        # a poller's scan of the next seconds: read without asking the index first (the
+        # index reads were 0.15 of the cluster's 1.1 requests per job in W3)
+        buckets = list(range(first, last + 1, b))
+    else:
+        # only the buckets this shard ever had rows in (shard_buckets), oldest first
+        buckets = [row[0] for row in await cql.all(cql.ps["buckets"], (shard, first, last))]
     out: list[DueEntry] = []
     for bucket in buckets:
         room = limit - len(out)
