@@ -28,11 +28,13 @@ round trip fewer before its answer: a due row may then land before its run's row
 and a scan skips a due row whose run it cannot read (the run's hint, sent once the
 create is written, or the next re-read of the recent past holds it), so such a
 prefix is consistent too. A create that fails between them leaves at most a due row
-naming no run, which every reader skips. 3 before 4: when progress (the next fire) lands without the
-state change of the run that fired, that run is still PENDING and runs as a plain
-run on reload; the other way round (the run moved on, the next fire not written)
-would stop a cron schedule. A dead-letter entry is added before, and removed after,
-the run row that says so, so no dead letter goes unlisted. Unlike SQLite, a call
+naming no run, which every reader skips.
+
+3 before 4: when progress (the next fire) lands without the state change of the run
+that fired, that run is still PENDING and runs as a plain run on reload; the other
+way round (the run moved on, the next fire not written) would stop a cron schedule.
+A dead-letter entry is added before, and removed after, the run row that says so,
+so no dead letter goes unlisted. Unlike SQLite, a call
 that fails on the infrastructure can leave some of its phases written: a caller
 retries (creates with an idempotency key dedupe, see
 ``creates.settle_failed_create``; run writes are idempotent upserts). A call that
