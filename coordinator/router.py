@@ -285,7 +285,7 @@ class PollerServiceServicer(cluster_pb2_grpc.PollerServiceServicer):
             wanted = {
                 job_id
                 for run_id, job_id in named.items()
-                if until is None or (due := run_due_at(run_id)) is None or due <= until
+                if (due := run_due_at(run_id)) is None or due <= until
             }
             stored, jobs = await asyncio.gather(
                 store.get_runs(ids, job_ids=named), store.get_jobs(list(wanted))
@@ -296,7 +296,7 @@ class PollerServiceServicer(cluster_pb2_grpc.PollerServiceServicer):
             r for r in stored.values() if r.state == RunState.PENDING and self._poller.owns(r.shard)
         ]
         if runs and not named:
-            wanted = {r.job_id for r in runs if until is None or r.due_at <= until}
+            wanted = {r.job_id for r in runs if r.due_at <= until}
             jobs = await store.get_jobs(list(wanted))
         # a job read and not found: the create failed after writing its runs
         runs = [r for r in runs if r.job_id in jobs or r.job_id not in wanted]

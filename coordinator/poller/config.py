@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from shardcron.client.saturating import saturating_add
 from shardcron.coordinator.poller.fires import MISFIRE_GRACE
@@ -16,6 +16,7 @@ JOB_ROW_RETRY = timedelta(milliseconds=500)
 # A worker that shares its slots among pollers grants them one round trip after it is
 # asked: runs coming due within this of the lease lead count in the demand for them.
 DEMAND_AHEAD = timedelta(seconds=2)
+_LATEST = datetime.max.replace(tzinfo=UTC)  # after every instant, stored ones included
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -59,16 +60,17 @@ class PollerConfig:
     max_loaded: int = 500_000  # runs held in memory before loading pauses
     cursor_save_interval: timedelta = timedelta(seconds=5)
 
-    def job_read_until(self, now: datetime) -> datetime | None:
+    def job_read_until(self, now: datetime) -> datetime:
         """Runs due by then have their jobs read as they are loaded (from a hint or a
         scan). A later run's job is read as the run triggers (``JobReads``): a copy read
         now would be older than ``job_cache_ttl`` by then, and read again. Such a run
         counts in the demand for room (``ahead.coming``) from its trigger on, not ahead
-        of it: the room comes one round trip later, within the lease lead. None: every
-        run's job is read as it is loaded (the copies held never go stale)."""
+        of it: the room comes one round trip later, within the lease lead. Without a
+        ``job_cache_ttl`` (the copies held never go stale) every run's job is read as it
+        is loaded: the latest instant there is."""
         ttl = self.job_cache_ttl
         if ttl is None:
-            return None
+            return _LATEST
         return saturating_add(now, self.lease_lead + max(ttl, DEMAND_AHEAD))
 
     @property

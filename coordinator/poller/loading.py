@@ -197,10 +197,10 @@ class ScanReads:
         return min(oldest, now) if oldest is not None else now
 
 
-def _job_wanted(run: Run, read_until: datetime | None) -> bool:
+def _job_wanted(run: Run, read_until: datetime) -> bool:
     """The run's job is read with it: it is due by ``read_until``, or not PENDING (a run
     taken over from another poller)."""
-    return read_until is None or run.state != RunState.PENDING or run.due_at <= read_until
+    return run.state != RunState.PENDING or run.due_at <= read_until
 
 
 def hold_found(
