@@ -37,7 +37,14 @@ from shardcron.client.types import (
     Schedule,
     ScheduleKind,
 )
-from shardcron.coordinator.ids import new_job_id, new_job_ids, run_id, shard_for, utcnow
+from shardcron.coordinator.ids import (
+    new_job_id,
+    new_job_ids,
+    placed_job_id,
+    run_id,
+    shard_for,
+    utcnow,
+)
 from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.poller.fires import (
     MANUAL_PREFIX,
@@ -63,6 +70,7 @@ from shardcron.coordinator.validation import (
 )
 
 MAX_BATCH = limits.MAX_BATCH
+_ONE_FIRE = frozenset({ScheduleKind.IMMEDIATE, ScheduleKind.AT})
 WAITING_REASON_WAIT = 1.0  # seconds a read waits for pollers to say why its runs wait
 
 
@@ -105,12 +113,14 @@ class JobsApi:
         served_here: Callable[[int], bool] = lambda shard: False,
         quotas: QuotaGuard | None = None,
         keys: KeyRing | None = None,
+        place_within: timedelta = timedelta(0),
     ) -> None:
         """``endings`` is what this node's poller announces ended runs to, and
         ``served_here(shard)`` whether that poller holds the shard (``run_waits``);
         ``quotas`` the per-owner limits (without one, the generous defaults of
         ``quotas.DEFAULT_QUOTA``); ``keys`` what seals secret env values before they
-        are stored (``sealing``; none: stored as given)."""
+        are stored (``sealing``; none: stored as given). A job of one fire due within
+        ``place_within`` is placed on a shard served here (``_new_job``)."""
         self.store = store
         self.shard_count: int = store.shard_count  # fixed with the store's layout
         self.link = link
@@ -119,17 +129,33 @@ class JobsApi:
         self.served_here = served_here
         self.quotas = quotas or QuotaGuard(Quotas(), store.count_jobs)
         self.keys = keys
+        self.place_within = place_within
 
     def _sealed(self, spec: JobSpec) -> JobSpec:
         return spec if self.keys is None else self.keys.sealed_spec(spec)
 
     # --- jobs -----------------------------------------------------------------
 
-    def _new_job(self, job_id: str, owner: str, spec: JobSpec, key: str, now: datetime) -> NewJob:
+    def _new_job(
+        self, job_id: str, owner: str, spec: JobSpec, key: str, now: datetime, place: bool
+    ) -> NewJob:
+        """With ``place``, a job of one fire due within ``place_within`` gets an id whose
+        shard this node's poller serves: its run is handed to that poller in memory
+        (``PollerLink.runs_created``), not hinted to another node, which would read it
+        and its job back from the store before holding it. A job of many fires keeps
+        the shard its id drew: it stays on its shard for good, and jobs created
+        through one node would crowd that node's shards."""
         if spec.schedule.kind == ScheduleKind.INTERVAL and spec.schedule.anchor is None:
             anchor = spec.schedule.start_at or now
             spec = spec.replace(schedule=dataclasses.replace(spec.schedule, anchor=anchor))
         fire, skipped = first_fires(spec.schedule, now)  # the job is made once, with them
+        if (
+            place
+            and fire is not None
+            and spec.schedule.kind in _ONE_FIRE
+            and fire.at - now <= self.place_within
+        ):
+            job_id = placed_job_id(job_id, self.served_here, self.shard_count)
         job = Job(
             id=job_id,
             owner=owner,
@@ -189,8 +215,11 @@ class JobsApi:
         await self.quotas.check_creates(owner, len(items))
         now = utcnow()
         ids = new_job_ids(len(items))
+        place = self.place_within > timedelta(0) and any(
+            self.served_here(shard) for shard in range(self.shard_count)
+        )
         new = [
-            self._new_job(job_id, owner, spec, key, now)
+            self._new_job(job_id, owner, spec, key, now, place)
             for job_id, (spec, key) in zip(ids, items, strict=True)
         ]
         results = await self.store.create_jobs(new)

@@ -12,12 +12,15 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 _RANDOM_BYTES = 8  # 64 bits drawn per id; 62 of them are kept
 _COUNTER_MAX = 0xFFF  # the 12 bits after the version count ids within one millisecond
 _last = (0, 0)  # (milliseconds, counter) of this process's newest id: ids only ascend
 _HEX = frozenset("0123456789abcdefABCDEF")
+_NOISE = (1 << 62) - 1  # the random bits of a job id
+PLACE_TRIES = 16  # draws of a placed id's random bits (``placed_job_id``)
 
 
 def new_job_id() -> str:
@@ -44,10 +47,29 @@ def new_job_ids(count: int) -> list[str]:
             millis, counter = millis + 1, 0
         rand = int.from_bytes(noise[i * _RANDOM_BYTES : (i + 1) * _RANDOM_BYTES], "big")
         value = (millis & ((1 << 48) - 1)) << 80 | 0x7 << 76 | counter << 64
-        value |= 0x2 << 62 | rand & ((1 << 62) - 1)
+        value |= 0x2 << 62 | rand & _NOISE
         ids.append(_uuid_text(value))
     _last = (millis, counter)
     return ids
+
+
+def placed_job_id(
+    job_id: str, wanted: Callable[[int], bool], shard_count: int, tries: int = PLACE_TRIES
+) -> str:
+    """``job_id`` (from ``new_job_ids``), its 62 random bits drawn again until its shard
+    (``shard_for``) is one ``wanted`` accepts. The instant and the counter stay, so the
+    ids of this process still ascend and differ. ``job_id`` as given when it is
+    accepted already, or when no draw of ``tries`` is."""
+    if wanted(shard_for(job_id, shard_count)):
+        return job_id
+    head = int(job_id.replace("-", ""), 16) & ~_NOISE
+    noise = os.urandom(_RANDOM_BYTES * tries)
+    for i in range(tries):
+        rand = int.from_bytes(noise[i * _RANDOM_BYTES : (i + 1) * _RANDOM_BYTES], "big")
+        candidate = _uuid_text(head | rand & _NOISE)
+        if wanted(shard_for(candidate, shard_count)):
+            return candidate
+    return job_id
 
 
 def run_id(job_id: str, fire_key: str, attempt: int, due_at: datetime) -> str:

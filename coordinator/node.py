@@ -138,6 +138,7 @@ class Node:
                 served_here=self.poller.owns if self.poller else lambda shard: False,
                 quotas=quota_guard(self.auth, self.config.quotas, self.store.count_jobs),
                 keys=self.config.poller.secret_keys,
+                place_within=self.config.poller.hint_horizon,
             )
         self.server, self.port = build_server(
             self.config.listen,

@@ -1,5 +1,6 @@
 """Job ids: UUIDv7, unique, ascending within a process, also across calls. Run ids:
-UUIDv8, the same for the same job, fire and attempt, on every version (they are stored)."""
+UUIDv8, the same for the same job, fire and attempt, on every version (they are stored).
+A placed job id: its random bits drawn again until its shard is one wanted."""
 
 from __future__ import annotations
 
@@ -7,7 +8,14 @@ import time
 import uuid
 from datetime import UTC, datetime
 
-from shardcron.coordinator.ids import new_job_id, new_job_ids, run_due_at, run_id
+from shardcron.coordinator.ids import (
+    new_job_id,
+    new_job_ids,
+    placed_job_id,
+    run_due_at,
+    run_id,
+    shard_for,
+)
 
 
 def test_job_ids_are_uuid7_and_ascend() -> None:
@@ -62,3 +70,27 @@ def test_text_not_shaped_as_a_run_id_tells_no_due_instant() -> None:
     assert run_due_at("0192f1e2x3c4-8000-8000-000000000000") is None  # no dash at 8
     assert run_due_at("0192f1e2-3c4g-8000-8000-000000000000") is None  # not hex
     assert run_due_at("ffffffff-ffff-8000-8000-000000000000") is None  # past the year 9999
+
+
+def test_a_placed_job_id_lands_on_a_wanted_shard_and_keeps_its_instant() -> None:
+    wanted = {0, 1, 2, 3, 4, 5}  # of 8: a draw misses with chance 1/4, 17 draws 1/4**17
+    ids = new_job_ids(200)
+    placed = [placed_job_id(job_id, wanted.__contains__, 8) for job_id in ids]
+    assert all(shard_for(job_id, 8) in wanted for job_id in placed)
+    assert sum(a != b for a, b in zip(ids, placed, strict=True)) > 20  # a quarter moved
+    assert placed == sorted(placed)  # still ascending: the instant and counter stay
+    assert len(set(placed)) == len(placed)
+    for before, after in zip(ids, placed, strict=True):
+        assert after[:18] == before[:18]  # 48 bits of milliseconds, version, counter
+        parsed = uuid.UUID(after)
+        assert str(parsed) == after
+        assert parsed.version == 7
+        assert parsed.variant == uuid.RFC_4122
+
+
+def test_a_job_id_no_draw_places_is_kept() -> None:
+    job_id = new_job_id()
+    assert placed_job_id(job_id, lambda shard: False, 8) == job_id
+    tried: list[int] = []
+    placed_job_id(job_id, lambda shard: tried.append(shard) is None and False, 8, tries=5)
+    assert len(tried) == 6  # the id as given, then each draw
