@@ -3,54 +3,20 @@ run is handed over in memory; other jobs keep the shard their id drew."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
 from datetime import timedelta
-from pathlib import Path
 
-import pytest
-
-from shardcron.client.types import HandlerTask, Job, JobSpec, Run, RunReason, Schedule
+from shardcron.client.types import HandlerTask, JobSpec, Schedule
 from shardcron.coordinator.api import JobsApi
 from shardcron.coordinator.ids import utcnow
 from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.sqlite.store import SqliteStore
-from tests.support.store_builders import ALICE
+from tests.support.links import HintLog
+from tests.support.store_builders import ALICE, SHARDS
 
-SHARDS = 8
-SERVED = frozenset({0, 1, 2, 3, 4, 5})  # a draw misses with chance 1/4; 17 draws 1/4**17
-
-
-class Hints:
-    def __init__(self) -> None:
-        self.runs: list[Run] = []
-
-    def runs_created(self, runs: Sequence[Run], jobs: Sequence[Job] = ()) -> None:
-        self.runs += runs
-
-    async def cancel(self, run: Run, reason: RunReason) -> Run:
-        return run
-
-    def cancel_job(self, job_id: str, reason: RunReason) -> None:
-        pass
-
-    def job_changed(self, job: Job) -> None:
-        pass
-
-    async def waiting_reasons(self, runs: Sequence[Run]) -> dict[str, str]:
-        return {}
+SERVED = frozenset(range(SHARDS * 3 // 4))  # a draw misses with chance 1/4; 17 draws 1/4**17
 
 
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
-    store = SqliteStore(tmp_path / "db", shard_count=SHARDS, bucket_seconds=60)
-    await store.open()
-    try:
-        yield store
-    finally:
-        await store.close()
-
-
-def _api(store: SqliteStore, hints: Hints, served: frozenset[int]) -> JobsApi:
+def _api(store: SqliteStore, hints: HintLog, served: frozenset[int]) -> JobsApi:
     return JobsApi(
         store,
         hints,
@@ -72,9 +38,11 @@ async def _shards(api: JobsApi, schedule: Schedule, n: int) -> set[int]:
     return {r.shard for r in runs}
 
 
-async def test_a_job_due_now_or_soon_is_created_on_a_shard_served_here(store: SqliteStore) -> None:
-    hints = Hints()
-    api = _api(store, hints, SERVED)
+async def test_a_job_due_now_or_soon_is_created_on_a_shard_served_here(
+    sqlite_store: SqliteStore,
+) -> None:
+    hints = HintLog()
+    api = _api(sqlite_store, hints, SERVED)
     assert await _shards(api, Schedule.immediate(), 40) <= SERVED
     soon = Schedule.once_at(utcnow() + timedelta(seconds=30))
     assert await _shards(api, soon, 40) <= SERVED
@@ -84,9 +52,9 @@ async def test_a_job_due_now_or_soon_is_created_on_a_shard_served_here(store: Sq
 
 
 async def test_jobs_of_many_fires_or_due_later_keep_the_shard_they_drew(
-    store: SqliteStore,
+    sqlite_store: SqliteStore,
 ) -> None:
-    api = _api(store, Hints(), SERVED)
+    api = _api(sqlite_store, HintLog(), SERVED)
     # 60 jobs each: all on served shards by chance has odds (3/4)**60, under 1e-7
     later = Schedule.once_at(utcnow() + timedelta(minutes=5))
     assert not await _shards(api, later, 60) <= SERVED
@@ -96,6 +64,6 @@ async def test_jobs_of_many_fires_or_due_later_keep_the_shard_they_drew(
     assert not await _shards(api, interval, 60) <= SERVED
 
 
-async def test_a_node_serving_no_shard_places_nothing(store: SqliteStore) -> None:
-    api = _api(store, Hints(), frozenset())
+async def test_a_node_serving_no_shard_places_nothing(sqlite_store: SqliteStore) -> None:
+    api = _api(sqlite_store, HintLog(), frozenset())
     assert len(await _shards(api, Schedule.immediate(), 60)) > 2

@@ -10,28 +10,12 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from shardcron.client.types import Job, Run, RunReason, RunState
+from shardcron.client.types import RunState
 from shardcron.coordinator.api import JobsApi
 from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.sqlite.store import SqliteStore
+from tests.support.links import HintLog
 from tests.support.store_builders import ALICE, create, make_job, make_run
-
-
-class NoPoller:
-    def runs_created(self, runs: list[Run], jobs: list[Job] = ()) -> None:  # type: ignore[assignment]
-        pass
-
-    async def cancel(self, run: Run, reason: RunReason) -> Run:
-        return run
-
-    def cancel_job(self, job_id: str, reason: RunReason) -> None:
-        pass
-
-    def job_changed(self, job: Job) -> None:
-        pass
-
-    async def waiting_reasons(self, runs: list[Run]) -> dict[str, str]:
-        return {}
 
 
 async def test_a_dead_letter_replayed_twice_is_one_run(tmp_path: Path) -> None:
@@ -41,7 +25,7 @@ async def test_a_dead_letter_replayed_twice_is_one_run(tmp_path: Path) -> None:
         job = await create(store, make_job())
         dead = make_run(job, state=RunState.FAILED, dead_letter=True)
         await store.commit(runs=[dead])
-        api = JobsApi(store, NoPoller(), Metrics())
+        api = JobsApi(store, HintLog(), Metrics())
         [first] = await api.replay_dead_letters(ALICE, [dead.id], "")
         # as if the process died before the dead letter was cleared
         await store.commit(runs=[dataclasses.replace(dead, dead_letter=True)])
