@@ -1,15 +1,18 @@
 """A call's due rows name each (shard, bucket) of ``shard_buckets`` once: a create of
 many jobs in one shard plans one bucket row, not one per run (``WritePlanner``), and a
 later call of this process, once that row is written, plans none. A scan over a few
-buckets reads them without that index; a longer one goes by it."""
+buckets reads them without that index; a longer one goes by it. A create writes its
+runs and due rows in one phase, its jobs after them."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+import pytest
+
 from shardcron.coordinator.cassandra.reads import DIRECT_BUCKETS
 from shardcron.coordinator.cassandra.store import CassandraStore
-from shardcron.coordinator.cassandra.writes import P_DUE, Writes, encode_runs
+from shardcron.coordinator.cassandra.writes import P_DUE, P_JOBS, P_RUNS, Writes, encode_runs
 from shardcron.coordinator.ids import bucket_for
 from shardcron.coordinator.store import NewJob
 from tests.support.store_builders import T0, make_job, make_run
@@ -61,3 +64,29 @@ async def test_a_scan_of_a_few_buckets_reads_them_without_the_index(
     start = T0 + timedelta(seconds=60)  # the run's bucket
     assert await scan(start, DIRECT_BUCKETS * 60 - 1) == [run.id]
     assert await scan(T0, (DIRECT_BUCKETS + 2) * 60) == []
+
+
+async def test_a_create_writes_its_runs_and_due_rows_in_one_phase_then_its_jobs(
+    cassandra_store: CassandraStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A round trip fewer before the answer: the job rows still come last, once their
+    runs are findable (writes.py)."""
+    phases: list[list[tuple[int, str]]] = []
+    real = cassandra_store._flush
+
+    async def recorded(writes: Writes) -> None:
+        phases.append(sorted({(phase, key[0]) for phase, key in writes.parts}))
+        await real(writes)
+
+    monkeypatch.setattr(cassandra_store, "_flush", recorded)
+    job = make_job(shard=3)
+    run = make_run(job, due_at=T0)
+    await cassandra_store.create_jobs([NewJob(job=job, runs=[run])])
+    [written] = phases
+    assert {phase for phase, _ in written} == {P_RUNS, P_JOBS}
+    assert {table for phase, table in written if phase == P_RUNS} >= {"runs", "due_runs"}
+    assert {table for phase, table in written if phase == P_JOBS} >= {"jobs"}
+    entries = await cassandra_store.scan_due(
+        3, due_from=T0, due_until=T0 + timedelta(seconds=1), after=None, limit=10
+    )
+    assert [e.run_id for e in entries] == [run.id]

@@ -22,7 +22,7 @@ from shardcron.client.types import Job, JobState, RunState
 from shardcron.coordinator.cassandra.reads import job_rows
 from shardcron.coordinator.cassandra.session import Cql
 from shardcron.coordinator.cassandra.statements import ROWS
-from shardcron.coordinator.cassandra.writes import WritePlanner, Writes, encode_runs
+from shardcron.coordinator.cassandra.writes import P_DUE, P_RUNS, WritePlanner, Writes, encode_runs
 from shardcron.coordinator.store import NewJob
 
 log = logging.getLogger(__name__)
@@ -75,6 +75,8 @@ async def create_jobs(
     runs = [run for item in created for run in item.runs]
     due = [r for r in runs if r.state == RunState.PENDING]
     await planner.put_runs(writes, runs, created_rows, due, known_new=True)
+    # the due rows go with the run rows, not a round trip after them (writes.py)
+    writes.merge(P_DUE, into=P_RUNS)
     try:
         await flush(writes)
     except BaseException:

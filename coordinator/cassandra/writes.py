@@ -23,11 +23,18 @@ phases is a consistent store:
 1 and 2 before 3: a job's next fire is written only once its run is findable, and
 a created job becomes visible only once its first runs are findable (a run whose
 job row never landed is cancelled as JOB_DELETED by the poller; its create was
-never acknowledged). 3 before 4: when progress (the next fire) lands without the
-state change of the run that fired, that run is still PENDING and runs as a plain
-run on reload; the other way round (the run moved on, the next fire not written)
-would stop a cron schedule. A dead-letter entry is added before, and removed after,
-the run row that says so, so no dead letter goes unlisted. Unlike SQLite, a call
+never acknowledged). A create writes 1 and 2 as one phase (``Writes.merge``), a
+round trip fewer before its answer: a due row may then land before its run's row,
+and a scan skips a due row whose run it cannot read (the run's hint, sent once the
+create is written, or the next re-read of the recent past holds it), so such a
+prefix is consistent too. A create that fails between them leaves at most a due row
+naming no run, which every reader skips.
+
+3 before 4: when progress (the next fire) lands without the state change of the run
+that fired, that run is still PENDING and runs as a plain run on reload; the other
+way round (the run moved on, the next fire not written) would stop a cron schedule.
+A dead-letter entry is added before, and removed after, the run row that says so,
+so no dead letter goes unlisted. Unlike SQLite, a call
 that fails on the infrastructure can leave some of its phases written: a caller
 retries (creates with an idempotency key dedupe, see
 ``creates.settle_failed_create``; run writes are idempotent upserts). A call that
@@ -119,6 +126,11 @@ class Writes:
 
     def __bool__(self) -> bool:
         return bool(self.parts)
+
+    def merge(self, phase: int, into: int) -> None:
+        """The writes of ``phase`` go with those of ``into`` (one phase fewer)."""
+        for key in [k for k in self.parts if k[0] == phase]:
+            self.parts.setdefault((into, key[1]), []).extend(self.parts.pop(key))
 
     def early(self, held: Collection[str]) -> tuple[Writes, list[str]]:
         """Takes out the run rows that need not wait for an earlier phase: the state
