@@ -58,11 +58,13 @@ def test_poller_sigkill_moves_its_shards_and_their_runs_still_run(cluster) -> No
             client.delete_job(job.id)
     assert crons, "no cron job landed in the victim's shards"
     cron_from = time.time()
-    # one-off jobs due while the victim is dead, in its shards
+    # one-off jobs due while the victim is dead, in its shards: created through it, as
+    # one-off jobs due soon are placed on the shards of the node that takes the create
+    via_victim = c.client(victim, owner="poller-kill")
     due = time.time() + 5
     ats = []
     for i in range(80):
-        job = client.create_job(
+        job = via_victim.create_job(
             JobSpec(
                 name=f"at{i}",
                 task=c.record_task(0.2),
@@ -75,6 +77,7 @@ def test_poller_sigkill_moves_its_shards_and_their_runs_still_run(cluster) -> No
             client.delete_job(job.id)
         if len(ats) >= 8:
             break
+    assert ats, "no at job landed in the victim's shards"
     feeder = JobFeeder(c, api, "poller-kill", interval=0.25)
     feeder.start()
     try:

@@ -87,10 +87,12 @@ def test_frozen_poller_leases_nothing_after_its_session_expired(cluster, zk_cut)
     # Long runs in its shards, leased by it and running when it freezes: their leases
     # run out while it is frozen, so the new owner takes them over (and one run each
     # must follow, not two).
+    # (created through it: one-off jobs due soon are placed on the taking node's shards)
+    via_victim = c.client(victim, owner="freeze")
     due = time.time() + 2.5
     long_jobs = []
     for i in range(60):
-        job = client.create_job(
+        job = via_victim.create_job(
             JobSpec(name=f"long{i}", task=c.record_task(4), schedule=Schedule.once_at(utc(due)))
         )
         if shard_for(job.id, SHARDS) in theirs:

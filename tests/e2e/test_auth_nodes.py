@@ -9,6 +9,7 @@ worker process of every owner runs what either poller leases.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,9 @@ pytestmark = pytest.mark.e2e
 WAIT = 60.0
 SHARDS = CONTRACT_CONFIG["shard_count"]
 NOOP = JobSpec(name="j", task=HandlerTask(name="noop"), schedule=Schedule.immediate())
+# a job of many fires keeps the shard its id drew (one of one fire due soon is placed on
+# the creating node's shards): its first run, due now, is on either node's shards
+HOURLY = NOOP.replace(schedule=Schedule.every(timedelta(hours=1)))
 
 
 @pytest.fixture
@@ -74,20 +78,22 @@ def test_nodes_call_each_other_with_the_node_token(nodes: list[str]) -> None:
 
         # each api writes runs of every shard; those of the other's shards are hinted to it
         # by id
-        jobs = client.create_jobs([NOOP.replace(name=f"j{i}") for i in range(16)])
+        jobs = client.create_jobs([HOURLY.replace(name=f"j{i}") for i in range(16)])
 
         def done() -> bool:
-            return all(
-                run.state == RunState.SUCCEEDED
-                for job in jobs
-                for run in client.list_runs(job.id).items
-            )
+            runs = [run for job in jobs for run in client.list_runs(job.id).items]
+            return sum(run.state == RunState.SUCCEEDED for run in runs) == len(jobs)
 
-        wait_until(done, WAIT, "every run done")
+        wait_until(done, WAIT, "every first run done")
 
-        # a cancel, taken by n1, of a run of n2's shards goes to n2 (CancelRun, by id)
-        waits = NOOP.replace(name="w", task=HandlerTask(name="nobody-serves"))
         with Client(nodes[0], owner="a", token=TOKENS["admin"], timeout=15) as via_n1:
+            # a job of one fire due now, created through n1, is placed on n1's shards
+            for i in range(8):
+                [run] = via_n1.list_runs(via_n1.create_job(NOOP.replace(name=f"p{i}")).id).items
+                assert run.shard not in n2_shards
+
+            # a cancel, taken by n1, of a run of n2's shards goes to n2 (CancelRun, by id)
+            waits = HOURLY.replace(name="w", task=HandlerTask(name="nobody-serves"))
             for i in range(64):
                 job = via_n1.create_job(waits.replace(name=f"w{i}"))
                 [run] = via_n1.list_runs(job.id).items
