@@ -2,7 +2,9 @@
 
 Stateless: everything is read from and written to the store. What must reach
 the poller that owns a run (new runs due soon, cancels) goes through a
-``PollerLink``; in ``shardcron dev`` that is the poller in the same process.
+``PollerLink``; in ``shardcron dev`` that is the poller in the same process. On a
+cluster node, a one-off job due soon gets an id whose shard this node's poller serves
+(``JobsApi._new_job``), so its run reaches that poller in memory.
 Validation happens before any write, so a rejected call changes nothing; every id,
 version, count and time a call names is bounded (``validation``) before it reaches
 the store. A run read while due and PENDING carries why it waits
