@@ -166,17 +166,14 @@ async def test_the_api_stores_values_sealed_and_replies_with_placeholders(
     from shardcron.coordinator.api import JobsApi
     from shardcron.coordinator.metrics import Metrics
     from shardcron.coordinator.sqlite.store import SqliteStore
-
-    class NoPoller:
-        def runs_created(self, runs: object, jobs: object = ()) -> None: ...
-        def job_changed(self, job: object) -> None: ...
+    from tests.support.links import HintLog
 
     keys = ring(tmp_path, key_line("k1"))
     db = tmp_path / "store.db"
     store = SqliteStore(db)
     await store.open()
     try:
-        api = JobsApi(store, NoPoller(), Metrics(), keys=keys)  # type: ignore[arg-type]
+        api = JobsApi(store, HintLog(), Metrics(), keys=keys)
         [(job, _)] = await api.create_jobs("o", [(spec({"TOKEN": SECRET}), "")])
         stored = await store.get_job("o", job.id)
         assert isinstance(stored.spec.task, CommandTask)
