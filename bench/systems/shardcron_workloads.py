@@ -130,9 +130,10 @@ def _measure(
     exactly that span: (first submit, last ack, ended, last end, CPU-s by role). One
     job of ``spec``'s task, due at once and named apart, goes through each api node and
     ends first, on the clients that then submit (as Celery's ``warm_up``: the first
-    measured call does not pay for the connections, nor a node for its first call)."""
+    measured call does not pay for the connections, nor a node for its first call).
+    Runs ended before (a node's own warm-up) are not counted."""
     meter = node.cpu()
-    warm = len(node.targets)
+    warm = ended_so_far(node) + len(node.targets)
     warm_up = warm_up_spec(spec)
 
     def before() -> None:
@@ -144,6 +145,11 @@ def _measure(
     )
     done, last_done = wait_ended(node.metrics, n + warm, timeout, POLL)
     return first, last_ack, max(0, done - warm), last_done, meter.stop()
+
+
+def ended_so_far(node: Node) -> int:
+    """The runs the node ended before a workload began (its warm-up's, if any)."""
+    return int(metric_total(node.metrics, "shardcron_runs_final_total"))
 
 
 def burst(node: Node, n: int, workload: str) -> Result:
@@ -222,7 +228,7 @@ def storm(node: Node, n: int) -> Result:
     )
 
 
-async def _open_loop(
+async def open_loop(
     targets: Sequence[str], name: str, rate: float, seconds: float
 ) -> tuple[float, float, list[str]]:
     """Submits ``rate`` jobs/s for ``seconds`` on the arrival timetable, without waiting
@@ -259,17 +265,17 @@ async def _open_loop(
 def steady(node: Node, plan: Plan) -> list[Result]:
     """W3: each rate of the plan in turn on one node, up to the first one not held."""
     results = []
-    ended_before = 0
     try:
         node.start()
         node.wait_workers()
+        ended_before = ended_so_far(node)
         for rate in plan.w3_rates:
             name = f"w3-{rate}"
             jobs = int(rate * plan.w3_seconds)
             meter = node.cpu()
             meter.start()
             start, last_ack, refused = asyncio.run(
-                _open_loop(node.targets, name, rate, plan.w3_seconds)
+                open_loop(node.targets, name, rate, plan.w3_seconds)
             )
             timeout = max(0.0, start + plan.w3_seconds + 5.0 - time.time()) + SETTLE
             done, _ = wait_ended(node.metrics, ended_before + jobs, timeout, POLL)
