@@ -32,7 +32,7 @@ import asyncio
 import dataclasses
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -49,12 +49,12 @@ from shardcron.client.types import (
     Schedule,
 )
 from shardcron.coordinator.coordination import Assignment
-from shardcron.coordinator.ids import utcnow
+from shardcron.coordinator.ids import bucket_for, utcnow
 from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.poller import Phase, Poller, PollerConfig, fires
 from shardcron.coordinator.poller.config import JOB_ROW_GRACE, JOB_ROW_RETRY
 from shardcron.coordinator.sqlite.store import SqliteStore
-from shardcron.coordinator.store import NewJob
+from shardcron.coordinator.store import DEFAULT_BUCKET_SECONDS, NewJob
 from tests.support.store_builders import make_job, make_run
 
 SHARDS = 8
@@ -322,9 +322,15 @@ async def test_a_fire_later_than_the_jobs_recorded_next_fire_carries_the_schedul
 
 def _taken_over(job: Job, now: datetime) -> tuple[Run, Run]:
     """A run leased by an earlier owner (its lease over), and the retry that owner
-    decided when the run failed: its commit wrote the retry, not the run's end."""
+    decided when the run failed: its commit wrote the retry, not the run's end.
+
+    Both are due in the bucket of ``now``, however early in it: the poller started
+    before the test writes them, and saved its cursors at that bucket's start; the
+    store prunes due rows of earlier buckets, as drained (an earlier owner's rows
+    due before the cursor would have been written before it was saved)."""
+    bucket = datetime.fromtimestamp(bucket_for(now, DEFAULT_BUCKET_SECONDS), UTC)
     run = dataclasses.replace(
-        make_run(job, due_at=now - timedelta(seconds=3)),
+        make_run(job, due_at=max(now - timedelta(seconds=3), bucket)),
         state=RunState.RUNNING,
         worker_id="w-gone",
         lease_token=(1 << 32) | 1,
@@ -332,7 +338,7 @@ def _taken_over(job: Job, now: datetime) -> tuple[Run, Run]:
         created_at=now,
     )
     failed = dataclasses.replace(run, state=RunState.FAILED, reason=RunReason.WORKER_LOST)
-    retry = fires.retry_run(job, failed, now=now - timedelta(seconds=1))
+    retry = fires.retry_run(job, failed, now=max(now - timedelta(seconds=1), bucket))
     assert retry is not None
     return run, retry
 
