@@ -54,7 +54,7 @@ from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.poller import Phase, Poller, PollerConfig, fires
 from shardcron.coordinator.poller.config import JOB_ROW_GRACE, JOB_ROW_RETRY
 from shardcron.coordinator.sqlite.store import SqliteStore
-from shardcron.coordinator.store import DEFAULT_BUCKET_SECONDS, NewJob
+from shardcron.coordinator.store import NewJob
 from tests.support.store_builders import make_job, make_run
 
 SHARDS = 8
@@ -320,7 +320,7 @@ async def test_a_fire_later_than_the_jobs_recorded_next_fire_carries_the_schedul
     assert got.next_fire_at is not None and got.next_fire_at > second.at
 
 
-def _taken_over(job: Job, now: datetime) -> tuple[Run, Run]:
+def _taken_over(job: Job, now: datetime, bucket_seconds: int) -> tuple[Run, Run]:
     """A run leased by an earlier owner (its lease over), and the retry that owner
     decided when the run failed: its commit wrote the retry, not the run's end.
 
@@ -328,7 +328,7 @@ def _taken_over(job: Job, now: datetime) -> tuple[Run, Run]:
     before the test writes them, and saved its cursors at that bucket's start; the
     store prunes due rows of earlier buckets, as drained (an earlier owner's rows
     due before the cursor would have been written before it was saved)."""
-    bucket = datetime.fromtimestamp(bucket_for(now, DEFAULT_BUCKET_SECONDS), UTC)
+    bucket = datetime.fromtimestamp(bucket_for(now, bucket_seconds), UTC)
     run = dataclasses.replace(
         make_run(job, due_at=max(now - timedelta(seconds=3), bucket)),
         state=RunState.RUNNING,
@@ -355,7 +355,7 @@ async def test_a_retry_stored_and_run_already_is_not_run_again(
 ) -> None:
     job = _retrying_job(clock.now())
     await store.create_jobs([NewJob(job=job)])
-    run, retry = _taken_over(job, clock.now())
+    run, retry = _taken_over(job, clock.now(), store.bucket_seconds)
     done = dataclasses.replace(
         retry, state=RunState.SUCCEEDED, started_at=retry.due_at, ended_at=retry.due_at
     )
@@ -376,7 +376,7 @@ async def test_a_retry_stored_without_its_due_row_is_indexed_and_held_once(
 ) -> None:
     job = _retrying_job(clock.now())
     await store.create_jobs([NewJob(job=job)])
-    run, retry = _taken_over(job, clock.now())
+    run, retry = _taken_over(job, clock.now(), store.bucket_seconds)
     await store.commit(runs=[run, retry], due=[run])  # the retry's due row did not land
     await rescan(poller, clock)
     await turns_until(lambda: poller.phase_of(run.id) == Phase.LEASED, poller)
@@ -403,7 +403,7 @@ async def test_a_lease_taken_over_is_taken_back_at_its_expiry_and_retried_after_
     backoff = timedelta(seconds=20)
     job = _retrying_job(taken, backoff)
     await store.create_jobs([NewJob(job=job)])
-    run, _ = _taken_over(job, taken)
+    run, _ = _taken_over(job, taken, store.bucket_seconds)
     await store.commit(runs=[run], due=[run])
     await rescan(poller, clock)
     await turns_until(lambda: poller.phase_of(run.id) == Phase.LEASED, poller)

@@ -91,18 +91,19 @@ def _pid(path: Path) -> list[int]:
         return []
 
 
-def _compiler_ticks(pid: int) -> dict[str, int]:
-    """CPU clock ticks used so far by each of the JVM's C2 compiler threads."""
-    ticks: dict[str, int] = {}
-    for task in Path(f"/proc/{pid}/task").iterdir():
+def _compiler_seconds(pid: int) -> dict[int, float]:
+    """CPU seconds used so far by each of the JVM's C2 compiler threads."""
+    import psutil  # the bench extra, as CpuMeter's
+
+    seconds: dict[int, float] = {}
+    for thread in psutil.Process(pid).threads():
         try:
-            stat = (task / "stat").read_text()
+            name = Path(f"/proc/{pid}/task/{thread.id}/comm").read_text()
         except OSError:
             continue  # the thread ended
-        if stat[stat.index("(") + 1 : stat.rindex(")")].startswith("C2 CompilerThre"):
-            fields = stat[stat.rindex(")") + 2 :].split()
-            ticks[task.name] = int(fields[11]) + int(fields[12])  # utime + stime
-    return ticks
+        if name.startswith("C2 CompilerThre"):
+            seconds[thread.id] = thread.user_time + thread.system_time
+    return seconds
 
 
 def _jit_quiet(pid: int) -> None:
@@ -110,11 +111,11 @@ def _jit_quiet(pid: int) -> None:
     of ``JIT_QUIET_SAMPLES`` spans in a row (``JIT_WAIT`` at most)."""
     deadline, quiet = time.monotonic() + JIT_WAIT, 0
     while quiet < JIT_QUIET_SAMPLES and time.monotonic() < deadline:
-        before = _compiler_ticks(pid)
+        before = _compiler_seconds(pid)
         time.sleep(JIT_SAMPLE)
         # the JVM starts and ends compiler threads as its queue grows and drains
-        used = sum(t - before.get(k, 0) for k, t in _compiler_ticks(pid).items())
-        quiet = quiet + 1 if used / os.sysconf("SC_CLK_TCK") < JIT_QUIET * JIT_SAMPLE else 0
+        used = sum(t - before.get(k, 0.0) for k, t in _compiler_seconds(pid).items())
+        quiet = quiet + 1 if used < JIT_QUIET * JIT_SAMPLE else 0
 
 
 class ClusterNode:
