@@ -65,6 +65,7 @@ microseconds and "no value" a sentinel (``statements``).
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -105,6 +106,14 @@ from shardcron.coordinator.store import (
     NewJob,
 )
 from shardcron.coordinator.store_rules import StoreLayout, progress_write
+
+# Each request is sent as soon as it is written (no Nagle). The driver leaves Nagle's
+# algorithm on unless told; a process keeps many requests in flight on one
+# connection, so a request written while an earlier one was unacknowledged waited
+# for Cassandra's delayed ACK: with W3's arrivals at 300 jobs/s, a node's batches of
+# 10-19 statements took 18 ms at the median, those of 20-29 39 ms (5 and 6 ms with
+# this), while a client of its own measured 3 ms for a 30-statement batch meanwhile.
+SOCKOPTS = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
 
 
 class CassandraStore:
@@ -194,6 +203,7 @@ class CassandraStore:
             port=self.port,
             execution_profiles={EXEC_PROFILE_DEFAULT: profile},
             protocol_version=5,
+            sockopts=SOCKOPTS,
         )
         try:
             session = cluster.connect()
