@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from shardcron.client import limits
-from shardcron.client.errors import FailedPrecondition, InvalidArgument, ShardcronError
+from shardcron.client.errors import FailedPrecondition, InvalidArgument, NotFound, ShardcronError
 from shardcron.client.frozen import copy_with
 from shardcron.client.schedule import preview
 from shardcron.client.types import (
@@ -237,6 +237,14 @@ class JobsApi:
 
     async def get_job(self, owner: str, job_id: str) -> Job:
         return without_spent_fire(await self.store.get_job(owner, identifier(job_id, "job_id")))
+
+    async def job_deleted(self, owner: str, job_id: str) -> bool:
+        """Whether the job is deleted (or gone: expired, or never the owner's)."""
+        try:
+            job = await self.store.get_job(owner, job_id)
+        except NotFound:
+            return True
+        return job.state == JobState.DELETED
 
     async def list_jobs(self, owner: str, **filters: object) -> Page[Job]:
         page = await self.store.list_jobs(owner, **filters)  # type: ignore[arg-type]

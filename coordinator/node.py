@@ -30,6 +30,7 @@ from shardcron.coordinator.coordination import Assignment, Coordination
 from shardcron.coordinator.http.server import HttpServer, start_http
 from shardcron.coordinator.http.services import Services
 from shardcron.coordinator.metrics import Metrics, TimedStore, serve_metrics
+from shardcron.coordinator.open_calls import CallLimits, OpenCalls
 from shardcron.coordinator.poller import Poller, PollerConfig
 from shardcron.coordinator.quotas import Quotas
 from shardcron.coordinator.retention import RetentionSweeper, sweep_interval
@@ -60,6 +61,8 @@ class NodeConfig:
     tls: ServerTls | None = None  # None = plaintext
     insecure: bool = False  # plaintext on an address that is not loopback, on purpose
     quotas: Quotas = field(default_factory=Quotas)  # per-owner limits (quotas.py)
+    # long calls (follows, WaitRuns, worker streams) one principal may hold open
+    call_limits: CallLimits = field(default_factory=CallLimits)
 
 
 class Node:
@@ -78,6 +81,7 @@ class Node:
         self.config = config
         self.auth = auth  # None: every caller is trusted
         self.metrics = Metrics()
+        self.open_calls = OpenCalls(config.call_limits)
         if auth is not None:
             auth.refusals.count_into(self.metrics.auth_refused)
         self.raw_store = store
@@ -149,6 +153,7 @@ class Node:
             credentials=server_credentials,
             metrics=self.metrics,
             auth=self.auth,
+            open_calls=self.open_calls,
         )
         if self.poller is not None:
             self.coordination.subscribe(self._follow_session)
@@ -157,7 +162,7 @@ class Node:
             self.http = await start_http(
                 self.config.http_listen,
                 Services(
-                    jobs=JobServiceServicer(self.api),
+                    jobs=JobServiceServicer(self.api, self.open_calls),
                     cluster=ClusterServiceServicer(self.coordination, self.router),
                     auth=self.auth,
                 ),

@@ -37,6 +37,7 @@ from shardcron.coordinator.coordination import Coordination
 from shardcron.coordinator.grpc_metrics import MetricsInterceptor
 from shardcron.coordinator.health import ServiceHealth
 from shardcron.coordinator.metrics import Metrics
+from shardcron.coordinator.open_calls import LongCall, OpenCalls
 from shardcron.coordinator.poller import Poller
 from shardcron.coordinator.request_decoding import DecodingInterceptor
 from shardcron.coordinator.request_size import RequestSizeInterceptor
@@ -62,7 +63,14 @@ from shardcron.v1 import (
 
 log = logging.getLogger("shardcron.service")
 OWNER_KEY = "x-shardcron-owner"
-FOLLOW_POLL_SECONDS = 0.2
+# A follow reads the store every FOLLOW_POLL seconds while output arrives, less often
+# (up to FOLLOW_IDLE_POLL) while none does, looks at the run's job every FOLLOW_JOB_CHECK
+# (a deleted job's waiting run may never end), and ends, with no eof, after FOLLOW_MAX:
+# the client follows again from the offset it reached.
+FOLLOW_POLL = 0.2
+FOLLOW_IDLE_POLL = 1.0
+FOLLOW_JOB_CHECK = 5.0
+FOLLOW_MAX = 600.0
 WAIT_ANSWER_MARGIN = 0.5  # seconds before a WaitRun caller's deadline that the wait ends
 T = TypeVar("T")
 M = TypeVar("M", bound=Message)
@@ -151,8 +159,12 @@ def stream_rpc(method: Callable[..., AsyncIterator[T]]) -> Callable[..., AsyncIt
 
 
 class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
-    def __init__(self, api: JobsApi) -> None:
+    """The JobService over ``api``; the long calls (``WaitRun``, a follow of a run's
+    output) each held under the caller's limit in ``open_calls``."""
+
+    def __init__(self, api: JobsApi, open_calls: OpenCalls | None = None) -> None:
         self.api = api
+        self.open_calls = open_calls or OpenCalls()
 
     @rpc
     async def CreateJob(
@@ -286,9 +298,9 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
         left = context.time_remaining()
         # answer while the caller still listens: a little before its own deadline
         cap = None if left is None else max(0.0, left - WAIT_ANSWER_MARGIN)
-        run = await self.api.wait_run(
-            owner_of(context), request.run_id, get_duration(request, "timeout", ""), cap
-        )
+        owner, timeout = owner_of(context), get_duration(request, "timeout", "")
+        with self.open_calls.hold(LongCall.WAIT, principal_of(context)):
+            run = await self.api.wait_run(owner, request.run_id, timeout, cap)
         return codec.run_to_proto(run)
 
     @stream_rpc
@@ -296,19 +308,47 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
         self, request: jobs_pb2.ReadRunOutputRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[types_pb2.OutputChunk]:
         owner = owner_of(context)
-        offset = request.offset
+        if not request.follow:
+            offset = request.offset
+            while True:
+                _, chunks = await self.api.read_output(owner, request.run_id, offset)
+                if not chunks:
+                    return
+                for chunk in chunks:
+                    yield codec.output_chunk_to_proto(chunk)
+                    offset = chunk.offset + len(chunk.data)
+        with self.open_calls.hold(LongCall.FOLLOW, principal_of(context)):
+            async for chunk in self._follow(owner, request.run_id, request.offset):
+                yield chunk
+
+    async def _follow(
+        self, owner: str, run_id: str, offset: int
+    ) -> AsyncIterator[types_pb2.OutputChunk]:
+        """The run's output from ``offset`` as it is written, then an ``eof`` chunk once
+        the run is final or its job deleted; ends without one after ``FOLLOW_MAX``."""
+        loop = asyncio.get_running_loop()
+        started = job_checked = loop.time()
+        pause = FOLLOW_POLL
         while True:
-            run, chunks = await self.api.read_output(owner, request.run_id, offset)
+            run, chunks = await self.api.read_output(owner, run_id, offset)
             for chunk in chunks:
                 yield codec.output_chunk_to_proto(chunk)
                 offset = chunk.offset + len(chunk.data)
             if chunks:
+                pause = FOLLOW_POLL
                 continue
-            if not request.follow or run.is_final:
-                if request.follow:
-                    yield types_pb2.OutputChunk(run_id=run.id, offset=offset, eof=True)
+            now = loop.time()
+            ended = run.is_final
+            if not ended and now - job_checked >= FOLLOW_JOB_CHECK:
+                job_checked = now
+                ended = await self.api.job_deleted(owner, run.job_id)
+            if ended:
+                yield types_pb2.OutputChunk(run_id=run.id, offset=offset, eof=True)
                 return
-            await asyncio.sleep(FOLLOW_POLL_SECONDS)
+            if now - started >= FOLLOW_MAX:
+                return
+            await asyncio.sleep(pause)
+            pause = min(FOLLOW_IDLE_POLL, pause * 1.5)
 
     @rpc
     async def ListDeadLetters(
@@ -399,12 +439,15 @@ def build_server(
     credentials: grpc.ServerCredentials | None = None,
     metrics: Metrics | None = None,
     auth: AuthSource | None = None,
+    open_calls: OpenCalls | None = None,
 ) -> tuple[grpc.aio.Server, int]:
     """A gRPC server with the services of the roles given, TLS when ``credentials`` are
     given (every service on the one port); returns it (not started) and its port.
     Its ``health`` (``ServiceHealth``) says NOT_SERVING until ``health.serving()``.
     With ``auth`` every call is judged against its principals before anything else
-    but the metrics sees it."""
+    but the metrics sees it. ``open_calls`` counts the long calls each principal holds
+    open (follows, WaitRuns, worker streams) against their limits."""
+    open_calls = open_calls or OpenCalls()
     # Outermost first: metrics count every call, refused ones too; auth refuses before
     # anything reads the request, and sets the caller that audit, the request size
     # quota (the owner) and the servicers read; decoding is innermost.
@@ -427,7 +470,7 @@ def build_server(
     )
     names = [health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME]
     if api is not None:
-        jobs_pb2_grpc.add_JobServiceServicer_to_server(JobServiceServicer(api), server)
+        jobs_pb2_grpc.add_JobServiceServicer_to_server(JobServiceServicer(api, open_calls), server)
         names.append(jobs_pb2.DESCRIPTOR.services_by_name["JobService"].full_name)
     if poller is not None:
         worker_pb2_grpc.add_WorkerServiceServicer_to_server(
@@ -436,6 +479,7 @@ def build_server(
                 poller.may_lease,
                 silence_timeout=poller.config.worker_silence_timeout,
                 auth=auth,
+                open_calls=open_calls,
             ),
             server,
         )

@@ -21,7 +21,7 @@ import grpc
 
 from shardcron.client.codec.errors import status_for
 from shardcron.client.codec.stream import decode_worker_message, encode_poller_message
-from shardcron.client.errors import InvalidArgument, ShardcronError
+from shardcron.client.errors import InvalidArgument, ResourceExhausted, ShardcronError
 from shardcron.client.stream import (
     CancelOrder,
     Cancels,
@@ -35,7 +35,9 @@ from shardcron.client.stream import (
     ResultAcks,
     Welcome,
 )
-from shardcron.coordinator.auth import AuthSource, PrincipalDenied, current_caller
+from shardcron.coordinator.audit import ANONYMOUS
+from shardcron.coordinator.auth import AuthSource, Caller, PrincipalDenied, current_caller
+from shardcron.coordinator.open_calls import LongCall, OpenCalls
 from shardcron.coordinator.poller.events import (
     InboxEvent,
     WorkerClosed,
@@ -164,8 +166,10 @@ class WorkerStreamServicer(worker_pb2_grpc.WorkerServiceServicer):
         *,
         silence_timeout: timedelta | None = None,
         auth: AuthSource | None = None,
+        open_calls: OpenCalls | None = None,
     ) -> None:
         self._submit = submit
+        self._open_calls = open_calls or OpenCalls()  # streams per principal, bounded
         self._may_lease = may_lease
         self._auth = auth  # a stream of a principal a reload removed or changed is ended
         # a worker silent this long is taken for frozen (None: never): see Connect
@@ -190,8 +194,26 @@ class WorkerStreamServicer(worker_pb2_grpc.WorkerServiceServicer):
         except InvalidArgument as e:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, e.message)
         assert isinstance(hello, Hello)
-        outbox = WorkerOutbox()
         caller = current_caller()  # None: no auth file, every worker is trusted
+        principal = caller.principal if caller is not None else ANONYMOUS
+        try:
+            self._open_calls.acquire(LongCall.WORKER_STREAM, principal)
+        except ResourceExhausted as e:
+            await context.abort(*status_for(e))
+        try:
+            async for msg in self._serve(hello, caller, request_iterator, context):
+                yield msg
+        finally:
+            self._open_calls.release(LongCall.WORKER_STREAM, principal)
+
+    async def _serve(
+        self,
+        hello: Hello,
+        caller: Caller | None,
+        request_iterator: AsyncIterator[worker_pb2.WorkerMessage],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[worker_pb2.PollerMessage]:
+        outbox = WorkerOutbox()
         watch = self._auth.watch(caller) if self._auth and caller else None
         self._submit(
             WorkerConnected(

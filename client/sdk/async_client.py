@@ -261,17 +261,24 @@ class AsyncClient:
         self, run_id: str, *, offset: int = 0, follow: bool = False
     ) -> AsyncIterator[OutputChunk]:
         """See ``Client.read_output``; iterate with ``async for``."""
-        req = messages.read_output_request(run_id, offset, follow)
-        call = self._jobs.ReadRunOutput(
-            req, timeout=None if follow else self.timeout, metadata=self._metadata
-        )
-        try:
-            async for msg in call:
-                yield output_chunk_from_proto(msg)
-        except grpc.RpcError as e:
-            raise error_from_rpc(e) from e
-        finally:
-            call.cancel()
+        while True:
+            req = messages.read_output_request(run_id, offset, follow)
+            call = self._jobs.ReadRunOutput(
+                req, timeout=None if follow else self.timeout, metadata=self._metadata
+            )
+            try:
+                async for msg in call:
+                    chunk = output_chunk_from_proto(msg)
+                    offset = chunk.offset + len(chunk.data)
+                    yield chunk
+                    if chunk.eof:
+                        return
+            except grpc.RpcError as e:
+                raise error_from_rpc(e) from e
+            finally:
+                call.cancel()
+            if not follow:
+                return
 
     async def wait_run(
         self,

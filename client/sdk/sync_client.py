@@ -263,18 +263,27 @@ class Client:
         self, run_id: str, *, offset: int = 0, follow: bool = False
     ) -> Iterator[OutputChunk]:
         """The run's kept output from byte ``offset`` (negative: from the end). With
-        ``follow``, keeps streaming until the run is final (the last chunk has ``eof``)."""
-        req = messages.read_output_request(run_id, offset, follow)
-        call = self._jobs.ReadRunOutput(
-            req, timeout=None if follow else self.timeout, metadata=self._metadata
-        )
-        try:
-            for msg in call:
-                yield output_chunk_from_proto(msg)
-        except grpc.RpcError as e:
-            raise error_from_rpc(e) from e
-        finally:
-            call.cancel()
+        ``follow``, keeps streaming until the run is final (the last chunk has ``eof``):
+        a node ends a follow after some minutes, and it is taken up again from where it
+        ended."""
+        while True:
+            req = messages.read_output_request(run_id, offset, follow)
+            call = self._jobs.ReadRunOutput(
+                req, timeout=None if follow else self.timeout, metadata=self._metadata
+            )
+            try:
+                for msg in call:
+                    chunk = output_chunk_from_proto(msg)
+                    offset = chunk.offset + len(chunk.data)
+                    yield chunk
+                    if chunk.eof:
+                        return
+            except grpc.RpcError as e:
+                raise error_from_rpc(e) from e
+            finally:
+                call.cancel()
+            if not follow:
+                return
 
     def wait_run(
         self,
