@@ -177,14 +177,14 @@ def is_loopback(listen: str) -> bool:
     return bool(infos) and all(ipaddress.ip_address(i[4][0]).is_loopback for i in infos)
 
 
-def check_listen(listen: str, *, tls: bool, insecure: bool) -> None:
-    """InvalidArgument unless a node may serve on ``listen``: loopback, TLS, or
-    ``insecure`` said so (anyone who reaches a plaintext port can read and forge every
-    call)."""
+def check_listen(listen: str, *, tls: bool, insecure: bool, field: str = "listen") -> None:
+    """InvalidArgument (naming ``field``) unless a node may serve on ``listen``:
+    loopback, TLS, or ``insecure`` said so (anyone who reaches a plaintext port can read
+    and forge every call)."""
     if tls or insecure or is_loopback(listen):
         return
     raise InvalidArgument(
-        "listen",
+        field,
         f"{listen!r} is not a loopback address: serve it with TLS (--tls-cert, --tls-key) "
         "or pass --insecure to serve it in plaintext",
     )

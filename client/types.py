@@ -46,7 +46,8 @@ __all__ = [
 
 T = TypeVar("T")
 
-DEFAULT_OWNER = "default"
+DEFAULT_OWNER = "default"  # the owner of a call that names none
+OWNER_HEADER = "x-shardcron-owner"  # the header (gRPC metadata) that names it
 
 
 class ScheduleKind(StrEnum):

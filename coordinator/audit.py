@@ -11,7 +11,13 @@ logger, at INFO, whatever its outcome: a JSON object with
   clipped, when it is not a valid owner),
 - ``method``: the gRPC method name (``CreateJob``),
 - ``job_ids`` / ``run_ids``: the ids the request named and the reply created,
-- ``outcome``: ``"OK"`` or the status code's name (``"INVALID_ARGUMENT"``).
+- ``outcome``: ``"OK"`` or the status code's name (``"INVALID_ARGUMENT"``),
+- ``reason``: for a call that failed, the status message (clipped), so a refusal says
+  why it was refused.
+
+Every line, this module's and ``auth.refusals``', is written by ``emit``: ASCII JSON
+(any other character escaped), so an id holding a line or paragraph separator, or a
+control character, can never split or forge a line of the log.
 
 Nothing else of a request is logged (never a spec), so no secret env value can reach
 the log. ``AuditInterceptor`` sits outside the decoding interceptor (inside
@@ -35,6 +41,7 @@ from google.protobuf.message import Message
 
 from shardcron.client.errors import ShardcronError
 from shardcron.client.limits import clip
+from shardcron.client.types import OWNER_HEADER
 from shardcron.coordinator.ids import utcnow
 from shardcron.coordinator.interceptors import Behavior, UnaryJobServiceInterceptor
 from shardcron.v1 import jobs_pb2
@@ -55,10 +62,19 @@ WRITES = frozenset(
         "DropDeadLetters",
     }
 )
+JOB_SERVICE_PREFIX = "/shardcron.v1.JobService/"
 MAX_LOGGED_IDS = 100  # per list: a batch of 10,000 creates logs its first ids and a count
+MAX_REASON = 500  # characters of a failed call's message logged
 ANONYMOUS = "anonymous"
 
 Who = Callable[[grpc.aio.ServicerContext], str]
+
+
+def written_by(full_method: str) -> str | None:
+    """The write a full gRPC method name (``/shardcron.v1.JobService/CreateJob``) is, or
+    None for any other method."""
+    name = full_method.removeprefix(JOB_SERVICE_PREFIX)
+    return name if name != full_method and name in WRITES else None
 
 
 def anonymous(context: grpc.aio.ServicerContext) -> str:
@@ -114,24 +130,37 @@ def audit_line(
     job_ids: list[str],
     run_ids: list[str],
     outcome: str,
-) -> str:
-    """The JSON text of one audit line."""
+    reason: str = "",
+) -> dict[str, Any]:
+    """The fields of one audit line, in their order."""
     line: dict[str, Any] = {"at": utcnow().isoformat(), "principal": principal}
     line.update(owner=owner, method=method)
     _listed("job_ids", job_ids, line)
     _listed("run_ids", run_ids, line)
     line["outcome"] = outcome
-    return json.dumps(line, separators=(",", ":"), ensure_ascii=False)
+    if outcome != "OK" and reason:
+        line["reason"] = clip(reason, MAX_REASON)
+    return line
+
+
+def emit(line: dict[str, Any], level: int = logging.INFO) -> None:
+    """Writes one line on the audit logger, as ASCII JSON."""
+    audit_log.log(level, "%s", json.dumps(line, separators=(",", ":"), ensure_ascii=True))
 
 
 def log_write(
-    *, principal: str, owner: str, method: str, messages: Iterable[Message | None], outcome: str
+    *,
+    principal: str,
+    owner: str,
+    method: str,
+    messages: Iterable[Message | None],
+    outcome: str,
+    reason: str = "",
 ) -> None:
     """Logs the audit line of one write: the ids are read from ``messages`` (its request
-    and its reply, either None when there is none)."""
+    and its reply, either None when there is none); ``reason`` is why it failed."""
     job_ids, run_ids = _ids(messages)
-    audit_log.info(
-        "%s",
+    emit(
         audit_line(
             principal=principal,
             owner=owner,
@@ -139,8 +168,44 @@ def log_write(
             job_ids=job_ids,
             run_ids=run_ids,
             outcome=outcome,
-        ),
+            reason=reason,
+        )
     )
+
+
+def owner_named(header: str | None) -> str:
+    """How a line names the owner of a call refused before its owner was known: the
+    header as sent, clipped, marked ``invalid:`` (``""`` when it named none)."""
+    return "" if header is None else f"invalid:{clip(str(header))}"
+
+
+def log_refused_write(
+    *,
+    method: str,
+    error: ShardcronError,
+    principal: str = ANONYMOUS,
+    owner: str = "",
+    messages: Iterable[Message | None] = (),
+) -> None:
+    """Logs the audit line of a write refused before it reached its servicer (its
+    request malformed or too large, its site or owner refused), on either edge. A
+    refused credential is ``auth.refusals``' to log, not this."""
+    code = error.code
+    log_write(
+        principal=principal,
+        owner=owner,
+        method=method,
+        messages=messages,
+        outcome=code,
+        reason=error.message,
+    )
+
+
+def _details(context: grpc.aio.ServicerContext) -> str:
+    try:
+        return str(context.details() or "")
+    except Exception:  # a context that keeps no details
+        return ""
 
 
 class AuditInterceptor(UnaryJobServiceInterceptor):
@@ -188,6 +253,7 @@ class AuditInterceptor(UnaryJobServiceInterceptor):
             method=method,
             messages=[request, response],
             outcome=outcome,
+            reason=_details(context) if outcome != "OK" else "",
         )
 
     @staticmethod
@@ -196,6 +262,6 @@ class AuditInterceptor(UnaryJobServiceInterceptor):
             return read(context)
         except ShardcronError:
             for key, value in context.invocation_metadata() or ():
-                if key == "x-shardcron-owner":
-                    return f"invalid:{clip(str(value))}"
+                if key == OWNER_HEADER:
+                    return owner_named(value)
             return "invalid"

@@ -63,6 +63,23 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.long_calls = Gauge(
+            "shardcron_long_calls_open",
+            "Long calls open on this node, by kind: max_follows (output follows), max_waits "
+            "(WaitRun), max_worker_streams (worker streams)",
+            ["kind"],
+            registry=r,
+        )
+        self.http_connections = Gauge(
+            "shardcron_http_connections",
+            "Connections open on the HTTP/JSON listener",
+            registry=r,
+        )
+        self.http_connections_refused = Counter(
+            "shardcron_http_connections_refused_total",
+            "HTTP connections closed at once: over the node's cap, in all or from one host",
+            registry=r,
+        )
         self.runs_leased = Counter(
             "shardcron_runs_leased_total", "Leases granted to workers", registry=r
         )

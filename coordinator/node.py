@@ -27,10 +27,10 @@ from shardcron.coordinator.api import JobsApi
 from shardcron.coordinator.auth import AuthSource
 from shardcron.coordinator.auth.file_quotas import quota_guard
 from shardcron.coordinator.coordination import Assignment, Coordination
-from shardcron.coordinator.http.server import HttpServer, start_http
+from shardcron.coordinator.http.server import HttpConfig, HttpServer, start_http
 from shardcron.coordinator.http.services import Services
 from shardcron.coordinator.metrics import Metrics, TimedStore, serve_metrics
-from shardcron.coordinator.open_calls import CallLimits, OpenCalls
+from shardcron.coordinator.open_calls import CallLimits, LongCall, OpenCalls
 from shardcron.coordinator.poller import Poller, PollerConfig
 from shardcron.coordinator.quotas import Quotas
 from shardcron.coordinator.retention import RetentionSweeper, sweep_interval
@@ -54,6 +54,8 @@ class NodeConfig:
     advertise: str = ""  # host:port others use to reach this node; default derived from listen
     metrics_listen: str = ""  # "" = no /metrics endpoint
     http_listen: str = ""  # "" = no HTTP/JSON API and dashboard (needs the api role)
+    http_allowed_hosts: tuple[str, ...] = ()  # Host names served beyond the node's own
+    http_allowed_origins: tuple[str, ...] = ()  # page origins that may call beyond its own
     roles: frozenset[str] = ROLES
     node_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}")
     poller: PollerConfig = field(default_factory=PollerConfig)
@@ -79,9 +81,15 @@ class Node:
             raise ValueError(f"unknown roles: {', '.join(sorted(unknown))}")
         check_listen(config.listen, tls=config.tls is not None, insecure=config.insecure)
         self.config = config
+        if config.http_listen:
+            self.http_config().check()
         self.auth = auth  # None: every caller is trusted
         self.metrics = Metrics()
         self.open_calls = OpenCalls(config.call_limits)
+        for kind in LongCall:
+            self.metrics.long_calls.labels(kind.value).set_function(
+                lambda kind=kind: self.open_calls.total(kind)
+            )
         if auth is not None:
             auth.refusals.count_into(self.metrics.auth_refused)
         self.raw_store = store
@@ -98,6 +106,17 @@ class Node:
         self.metrics_port = 0
         self.http: HttpServer | None = None
         self.http_port = 0
+
+    def http_config(self) -> HttpConfig:
+        config = self.config
+        return HttpConfig(
+            listen=config.http_listen,
+            tls=config.tls,
+            insecure=config.insecure,
+            advertise=config.advertise,
+            allowed_hosts=config.http_allowed_hosts,
+            allowed_origins=config.http_allowed_origins,
+        )
 
     @property
     def address(self) -> str:
@@ -160,13 +179,16 @@ class Node:
         await self.server.start()
         if self.config.http_listen and self.api is not None:
             self.http = await start_http(
-                self.config.http_listen,
+                self.http_config(),
                 Services(
                     jobs=JobServiceServicer(self.api, self.open_calls),
                     cluster=ClusterServiceServicer(self.coordination, self.router),
                     auth=self.auth,
                 ),
+                on_refused=self.metrics.http_connections_refused.inc,
             )
+            gate = self.http.gate
+            self.metrics.http_connections.set_function(lambda: gate.open)
             self.http_port = self.http.port
         if self.config.metrics_listen:
             self.metrics_port = serve_metrics(self.metrics, self.config.metrics_listen)

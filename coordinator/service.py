@@ -29,7 +29,15 @@ from grpc_reflection.v1alpha import reflection
 from shardcron.client import codec, limits
 from shardcron.client.codec.common import get_duration, get_time
 from shardcron.client.errors import InvalidArgument, ShardcronError
-from shardcron.client.types import DEFAULT_OWNER, ClusterStatus, Job, Page, ShardInfo, WorkerInfo
+from shardcron.client.types import (
+    DEFAULT_OWNER,
+    OWNER_HEADER,
+    ClusterStatus,
+    Job,
+    Page,
+    ShardInfo,
+    WorkerInfo,
+)
 from shardcron.coordinator.api import JobsApi
 from shardcron.coordinator.audit import ANONYMOUS, AuditInterceptor
 from shardcron.coordinator.auth import AuthInterceptor, AuthSource, current_caller
@@ -62,7 +70,6 @@ from shardcron.v1 import (
 )
 
 log = logging.getLogger("shardcron.service")
-OWNER_KEY = "x-shardcron-owner"
 # A follow reads the store every FOLLOW_POLL seconds while output arrives, less often
 # (up to FOLLOW_IDLE_POLL) while none does, looks at the run's job every FOLLOW_JOB_CHECK
 # (a deleted job's waiting run may never end), and ends, with no eof, after FOLLOW_MAX:
@@ -94,13 +101,14 @@ def owner_of(context: grpc.aio.ServicerContext) -> str:
     if caller is not None:
         return caller.owner
     for key, value in context.invocation_metadata() or ():
-        if key == OWNER_KEY:
+        if key == OWNER_HEADER:
             return validate_owner(value)
     return DEFAULT_OWNER
 
 
-def principal_of(context: grpc.aio.ServicerContext) -> str:
-    """The name of the principal behind the call, "anonymous" without an auth file."""
+def principal_of(_context: object = None) -> str:
+    """The name of the principal behind the call being served (either edge: the caller
+    is set for its task), "anonymous" without an auth file."""
     caller = current_caller()
     return caller.principal if caller is not None and caller.principal else ANONYMOUS
 
@@ -318,19 +326,24 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
                     yield codec.output_chunk_to_proto(chunk)
                     offset = chunk.offset + len(chunk.data)
         with self.open_calls.hold(LongCall.FOLLOW, principal_of(context)):
-            async for chunk in self._follow(owner, request.run_id, request.offset):
+            async for chunk in self._follow(owner, request.run_id, request.offset, context):
                 yield chunk
 
     async def _follow(
-        self, owner: str, run_id: str, offset: int
+        self, owner: str, run_id: str, offset: int, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[types_pb2.OutputChunk]:
         """The run's output from ``offset`` as it is written, then an ``eof`` chunk once
-        the run is final or its job deleted; ends without one after ``FOLLOW_MAX``."""
+        the run is final or its job deleted; ends without one after ``FOLLOW_MAX``. The
+        headers go out once the run is found, before any output exists."""
         loop = asyncio.get_running_loop()
         started = job_checked = loop.time()
         pause = FOLLOW_POLL
+        begun = False
         while True:
             run, chunks = await self.api.read_output(owner, run_id, offset)
+            if not begun:
+                begun = True
+                await context.send_initial_metadata(())
             for chunk in chunks:
                 yield codec.output_chunk_to_proto(chunk)
                 offset = chunk.offset + len(chunk.data)

@@ -19,7 +19,7 @@ from shardcron.client import limits as lim
 from shardcron.client.errors import InvalidArgument
 from shardcron.client.limits import clip
 from shardcron.client.schedule import validate_schedule
-from shardcron.client.types import CommandTask, HandlerTask, JobSpec, Schedule
+from shardcron.client.types import OWNER_HEADER, CommandTask, HandlerTask, JobSpec, Schedule
 
 _OWNER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,127}")
 _LABEL_KEY = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._/-]{{0,{lim.MAX_LABEL_KEY - 1}}}")
@@ -28,9 +28,7 @@ _HANDLER = re.compile(rf"[A-Za-z_][A-Za-z0-9_.:-]{{0,{lim.MAX_HANDLER_NAME - 1}}
 
 def validate_owner(owner: str) -> str:
     if not _OWNER.fullmatch(owner):
-        raise InvalidArgument(
-            "x-shardcron-owner", "must be 1-128 letters, digits, '.', '_', '@' or '-'"
-        )
+        raise InvalidArgument(OWNER_HEADER, "must be 1-128 letters, digits, '.', '_', '@' or '-'")
     return owner
 
 

@@ -35,6 +35,7 @@ from shardcron.coordinator.auth import AuthSource
 from shardcron.coordinator.poller import PollerConfig
 from shardcron.coordinator.quotas import Quotas
 from shardcron.coordinator.sealing import KeyRing
+from shardcron.edge_options import EdgeOptions, edge_options
 from shardcron.policy_options import inherit_env_option, store_policy_options
 from shardcron.role_commands import (
     cassandra_options,
@@ -95,6 +96,7 @@ from shardcron.role_commands import (
 )
 @lease_lead_option("500ms")
 @click.option("--shards", default=64, show_default=True, help="Shard count (fixed for a data dir).")
+@edge_options
 @auth_file_option
 @server_tls_options
 @store_policy_options
@@ -120,6 +122,7 @@ def dev(
     secret_keys: KeyRing | None,
     inherit_env: bool,
     log_level: str,
+    edge: EdgeOptions,
 ) -> None:
     """Run every role in one process on the embedded SQLite store."""
     from shardcron.coordinator.data_dir_lock import DataDirInUse, lock_data_dir
@@ -159,6 +162,7 @@ def dev(
                 inherit_env,
                 retention,
                 quota_file,
+                edge,
             )
         )
     except ShardcronError as e:
@@ -184,6 +188,7 @@ async def _dev(
     inherit_env: bool,
     retention: timedelta | None,
     quotas: Quotas,
+    edge: EdgeOptions,
 ) -> None:
     from shardcron.coordinator.coordination import LocalCoordination
     from shardcron.coordinator.node import Node, NodeConfig
@@ -206,6 +211,9 @@ async def _dev(
         tls=tls,
         insecure=insecure,
         quotas=quotas,
+        http_allowed_hosts=edge.allowed_hosts,
+        http_allowed_origins=edge.allowed_origins,
+        call_limits=edge.call_limits,
     )
     coordination = LocalCoordination(data_dir, shard_count=shards, node_id="dev")
     node = Node(store, coordination, config, auth=auth)
@@ -234,7 +242,8 @@ async def _dev(
     )
     if http_listen:
         host = http_listen.rpartition(":")[0] or "127.0.0.1"
-        metrics += f", dashboard and HTTP API on http://{host}:{node.http_port}/"
+        scheme = "https" if tls is not None else "http"
+        metrics += f", dashboard and HTTP API on {scheme}://{host}:{node.http_port}/"
     click.echo(f"shardcron dev: serving on {node.address} (data in {data_dir}){metrics}", err=True)
     try:
         await until_signalled()
@@ -415,6 +424,7 @@ def worker_cmd(
 @click.option("--lease-ttl", default="10s", show_default=True, callback=duration_option)
 @click.option("--misfire-grace", default="5s", show_default=True, callback=duration_option)
 @lease_lead_option("1s")
+@edge_options
 @auth_file_option
 @node_token_option
 @server_tls_options
@@ -445,6 +455,7 @@ def node(
     quota_file: Quotas,
     secret_keys: KeyRing | None,
     log_level: str,
+    edge: EdgeOptions,
 ) -> None:
     """Run a cluster node on ZooKeeper and Cassandra (the production entry point)."""
     setup_logging(log_level)
@@ -487,6 +498,7 @@ def node(
             insecure,
             retention,
             quota_file,
+            edge,
         )
     )
 
@@ -512,6 +524,7 @@ async def _node(
     insecure: bool,
     retention: timedelta | None,
     quotas: Quotas,
+    edge: EdgeOptions,
 ) -> None:
     from shardcron.coordinator.cassandra.store import CassandraStore
     from shardcron.coordinator.node import Node, NodeConfig
@@ -545,6 +558,9 @@ async def _node(
         tls=tls,
         insecure=insecure,
         quotas=quotas,
+        http_allowed_hosts=edge.allowed_hosts,
+        http_allowed_origins=edge.allowed_origins,
+        call_limits=edge.call_limits,
     )
     try:
         node = Node(store, coordination, config, auth=auth)

@@ -29,6 +29,9 @@ JOB = {
 }
 
 
+JSON_TYPE = "application/json"
+
+
 def headers(name: str | None, owner: str | None = None) -> dict[str, str]:
     out = {} if name is None else {"authorization": f"Bearer {TOKENS[name]}"}
     if owner is not None:
@@ -172,3 +175,41 @@ async def test_the_auth_files_quotas_are_in_force_and_follow_a_reload(tmp_path: 
         (tmp_path / "auth.toml").write_text(auth_file_text())
         assert node.auth.reload()
         assert node.api.quotas.quotas == Quotas()
+
+
+async def test_refused_writes_are_audited_with_their_reason_in_ascii(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="shardcron.audit")
+    async with auth_node(tmp_path, http=True) as node:
+        url = f"http://127.0.0.1:{node.http_port}/v1/jobs"
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(
+                url, data=b"{not json", headers={**headers("writer"), "content-type": JSON_TYPE}
+            ) as reply,
+        ):
+            assert reply.status == 400
+        [bad_body] = audit_lines(caplog)
+        assert (bad_body["principal"], bad_body["owner"]) == ("writer", OWN)
+        assert (bad_body["method"], bad_body["outcome"]) == ("CreateJob", "INVALID_ARGUMENT")
+        assert bad_body["reason"].startswith("body: not JSON")
+        # refused while its caller was judged (an owner that is not a name), both edges
+        status, _ = await call(node, "POST", "/v1/jobs", "writer-ab", "no such owner!", body=JOB)
+        assert status == 400
+        channel = grpc.aio.insecure_channel(f"127.0.0.1:{node.port}")
+        with pytest.raises(grpc.aio.AioRpcError):
+            await jobs_pb2_grpc.JobServiceStub(channel).DeleteJob(
+                jobs_pb2.DeleteJobRequest(job_id="j"),
+                metadata=(*bearer("writer-ab"), ("x-shardcron-owner", "no such owner!")),
+            )
+        await channel.close()
+        http_line, grpc_line = audit_lines(caplog)
+        for line, method in ((http_line, "CreateJob"), (grpc_line, "DeleteJob")):
+            assert (line["method"], line["outcome"]) == (method, "INVALID_ARGUMENT")
+            assert line["owner"] == "invalid:no such owner!"
+            assert line["reason"].startswith("x-shardcron-owner:")
+        # an id holding a line separator is escaped: one line, ASCII
+        await call(node, "DELETE", "/v1/jobs/a\u2028b\u0085c", "writer")
+        [raw] = [r.getMessage() for r in caplog.records if r.name == "shardcron.audit"]
+        assert raw.isascii() and "\\u2028" in raw and "\n" not in raw

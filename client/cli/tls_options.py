@@ -114,7 +114,7 @@ def server_tls_options(f: Callable[..., Any]) -> Callable[..., Any]:
             click.option(
                 "--tls-cert",
                 type=PEM_FILE,
-                help="Serve gRPC with TLS: this node's certificate (PEM; it also presents "
+                help="Serve gRPC and HTTP with TLS: this node's certificate (PEM; it also presents "
                 "it to the nodes it calls).",
             ),
             click.option("--tls-key", type=PEM_FILE, help="The certificate's private key (PEM)."),

@@ -36,12 +36,13 @@ import grpc
 import grpc.aio
 
 from shardcron.client.errors import InvalidArgument
+from shardcron.client.types import OWNER_HEADER
 from shardcron.v1 import jobs_pb2_grpc
 
 DEFAULT_TARGET = "127.0.0.1:7400"
 TARGET_ENV = "SHARDCRON_TARGET"
 TOKEN_ENV = "SHARDCRON_TOKEN"
-OWNER_METADATA_KEY = "x-shardcron-owner"
+OWNER_METADATA_KEY = OWNER_HEADER
 AUTHORIZATION_METADATA_KEY = "authorization"
 
 JOB_SERVICE = "shardcron.v1.JobService"

@@ -31,7 +31,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from shardcron.client.errors import InvalidArgument, PermissionDenied, Unauthenticated
-from shardcron.client.types import DEFAULT_OWNER
+from shardcron.client.types import DEFAULT_OWNER, OWNER_HEADER
 from shardcron.coordinator.auth.permissions import OWNER_SCOPED, Access, access_of, allowed
 from shardcron.coordinator.auth.principals import (
     ANY_OWNER,
@@ -42,7 +42,6 @@ from shardcron.coordinator.auth.principals import (
 )
 from shardcron.coordinator.validation import validate_owner
 
-OWNER_KEY = "x-shardcron-owner"
 AUTHORIZATION_KEY = "authorization"
 
 
@@ -109,7 +108,7 @@ def authorize(
             principal.name,
             f"principal {principal.name} (role {principal.role.value}) may not call {method}",
         )
-    owner = resolve_owner(principal, metadata.get(OWNER_KEY)) if access in OWNER_SCOPED else ""
+    owner = resolve_owner(principal, metadata.get(OWNER_HEADER)) if access in OWNER_SCOPED else ""
     return Caller(
         principal=principal.name, role=principal.role, owner=owner, owners=principal.owners
     )
@@ -164,7 +163,7 @@ def resolve_owner(principal: Principal, requested: str | None) -> str:
         if len(principal.owners) == 1:
             return next(iter(principal.owners))
         raise InvalidArgument(
-            OWNER_KEY,
+            OWNER_HEADER,
             f"principal {principal.name} acts for several owners"
             f" ({', '.join(sorted(principal.owners))}): name one",
         )

@@ -31,6 +31,8 @@ import grpc.aio
 
 from shardcron.client.codec.errors import status_for
 from shardcron.client.errors import ShardcronError
+from shardcron.client.types import OWNER_HEADER
+from shardcron.coordinator.audit import log_refused_write, owner_named, written_by
 from shardcron.coordinator.auth.authorize import Caller, authorize, set_caller, still_allowed
 from shardcron.coordinator.auth.principals import (
     AuthFileError,
@@ -134,6 +136,10 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         except ShardcronError as e:
             if is_refusal(e):
                 self._source.refusals.refused(method=method, peer=context.peer(), error=e)
+            elif (write := written_by(method)) is not None:  # e.g. a malformed owner header
+                log_refused_write(
+                    method=write, error=e, owner=owner_named(_metadata(context).get(OWNER_HEADER))
+                )
             await context.abort(*status_for(e))
             raise AssertionError("unreachable") from e
 

@@ -30,7 +30,7 @@ so it holds no lock.
 
 from __future__ import annotations
 
-import json
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,7 +38,7 @@ from typing import Any
 
 from shardcron.client.errors import PermissionDenied, ShardcronError, Unauthenticated
 from shardcron.client.limits import clip
-from shardcron.coordinator.audit import ANONYMOUS, audit_log
+from shardcron.coordinator.audit import ANONYMOUS, emit
 from shardcron.coordinator.auth.authorize import PrincipalDenied
 from shardcron.coordinator.ids import utcnow
 
@@ -155,5 +155,4 @@ class RefusalAudit:
 
     @staticmethod
     def _log(**fields: Any) -> None:
-        line = {"at": utcnow().isoformat(), **fields}
-        audit_log.warning("%s", json.dumps(line, separators=(",", ":"), ensure_ascii=False))
+        emit({"at": utcnow().isoformat(), **fields}, logging.WARNING)

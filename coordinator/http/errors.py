@@ -6,7 +6,10 @@ HTTP and gRPC answer the same code and message; ``field`` names the bad input of
 INVALID_ARGUMENT (empty otherwise). A stale ``expectedVersion`` (ABORTED) is 412
 Precondition Failed, the HTTP answer to a failed conditional write; a call the object's
 state does not allow (FAILED_PRECONDITION, e.g. resuming a job that is not paused) is
-409 Conflict. Anything that is not a domain error is logged and answered 500.
+409 Conflict. Refusals of the HTTP edge itself take the HTTP status that says what
+they are: a body over its cap 413, a body that did not arrive in time 408, a write
+that is not JSON 415 (``bodies``, ``origins``). Anything that is not a domain error is
+logged and answered 500.
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ from aiohttp import web
 
 from shardcron.client import codec
 from shardcron.client.errors import InvalidArgument, ShardcronError
+from shardcron.coordinator.http.bodies import BodyTimeout, BodyTooLarge
 from shardcron.coordinator.http.caller import CallAborted
+from shardcron.coordinator.http.origins import UnsupportedMediaType
 
 log = logging.getLogger("shardcron.http")
 
@@ -39,6 +44,14 @@ HTTP_STATUS: dict[grpc.StatusCode, int] = {
 }
 
 
+# Errors of the HTTP edge whose HTTP status is more precise than their code's.
+EDGE_STATUS: dict[type[Exception], int] = {
+    BodyTooLarge: 413,
+    BodyTimeout: 408,
+    UnsupportedMediaType: 415,
+}
+
+
 def error_body(code: grpc.StatusCode, message: str, field: str = "") -> dict[str, str]:
     return {"code": code.name, "message": message, "field": field}
 
@@ -54,4 +67,5 @@ def error_response(e: BaseException, where: str) -> web.Response:
     else:
         log.error("%s failed", where, exc_info=e)
         code, message = grpc.StatusCode.INTERNAL, f"internal error: {type(e).__name__}"
-    return web.json_response(error_body(code, message, field), status=HTTP_STATUS.get(code, 500))
+    status = EDGE_STATUS.get(type(e)) or HTTP_STATUS.get(code, 500)
+    return web.json_response(error_body(code, message, field), status=status)

@@ -11,7 +11,6 @@ naming the field, or ``body`` for a body that is not a JSON object of the messag
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
@@ -20,6 +19,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
 from shardcron.client.errors import InvalidArgument
+from shardcron.client.limits import MAX_ERROR_MESSAGE, clip
 
 M = TypeVar("M", bound=Message)
 
@@ -38,19 +38,6 @@ _INTEGER_TYPES = frozenset(
 def to_json(message: Message) -> dict[str, Any]:
     """The canonical JSON of ``message`` (fields at their default value left out)."""
     return json_format.MessageToDict(message)
-
-
-def parse_body(raw: bytes) -> dict[str, Any]:
-    """A request body: empty, or a JSON object."""
-    if not raw.strip():
-        return {}
-    try:
-        value = json.loads(raw)
-    except (UnicodeDecodeError, ValueError) as e:
-        raise InvalidArgument("body", f"not JSON: {e}") from None
-    if not isinstance(value, dict):
-        raise InvalidArgument("body", "must be a JSON object")
-    return value
 
 
 def _field(descriptor: Descriptor, name: str) -> FieldDescriptor | None:
@@ -120,10 +107,11 @@ def query_fields(
 
 
 def build_request(message_type: type[M], fields: dict[str, Any]) -> M:
-    """``message_type`` from its JSON ``fields``. Raises ``InvalidArgument``."""
+    """``message_type`` from its JSON ``fields``. Raises ``InvalidArgument``: whatever
+    the JSON holds, the parser's complaint about it is the caller's error."""
     message = message_type()
     try:
         json_format.ParseDict(fields, message)
-    except json_format.ParseError as e:
-        raise InvalidArgument("body", str(e)) from None
+    except (json_format.ParseError, ValueError, TypeError, RecursionError) as e:
+        raise InvalidArgument("body", clip(str(e), MAX_ERROR_MESSAGE - 50)) from None
     return message

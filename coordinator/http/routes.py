@@ -3,7 +3,7 @@
 answers. The OpenAPI document (``openapi``) and the aiohttp router (``server``) are
 both built from ``ROUTES``, so what is served is what is documented.
 
-Every route is called as the caller ``caller.resolve_caller`` finds in its headers,
+Every route is called as the caller ``caller.resolve_owner`` finds in its headers,
 through the servicers themselves (in-process), so a route checks, changes and answers
 exactly what the gRPC method does; errors are answered by ``errors.error_response``.
 """
@@ -40,7 +40,8 @@ class Route:
     path: str
     operation: str
     summary: str
-    handler: Handler
+    rpc: str  # the method the route serves: how it is authorized and audited
+    handler: Handler | None = None  # None: the JSON of what ``rpc`` answers
     request: type[Message] | None = None
     response: type[Message] | None = None
     schema: Mapping[str, Any] | None = None
@@ -51,6 +52,16 @@ class Route:
     extra_query: Mapping[str, str] = field(default_factory=dict)  # name -> meaning
     status: int = 200
     content: str = "application/json"
+
+    def __post_init__(self) -> None:
+        if self.handler is None:
+            object.__setattr__(self, "handler", unary(self.rpc, self.status))
+
+    async def serve(
+        self, services: Services, request: web.Request, message: Any
+    ) -> web.StreamResponse:
+        assert self.handler is not None
+        return await self.handler(services, request, message)
 
 
 def unary(rpc: str, status: int = 200) -> Handler:
@@ -106,38 +117,38 @@ def _routes() -> tuple[Route, ...]:
     job_ref = jobs_pb2.JobRef
     return (
         Route(
-            method="POST", path="/v1/jobs", operation="createJob", handler=create_job,
+            method="POST", path="/v1/jobs", operation="createJob", rpc="CreateJob", handler=create_job,
             summary="Create a job; answers once it and its first run are durably written",
             request=jobs_pb2.CreateJobRequest, body=True, body_required=True, status=202,
             schema={"allOf": [_ref("shardcron.v1.CreateJobResponse"), {
                 "type": "object", "properties": {"firstRunId": {"type": "string"}}}]},
         ),
         Route(
-            method="GET", path="/v1/jobs", operation="listJobs", handler=unary("ListJobs"),
+            method="GET", path="/v1/jobs", operation="listJobs", rpc="ListJobs",
             summary="The owner's jobs, in id order (all but DELETED unless a state is given)",
             request=jobs_pb2.ListJobsRequest, response=jobs_pb2.ListJobsResponse,
             query=(*PAGE, "state", "namePrefix"), aliases=STATE,
         ),
         Route(
-            method="GET", path="/v1/jobs/{jobId}", operation="getJob", handler=unary("GetJob"),
+            method="GET", path="/v1/jobs/{jobId}", operation="getJob", rpc="GetJob",
             summary="A job", request=jobs_pb2.GetJobRequest, response=types_pb2.Job,
         ),
         Route(
             method="PUT", path="/v1/jobs/{jobId}", operation="updateJob",
-            handler=unary("UpdateJob"), summary="Replace a job's spec (expectedVersion required)",
+            rpc="UpdateJob", summary="Replace a job's spec (expectedVersion required)",
             request=jobs_pb2.UpdateJobRequest, response=types_pb2.Job, body=True,
             body_required=True,
         ),
         Route(
             method="DELETE", path="/v1/jobs/{jobId}", operation="deleteJob",
-            handler=unary("DeleteJob"), summary="Delete a job",
+            rpc="DeleteJob", summary="Delete a job",
             request=jobs_pb2.DeleteJobRequest, response=types_pb2.Job,
             query=("expectedVersion", "cancelRunning"),
         ),
         *(
             Route(
                 method="POST", path=f"/v1/jobs/{{jobId}}/{verb}", operation=f"{verb}Job",
-                handler=unary(rpc), summary=summary, request=job_ref, response=reply, body=True,
+                rpc=rpc, summary=summary, request=job_ref, response=reply, body=True,
                 query=("expectedVersion",),
             )
             for verb, rpc, reply, summary in (
@@ -148,7 +159,7 @@ def _routes() -> tuple[Route, ...]:
         ),
         Route(
             method="GET", path="/v1/jobs/{jobId}/status", operation="getJobStatus",
-            handler=job_status, summary="A job, its latest due run and its next run",
+            rpc="GetJob", handler=job_status, summary="A job, its latest due run and its next run",
             request=jobs_pb2.GetJobRequest,
             schema={"type": "object", "required": ["job"], "properties": {
                 "job": _ref("shardcron.v1.Job"), "latestRun": _ref("shardcron.v1.Run"),
@@ -156,59 +167,59 @@ def _routes() -> tuple[Route, ...]:
         ),
         Route(
             method="GET", path="/v1/jobs/{jobId}/runs", operation="listJobRuns",
-            handler=unary("ListRuns"), summary="A job's runs, newest first",
+            rpc="ListRuns", summary="A job's runs, newest first",
             request=jobs_pb2.ListRunsRequest, response=jobs_pb2.ListRunsResponse,
             query=(*PAGE, "state"), aliases=STATE,
         ),
         Route(
-            method="GET", path="/v1/runs", operation="listRuns", handler=unary("ListRuns"),
+            method="GET", path="/v1/runs", operation="listRuns", rpc="ListRuns",
             summary="Runs across the owner's jobs (e.g. state=RUNNING), by job then newest;"
             " a page may be short while nextPageToken is set",
             request=jobs_pb2.ListRunsRequest, response=jobs_pb2.ListRunsResponse,
             query=(*PAGE, "state", "jobId"), aliases=STATE,
         ),
         Route(
-            method="GET", path="/v1/runs/{runId}", operation="getRun", handler=unary("GetRun"),
+            method="GET", path="/v1/runs/{runId}", operation="getRun", rpc="GetRun",
             summary="A run", request=jobs_pb2.GetRunRequest, response=types_pb2.Run,
         ),
         Route(
             method="POST", path="/v1/runs/{runId}/cancel", operation="cancelRun",
-            handler=unary("CancelRun"), summary="Cancel a run that is not final",
+            rpc="CancelRun", summary="Cancel a run that is not final",
             request=jobs_pb2.GetRunRequest, response=types_pb2.Run,
         ),
         Route(
             method="GET", path="/v1/runs/{runId}/output", operation="readRunOutput",
-            handler=read_output, summary="A run's kept output; follow=true streams it",
+            rpc="ReadRunOutput", handler=read_output, summary="A run's kept output; follow=true streams it",
             request=jobs_pb2.ReadRunOutputRequest, query=("offset", "follow"),
             extra_query={"format": "text: the bytes as text/plain instead of JSON or SSE"},
             schema=OUTPUT_SCHEMA,
         ),
         Route(
             method="GET", path="/v1/deadLetters", operation="listDeadLetters",
-            handler=unary("ListDeadLetters"), summary="Runs that failed with no attempt left",
+            rpc="ListDeadLetters", summary="Runs that failed with no attempt left",
             request=jobs_pb2.ListDeadLettersRequest, response=jobs_pb2.ListRunsResponse,
             query=(*PAGE, "jobId"),
         ),
         Route(
             method="POST", path="/v1/deadLetters/replay", operation="replayDeadLetters",
-            handler=unary("ReplayDeadLetters"), summary="Run dead letters again, as new runs",
+            rpc="ReplayDeadLetters", summary="Run dead letters again, as new runs",
             request=jobs_pb2.DeadLettersRequest, response=jobs_pb2.ListRunsResponse, body=True,
             body_required=True,
         ),
         Route(
             method="POST", path="/v1/deadLetters/drop", operation="dropDeadLetters",
-            handler=unary("DropDeadLetters"), summary="Clear dead letters without running them",
+            rpc="DropDeadLetters", summary="Clear dead letters without running them",
             request=jobs_pb2.DeadLettersRequest, response=jobs_pb2.DropDeadLettersResponse,
             body=True, body_required=True,
         ),
         Route(
-            method="GET", path="/v1/cluster", operation="getCluster", handler=unary("GetStatus"),
+            method="GET", path="/v1/cluster", operation="getCluster", rpc="GetStatus",
             summary="Leader, epoch, members, shards with their lag, workers with their slots",
             request=cluster_pb2.GetStatusRequest, response=cluster_pb2.ClusterStatus,
         ),
         Route(
             method="POST", path="/v1/preview", operation="previewFires",
-            handler=unary("PreviewFires"), summary="The next fires of a schedule or a job",
+            rpc="PreviewFires", summary="The next fires of a schedule or a job",
             request=jobs_pb2.PreviewFiresRequest, response=jobs_pb2.PreviewFiresResponse,
             body=True, body_required=True,
         ),

@@ -143,7 +143,7 @@ def test_runs_across_jobs_output_as_json_sse_and_text_then_cancel(
         t.join(timeout=30)
     assert followed["text"] == b"two\n"
     events = followed["sse"].decode().split("\n\n")
-    assert events[0].startswith("event: chunk\ndata: {")
+    assert events[0].startswith("event: chunk\nid: 4\ndata: {")  # id: the offset after it
     assert [e for e in events if e][-1].startswith("event: eof\n")
     status, again = http.call("POST", f"/v1/runs/{first}/cancel")
     assert status == 409 and again["code"] == "FAILED_PRECONDITION"

@@ -249,23 +249,39 @@ async function jobPage(jobId) {
   }, 2000);
 }
 
+// The run's output as it is written. A node ends a follow after some minutes, without
+// the run having ended: the page follows again from the bytes it has, until the run is
+// final or its job deleted.
 async function followOutput(runId, pre) {
   outputAbort = new AbortController();
-  const resp = await fetch(`/v1/runs/${encodeURIComponent(runId)}/output?format=text&follow=true`, {
-    headers: callHeaders(),
-    signal: outputAbort.signal,
-  });
-  if (!resp.ok) throw new Error((await resp.json()).message);
-  const reader = resp.body.getReader();
   const decoder = new TextDecoder();
+  const path = `/v1/runs/${encodeURIComponent(runId)}`;
   pre.textContent = "";
+  let received = 0;
   for (;;) {
-    const { value, done } = await reader.read();
-    if (done) break;
-    pre.textContent += decoder.decode(value, { stream: true });
-    pre.scrollTop = pre.scrollHeight;
+    const resp = await fetch(`${path}/output?format=text&follow=true&offset=${received}`, {
+      headers: callHeaders(),
+      signal: outputAbort.signal,
+    });
+    if (!resp.ok) throw new Error((await resp.json()).message);
+    const reader = resp.body.getReader();
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      received += value.length;
+      pre.textContent += decoder.decode(value, { stream: true });
+      pre.scrollTop = pre.scrollHeight;
+    }
+    const run = await api("GET", path);
+    if (isFinal(run.state)) break;
+    const job = await api("GET", `/v1/jobs/${encodeURIComponent(run.jobId)}`);
+    if (job.state === "JOB_STATE_DELETED") break;
   }
   pre.dataset.ended = "true";
+}
+
+function isFinal(state) {
+  return !["RUN_STATE_PENDING", "RUN_STATE_LEASED", "RUN_STATE_RUNNING"].includes(state);
 }
 
 async function runPage(runId) {
@@ -284,7 +300,7 @@ async function runPage(runId) {
     <pre id="run-output"></pre>`;
   const draw = (r) => {
     document.getElementById("run-state").innerHTML = stateCell(r.state, "RUN_STATE_");
-    const final = !["RUN_STATE_PENDING", "RUN_STATE_LEASED", "RUN_STATE_RUNNING"].includes(r.state);
+    const final = isFinal(r.state);
     document.getElementById("cancel-run").hidden = final;
     document.getElementById("run-fields").innerHTML = `
       <dt>Job</dt><dd class="mono">${esc(r.jobId)}</dd>
