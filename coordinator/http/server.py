@@ -30,9 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import grpc
 from aiohttp import web
 
 from shardcron.client.errors import InvalidArgument, ShardcronError
+from shardcron.client.limits import clip
 from shardcron.client.tls import ServerTls, check_listen, listen_host
 from shardcron.coordinator.http.bodies import (
     BodyTimeout,
@@ -48,7 +50,7 @@ from shardcron.coordinator.http.connections import (
     GatedSite,
     tls_context,
 )
-from shardcron.coordinator.http.errors import error_response
+from shardcron.coordinator.http.errors import error_body, error_response
 from shardcron.coordinator.http.mapping import build_request, query_fields
 from shardcron.coordinator.http.openapi import openapi_document
 from shardcron.coordinator.http.origins import SitePolicy
@@ -70,6 +72,8 @@ PAGE_HEADERS = {
     "Referrer-Policy": "no-referrer",
 }
 API_HEADERS = {"Cache-Control": "no-store"}
+# aiohttp's own refusals of an API path, answered in the API's error form
+_ROUTING_CODES = {404: grpc.StatusCode.NOT_FOUND, 405: grpc.StatusCode.UNIMPLEMENTED}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -186,7 +190,14 @@ def _guard(policy: SitePolicy, services: Services) -> Any:
             response: web.StreamResponse = error_response(e, "site rules")
             response.force_close()
             return response
-        return await handler(request)
+        try:
+            return await handler(request)
+        except web.HTTPException as e:  # no route, or no such method on it
+            if not request.path.startswith("/v1/") or e.status < 400:
+                raise
+            code = _ROUTING_CODES.get(e.status, grpc.StatusCode.INVALID_ARGUMENT)
+            body = error_body(code, f"{e.reason}: {request.method} {clip(request.path)}")
+            return web.json_response(body, status=e.status)
 
     return guard
 

@@ -15,11 +15,15 @@ from shardcron.coordinator.sqlite.store import SqliteStore
 SHARDS = 8
 
 
-def sqlite_node(data: Path, node_id: str) -> Node:
-    """A node on ``data``, not started yet (``await node.start()``; ``node.port`` then)."""
+def sqlite_node(data: Path, node_id: str, *, http: bool = False) -> Node:
+    """A node on ``data``, not started yet (``await node.start()``; ``node.port`` then);
+    with ``http`` it serves the HTTP/JSON API too (``node.http_port``)."""
     store = SqliteStore(data / "shardcron.db", shard_count=SHARDS)
     coordination = LocalCoordination(data, shard_count=SHARDS, node_id=node_id)
-    return Node(store, coordination, NodeConfig(listen="127.0.0.1:0", node_id=node_id))
+    config = NodeConfig(
+        listen="127.0.0.1:0", node_id=node_id, http_listen="127.0.0.1:0" if http else ""
+    )
+    return Node(store, coordination, config)
 
 
 @contextlib.asynccontextmanager

@@ -54,8 +54,9 @@ class _ErrorLog(logging.Handler):
 class NodeThread:
     """See the module docstring. ``start`` then ``stop``; calls in between."""
 
-    def __init__(self, data: Path) -> None:
+    def __init__(self, data: Path, *, http: bool = False) -> None:
         self._data = data
+        self._http = http  # serve the HTTP/JSON API too (``http_url``)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="node", daemon=True)
         self.node: Node | None = None
@@ -71,6 +72,11 @@ class NodeThread:
         assert self.node is not None
         return f"127.0.0.1:{self.node.port}"
 
+    @property
+    def http_url(self) -> str:
+        assert self.node is not None and self.node.http_port
+        return f"http://127.0.0.1:{self.node.http_port}"
+
     def run(self, coro: Coroutine[Any, Any, T], timeout: float = 60.0) -> T:
         """Runs ``coro`` on the node's loop and returns its result."""
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
@@ -83,7 +89,7 @@ class NodeThread:
         return self
 
     async def _start(self) -> None:
-        self.node = sqlite_node(self._data, "fuzzed")
+        self.node = sqlite_node(self._data, "fuzzed", http=self._http)
         await self.node.start()
         registry = HandlerRegistry()
         registry.register("noop", lambda ctx: None)
