@@ -47,6 +47,8 @@ __all__ = [
 T = TypeVar("T")
 
 DEFAULT_OWNER = "default"
+# In a list of owners (an auth file principal's, a worker's pool): every owner.
+ANY_OWNER = "*"
 
 
 class ScheduleKind(StrEnum):
@@ -363,6 +365,10 @@ class WorkerInfo:
     handlers: tuple[str, ...] = ()
     connected_at: datetime | None = None
     pollers: tuple[str, ...] = ()  # the pollers it streams to
+    # its pool: the owners whose runs it may take; (ANY_OWNER,): every owner; (): not
+    # said (a node of an older version)
+    owners: tuple[str, ...] = ()
+    handlers_omitted: int = 0  # handler names it serves beyond those in ``handlers``
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -378,5 +384,6 @@ class ClusterStatus:
     epoch: int
     members: list[str]
     shards: list[ShardInfo]
-    workers: list[WorkerInfo]
+    workers: list[WorkerInfo]  # those the caller may see, as many as fit in one reply
     mode: str = "dev"
+    workers_omitted: int = 0  # workers the caller may see that are not in ``workers``

@@ -32,10 +32,10 @@ from enum import StrEnum
 from pathlib import Path
 
 from shardcron.client.errors import InvalidArgument
+from shardcron.client.types import ANY_OWNER
 from shardcron.coordinator.quotas import QuotaFileError, Quotas, quotas_from_toml
 from shardcron.coordinator.validation import validate_owner
 
-ANY_OWNER = "*"
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 # The digest of the empty token: a principal holding it would be one that a client
 # sending an empty token (an unset SHARDCRON_TOKEN, a blank secret) becomes.

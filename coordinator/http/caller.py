@@ -21,6 +21,7 @@ import grpc
 from shardcron.client.types import DEFAULT_OWNER
 from shardcron.coordinator.audit import ANONYMOUS
 from shardcron.coordinator.auth import AuthSource, authorize
+from shardcron.coordinator.auth.authorize import set_caller
 from shardcron.coordinator.service import OWNER_KEY
 from shardcron.coordinator.validation import validate_owner
 
@@ -46,7 +47,9 @@ def grpc_method(rpc: str) -> str:
 def resolve_caller(headers: Mapping[str, str], rpc: str, auth: AuthSource | None) -> Caller:
     """The caller of a request with these headers that calls ``rpc``. Raises
     ``InvalidArgument`` (field ``x-shardcron-owner``) for an owner that is not a valid
-    name, and with ``auth`` what ``authorize`` raises."""
+    name, and with ``auth`` what ``authorize`` raises. With ``auth`` it also sets the
+    authorized caller for the rest of the request's task (``current_caller()``), as
+    the gRPC interceptor does for a call."""
     if auth is None:
         owner = headers.get(OWNER_KEY)
         return Caller(owner=DEFAULT_OWNER if owner is None else validate_owner(owner))
@@ -54,6 +57,9 @@ def resolve_caller(headers: Mapping[str, str], rpc: str, auth: AuthSource | None
     for key, value in headers.items():
         lowered.setdefault(key.lower(), value)
     caller = authorize(auth.table, grpc_method(rpc), lowered)
+    # what servicers read of their caller (current_caller: the principal a long call
+    # counts against, the workers a status shows) is the same over both edges
+    set_caller(caller)
     return Caller(owner=caller.owner, principal=caller.principal)
 
 
