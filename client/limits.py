@@ -54,9 +54,13 @@ MAX_CWD = 4096  # PATH_MAX
 MAX_ARGV_BYTES = 128 << 10  # UTF-8 bytes of all of argv together
 MAX_ENV_BYTES = 128 << 10  # UTF-8 bytes of every env key and value together
 MAX_PAYLOAD = 1 << 20  # handler payload bytes
-MAX_LABELS = 64  # per map (job labels, resource labels, list filters)
+MAX_LABELS = 64  # per map (job labels, resource labels, list filters, a worker's labels)
 MAX_LABEL_KEY = 63
 MAX_LABEL_VALUE = 256
+
+# --- what a worker says of itself (its Hello; the cluster status lists it)
+MAX_WORKER_HANDLERS = 1000  # handler names, each at most MAX_HANDLER_NAME
+MAX_WORKER_VERSION = 64  # Hello.version; worker_id and instance_id are ids (MAX_ID)
 
 # --- what errors echo
 MAX_ECHO = 64  # characters of a user's string an error message quotes

@@ -10,6 +10,9 @@ Poller to worker: ``Welcome`` (first), then any of ``Leases``, ``Cancels``,
 ``Renewals``, ``ResultAcks`` and ``Demand``.
 
 Times are aware UTC datetimes; a fencing token is ``epoch << 32 | sequence``.
+
+``check_hello`` is what a ``Hello`` may say of a worker (``client.limits``): the
+poller's edge refuses one past it, and a worker checks its own before it connects.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from shardcron.client import limits
+from shardcron.client.errors import InvalidArgument
 from shardcron.client.frozen import fast_init
 from shardcron.client.types import Resources, RunReason, RunState, Task
 
@@ -84,6 +89,43 @@ class Hello:
     instance_id: str = ""
     # holds each lease until its due_at before starting it: may be leased ahead of due
     waits_for_due: bool = False
+
+
+def check_hello(hello: Hello, path: str = "hello") -> None:
+    """Raises ``InvalidArgument`` naming the field (under ``path``; "" for none) of a
+    Hello past the bounds of ``client.limits``: its labels as a job's labels are
+    bounded, at most ``MAX_WORKER_HANDLERS`` handler names of ``MAX_HANDLER_NAME``
+    characters, ids of ``MAX_ID`` and a version of ``MAX_WORKER_VERSION`` characters.
+    What a worker says of itself is listed in every cluster status and held by each
+    poller it streams to, for as long as it stays connected."""
+    where = f"{path}." if path else ""
+    for name, value, limit in (
+        ("worker_id", hello.worker_id, limits.MAX_ID),
+        ("instance_id", hello.instance_id, limits.MAX_ID),
+        ("version", hello.version, limits.MAX_WORKER_VERSION),
+    ):
+        if len(value) > limit:
+            raise InvalidArgument(f"{where}{name}", f"at most {limit} characters, got {len(value)}")
+    if len(hello.labels) > limits.MAX_LABELS:
+        raise InvalidArgument(f"{where}labels", f"at most {limits.MAX_LABELS} labels")
+    for key, value in hello.labels.items():
+        if not 0 < len(key) <= limits.MAX_LABEL_KEY or len(value) > limits.MAX_LABEL_VALUE:
+            raise InvalidArgument(
+                f"{where}labels[{limits.clip(key)}]",
+                f"keys are 1-{limits.MAX_LABEL_KEY} characters,"
+                f" values at most {limits.MAX_LABEL_VALUE}",
+            )
+    if len(hello.handlers) > limits.MAX_WORKER_HANDLERS:
+        raise InvalidArgument(
+            f"{where}handlers",
+            f"at most {limits.MAX_WORKER_HANDLERS} handler names, got {len(hello.handlers)}",
+        )
+    for name in hello.handlers:
+        if len(name) > limits.MAX_HANDLER_NAME:
+            raise InvalidArgument(
+                f"{where}handlers",
+                f"{limits.clip(name)!r}: at most {limits.MAX_HANDLER_NAME} characters a name",
+            )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -48,6 +48,8 @@ T = TypeVar("T")
 
 DEFAULT_OWNER = "default"  # the owner of a call that names none
 OWNER_HEADER = "x-shardcron-owner"  # the header (gRPC metadata) that names it
+# In a list of owners (an auth file principal's, a worker's pool): every owner.
+ANY_OWNER = "*"
 
 
 class ScheduleKind(StrEnum):
@@ -364,6 +366,10 @@ class WorkerInfo:
     handlers: tuple[str, ...] = ()
     connected_at: datetime | None = None
     pollers: tuple[str, ...] = ()  # the pollers it streams to
+    # its pool: the owners whose runs it may take; (ANY_OWNER,): every owner; (): not
+    # said (a node of an older version)
+    owners: tuple[str, ...] = ()
+    handlers_omitted: int = 0  # handler names it serves beyond those in ``handlers``
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -379,5 +385,6 @@ class ClusterStatus:
     epoch: int
     members: list[str]
     shards: list[ShardInfo]
-    workers: list[WorkerInfo]
+    workers: list[WorkerInfo]  # those the caller may see, as many as fit in one reply
     mode: str = "dev"
+    workers_omitted: int = 0  # workers the caller may see that are not in ``workers``

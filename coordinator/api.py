@@ -215,17 +215,23 @@ class JobsApi:
             checked.append((stored, key))
         items = checked
         await self.quotas.check_creates(owner, len(items))
-        now = utcnow()
-        ids = new_job_ids(len(items))
-        place = self.place_within > timedelta(0) and any(
-            self.served_here(shard) for shard in range(self.shard_count)
-        )
-        new = [
-            self._new_job(job_id, owner, spec, key, now, place)
-            for job_id, (spec, key) in zip(ids, items, strict=True)
-        ]
-        results = await self.store.create_jobs(new)
-        created = [n for n, (_, fresh) in zip(new, results, strict=True) if fresh]
+        not_made = len(items)  # what the reservation gives back: all, until the write
+        try:
+            now = utcnow()
+            ids = new_job_ids(len(items))
+            place = self.place_within > timedelta(0) and any(
+                self.served_here(shard) for shard in range(self.shard_count)
+            )
+            new = [
+                self._new_job(job_id, owner, spec, key, now, place)
+                for job_id, (spec, key) in zip(ids, items, strict=True)
+            ]
+            not_made = 0  # a write that raises may have landed: kept counted
+            results = await self.store.create_jobs(new)
+            created = [n for n, (_, fresh) in zip(new, results, strict=True) if fresh]
+            not_made = len(items) - len(created)  # replays of an idempotency key
+        finally:
+            self.quotas.creates_ended(owner, len(items), not_made)
         self.metrics.jobs_created.inc(len(created))
         self._hint([r for n in created for r in n.runs], [n.job for n in created])
         return results

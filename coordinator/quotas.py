@@ -13,8 +13,11 @@ auth file) of this form::
     burst = 40               # optional: creates at once; default one second's worth
 
 - ``max_jobs``: how many jobs the owner may have that are not deleted
-  (``JobStore.count_jobs``). A create that would pass it is refused whole; checked
-  per call, so creates racing on several api nodes may pass it by what is in flight.
+  (``JobStore.count_jobs``). A create that would pass it is refused whole. On one
+  node it is never passed: an owner's creates are checked one at a time (a lock per
+  owner around the count, the check and the reservation), and the count holds the
+  creates this node has reserved and not yet written. Creates racing on several api
+  nodes may pass it by what the others have in flight.
 - ``creates_per_second`` and ``burst``: a token bucket per owner, **in memory on each
   api node**: with N api nodes an owner may create up to N times the rate, and a
   restarted node starts with a full bucket. A ``CreateJobs`` of n jobs takes n
@@ -28,11 +31,13 @@ stricter than what a node takes anyway (4 MiB messages, 10,000 jobs per call).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import math
 import time
 import tomllib
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -175,10 +180,39 @@ class TokenBucket:
         return self.at + (self.burst - self.tokens) / self.rate
 
 
+class OwnerLocks:
+    """An ``asyncio.Lock`` per owner, held only while some call holds or waits for it:
+    an owner's entry goes with its last call, so callers naming ever new owners leave
+    nothing behind."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}  # owner -> (lock, users)
+
+    def __len__(self) -> int:
+        return len(self._locks)
+
+    @contextlib.asynccontextmanager
+    async def hold(self, owner: str) -> AsyncIterator[None]:
+        lock, users = self._locks.get(owner) or (asyncio.Lock(), 0)
+        self._locks[owner] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[owner]
+            if users == 1:
+                del self._locks[owner]
+            else:
+                self._locks[owner] = (lock, users - 1)
+
+
 class QuotaGuard:
     """Keeps the quotas of one api node: the request size, the create rate (a bucket per
     owner, in memory) and the owner's job count (read from the store at most every
-    ``COUNT_REUSE_SECONDS``, plus this node's creates since)."""
+    ``COUNT_REUSE_SECONDS``, plus this node's creates since).
+
+    ``check_creates`` reserves the creates it allows; the caller ends each reservation
+    with ``creates_ended``, saying how many of them were not made."""
 
     def __init__(
         self,
@@ -192,6 +226,9 @@ class QuotaGuard:
         self._clock = clock
         self._buckets: dict[str, TokenBucket] = {}
         self._counts: dict[str, tuple[int, float]] = {}  # owner -> (jobs, counted at)
+        # owner -> creates reserved and not yet ended: jobs a store count may not hold
+        self._writing: dict[str, int] = {}
+        self._locks = OwnerLocks()
 
     def reload(self, quotas: Quotas) -> None:
         """New limits; every bucket starts again full under them."""
@@ -209,14 +246,54 @@ class QuotaGuard:
 
     async def check_creates(self, owner: str, count: int) -> None:
         """Refuses ``count`` new jobs of ``owner`` that pass its create rate or job limit;
-        takes the tokens only when both allow them."""
+        takes the tokens and reserves the jobs only when both allow them."""
         quota = self.quotas.for_owner(owner)
         if count > quota.burst:
             raise ResourceExhausted(
                 f"creates_per_second: {count} creates in one call, over the burst of"
                 f" {quota.burst} owner {owner} may make at once: send fewer per call"
             )
-        now = self._clock()
+        # one check at a time per owner: two checks awaiting the same count would each
+        # allow what only one of them may have
+        async with self._locks.hold(owner):
+            now = self._clock()
+            bucket = self._bucket(owner, quota, now)
+            if not bucket.take(count, now):
+                raise ResourceExhausted(
+                    f"creates_per_second: owner {owner} may create {quota.creates_per_second:g}"
+                    " jobs a second; retry later"
+                )
+            try:
+                held, counted_at = await self._held(owner, now)
+            except BaseException:
+                bucket.tokens += count
+                raise
+            if held + count > quota.max_jobs:
+                bucket.tokens += count  # refused: the tokens go back
+                self._counts.pop(owner, None)  # a refusal counts afresh next time
+                raise ResourceExhausted(
+                    f"max_jobs: owner {owner} has {held} jobs and may have {quota.max_jobs};"
+                    " delete some first"
+                )
+            self._counts[owner] = (held + count, counted_at)
+            self._writing[owner] = self._writing.get(owner, 0) + count
+
+    def creates_ended(self, owner: str, reserved: int, not_made: int) -> None:
+        """Ends a reservation of ``check_creates``: its ``reserved`` jobs are written or
+        never will be, and ``not_made`` of them are not jobs (the create failed before
+        its write, or an idempotency key named a job already made): they leave the
+        count. A write that raised may have landed: its jobs stay counted until the
+        count is next read from the store."""
+        writing = self._writing.get(owner, 0) - reserved
+        if writing > 0:
+            self._writing[owner] = writing
+        else:
+            self._writing.pop(owner, None)
+        counted = self._counts.get(owner)
+        if not_made and counted is not None:
+            self._counts[owner] = (max(0, counted[0] - not_made), counted[1])
+
+    def _bucket(self, owner: str, quota: Quota, now: float) -> TokenBucket:
         bucket = self._buckets.get(owner)
         if bucket is None or (bucket.rate, bucket.burst) != (
             quota.creates_per_second,
@@ -227,25 +304,17 @@ class QuotaGuard:
             )
             self._forget_idle(now)
             self._buckets[owner] = bucket
-        if not bucket.take(count, now):
-            raise ResourceExhausted(
-                f"creates_per_second: owner {owner} may create {quota.creates_per_second:g}"
-                " jobs a second; retry later"
-            )
+        return bucket
+
+    async def _held(self, owner: str, now: float) -> tuple[int, float]:
+        """The owner's jobs, as counted at ``now`` or reused, with when they were counted.
+        The creates being written are taken before the store is read: one that ends
+        meanwhile is in the store's count, or counted twice until the next read."""
         counted = self._counts.get(owner)
-        if counted is None or now - counted[1] > COUNT_REUSE_SECONDS:
-            counted = (await self._count_jobs(owner), now)
-        held = counted[0]
-        if held + count > quota.max_jobs:
-            bucket.tokens += count  # refused: the tokens go back
-            self._counts.pop(owner, None)  # a refusal counts afresh next time
-            raise ResourceExhausted(
-                f"max_jobs: owner {owner} has {held} jobs and may have {quota.max_jobs};"
-                " delete some first"
-            )
-        # counted as created before they are written: a failed create only makes the
-        # next second's count stricter
-        self._counts[owner] = (held + count, counted[1])
+        if counted is not None and now - counted[1] <= COUNT_REUSE_SECONDS:
+            return counted
+        writing = self._writing.get(owner, 0)
+        return await self._count_jobs(owner) + writing, now
 
     def _forget_idle(self, now: float) -> None:
         """Past ``MAX_TRACKED_OWNERS``: drops full buckets and counts too old to reuse;

@@ -29,6 +29,12 @@ from shardcron.client.types import Job, Run, RunReason, RunState
 from shardcron.coordinator.coordination import Coordination
 from shardcron.coordinator.ids import run_due_at, shard_for, utcnow
 from shardcron.coordinator.poller import Poller
+from shardcron.coordinator.status_workers import (
+    Viewer,
+    listed,
+    poller_request,
+    requested_viewer,
+)
 from shardcron.coordinator.validation import identifier
 from shardcron.v1 import cluster_pb2, cluster_pb2_grpc, types_pb2
 
@@ -214,19 +220,20 @@ class ShardRouter:
             return {}
         return dict(answer.reasons)
 
-    async def poller_statuses(self) -> list[cluster_pb2.PollerStatus]:
-        """Every poller's own view of its shards and workers (unreachable ones left out)."""
+    async def poller_statuses(self, viewer: Viewer) -> list[cluster_pb2.PollerStatus]:
+        """Every poller's own view of its shards and of the workers ``viewer`` sees
+        (``status_workers``; unreachable pollers left out)."""
         _, addresses = await self._owners()
         out = []
         for poller_id, address in addresses.items():
             if self._local is not None and poller_id == self._local.poller_id:
-                out.append(local_status(self._local))
+                out.append(local_status(self._local, viewer))
                 continue
             try:
                 stub = self._stub_at(address)
                 out.append(
                     await stub.GetPollerStatus(
-                        cluster_pb2.GetStatusRequest(), timeout=5, metadata=self._metadata
+                        poller_request(viewer), timeout=5, metadata=self._metadata
                     )
                 )
             except grpc.aio.AioRpcError as e:
@@ -240,12 +247,15 @@ class ShardRouter:
             await channel.close()
 
 
-def local_status(poller: Poller) -> cluster_pb2.PollerStatus:
+def local_status(poller: Poller, viewer: Viewer) -> cluster_pb2.PollerStatus:
+    """The poller's shards and the workers ``viewer`` sees, as many as a status lists."""
+    workers, omitted = listed(poller.workers(), viewer)
     return cluster_pb2.PollerStatus(
         poller_id=poller.poller_id,
         fencing_epoch=poller.fencing_epoch,
         shards=[codec.shard_info_to_proto(s) for s in poller.shard_lag()],
-        workers=[codec.worker_info_to_proto(w) for w in poller.workers()],
+        workers=[codec.worker_info_to_proto(w) for w in workers],
+        workers_omitted=omitted,
     )
 
 
@@ -338,9 +348,9 @@ class PollerServiceServicer(cluster_pb2_grpc.PollerServiceServicer):
         return cluster_pb2.JobChangedResponse()
 
     async def GetPollerStatus(
-        self, request: cluster_pb2.GetStatusRequest, context: Any
+        self, request: cluster_pb2.PollerStatusRequest, context: Any
     ) -> cluster_pb2.PollerStatus:
-        return local_status(self._poller)
+        return local_status(self._poller, requested_viewer(request))
 
     async def WaitingReasons(
         self, request: cluster_pb2.WaitingReasonsRequest, context: Any

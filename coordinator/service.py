@@ -15,10 +15,9 @@ message received over ``MAX_MESSAGE_BYTES`` ends only the call that sent it.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
@@ -36,7 +35,6 @@ from shardcron.client.types import (
     Job,
     Page,
     ShardInfo,
-    WorkerInfo,
 )
 from shardcron.coordinator.api import JobsApi
 from shardcron.coordinator.audit import ANONYMOUS, AuditInterceptor
@@ -50,6 +48,7 @@ from shardcron.coordinator.poller import Poller
 from shardcron.coordinator.request_decoding import DecodingInterceptor
 from shardcron.coordinator.request_size import RequestSizeInterceptor
 from shardcron.coordinator.router import PollerServiceServicer, ShardRouter
+from shardcron.coordinator.status_workers import listed, merge_workers, viewer_of
 from shardcron.coordinator.store_rules import PAGE_BYTES, PageKind, fit_page, owner_runs_key
 from shardcron.coordinator.validation import (
     labels,
@@ -405,41 +404,27 @@ class ClusterServiceServicer(cluster_pb2_grpc.ClusterServiceServicer):
         self, request: cluster_pb2.GetStatusRequest, context: Any
     ) -> cluster_pb2.ClusterStatus:
         view = await self.coordination.view()
-        statuses = await self.router.poller_statuses() if self.router else []
+        viewer = viewer_of(current_caller())  # whose workers it lists: status_workers
+        statuses = await self.router.poller_statuses(viewer) if self.router else []
         lag = {s.shard: codec.shard_info_from_proto(s) for st in statuses for s in st.shards}
         shards = [
             lag.get(s) or ShardInfo(shard=s, owner=o) for s, o in sorted(view.shard_owners.items())
         ]
+        workers, omitted = listed(
+            merge_workers(codec.worker_info_from_proto(w) for st in statuses for w in st.workers),
+            viewer,
+            omitted=sum(st.workers_omitted for st in statuses),
+        )
         status = ClusterStatus(
             mode=view.mode,
             leader=view.leader,
             epoch=view.epoch,
             members=view.members,
             shards=shards,
-            workers=merge_workers(
-                codec.worker_info_from_proto(w) for st in statuses for w in st.workers
-            ),
+            workers=workers,
+            workers_omitted=omitted,
         )
         return codec.cluster_status_to_proto(status)
-
-
-def merge_workers(streams: Iterable[WorkerInfo]) -> list[WorkerInfo]:
-    """One entry per worker from the pollers' views of its streams: its slots are one
-    budget, so the slots each poller leased add up."""
-    merged: dict[str, WorkerInfo] = {}
-    for w in streams:
-        seen = merged.get(w.id)
-        if seen is None:
-            merged[w.id] = w
-            continue
-        connected = [t for t in (seen.connected_at, w.connected_at) if t is not None]
-        merged[w.id] = dataclasses.replace(
-            seen,
-            slots_used=seen.slots_used + w.slots_used,
-            pollers=tuple(sorted({*seen.pollers, *w.pollers})),
-            connected_at=min(connected) if connected else None,
-        )
-    return sorted(merged.values(), key=lambda w: w.id)
 
 
 def build_server(

@@ -330,19 +330,22 @@ def worker_cmd(
     load_handler_modules(list(handler_modules))
     addresses: list[str] = []
     label_map = parse_labels(labels)
-    worker = Worker(
-        (lambda: list(addresses)) if zk else worker_target,
-        worker_id=worker_id,
-        slots=slots,
-        labels=label_map,
-        registry=registry,
-        runs_commands=not no_commands,
-        cpu_millis=cpu_millis,
-        memory_mb=memory_mb,
-        token=worker_token or root_token() or None,
-        credentials=credentials,
-        inherit_env=inherit_env,
-    )
+    try:
+        worker = Worker(
+            (lambda: list(addresses)) if zk else worker_target,
+            worker_id=worker_id,
+            slots=slots,
+            labels=label_map,
+            registry=registry,
+            runs_commands=not no_commands,
+            cpu_millis=cpu_millis,
+            memory_mb=memory_mb,
+            token=worker_token or root_token() or None,
+            credentials=credentials,
+            inherit_env=inherit_env,
+        )
+    except ShardcronError as e:  # a --label or --id past what a node takes
+        raise click.ClickException(f"cannot start: {e.message}") from e
 
     async def main() -> None:
         coordination = None

@@ -12,6 +12,7 @@ from shardcron.coordinator.auth import (
     AuthFileError,
     Role,
     authorize,
+    load_auth_file,
     parse_auth_file,
 )
 from tests.support.auth import TOKENS, auth_file_text, digest
@@ -59,6 +60,26 @@ def test_a_bad_file_is_refused_naming_the_line_and_field(text: str, named: str) 
         parse_auth_file(text, source="auth.toml")
     assert named in str(refused.value)
     assert str(refused.value).startswith("auth.toml")
+
+
+def test_the_digest_of_the_empty_token_is_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Issue 32: a principal whose token_sha256 is sha256("") loaded silently, making an
+    empty token a credential. Refused at load, naming the file, line and field, in
+    either case of hex digits."""
+    empty = digest("")
+    for spelled in (empty, empty.upper()):
+        path = tmp_path / "auth.toml"
+        path.write_text(
+            auth_file_text(["reader"])
+            + f'\n[[principal]]\nname = "blank"\nrole = "writer"\nowners = ["a"]\n'
+            f'token_sha256 = "{spelled}"\n'
+        )
+        header_line = path.read_text().splitlines().index("[[principal]]", 1) + 1
+        with pytest.raises(AuthFileError) as refused:
+            load_auth_file(path)
+        message = str(refused.value)
+        assert message.startswith(f"{path} line {header_line}, principal[1] (blank)")
+        assert "token_sha256" in message and "empty token" in message
 
 
 def test_one_credential_is_one_principal() -> None:

@@ -5,6 +5,7 @@ limits, re-read with the file."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from pathlib import Path
@@ -16,9 +17,11 @@ import pytest
 
 from shardcron.coordinator.auth import AuthFileError, parse_auth_file
 from shardcron.coordinator.node import Node
+from shardcron.coordinator.open_calls import CallLimits, LongCall
 from shardcron.coordinator.quotas import Quotas
 from shardcron.v1 import jobs_pb2, jobs_pb2_grpc, types_pb2
 from tests.support.auth import OTHER, OWN, TOKENS, auth_file_text, auth_node, bearer
+from tests.support.waiting import until
 
 JOB = {
     "spec": {
@@ -213,3 +216,34 @@ async def test_refused_writes_are_audited_with_their_reason_in_ascii(
         await call(node, "DELETE", "/v1/jobs/a\u2028b\u0085c", "writer")
         [raw] = [r.getMessage() for r in caplog.records if r.name == "shardcron.audit"]
         assert raw.isascii() and "\\u2028" in raw and "\n" not in raw
+
+
+async def test_an_http_follow_counts_against_its_own_principal(tmp_path: Path) -> None:
+    """Over HTTP the servicers saw no caller, so every principal's follows counted as
+    "anonymous": one tenant's follows used up everyone's. Each principal has its own."""
+    async with auth_node(tmp_path, http=True, call_limits=CallLimits(follows=1)) as node:
+        status, created = await call(node, "POST", "/v1/jobs", "writer", body=JOB)
+        assert status in (200, 201, 202), created
+        output = f"/v1/runs/{created['firstRunId']}/output?follow=true"
+        url = f"http://127.0.0.1:{node.http_port}{output}"
+
+        async def follow(name: str) -> int:
+            async with (
+                aiohttp.ClientSession() as session,
+                session.get(url, headers=headers(name, OWN)) as reply,
+            ):
+                return reply.status
+
+        def following(name: str) -> int:
+            return node.open_calls.count(LongCall.FOLLOW, name)
+
+        mine = asyncio.create_task(follow("writer"))
+        try:
+            await until(lambda: following("writer") == 1, what="the writer's follow")
+            refused, body = await call(node, "GET", output, "writer", OWN)
+            assert refused == 429 and body["message"].startswith("max_follows: principal writer")
+            theirs = asyncio.create_task(follow("writer-ab"))
+            await until(lambda: following("writer-ab") == 1, what="another principal's follow")
+            theirs.cancel()
+        finally:
+            mine.cancel()

@@ -13,7 +13,16 @@ from typing import Any
 import pytest
 
 from shardcron.client.errors import InvalidArgument, NotFound
-from shardcron.client.types import Job, JobState, Page, Run, RunReason, RunState
+from shardcron.client.types import (
+    ClusterStatus,
+    Job,
+    JobState,
+    Page,
+    Run,
+    RunReason,
+    RunState,
+    WorkerInfo,
+)
 from tests.test_cli_parse import T0, FakeClient, invoke, make_run
 
 
@@ -297,3 +306,35 @@ def test_job_update_of_the_schedule_prints_the_next_fires() -> None:
     result = invoke(["job", "update", "job-1", "--priority", "3"], obj=fake)
     assert result.stdout.splitlines() == ["job      job-1", "version  8"]
     assert "preview_fires" not in [c[0] for c in fake.calls]
+
+
+class Crowded(FakeClient):
+    """A fake whose node left workers and handler names out of its status."""
+
+    def cluster_status(self) -> ClusterStatus:
+        self._record("cluster_status")
+        worker = WorkerInfo(
+            id="w-1",
+            address="10.0.0.5:7500",
+            slots_total=4,
+            slots_used=1,
+            handlers=("a.one", "a.two"),
+            handlers_omitted=948,
+            owners=("team-a",),
+            connected_at=T0,
+        )
+        return ClusterStatus(
+            leader="n1", epoch=3, members=["n1"], shards=[], workers=[worker], workers_omitted=7
+        )
+
+
+def test_cluster_status_says_what_the_node_left_out() -> None:
+    result = invoke(["cluster", "status"], obj=Crowded())
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    [row] = [line for line in lines if line.startswith("w-1")]
+    assert "a.one,a.two (+948 more)" in row and "team-a" in row
+    assert "… and 7 more workers" in lines
+    as_json = json.loads(invoke(["--json", "cluster", "status"], obj=Crowded()).output)
+    assert as_json["workers_omitted"] == 7
+    assert as_json["workers"][0]["owners"] == ["team-a"]

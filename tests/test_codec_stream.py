@@ -319,6 +319,23 @@ def _dur(seconds: int, nanos: int = 0) -> Duration:
     return Duration(seconds=seconds, nanos=nanos)
 
 
+def _hello(**fields: Any) -> worker_pb2.WorkerMessage:
+    return _w(hello=worker_pb2.Hello(**{"worker_id": "w", "slots": 1, **fields}))
+
+
+def test_a_hello_at_every_bound_decodes() -> None:
+    widest = _hello(
+        worker_id="w" * 128,
+        instance_id="i" * 128,
+        version="v" * 64,
+        labels={f"{i:02d}" + "k" * 61: "v" * 256 for i in range(64)},
+        handlers=[f"{i:04d}" + "h" * 196 for i in range(1000)],
+    )
+    hello = decode_worker_message(widest)
+    assert isinstance(hello, Hello)
+    assert len(hello.labels) == 64 and len(hello.handlers) == 1000
+
+
 def _started_at(ts: Any) -> worker_pb2.WorkerMessage:
     started = worker_pb2.Started(leases=[worker_pb2.LeaseRef(run_id="r", fencing_token=1)])
     started.at.CopyFrom(ts)
@@ -361,6 +378,33 @@ MALFORMED_WORKER: list[tuple[str, Callable[[], worker_pb2.WorkerMessage], str]] 
         "hello holding a lease without run_id",
         lambda: _w(hello=worker_pb2.Hello(worker_id="w", held=[worker_pb2.LeaseRef()])),
         "hello.held[0].run_id",
+    ),
+    # issue 32: what a worker says of itself is held by the poller and listed in every
+    # cluster status: a Hello past the bounds of client.limits is refused
+    ("hello with a long worker_id", lambda: _hello(worker_id="w" * 129), "hello.worker_id"),
+    ("hello with a long instance_id", lambda: _hello(instance_id="i" * 129), "hello.instance_id"),
+    ("hello with a long version", lambda: _hello(version="v" * 65), "hello.version"),
+    (
+        "hello with too many labels",
+        lambda: _hello(labels={f"k{i}": "v" for i in range(65)}),
+        "hello.labels",
+    ),
+    (
+        "hello with a long label key",
+        lambda: _hello(labels={"k" * 64: "v"}),
+        f"hello.labels[{'k' * 64}]",
+    ),
+    ("hello with an empty label key", lambda: _hello(labels={"": "v"}), "hello.labels[]"),
+    ("hello with a long label value", lambda: _hello(labels={"k": "v" * 257}), "hello.labels[k]"),
+    (
+        "hello with too many handlers",
+        lambda: _hello(handlers=[f"h{i}" for i in range(1001)]),
+        "hello.handlers",
+    ),
+    (
+        "hello with a long handler name",
+        lambda: _hello(handlers=["ok", "h" * 201]),
+        "hello.handlers",
     ),
     ("negative credits", lambda: _w(credits=worker_pb2.Credits(limit=-1)), "credits.limit"),
     (

@@ -158,9 +158,12 @@ def full_cluster() -> ClusterStatus:
                 handlers=("resize", "send-mail"),
                 connected_at=T0,
                 pollers=("node1", "node2"),
+                owners=("team-a", "team-b"),
+                handlers_omitted=3,
             ),
-            WorkerInfo(id="w-2", address="", slots_total=1, slots_used=0),
+            WorkerInfo(id="w-2", address="", slots_total=1, slots_used=0, owners=("*",)),
         ],
+        workers_omitted=7,
     )
 
 

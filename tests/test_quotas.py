@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import tomllib
@@ -13,9 +14,7 @@ import grpc
 import pytest
 
 from shardcron.client.errors import ResourceExhausted
-from shardcron.coordinator.coordination import LocalCoordination
 from shardcron.coordinator.ids import utcnow
-from shardcron.coordinator.node import Node, NodeConfig
 from shardcron.coordinator.quotas import (
     DEFAULT_QUOTA,
     Quota,
@@ -25,8 +24,8 @@ from shardcron.coordinator.quotas import (
     TokenBucket,
     quotas_from_toml,
 )
-from shardcron.coordinator.sqlite.store import SqliteStore
 from shardcron.v1 import jobs_pb2, jobs_pb2_grpc, types_pb2
+from tests.support.local_node import started_node
 
 EXAMPLE = """
 [quota.default]          # every owner without its own limits
@@ -75,21 +74,28 @@ def test_the_bucket_refills_at_its_rate_up_to_its_burst() -> None:
     assert bucket.take(4, now=100.0)
 
 
-async def test_the_guard_refuses_by_rate_then_by_job_count() -> None:
+def guard_over(quota: Quota) -> tuple[QuotaGuard, dict[str, int], list[float]]:
+    """A guard of ``quota`` for every owner, the store's job counts it reads (none
+    until set) and its clock (``now[0]``: move it)."""
     now = [0.0]
     jobs = {"a": 0}
 
     async def count(owner: str) -> int:
-        return jobs[owner]
+        return jobs.get(owner, 0)
 
+    return QuotaGuard(Quotas(default=quota), count, clock=lambda: now[0]), jobs, now
+
+
+async def test_the_guard_refuses_by_rate_then_by_job_count() -> None:
     quota = Quota(max_jobs=3, creates_per_second=1.0, burst=2, max_request_bytes=100)
-    guard = QuotaGuard(Quotas(default=quota), count, clock=lambda: now[0])
+    guard, jobs, now = guard_over(quota)
     with pytest.raises(ResourceExhausted, match="^creates_per_second: 3 creates in one call"):
         await guard.check_creates("a", 3)
     await guard.check_creates("a", 2)
     with pytest.raises(ResourceExhausted, match="^creates_per_second:"):
         await guard.check_creates("a", 1)
     jobs["a"] = 2
+    guard.creates_ended("a", 2, 0)  # written: the store's count holds them now
     now[0] = 5.0
     with pytest.raises(ResourceExhausted, match="^max_jobs: owner a has 2 jobs and may have 3"):
         await guard.check_creates("a", 2)
@@ -99,12 +105,41 @@ async def test_the_guard_refuses_by_rate_then_by_job_count() -> None:
     guard.check_request("a", 100)
 
 
+async def test_a_reservation_counts_until_written_and_what_was_not_made_goes_back() -> None:
+    """Creates reserved and not yet written count even when the count is read again
+    (the store does not hold them yet); those not made leave the count; no owner's lock
+    outlives its checks."""
+    quota = Quota(max_jobs=3, creates_per_second=100.0, burst=100, max_request_bytes=100)
+    guard, stored, now = guard_over(quota)
+    await guard.check_creates("a", 2)
+    now[0] = 5.0  # the count is read again: 0 stored + 2 being written
+    with pytest.raises(ResourceExhausted, match="^max_jobs: owner a has 2 jobs"):
+        await guard.check_creates("a", 2)
+    await guard.check_creates("a", 1)
+    guard.creates_ended("a", 1, 1)  # its create failed before its write
+    guard.creates_ended("a", 2, 1)  # one of the two replayed an idempotency key
+    stored["a"] = 1
+    await guard.check_creates("a", 2)  # 1 held: 2 more fit
+    assert len(guard._locks) == 0
+
+
 def spec(name: str = "j", *, payload: bytes = b"") -> types_pb2.JobSpec:
     handler = types_pb2.HandlerTask(name="noop", payload=payload)
     out = types_pb2.JobSpec(name=name, task=types_pb2.Task(handler=handler))
     out.schedule.kind = types_pb2.SCHEDULE_KIND_AT  # not due while the test runs
     out.schedule.at.FromDatetime(utcnow() + timedelta(days=1))
     return out
+
+
+async def create_as(api: jobs_pb2_grpc.JobServiceStub, owner: str, s: types_pb2.JobSpec) -> str:
+    """ "OK", or the message of the RESOURCE_EXHAUSTED that refused the create."""
+    try:
+        req = jobs_pb2.CreateJobRequest(spec=s)
+        await api.CreateJob(req, metadata=(("x-shardcron-owner", owner),))
+    except grpc.aio.AioRpcError as e:
+        assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, e.details()
+        return e.details()
+    return "OK"
 
 
 async def test_a_node_refuses_past_a_quota_with_resource_exhausted(
@@ -117,23 +152,15 @@ async def test_a_node_refuses_past_a_quota_with_resource_exhausted(
             '[quota.owner."slow"]\ncreates_per_second = 0.001\nburst = 2\n'
         )
     )
-    store = SqliteStore(tmp_path / "shardcron.db", shard_count=8)
-    coordination = LocalCoordination(tmp_path, shard_count=8, node_id="n1")
-    node = Node(store, coordination, NodeConfig(listen="127.0.0.1:0", node_id="n1", quotas=quotas))
-    await node.start()
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{node.port}")
-    api = jobs_pb2_grpc.JobServiceStub(channel)
+    async with (
+        started_node(tmp_path, "n1", quotas=quotas) as node,
+        grpc.aio.insecure_channel(f"127.0.0.1:{node.port}") as channel,
+    ):
+        api = jobs_pb2_grpc.JobServiceStub(channel)
 
-    async def create(owner: str, s: types_pb2.JobSpec) -> str:
-        try:
-            req = jobs_pb2.CreateJobRequest(spec=s)
-            await api.CreateJob(req, metadata=(("x-shardcron-owner", owner),))
-        except grpc.aio.AioRpcError as e:
-            assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-            return e.details().partition(":")[0]
-        return "OK"
+        async def create(owner: str, s: types_pb2.JobSpec) -> str:
+            return (await create_as(api, owner, s)).partition(":")[0]
 
-    try:
         assert [await create("small", spec()) for _ in range(3)] == ["OK", "OK", "max_jobs"]
         assert [await create("slow", spec()) for _ in range(3)] == [
             "OK",
@@ -146,9 +173,6 @@ async def test_a_node_refuses_past_a_quota_with_resource_exhausted(
             jobs_pb2.ListJobsRequest(), metadata=(("x-shardcron-owner", "small"),)
         )
         assert len(listed.jobs) == 2  # the refusals wrote nothing
-    finally:
-        await channel.close()
-        await node.stop()
     outcomes = [
         json.loads(r.getMessage())["outcome"] for r in caplog.records if r.name == "shardcron.audit"
     ]
@@ -161,13 +185,8 @@ async def test_the_guard_forgets_idle_owners_past_its_bound(
     from shardcron.coordinator import quotas as quotas_module
 
     monkeypatch.setattr(quotas_module, "MAX_TRACKED_OWNERS", 3)
-    now = [0.0]
-
-    async def none(owner: str) -> int:
-        return 0
-
     quota = Quota(max_jobs=10, creates_per_second=1.0, burst=1, max_request_bytes=100)
-    guard = QuotaGuard(Quotas(default=quota), none, clock=lambda: now[0])
+    guard, _, now = guard_over(quota)
     for owner in ("a", "b", "c"):
         await guard.check_creates(owner, 1)  # each bucket now empty, full again at 1 s
     now[0] = 0.5
@@ -178,3 +197,26 @@ async def test_the_guard_forgets_idle_owners_past_its_bound(
         await guard.check_creates(owner, 1)
     await guard.check_creates("g", 1)  # d, e, f: d is full again, forgotten
     assert set(guard._buckets) == {"e", "f", "g"}
+
+
+async def test_concurrent_creates_never_pass_max_jobs_on_one_node(tmp_path: Path) -> None:
+    """Issue 32: concurrent CreateJobs of one owner all read the job count before any
+    was counted, so a limit of 5 let 11 jobs in. Exactly 5 are made; the rest are
+    refused naming max_jobs, and another owner's creates go on meanwhile."""
+    quotas = quotas_from_toml(tomllib.loads('[quota.owner."a"]\nmax_jobs = 5\n'))
+    async with (
+        started_node(tmp_path, "n1", quotas=quotas) as node,
+        grpc.aio.insecure_channel(f"127.0.0.1:{node.port}") as channel,
+    ):
+        api = jobs_pb2_grpc.JobServiceStub(channel)
+        outcomes = await asyncio.gather(
+            *(create_as(api, "a", spec(f"a{i}")) for i in range(40)),
+            *(create_as(api, "b", spec(f"b{i}")) for i in range(5)),
+        )
+        mine, others = outcomes[:40], outcomes[40:]
+        assert mine.count("OK") == 5
+        assert all(o.startswith("max_jobs: owner a") for o in mine if o != "OK")
+        assert others == ["OK"] * 5
+        assert await node.store.count_jobs("a") == 5
+        # and it stays refused once the count is read from the store again
+        assert (await create_as(api, "a", spec())).startswith("max_jobs")

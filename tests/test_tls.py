@@ -176,7 +176,7 @@ async def test_a_node_calls_other_nodes_with_its_own_certificate(mtls: Node, pki
     for credentials, answered in ((peer.peer_tls().credentials(), 1), (None, 0)):
         router = ShardRouter(mtls.coordination, None, SHARDS, credentials)
         try:
-            statuses = await router.poller_statuses()
+            statuses = await router.poller_statuses(None)
         finally:
             await router.close()
         assert [s.poller_id for s in statuses] == ["tls"] * answered

@@ -2,7 +2,9 @@
 
 A handler is ``def h(ctx: HandlerContext) -> bytes | str | None`` or the same as
 ``async def``. Register with ``@shardcron.worker.handler("name")`` (the module-level
-default registry) or on your own ``HandlerRegistry``. ``load_handler_modules`` imports
+default registry) or on your own ``HandlerRegistry``: at most ``MAX_WORKER_HANDLERS``
+names of ``MAX_HANDLER_NAME`` characters (``client.limits``: a worker's Hello names
+them all). ``load_handler_modules`` imports
 modules whose import registers handlers (the CLI's ``--handlers MODULE``), finding them
 in the current directory as ``python -m`` would.
 
@@ -26,6 +28,8 @@ from collections.abc import Awaitable, Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, overload
 
+from shardcron.client import limits
+
 if TYPE_CHECKING:
     from shardcron.worker.context import HandlerContext
 
@@ -46,6 +50,15 @@ class HandlerRegistry:
     def register(self, name: str, fn: Handler) -> Handler:
         if not isinstance(name, str) or not name.strip():
             raise ValueError("handler name must be a non-empty string")
+        # a worker names every handler in its Hello, which nodes refuse past these
+        if len(name) > limits.MAX_HANDLER_NAME:
+            raise ValueError(
+                f"handler name {limits.clip(name)!r}: at most {limits.MAX_HANDLER_NAME} characters"
+            )
+        if name not in self._handlers and len(self._handlers) >= limits.MAX_WORKER_HANDLERS:
+            raise ValueError(
+                f"handler {name!r}: a registry holds at most {limits.MAX_WORKER_HANDLERS} handlers"
+            )
         if not callable(fn):
             raise TypeError(f"handler {name!r} is not callable")
         old = self._handlers.get(name)

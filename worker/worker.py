@@ -41,6 +41,7 @@ from shardcron.client.stream import (
     LeaseRef,
     Renewals,
     ResultAck,
+    check_hello,
 )
 from shardcron.client.types import HandlerTask, RunReason
 
@@ -84,7 +85,8 @@ class Worker:
     never opened again (``_follow_targets``). ``credentials`` (``ClientTls.credentials()``
     of ``shardcron.client.tls``) make every stream TLS; ``token`` authenticates it to a
     node with an auth file (its principal's owners are the runs it is leased);
-    ``metadata`` goes with each.
+    ``metadata`` goes with each. Labels, a worker id or a registry past what a node
+    takes in a Hello (``client.stream.check_hello``) raise ``InvalidArgument`` here.
 
     To its links it is a ``StreamOwner``: they call ``hello_for``, ``heartbeat_for``,
     the ``on_*`` handlers, ``rebalance`` and ``slots_to_spare``, not for other callers.
@@ -120,6 +122,8 @@ class Worker:
         self.runs_commands = runs_commands
         self.cpu_millis = cpu_millis
         self.memory_mb = memory_mb
+        # what a node refuses in a Hello is refused here, before any stream opens
+        check_hello(self._hello(), path="")
         self.kill_grace = kill_grace
         pairs = metadata.items() if isinstance(metadata, dict) else metadata or ()
         self.metadata = tuple(pairs) + call_metadata(None, token)
@@ -331,8 +335,15 @@ class Worker:
         link.sent_limit = self._limits()[link]
         link.granted_at = time.monotonic()
         self.rebalance()
-        return Hello(
+        return self._hello(
             credit_limit=link.sent_limit,
+            pending_results=(*link.unacked.values(), *self._adrift.offer(link, link.streams)),
+            held=tuple(held[:MAX_HEARTBEAT_LEASES]),  # the heartbeats name the rest
+        )
+
+    def _hello(self, **stream: Any) -> Hello:
+        """This worker's Hello, with what one stream adds (``stream``)."""
+        return Hello(
             worker_id=self.worker_id,
             slots=self.slots,
             cpu_millis=self.cpu_millis,
@@ -341,10 +352,9 @@ class Worker:
             handlers=frozenset(self.registry.names()),
             runs_commands=self.runs_commands,
             version=shardcron.__version__,
-            pending_results=(*link.unacked.values(), *self._adrift.offer(link, link.streams)),
-            held=tuple(held[:MAX_HEARTBEAT_LEASES]),  # the heartbeats name the rest
             instance_id=self.instance_id,
             waits_for_due=True,  # due_gate.run_when_due
+            **stream,
         )
 
     def heartbeat_for(self, link: PollerLink) -> Heartbeat:

@@ -35,6 +35,7 @@ from shardcron.client.types import (
     Schedule,
     ScheduleKind,
     Task,
+    WorkerInfo,
 )
 
 
@@ -329,8 +330,14 @@ def print_runs_by_job(runs: Sequence[Run], *, utc: bool) -> None:
         print_runs(of_job, view(None, utc=utc))
 
 
+def _handlers(worker: WorkerInfo) -> str:
+    names = ",".join(worker.handlers) or "-"
+    return f"{names} (+{worker.handlers_omitted} more)" if worker.handlers_omitted else names
+
+
 def print_cluster(status: ClusterStatus) -> None:
-    """The leader and members, a table of workers, and shards counted by poller."""
+    """The leader and members, a table of workers (and how many more the node left out
+    of its reply), and shards counted by poller."""
     print_fields(
         [
             ("mode", status.mode),
@@ -347,15 +354,28 @@ def print_cluster(status: ClusterStatus) -> None:
                 w.address or "-",
                 w.slots_used,
                 max(0, w.slots_total - w.slots_used),
-                ",".join(w.handlers) or "-",
+                _handlers(w),
                 _labels(w.labels),
+                ",".join(w.owners) or "-",
                 ",".join(w.pollers) or "-",
                 _time(w.connected_at),
             )
             for w in status.workers
         ),
-        ["WORKER", "ADDRESS", "USED", "FREE", "HANDLERS", "LABELS", "POLLERS", "CONNECTED"],
+        [
+            "WORKER",
+            "ADDRESS",
+            "USED",
+            "FREE",
+            "HANDLERS",
+            "LABELS",
+            "POOL",
+            "POLLERS",
+            "CONNECTED",
+        ],
     )
+    if status.workers_omitted:
+        click.echo(f"… and {status.workers_omitted} more workers")
     click.echo()
     counts = Counter(s.owner or "(unowned)" for s in status.shards)
     lag: dict[str, float] = {}

@@ -528,6 +528,8 @@ def worker_info_to_proto(w: WorkerInfo) -> cluster_pb2.WorkerInfo:
         labels=w.labels,
         handlers=list(w.handlers),
         pollers=list(w.pollers),
+        owners=list(w.owners),
+        handlers_omitted=w.handlers_omitted,
     )
     set_time(msg, "connected_at", w.connected_at)
     return msg
@@ -543,6 +545,8 @@ def worker_info_from_proto(msg: cluster_pb2.WorkerInfo, field: str = "worker") -
         handlers=tuple(msg.handlers),
         connected_at=get_time(msg, "connected_at", field),
         pollers=tuple(msg.pollers),
+        owners=tuple(msg.owners),
+        handlers_omitted=msg.handlers_omitted,
     )
 
 
@@ -562,6 +566,7 @@ def cluster_status_to_proto(status: ClusterStatus) -> cluster_pb2.ClusterStatus:
         members=status.members,
         shards=[shard_info_to_proto(s) for s in status.shards],
         workers=[worker_info_to_proto(w) for w in status.workers],
+        workers_omitted=status.workers_omitted,
     )
 
 
@@ -574,4 +579,5 @@ def cluster_status_from_proto(msg: cluster_pb2.ClusterStatus) -> ClusterStatus:
         members=list(msg.members),
         shards=[shard_info_from_proto(s) for s in msg.shards],
         workers=[worker_info_from_proto(w, f"workers[{i}]") for i, w in enumerate(msg.workers)],
+        workers_omitted=msg.workers_omitted,
     )

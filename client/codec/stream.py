@@ -5,7 +5,8 @@ nothing else touches the stream's protobuf. Decoding validates structure and rai
 ``InvalidArgument`` naming the field path from the message's body down (e.g.
 ``results.results[0].reason``): no body set, an unknown enum number, a timestamp or
 duration protobuf would not accept, a result whose state is not final, a negative
-count, an empty ``run_id`` or ``worker_id``. Encoding raises ``InvalidArgument`` for
+count, an empty ``run_id`` or ``worker_id``, a ``Hello`` past what a worker may say of
+itself (``stream.check_hello``). Encoding raises ``InvalidArgument`` for
 the one thing the wire cannot carry: a negative fencing token.
 
 A few readings are lenient on purpose, because both sides rely on them; each says
@@ -53,6 +54,7 @@ from shardcron.client.stream import (
     Started,
     Welcome,
     WorkerEvent,
+    check_hello,
 )
 from shardcron.client.types import RunReason, RunState
 from shardcron.v1 import types_pb2, worker_pb2
@@ -176,7 +178,7 @@ def _piece_to_proto(piece: OutputPiece, path: str) -> types_pb2.OutputChunk:
 
 
 def _hello_from_proto(msg: worker_pb2.Hello, path: str) -> Hello:
-    return Hello(
+    hello = Hello(
         worker_id=required_text(msg.worker_id, f"{path}.worker_id"),
         # 0 reads as 1, as a run's Resources.slots does: the poller has always counted
         # a worker as having at least one slot.
@@ -198,6 +200,8 @@ def _hello_from_proto(msg: worker_pb2.Hello, path: str) -> Hello:
         instance_id=msg.instance_id,
         waits_for_due=msg.waits_for_due,
     )
+    check_hello(hello, path)
+    return hello
 
 
 def _hello_to_proto(hello: Hello, path: str) -> worker_pb2.Hello:

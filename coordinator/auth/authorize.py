@@ -58,11 +58,16 @@ class Caller:
     owners: frozenset[str]  # what the credential allows; ANY_OWNER: every owner
 
     @property
-    def worker_pool(self) -> frozenset[str] | None:
-        """The owners whose runs this caller may take as a worker; None: every owner."""
+    def acts_for(self) -> frozenset[str] | None:
+        """The owners this caller's credential lets it act for; None: every owner."""
         if self.role == Role.ADMIN or ANY_OWNER in self.owners:
             return None
         return self.owners
+
+    @property
+    def worker_pool(self) -> frozenset[str] | None:
+        """The owners whose runs this caller may take as a worker; None: every owner."""
+        return self.acts_for
 
 
 class PrincipalDenied(PermissionDenied):

@@ -12,7 +12,8 @@ An auth file is TOML, one ``[[principal]]`` table per principal::
 parse, or a principal with a missing, unknown or ill-typed field, raises
 ``AuthFileError`` naming the file, the line of the ``[[principal]]`` table and the
 field. Names are unique, and so are token digests and certificate subjects: one
-credential is one principal. ``admin`` and ``node`` principals need no ``owners``
+credential is one principal. A ``token_sha256`` that is the digest of the empty
+string is refused: it would make an empty token a credential. ``admin`` and ``node`` principals need no ``owners``
 (an admin acts for any owner; a node acts for none).
 
 The same file may hold the per-owner quotas, as ``[quota.default]`` and
@@ -23,6 +24,7 @@ way): ``AuthTable.quotas``, which a node puts in force over ``--quota-file``'s.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import re
 import tomllib
 from dataclasses import dataclass
@@ -30,11 +32,14 @@ from enum import StrEnum
 from pathlib import Path
 
 from shardcron.client.errors import InvalidArgument
+from shardcron.client.types import ANY_OWNER
 from shardcron.coordinator.quotas import QuotaFileError, Quotas, quotas_from_toml
 from shardcron.coordinator.validation import validate_owner
 
-ANY_OWNER = "*"
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+# The digest of the empty token: a principal holding it would be one that a client
+# sending an empty token (an unset SHARDCRON_TOKEN, a blank secret) becomes.
+_EMPTY_TOKEN_SHA256 = hashlib.sha256(b"").hexdigest()
 _PRINCIPAL_HEADER = re.compile(r"^\s*\[\[\s*principal\s*\]\]")
 _UNESCAPED_COMMA = re.compile(r"(?<!\\),")
 _FIELDS = frozenset({"name", "token_sha256", "cert_subject", "role", "owners"})
@@ -154,6 +159,8 @@ def _principal(entry: object, where: str) -> Principal:
         raise AuthFileError(
             f"{where}: token_sha256: must be 64 hex digits (sha256sum of the token), not the token"
         )
+    if token == _EMPTY_TOKEN_SHA256:
+        raise AuthFileError(f"{where}: token_sha256: is the digest of the empty token")
     return Principal(
         name=name,
         role=role,

@@ -26,7 +26,14 @@ from shardcron.client.stream import (
     ResultAck,
     Welcome,
 )
-from shardcron.client.types import CommandTask, HandlerTask, JobSpec, Resources, WorkerInfo
+from shardcron.client.types import (
+    ANY_OWNER,
+    CommandTask,
+    HandlerTask,
+    JobSpec,
+    Resources,
+    WorkerInfo,
+)
 
 
 class WorkerLink(Protocol):
@@ -216,4 +223,5 @@ class WorkerBook:
             labels=dict(self.labels),
             handlers=tuple(sorted(self.handlers)),
             connected_at=self.connected_at,
+            owners=(ANY_OWNER,) if self.owners is None else tuple(sorted(self.owners)),
         )

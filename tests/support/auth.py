@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 from shardcron.coordinator.auth import AuthSource
 from shardcron.coordinator.coordination import LocalCoordination
@@ -66,19 +67,25 @@ def bearer(name: str) -> tuple[tuple[str, str], ...]:
 
 @contextlib.asynccontextmanager
 async def auth_node(
-    data: Path, names: list[str] | None = None, *, http: bool = False, more_toml: str = ""
+    data: Path,
+    names: list[str] | None = None,
+    *,
+    http: bool = False,
+    more_toml: str = "",
+    **config: Any,
 ) -> AsyncIterator[Node]:
     """A started in-process node (every role, SQLite, port 0) whose auth file holds the
     principals named (all by default), then ``more_toml`` (quota tables); with ``http``
-    it serves the HTTP/JSON API too (port 0). Stopped on exit."""
+    it serves the HTTP/JSON API too (port 0); ``config``: more ``NodeConfig`` fields
+    (``call_limits``, ...). Stopped on exit."""
     auth_file = data / "auth.toml"
     auth_file.write_text(auth_file_text(names) + more_toml)
     store = SqliteStore(data / "shardcron.db", shard_count=4)
     coordination = LocalCoordination(data, shard_count=4, node_id="n")
-    config = NodeConfig(
-        listen="127.0.0.1:0", node_id="n", http_listen="127.0.0.1:0" if http else ""
+    node_config = NodeConfig(
+        listen="127.0.0.1:0", node_id="n", http_listen="127.0.0.1:0" if http else "", **config
     )
-    node = Node(store, coordination, config, auth=AuthSource(auth_file))
+    node = Node(store, coordination, node_config, auth=AuthSource(auth_file))
     await node.start()
     try:
         yield node

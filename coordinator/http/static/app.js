@@ -387,8 +387,9 @@ async function clusterPage() {
       </tbody></table>
       <h2>Workers</h2>
       <table id="workers"><thead><tr><th>Worker</th><th>Slots used</th><th>Slots free</th><th>Handlers</th><th>Pollers</th><th>Connected</th></tr></thead><tbody>
-      ${(c.workers || []).map((w) => `<tr><td>${esc(w.id)}</td><td>${w.slotsUsed || 0}</td><td>${(w.slotsTotal || 0) - (w.slotsUsed || 0)}</td><td>${esc((w.handlers || []).join(", "))}</td><td>${esc((w.pollers || []).join(", "))}</td><td>${esc(when(w.connectedAt))}</td></tr>`).join("") || `<tr><td colspan="6" class="muted">No workers.</td></tr>`}
-      </tbody></table>`;
+      ${(c.workers || []).map((w) => `<tr><td>${esc(w.id)}</td><td>${w.slotsUsed || 0}</td><td>${(w.slotsTotal || 0) - (w.slotsUsed || 0)}</td><td>${esc((w.handlers || []).join(", "))}${w.handlersOmitted ? ` (+${w.handlersOmitted} more)` : ""}</td><td>${esc((w.pollers || []).join(", "))}</td><td>${esc(when(w.connectedAt))}</td></tr>`).join("") || `<tr><td colspan="6" class="muted">No workers.</td></tr>`}
+      </tbody></table>
+      ${c.workersOmitted ? `<p class="muted">… and ${c.workersOmitted} more workers</p>` : ""}`;
   };
   await draw();
   refresh(draw, 3000);

@@ -26,7 +26,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from shardcron.v1 import types_pb2 as shardcron_dot_v1_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ashardcron/v1/cluster.proto\x12\x0cshardcron.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18shardcron/v1/types.proto\"\x12\n\x10GetStatusRequest\">\n\tShardInfo\x12\r\n\x05shard\x18\x01 \x01(\x05\x12\r\n\x05owner\x18\x02 \x01(\t\x12\x13\n\x0blag_seconds\x18\x03 \x01(\x01\"\x8c\x02\n\nWorkerInfo\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x13\n\x0bslots_total\x18\x03 \x01(\x05\x12\x12\n\nslots_used\x18\x04 \x01(\x05\x12\x34\n\x06labels\x18\x05 \x03(\x0b\x32$.shardcron.v1.WorkerInfo.LabelsEntry\x12\x10\n\x08handlers\x18\x06 \x03(\t\x12\x30\n\x0c\x63onnected_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07pollers\x18\x08 \x03(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xa1\x01\n\rClusterStatus\x12\x0c\n\x04mode\x18\x01 \x01(\t\x12\x0e\n\x06leader\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\x12\x0f\n\x07members\x18\x04 \x03(\t\x12\'\n\x06shards\x18\x05 \x03(\x0b\x32\x17.shardcron.v1.ShardInfo\x12)\n\x07workers\x18\x06 \x03(\x0b\x32\x18.shardcron.v1.WorkerInfo\"A\n\x11NotifyRunsRequest\x12\x0f\n\x07run_ids\x18\x03 \x03(\t\x12\x0f\n\x07job_ids\x18\x04 \x03(\tJ\x04\x08\x01\x10\x02J\x04\x08\x02\x10\x03\"\x14\n\x12NotifyRunsResponse\"Q\n\x10\x43\x61ncelRunRequest\x12\x0e\n\x06run_id\x18\x03 \x01(\t\x12\'\n\x06reason\x18\x02 \x01(\x0e\x32\x17.shardcron.v1.RunReasonJ\x04\x08\x01\x10\x02\"O\n\x14\x43\x61ncelJobRunsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\'\n\x06reason\x18\x02 \x01(\x0e\x32\x17.shardcron.v1.RunReason\"\x17\n\x15\x43\x61ncelJobRunsResponse\")\n\x11JobChangedRequest\x12\x0e\n\x06job_id\x18\x02 \x01(\tJ\x04\x08\x01\x10\x02\"\x14\n\x12JobChangedResponse\"\x8c\x01\n\x0cPollerStatus\x12\x11\n\tpoller_id\x18\x01 \x01(\t\x12\x15\n\rfencing_epoch\x18\x02 \x01(\x04\x12\'\n\x06shards\x18\x03 \x03(\x0b\x32\x17.shardcron.v1.ShardInfo\x12)\n\x07workers\x18\x04 \x03(\x0b\x32\x18.shardcron.v1.WorkerInfo\"(\n\x15WaitingReasonsRequest\x12\x0f\n\x07run_ids\x18\x01 \x03(\t\"\x8c\x01\n\x16WaitingReasonsResponse\x12\x42\n\x07reasons\x18\x01 \x03(\x0b\x32\x31.shardcron.v1.WaitingReasonsResponse.ReasonsEntry\x1a.\n\x0cReasonsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x32Z\n\x0e\x43lusterService\x12H\n\tGetStatus\x12\x1e.shardcron.v1.GetStatusRequest\x1a\x1b.shardcron.v1.ClusterStatus2\xf7\x03\n\rPollerService\x12O\n\nNotifyRuns\x12\x1f.shardcron.v1.NotifyRunsRequest\x1a .shardcron.v1.NotifyRunsResponse\x12>\n\tCancelRun\x12\x1e.shardcron.v1.CancelRunRequest\x1a\x11.shardcron.v1.Run\x12X\n\rCancelJobRuns\x12\".shardcron.v1.CancelJobRunsRequest\x1a#.shardcron.v1.CancelJobRunsResponse\x12O\n\nJobChanged\x12\x1f.shardcron.v1.JobChangedRequest\x1a .shardcron.v1.JobChangedResponse\x12M\n\x0fGetPollerStatus\x12\x1e.shardcron.v1.GetStatusRequest\x1a\x1a.shardcron.v1.PollerStatus\x12[\n\x0eWaitingReasons\x12#.shardcron.v1.WaitingReasonsRequest\x1a$.shardcron.v1.WaitingReasonsResponseBS\n\x0fio.shardcron.v1P\x01Z>github.com/shardcron/shardcron/gen/go/shardcron/v1;shardcronv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ashardcron/v1/cluster.proto\x12\x0cshardcron.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18shardcron/v1/types.proto\"\x12\n\x10GetStatusRequest\">\n\tShardInfo\x12\r\n\x05shard\x18\x01 \x01(\x05\x12\r\n\x05owner\x18\x02 \x01(\t\x12\x13\n\x0blag_seconds\x18\x03 \x01(\x01\"\xb6\x02\n\nWorkerInfo\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x13\n\x0bslots_total\x18\x03 \x01(\x05\x12\x12\n\nslots_used\x18\x04 \x01(\x05\x12\x34\n\x06labels\x18\x05 \x03(\x0b\x32$.shardcron.v1.WorkerInfo.LabelsEntry\x12\x10\n\x08handlers\x18\x06 \x03(\t\x12\x30\n\x0c\x63onnected_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07pollers\x18\x08 \x03(\t\x12\x0e\n\x06owners\x18\t \x03(\t\x12\x18\n\x10handlers_omitted\x18\n \x01(\r\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xba\x01\n\rClusterStatus\x12\x0c\n\x04mode\x18\x01 \x01(\t\x12\x0e\n\x06leader\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\x12\x0f\n\x07members\x18\x04 \x03(\t\x12\'\n\x06shards\x18\x05 \x03(\x0b\x32\x17.shardcron.v1.ShardInfo\x12)\n\x07workers\x18\x06 \x03(\x0b\x32\x18.shardcron.v1.WorkerInfo\x12\x17\n\x0fworkers_omitted\x18\x07 \x01(\r\"A\n\x11NotifyRunsRequest\x12\x0f\n\x07run_ids\x18\x03 \x03(\t\x12\x0f\n\x07job_ids\x18\x04 \x03(\tJ\x04\x08\x01\x10\x02J\x04\x08\x02\x10\x03\"\x14\n\x12NotifyRunsResponse\"Q\n\x10\x43\x61ncelRunRequest\x12\x0e\n\x06run_id\x18\x03 \x01(\t\x12\'\n\x06reason\x18\x02 \x01(\x0e\x32\x17.shardcron.v1.RunReasonJ\x04\x08\x01\x10\x02\"O\n\x14\x43\x61ncelJobRunsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\'\n\x06reason\x18\x02 \x01(\x0e\x32\x17.shardcron.v1.RunReason\"\x17\n\x15\x43\x61ncelJobRunsResponse\")\n\x11JobChangedRequest\x12\x0e\n\x06job_id\x18\x02 \x01(\tJ\x04\x08\x01\x10\x02\"\x14\n\x12JobChangedResponse\"%\n\x13PollerStatusRequest\x12\x0e\n\x06owners\x18\x01 \x03(\t\"\xa5\x01\n\x0cPollerStatus\x12\x11\n\tpoller_id\x18\x01 \x01(\t\x12\x15\n\rfencing_epoch\x18\x02 \x01(\x04\x12\'\n\x06shards\x18\x03 \x03(\x0b\x32\x17.shardcron.v1.ShardInfo\x12)\n\x07workers\x18\x04 \x03(\x0b\x32\x18.shardcron.v1.WorkerInfo\x12\x17\n\x0fworkers_omitted\x18\x05 \x01(\r\"(\n\x15WaitingReasonsRequest\x12\x0f\n\x07run_ids\x18\x01 \x03(\t\"\x8c\x01\n\x16WaitingReasonsResponse\x12\x42\n\x07reasons\x18\x01 \x03(\x0b\x32\x31.shardcron.v1.WaitingReasonsResponse.ReasonsEntry\x1a.\n\x0cReasonsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x32Z\n\x0e\x43lusterService\x12H\n\tGetStatus\x12\x1e.shardcron.v1.GetStatusRequest\x1a\x1b.shardcron.v1.ClusterStatus2\xfa\x03\n\rPollerService\x12O\n\nNotifyRuns\x12\x1f.shardcron.v1.NotifyRunsRequest\x1a .shardcron.v1.NotifyRunsResponse\x12>\n\tCancelRun\x12\x1e.shardcron.v1.CancelRunRequest\x1a\x11.shardcron.v1.Run\x12X\n\rCancelJobRuns\x12\".shardcron.v1.CancelJobRunsRequest\x1a#.shardcron.v1.CancelJobRunsResponse\x12O\n\nJobChanged\x12\x1f.shardcron.v1.JobChangedRequest\x1a .shardcron.v1.JobChangedResponse\x12P\n\x0fGetPollerStatus\x12!.shardcron.v1.PollerStatusRequest\x1a\x1a.shardcron.v1.PollerStatus\x12[\n\x0eWaitingReasons\x12#.shardcron.v1.WaitingReasonsRequest\x1a$.shardcron.v1.WaitingReasonsResponseBS\n\x0fio.shardcron.v1P\x01Z>github.com/shardcron/shardcron/gen/go/shardcron/v1;shardcronv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -43,35 +43,37 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SHARDINFO']._serialized_start=123
   _globals['_SHARDINFO']._serialized_end=185
   _globals['_WORKERINFO']._serialized_start=188
-  _globals['_WORKERINFO']._serialized_end=456
-  _globals['_WORKERINFO_LABELSENTRY']._serialized_start=411
-  _globals['_WORKERINFO_LABELSENTRY']._serialized_end=456
-  _globals['_CLUSTERSTATUS']._serialized_start=459
-  _globals['_CLUSTERSTATUS']._serialized_end=620
-  _globals['_NOTIFYRUNSREQUEST']._serialized_start=622
-  _globals['_NOTIFYRUNSREQUEST']._serialized_end=687
-  _globals['_NOTIFYRUNSRESPONSE']._serialized_start=689
-  _globals['_NOTIFYRUNSRESPONSE']._serialized_end=709
-  _globals['_CANCELRUNREQUEST']._serialized_start=711
-  _globals['_CANCELRUNREQUEST']._serialized_end=792
-  _globals['_CANCELJOBRUNSREQUEST']._serialized_start=794
-  _globals['_CANCELJOBRUNSREQUEST']._serialized_end=873
-  _globals['_CANCELJOBRUNSRESPONSE']._serialized_start=875
-  _globals['_CANCELJOBRUNSRESPONSE']._serialized_end=898
-  _globals['_JOBCHANGEDREQUEST']._serialized_start=900
-  _globals['_JOBCHANGEDREQUEST']._serialized_end=941
-  _globals['_JOBCHANGEDRESPONSE']._serialized_start=943
-  _globals['_JOBCHANGEDRESPONSE']._serialized_end=963
-  _globals['_POLLERSTATUS']._serialized_start=966
-  _globals['_POLLERSTATUS']._serialized_end=1106
-  _globals['_WAITINGREASONSREQUEST']._serialized_start=1108
-  _globals['_WAITINGREASONSREQUEST']._serialized_end=1148
-  _globals['_WAITINGREASONSRESPONSE']._serialized_start=1151
-  _globals['_WAITINGREASONSRESPONSE']._serialized_end=1291
-  _globals['_WAITINGREASONSRESPONSE_REASONSENTRY']._serialized_start=1245
-  _globals['_WAITINGREASONSRESPONSE_REASONSENTRY']._serialized_end=1291
-  _globals['_CLUSTERSERVICE']._serialized_start=1293
-  _globals['_CLUSTERSERVICE']._serialized_end=1383
-  _globals['_POLLERSERVICE']._serialized_start=1386
-  _globals['_POLLERSERVICE']._serialized_end=1889
+  _globals['_WORKERINFO']._serialized_end=498
+  _globals['_WORKERINFO_LABELSENTRY']._serialized_start=453
+  _globals['_WORKERINFO_LABELSENTRY']._serialized_end=498
+  _globals['_CLUSTERSTATUS']._serialized_start=501
+  _globals['_CLUSTERSTATUS']._serialized_end=687
+  _globals['_NOTIFYRUNSREQUEST']._serialized_start=689
+  _globals['_NOTIFYRUNSREQUEST']._serialized_end=754
+  _globals['_NOTIFYRUNSRESPONSE']._serialized_start=756
+  _globals['_NOTIFYRUNSRESPONSE']._serialized_end=776
+  _globals['_CANCELRUNREQUEST']._serialized_start=778
+  _globals['_CANCELRUNREQUEST']._serialized_end=859
+  _globals['_CANCELJOBRUNSREQUEST']._serialized_start=861
+  _globals['_CANCELJOBRUNSREQUEST']._serialized_end=940
+  _globals['_CANCELJOBRUNSRESPONSE']._serialized_start=942
+  _globals['_CANCELJOBRUNSRESPONSE']._serialized_end=965
+  _globals['_JOBCHANGEDREQUEST']._serialized_start=967
+  _globals['_JOBCHANGEDREQUEST']._serialized_end=1008
+  _globals['_JOBCHANGEDRESPONSE']._serialized_start=1010
+  _globals['_JOBCHANGEDRESPONSE']._serialized_end=1030
+  _globals['_POLLERSTATUSREQUEST']._serialized_start=1032
+  _globals['_POLLERSTATUSREQUEST']._serialized_end=1069
+  _globals['_POLLERSTATUS']._serialized_start=1072
+  _globals['_POLLERSTATUS']._serialized_end=1237
+  _globals['_WAITINGREASONSREQUEST']._serialized_start=1239
+  _globals['_WAITINGREASONSREQUEST']._serialized_end=1279
+  _globals['_WAITINGREASONSRESPONSE']._serialized_start=1282
+  _globals['_WAITINGREASONSRESPONSE']._serialized_end=1422
+  _globals['_WAITINGREASONSRESPONSE_REASONSENTRY']._serialized_start=1376
+  _globals['_WAITINGREASONSRESPONSE_REASONSENTRY']._serialized_end=1422
+  _globals['_CLUSTERSERVICE']._serialized_start=1424
+  _globals['_CLUSTERSERVICE']._serialized_end=1514
+  _globals['_POLLERSERVICE']._serialized_start=1517
+  _globals['_POLLERSERVICE']._serialized_end=2023
 # @@protoc_insertion_point(module_scope)

@@ -25,7 +25,7 @@ class ShardInfo(_message.Message):
     def __init__(self, shard: _Optional[int] = ..., owner: _Optional[str] = ..., lag_seconds: _Optional[float] = ...) -> None: ...
 
 class WorkerInfo(_message.Message):
-    __slots__ = ("id", "address", "slots_total", "slots_used", "labels", "handlers", "connected_at", "pollers")
+    __slots__ = ("id", "address", "slots_total", "slots_used", "labels", "handlers", "connected_at", "pollers", "owners", "handlers_omitted")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -41,6 +41,8 @@ class WorkerInfo(_message.Message):
     HANDLERS_FIELD_NUMBER: _ClassVar[int]
     CONNECTED_AT_FIELD_NUMBER: _ClassVar[int]
     POLLERS_FIELD_NUMBER: _ClassVar[int]
+    OWNERS_FIELD_NUMBER: _ClassVar[int]
+    HANDLERS_OMITTED_FIELD_NUMBER: _ClassVar[int]
     id: str
     address: str
     slots_total: int
@@ -49,23 +51,27 @@ class WorkerInfo(_message.Message):
     handlers: _containers.RepeatedScalarFieldContainer[str]
     connected_at: _timestamp_pb2.Timestamp
     pollers: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, id: _Optional[str] = ..., address: _Optional[str] = ..., slots_total: _Optional[int] = ..., slots_used: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., handlers: _Optional[_Iterable[str]] = ..., connected_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., pollers: _Optional[_Iterable[str]] = ...) -> None: ...
+    owners: _containers.RepeatedScalarFieldContainer[str]
+    handlers_omitted: int
+    def __init__(self, id: _Optional[str] = ..., address: _Optional[str] = ..., slots_total: _Optional[int] = ..., slots_used: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., handlers: _Optional[_Iterable[str]] = ..., connected_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., pollers: _Optional[_Iterable[str]] = ..., owners: _Optional[_Iterable[str]] = ..., handlers_omitted: _Optional[int] = ...) -> None: ...
 
 class ClusterStatus(_message.Message):
-    __slots__ = ("mode", "leader", "epoch", "members", "shards", "workers")
+    __slots__ = ("mode", "leader", "epoch", "members", "shards", "workers", "workers_omitted")
     MODE_FIELD_NUMBER: _ClassVar[int]
     LEADER_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
     SHARDS_FIELD_NUMBER: _ClassVar[int]
     WORKERS_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_OMITTED_FIELD_NUMBER: _ClassVar[int]
     mode: str
     leader: str
     epoch: int
     members: _containers.RepeatedScalarFieldContainer[str]
     shards: _containers.RepeatedCompositeFieldContainer[ShardInfo]
     workers: _containers.RepeatedCompositeFieldContainer[WorkerInfo]
-    def __init__(self, mode: _Optional[str] = ..., leader: _Optional[str] = ..., epoch: _Optional[int] = ..., members: _Optional[_Iterable[str]] = ..., shards: _Optional[_Iterable[_Union[ShardInfo, _Mapping]]] = ..., workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ...) -> None: ...
+    workers_omitted: int
+    def __init__(self, mode: _Optional[str] = ..., leader: _Optional[str] = ..., epoch: _Optional[int] = ..., members: _Optional[_Iterable[str]] = ..., shards: _Optional[_Iterable[_Union[ShardInfo, _Mapping]]] = ..., workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., workers_omitted: _Optional[int] = ...) -> None: ...
 
 class NotifyRunsRequest(_message.Message):
     __slots__ = ("run_ids", "job_ids")
@@ -109,17 +115,25 @@ class JobChangedResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class PollerStatusRequest(_message.Message):
+    __slots__ = ("owners",)
+    OWNERS_FIELD_NUMBER: _ClassVar[int]
+    owners: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, owners: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class PollerStatus(_message.Message):
-    __slots__ = ("poller_id", "fencing_epoch", "shards", "workers")
+    __slots__ = ("poller_id", "fencing_epoch", "shards", "workers", "workers_omitted")
     POLLER_ID_FIELD_NUMBER: _ClassVar[int]
     FENCING_EPOCH_FIELD_NUMBER: _ClassVar[int]
     SHARDS_FIELD_NUMBER: _ClassVar[int]
     WORKERS_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_OMITTED_FIELD_NUMBER: _ClassVar[int]
     poller_id: str
     fencing_epoch: int
     shards: _containers.RepeatedCompositeFieldContainer[ShardInfo]
     workers: _containers.RepeatedCompositeFieldContainer[WorkerInfo]
-    def __init__(self, poller_id: _Optional[str] = ..., fencing_epoch: _Optional[int] = ..., shards: _Optional[_Iterable[_Union[ShardInfo, _Mapping]]] = ..., workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ...) -> None: ...
+    workers_omitted: int
+    def __init__(self, poller_id: _Optional[str] = ..., fencing_epoch: _Optional[int] = ..., shards: _Optional[_Iterable[_Union[ShardInfo, _Mapping]]] = ..., workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., workers_omitted: _Optional[int] = ...) -> None: ...
 
 class WaitingReasonsRequest(_message.Message):
     __slots__ = ("run_ids",)

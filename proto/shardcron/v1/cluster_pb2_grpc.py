@@ -46,7 +46,10 @@ class ClusterServiceServicer:
     """Missing associated documentation comment in .proto file."""
 
     def GetStatus(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """With an auth file, a caller sees the workers of its own owners' pools (and those
+        of every owner); an admin sees every worker. At most 1000 workers, and 512 KiB
+        of them, are listed (by id); workers_omitted counts the others it may see.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -134,7 +137,7 @@ class PollerServiceStub:
                 _registered_method=True)
         self.GetPollerStatus = channel.unary_unary(
                 '/shardcron.v1.PollerService/GetPollerStatus',
-                request_serializer=shardcron_dot_v1_dot_cluster__pb2.GetStatusRequest.SerializeToString,
+                request_serializer=shardcron_dot_v1_dot_cluster__pb2.PollerStatusRequest.SerializeToString,
                 response_deserializer=shardcron_dot_v1_dot_cluster__pb2.PollerStatus.FromString,
                 _registered_method=True)
         self.WaitingReasons = channel.unary_unary(
@@ -181,7 +184,8 @@ class PollerServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetPollerStatus(self, request, context):
-        """This poller's shards with their lag, and its connected workers.
+        """This poller's shards with their lag, and its connected workers of the owners
+        asked for, as many as fit (as ClusterService.GetStatus lists them).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -219,7 +223,7 @@ def add_PollerServiceServicer_to_server(servicer, server):
             ),
             'GetPollerStatus': grpc.unary_unary_rpc_method_handler(
                     servicer.GetPollerStatus,
-                    request_deserializer=shardcron_dot_v1_dot_cluster__pb2.GetStatusRequest.FromString,
+                    request_deserializer=shardcron_dot_v1_dot_cluster__pb2.PollerStatusRequest.FromString,
                     response_serializer=shardcron_dot_v1_dot_cluster__pb2.PollerStatus.SerializeToString,
             ),
             'WaitingReasons': grpc.unary_unary_rpc_method_handler(
@@ -366,7 +370,7 @@ class PollerService:
             request,
             target,
             '/shardcron.v1.PollerService/GetPollerStatus',
-            shardcron_dot_v1_dot_cluster__pb2.GetStatusRequest.SerializeToString,
+            shardcron_dot_v1_dot_cluster__pb2.PollerStatusRequest.SerializeToString,
             shardcron_dot_v1_dot_cluster__pb2.PollerStatus.FromString,
             options,
             channel_credentials,
