@@ -215,7 +215,7 @@ class AuditInterceptor(UnaryJobServiceInterceptor):
         self.owner_of = owner_of
         self.principal_of = principal_of
 
-    def wrap(self, method: str, behavior: Behavior) -> Behavior | None:
+    def wrap_unary(self, method: str, behavior: Behavior) -> Behavior | None:
         if method not in WRITES:
             return None
         request_class = _request_class(method)

@@ -20,14 +20,14 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
 import grpc.aio
 
+from shardcron.coordinator.interceptors import BehaviorInterceptor
 from shardcron.coordinator.metrics import Metrics
-from shardcron.coordinator.request_decoding import handler_kind
 
 
 def split_method(full_method: str) -> tuple[str, str]:
@@ -104,27 +104,20 @@ def _measured(behavior: Callable[..., Any], start: Callable[[], _Call]) -> Calla
     return unary
 
 
-class MetricsInterceptor(grpc.aio.ServerInterceptor):
+class MetricsInterceptor(BehaviorInterceptor):
     """Measures every call of the server it is given to; see the module docstring."""
 
     def __init__(self, metrics: Metrics) -> None:
         self._metrics = metrics
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        if handler is None or not hasattr(handler, "_replace"):
-            return handler
-        kind = handler_kind(handler)
-        service, method = split_method(handler_call_details.method)
+    def wrap(
+        self, method: str, handler: grpc.RpcMethodHandler, behavior: Callable[..., Any]
+    ) -> Callable[..., Any]:
+        service, name = split_method(method)
         metrics = self._metrics
         timed = not handler.response_streaming
 
         def start() -> _Call:
-            return _Call(metrics, service, method, timed=timed)
+            return _Call(metrics, service, name, timed=timed)
 
-        behavior = _measured(getattr(handler, kind), start)
-        return handler._replace(**{kind: behavior})
+        return _measured(behavior, start)

@@ -18,7 +18,7 @@ status, leaving the caller waiting until its deadline.
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
@@ -27,6 +27,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError
 
 from shardcron.client.errors import InvalidArgument
+from shardcron.coordinator.interceptors import BehaviorInterceptor
 
 Deserializer = Callable[[bytes], Any]
 
@@ -185,26 +186,20 @@ def _stream_request(behavior: Callable[..., Any], deserializer: Deserializer) ->
     return unary
 
 
-def handler_kind(handler: grpc.RpcMethodHandler) -> str:
-    """Which of a method handler's four behaviors it has: ``unary_unary``, ``unary_stream``,
-    ``stream_unary`` or ``stream_stream`` (also the name of the field that holds it)."""
-    requests = "stream" if handler.request_streaming else "unary"
-    return f"{requests}_{'stream' if handler.response_streaming else 'unary'}"
-
-
-class DecodingInterceptor(grpc.aio.ServerInterceptor):
+class DecodingInterceptor(BehaviorInterceptor):
     """Decodes every request in front of its servicer; see the module docstring."""
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
+    def wrap(
+        self, method: str, handler: grpc.RpcMethodHandler, behavior: Callable[..., Any]
+    ) -> Callable[..., Any] | None:
         deserializer = getattr(handler, "request_deserializer", None)
-        if handler is None or deserializer is None or not hasattr(handler, "_replace"):
-            return handler
-        kind = handler_kind(handler)
+        if deserializer is None:
+            return None
         wrap = _stream_request if handler.request_streaming else _unary_request
-        behavior = wrap(getattr(handler, kind), deserializer)
-        return handler._replace(request_deserializer=None, **{kind: behavior})
+        return wrap(behavior, deserializer)
+
+    def replaced(
+        self, handler: grpc.RpcMethodHandler, kind: str, behavior: Callable[..., Any]
+    ) -> grpc.RpcMethodHandler:
+        # the behaviour takes the bytes: gRPC no longer deserializes them
+        return handler._replace(request_deserializer=None, **{kind: behavior})  # type: ignore[attr-defined,no-any-return]

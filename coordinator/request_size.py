@@ -29,7 +29,7 @@ class RequestSizeInterceptor(UnaryJobServiceInterceptor):
         self.guard = guard
         self.owner_of = owner_of
 
-    def wrap(self, method: str, behavior: Behavior) -> Behavior:
+    def wrap_unary(self, method: str, behavior: Behavior) -> Behavior:
         async def sized(request: Any, context: grpc.aio.ServicerContext) -> Any:
             if isinstance(request, bytes):
                 try:

@@ -1,12 +1,14 @@
 """The lease stream's gRPC edge: ``WorkerService.Connect`` for one poller.
 
-The servicer decodes each worker message with the stream codec and hands the
-poller's loop a typed event; a message that does not decode ends that stream
-alone with ``INVALID_ARGUMENT`` and changes nothing else. ``WorkerOutbox`` is the
-loop's ``WorkerLink`` to one worker: it batches everything a turn sends into one
-message per kind (one lease per message is 30x slower than 100 per message:
-BENCHMARKS.md) and never writes a lease decided before the poller lost or could
-not confirm its shards.
+``WorkerStreamServicer.Connect`` takes the stream's opening Hello and holds the stream
+under its principal's ``max_worker_streams``; ``LeaseStream`` serves it from there, one
+method per concern: the worker's messages decoded into the poller's inbox (a message
+that does not decode ends that stream alone with ``INVALID_ARGUMENT`` and changes
+nothing else), the poller's messages out, a revoked principal, a silent worker.
+``WorkerOutbox`` is the loop's ``WorkerLink`` to one worker: it batches everything a
+turn sends into one message per kind (a message per lease costs the poller and the
+worker far more than one per turn: ``bench/`` measures it) and never writes a lease
+decided before the poller lost or could not confirm its shards.
 """
 
 from __future__ import annotations
@@ -180,136 +182,182 @@ class WorkerStreamServicer(worker_pb2_grpc.WorkerServiceServicer):
         request_iterator: AsyncIterator[worker_pb2.WorkerMessage],
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[worker_pb2.PollerMessage]:
-        try:
-            first = await request_iterator.__anext__()
-        except StopAsyncIteration:
+        hello = await _first_hello(request_iterator, context)
+        if hello is None:
             return
-        if first.WhichOneof("body") != "hello" or not first.hello.worker_id:
-            await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                "hello: the first message must be a Hello with a worker_id",
-            )
-        try:
-            hello = decode_worker_message(first)
-        except InvalidArgument as e:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, e.message)
-        assert isinstance(hello, Hello)
         caller = current_caller()  # None: no auth file, every worker is trusted
         principal = caller.principal if caller is not None else ANONYMOUS
         try:
             self._open_calls.acquire(LongCall.WORKER_STREAM, principal)
         except ResourceExhausted as e:
             await context.abort(*status_for(e))
+        stream = LeaseStream(
+            hello,
+            caller,
+            request_iterator,
+            context,
+            submit=self._submit,
+            may_lease=self._may_lease,
+            auth=self._auth,
+            silence_timeout=self._silence_timeout,
+        )
         try:
-            async for msg in self._serve(hello, caller, request_iterator, context):
+            async for msg in stream.serve():
                 yield msg
         finally:
             self._open_calls.release(LongCall.WORKER_STREAM, principal)
 
-    async def _serve(
+
+async def _first_hello(
+    requests: AsyncIterator[worker_pb2.WorkerMessage], context: grpc.aio.ServicerContext
+) -> Hello | None:
+    """The stream's opening Hello, decoded; None if the stream ended before one. Any
+    other first message, or a Hello that does not decode, ends the call INVALID_ARGUMENT."""
+    try:
+        first = await requests.__anext__()
+    except StopAsyncIteration:
+        return None
+    if first.WhichOneof("body") != "hello" or not first.hello.worker_id:
+        await context.abort(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "hello: the first message must be a Hello with a worker_id",
+        )
+    try:
+        hello = decode_worker_message(first)
+    except InvalidArgument as e:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, e.message)
+    assert isinstance(hello, Hello)
+    return hello
+
+
+class LeaseStream:
+    """One worker's lease stream, once its Hello is taken: its messages decoded into the
+    poller's inbox (``_read``), the poller's messages out (``serve``), held back when
+    they are leases decided before a loss of shards or an unconfirmed session
+    (``_sendable``), the stream ended when its principal is revoked (``_revoked``) or its
+    worker is silent while it owes messages (``_watch_silence``)."""
+
+    def __init__(
         self,
         hello: Hello,
         caller: Caller | None,
-        request_iterator: AsyncIterator[worker_pb2.WorkerMessage],
+        requests: AsyncIterator[worker_pb2.WorkerMessage],
         context: grpc.aio.ServicerContext,
-    ) -> AsyncIterator[worker_pb2.PollerMessage]:
-        outbox = WorkerOutbox()
-        watch = self._auth.watch(caller) if self._auth and caller else None
+        *,
+        submit: Callable[[InboxEvent], None],
+        may_lease: Callable[[], bool],
+        auth: AuthSource | None,
+        silence_timeout: float | None,
+    ) -> None:
+        self.hello = hello
+        self.caller = caller
+        self.outbox = WorkerOutbox()
+        self._requests = requests
+        self._context = context
+        self._submit = submit
+        self._may_lease = may_lease
+        self._auth = auth
+        self._watch = auth.watch(caller) if auth is not None and caller is not None else None
+        self._silence_timeout = silence_timeout
+        self._silence = SilenceWatch(time.monotonic())
+
+    async def serve(self) -> AsyncIterator[worker_pb2.PollerMessage]:
+        """Announces the worker to the poller, then sends what the poller queues for it
+        until either side ends the stream; the poller hears of its end once."""
+        caller = self.caller
         self._submit(
             WorkerConnected(
-                link=outbox,
-                hello=hello,
-                address=context.peer(),
+                link=self.outbox,
+                hello=self.hello,
+                address=self._context.peer(),
                 principal=caller.principal if caller else "",
                 owners=caller.worker_pool if caller else None,
             )
         )
+        tasks = [asyncio.create_task(self._read())]
+        if self._silence_timeout is not None:
+            tasks.append(asyncio.create_task(self._watch_silence(self._silence_timeout)))
+        try:
+            while (item := await self.outbox.queue.get()) is not None:
+                if isinstance(item, ShardcronError):
+                    await self._context.abort(*status_for(item))
+                await self._refuse_if_revoked()
+                _, _, msg = item
+                if self._sendable(item):
+                    self._silence.sent(msg, time.monotonic())
+                    yield msg
+        finally:
+            for task in tasks:
+                task.cancel()
+            self.outbox.closed = True
+            self._submit(WorkerClosed(link=self.outbox))
 
-        silence = SilenceWatch(time.monotonic())
+    async def _read(self) -> None:
+        """The worker's messages, decoded, into the inbox; a malformed one ends the stream
+        INVALID_ARGUMENT and changes nothing else."""
+        outbox = self.outbox
+        try:
+            async for msg in self._requests:
+                event = decode_worker_message(msg)
+                self._silence.heard(event, time.monotonic())
+                if not isinstance(event, Hello):  # a second Hello changes nothing
+                    self._submit(WorkerMessage(link=outbox, event=event))
+        except InvalidArgument as e:
+            log.warning("worker %s: malformed message, stream closed: %s", self.hello.worker_id, e)
+            outbox.fail(e)
+        except (grpc.aio.AioRpcError, asyncio.CancelledError):
+            pass
+        except Exception:
+            log.exception("worker %s: stream read failed", self.hello.worker_id)
+        finally:
+            self._submit(WorkerClosed(link=outbox))
+            outbox.close()
 
-        async def read() -> None:
-            try:
-                async for msg in request_iterator:
-                    event = decode_worker_message(msg)
-                    silence.heard(event, time.monotonic())
-                    if not isinstance(event, Hello):  # a second Hello changes nothing
-                        self._submit(WorkerMessage(link=outbox, event=event))
-            except InvalidArgument as e:
-                log.warning("worker %s: malformed message, stream closed: %s", hello.worker_id, e)
-                outbox.fail(e)
-            except (grpc.aio.AioRpcError, asyncio.CancelledError):
-                pass
-            except Exception:
-                log.exception("worker %s: stream read failed", hello.worker_id)
-            finally:
+    async def _watch_silence(self, timeout: float) -> None:
+        """Closes the stream of a worker silent for ``timeout`` while it owes messages."""
+        outbox = self.outbox
+        while not outbox.closed:
+            silent = self._silence.silent_for(time.monotonic())
+            if silent is not None and silent >= timeout:
+                # after a stall of this very loop, take in what arrived meanwhile first
+                await asyncio.sleep(SILENCE_RECHECK)
+                silent = self._silence.silent_for(time.monotonic())
+                if silent is None or silent < timeout:
+                    continue
+                log.warning(
+                    "worker %s: silent for %.1fs while holding leases or heartbeating: "
+                    "taken for frozen, stream closed",
+                    self.hello.worker_id,
+                    silent,
+                )
                 self._submit(WorkerClosed(link=outbox))
                 outbox.close()
+                return
+            await asyncio.sleep(timeout - (silent or 0.0))
 
-        async def watch_silence(timeout: float) -> None:
-            while not outbox.closed:
-                silent = silence.silent_for(time.monotonic())
-                if silent is not None and silent >= timeout:
-                    # after a stall of this very loop, take in what arrived meanwhile first
-                    await asyncio.sleep(SILENCE_RECHECK)
-                    silent = silence.silent_for(time.monotonic())
-                    if silent is None or silent < timeout:
-                        continue
-                    log.warning(
-                        "worker %s: silent for %.1fs while holding leases or heartbeating: "
-                        "taken for frozen, stream closed",
-                        hello.worker_id,
-                        silent,
-                    )
-                    self._submit(WorkerClosed(link=outbox))
-                    outbox.close()
-                    return
-                await asyncio.sleep(timeout - (silent or 0.0))
-
-        reader = asyncio.create_task(read())
-        watcher = (
-            None
-            if self._silence_timeout is None
-            else asyncio.create_task(watch_silence(self._silence_timeout))
+    async def _refuse_if_revoked(self) -> None:
+        """Ends the stream PERMISSION_DENIED if an auth file reload removed or changed its
+        principal, before anything more is sent to it."""
+        if self._watch is None or not self._watch.revoked():
+            return
+        assert self.caller is not None and self._auth is not None
+        name = self.caller.principal
+        log.warning("worker %s: principal %s revoked: stream closed", self.hello.worker_id, name)
+        revoked = PrincipalDenied(
+            name, f"principal {name} was removed or changed in the auth file: connect again"
         )
-        try:
-            while True:
-                item = await outbox.queue.get()
-                if item is None:
-                    break
-                if isinstance(item, ShardcronError):
-                    await context.abort(*status_for(item))
-                if watch is not None and watch.revoked():
-                    assert caller is not None
-                    log.warning(
-                        "worker %s: principal %s revoked: stream closed",
-                        hello.worker_id,
-                        caller.principal,
-                    )
-                    revoked = PrincipalDenied(
-                        caller.principal,
-                        f"principal {caller.principal} was removed or changed in the auth file:"
-                        " connect again",
-                    )
-                    assert self._auth is not None
-                    self._auth.refusals.refused(
-                        method=CONNECT_METHOD, peer=context.peer(), error=revoked
-                    )
-                    await context.abort(*status_for(revoked))
-                gen, leases, msg = item
-                if leases and (gen != outbox.lease_gen or not self._may_lease()):
-                    # decided before a freeze or a loss of shards: its runs are reloaded
-                    # from the store and their leases waited out, never sent late
-                    log.warning(
-                        "worker %s: %d leases not sent: shard ownership changed or unconfirmed",
-                        hello.worker_id,
-                        len(msg.leases.leases),
-                    )
-                    continue
-                silence.sent(msg, time.monotonic())
-                yield msg
-        finally:
-            reader.cancel()
-            if watcher is not None:
-                watcher.cancel()
-            outbox.closed = True
-            self._submit(WorkerClosed(link=outbox))
+        self._auth.refusals.refused(method=CONNECT_METHOD, peer=self._context.peer(), error=revoked)
+        await self._context.abort(*status_for(revoked))
+
+    def _sendable(self, item: tuple[int, bool, worker_pb2.PollerMessage]) -> bool:
+        """Leases decided before a freeze or a loss of shards are never sent late: their
+        runs are reloaded from the store and their leases waited out."""
+        generation, leases, msg = item
+        if leases and (generation != self.outbox.lease_gen or not self._may_lease()):
+            log.warning(
+                "worker %s: %d leases not sent: shard ownership changed or unconfirmed",
+                self.hello.worker_id,
+                len(msg.leases.leases),
+            )
+            return False
+        return True

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,7 @@ from shardcron.coordinator.auth.principals import (
     load_auth_file,
 )
 from shardcron.coordinator.auth.refusals import RefusalAudit, is_refusal
-from shardcron.coordinator.request_decoding import handler_kind
+from shardcron.coordinator.interceptors import BehaviorInterceptor
 
 log = logging.getLogger("shardcron.auth")
 
@@ -124,7 +124,7 @@ def _metadata(context: grpc.aio.ServicerContext) -> dict[str, str]:
     return out
 
 
-class AuthInterceptor(grpc.aio.ServerInterceptor):
+class AuthInterceptor(BehaviorInterceptor):
     """Judges every call with ``authorize`` against ``source``'s principals."""
 
     def __init__(self, source: AuthSource) -> None:
@@ -143,17 +143,9 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             await context.abort(*status_for(e))
             raise AssertionError("unreachable") from e
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        if handler is None or not hasattr(handler, "_replace"):
-            return handler
-        method = handler_call_details.method
-        kind = handler_kind(handler)
-        behavior = getattr(handler, kind)
+    def wrap(
+        self, method: str, handler: grpc.RpcMethodHandler, behavior: Callable[..., Any]
+    ) -> Callable[..., Any]:
         if inspect.isasyncgenfunction(behavior):
 
             async def streaming(
@@ -163,11 +155,11 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                 async for item in behavior(request, context):
                     yield item
 
-            return handler._replace(**{kind: streaming})
+            return streaming
 
         async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
             set_caller(await self._caller(method, context))
             result = behavior(request, context)
             return await result if inspect.isawaitable(result) else result
 
-        return handler._replace(**{kind: unary})
+        return unary
