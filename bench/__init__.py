@@ -1,2 +1,2 @@
-"""shardcron's benchmark harness: the workloads of BENCHMARKS.md, run against shardcron
+"""shardcron's benchmark harness: the workloads of docs/benchmarks.md, run against shardcron
 and its peers side by side in one run, reported as ratios (``python -m bench``)."""

@@ -3,7 +3,7 @@ and its peers, one after the other in the same run, and writes the report.
 
 Systems run one at a time (never side by side: they would share the two cores), each
 workload on a fresh instance. ``--quick`` uses job counts that finish in minutes;
-the default counts are BENCHMARKS.md's (``bench.workloads``). A system that fails, to
+the default counts are docs/benchmarks.md's (``bench.workloads``). A system that fails, to
 start mostly, is tried once more and then reported as failed; the others still run.
 Every runner module has ``run(workloads, n, out_dir, *, plan)`` returning ``Result``s
 (workloads it cannot express are left out) and ``CONFIGS`` (workload -> configuration

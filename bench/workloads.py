@@ -1,4 +1,4 @@
-"""The workloads of BENCHMARKS.md as plain numbers (``Plan``), and the pure parts every
+"""The workloads of docs/benchmarks.md as plain numbers (``Plan``), and the pure parts every
 system's runner shares: W3's open-loop arrival schedule, W4's expected fires, a run's
 times as a store holds them (``RunTime``) and what counts as a W4 fire (``count_fires``).
 

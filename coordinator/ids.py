@@ -1,8 +1,8 @@
 """Identifiers and placement: time-ordered ids, shard and bucket of a run.
 
 Ids are time-ordered (a 48-bit millisecond prefix, as in UUIDv7) because random
-keys scatter B-tree and SSTable inserts: creating 100k jobs ran 4x faster with
-time-ordered keys than with UUID4 (BENCHMARKS.md). Run ids are also deterministic
+keys scatter B-tree and SSTable inserts (docs/benchmarks.md, "Time-ordered ids").
+Run ids are also deterministic
 — the same job, fire and attempt always give the same id — so materialising a
 fire twice (after a crash, or by two pollers during a hand-over) writes one row.
 """
@@ -89,7 +89,7 @@ def run_id(job_id: str, fire_key: str, attempt: int, due_at: datetime) -> str:
 
 def _uuid_text(value: int) -> str:
     """What ``str(uuid.UUID(int=value))`` gives, without building the ``UUID`` (it checks
-    and stores the value first): an id is made for every job, a third of its cost."""
+    and stores the value first): an id is made for every job, and every run."""
     h = value.to_bytes(16, "big").hex()
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 

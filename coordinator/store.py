@@ -1,6 +1,6 @@
 """The JobStore seam: everything shardcron keeps durably, behind one Protocol.
 
-Two implementations hold the same logical tables (DESIGN.md §3): SQLite, the
+Two implementations hold the same logical tables (docs/data-layout.md): SQLite, the
 embedded default, and Cassandra for a cluster. One contract suite
 (tests/test_store_contract.py) runs unchanged against each. No caller may use what
 only one implementation has.

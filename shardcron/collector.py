@@ -3,18 +3,16 @@
 A node or a worker allocates a few dozen objects per run (domain copies, protobuf
 messages, futures) and keeps many alive (every run it holds); with CPython's default
 thresholds (700 allocations per young collection) the collector ran thousands of
-times per second under load: through W1 (BENCHMARKS.md) these settings took the node
-and the worker from 0.23-0.25 to 0.20-0.22 CPU-s per 1,000 jobs. Young collections are made
-rarer; what start-up made (modules, configuration) lives as long as the process and is
+times per second under load, a cost per job the benchmark's burst (W1) shows. Young
+collections are made rarer; what start-up made (modules, configuration) lives as long as the process and is
 frozen out of every later collection. Cyclic garbage is still collected, in fewer,
 larger passes.
 
 The young threshold counts net allocations (an object freed takes one back), so what
 sets it off is a burst of objects alive at once: a batch of 1,000 created jobs or
-leased runs holds some 60,000. At 20,000 most such batches set off a collection that
-walked objects still in use; at 100,000 they do not, and through W1 the young
-collections' CPU fell from 3.5 to 0.3 ms per 1,000 jobs in the worker and from 4.5 to
-1.5 in the node. A young collection walks at most the 100,000 objects (about 5 ms).
+leased runs holds tens of thousands. At 20,000 most such batches set off a collection
+that walked objects still in use; at 100,000 they do not. A young collection walks at
+most those 100,000 objects.
 """
 
 from __future__ import annotations

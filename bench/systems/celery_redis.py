@@ -7,7 +7,7 @@ a temporary directory under ``out_dir``) and its own ``celery worker``, both sto
 before the run's ``Result`` is returned, so no run inherits queued or held tasks from
 another. Redis is the broker (db 0) and the result backend (db 1).
 
-Variants, as BENCHMARKS.md configures this peer: one task per job on ``--pool prefork
+Variants, as docs/benchmarks.md configures this peer: one task per job on ``--pool prefork
 --concurrency 2`` with ``acks_late=True``, once with ``worker_prefetch_multiplier=1``
 and once with Celery's default (4); and, for W1 only, ``chunks(100)``, where a task
 runs 100 jobs and only the chunk is tracked. Workers log at WARNING (INFO writes two

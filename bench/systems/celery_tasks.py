@@ -47,7 +47,7 @@ def make_app(broker: str | None = None, backend: str | None = None) -> Celery:
     app = Celery("bench", broker=broker, backend=backend)
     app.conf.update(
         # Every task, including the built-in ``celery.starmap`` that runs a chunk, is
-        # acknowledged after it ran, as BENCHMARKS.md asks of this peer.
+        # acknowledged after it ran, as docs/benchmarks.md configures this peer.
         task_acks_late=True,
         # A worker that starts before Redis answers should wait, not give up.
         broker_connection_retry_on_startup=True,

@@ -1,4 +1,5 @@
-"""The Cassandra schema of the ``JobStore`` (DESIGN.md §3), versioned.
+"""The Cassandra schema of the ``JobStore`` (its logical tables: docs/data-layout.md),
+versioned.
 
 ``schema_cql`` gives the statements; ``ensure_schema`` runs them when the keyspace
 has no schema yet (``CassandraStore.open``, and ``init_schema`` behind ``shardcron

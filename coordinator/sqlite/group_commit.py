@@ -5,7 +5,7 @@ Every write goes to the writer (a thread, or with ``process`` a child process:
 takes everything queued, runs each operation inside its own SAVEPOINT (so one
 caller's error, such as a ``VersionConflict``, undoes only that caller's work),
 COMMITs once with ``synchronous=FULL`` and then resolves every caller's future: many
-callers, one fsync (BENCHMARKS.md, "Group-commit state changes"). A write returns
+callers, one fsync (docs/benchmarks.md, "Group commit"). A write returns
 only once its transaction is durable; if the transaction fails, every caller in it
 gets the error and nothing of it is kept.
 

@@ -1,6 +1,6 @@
 """A worker connected to several pollers never runs more than its slots at once.
 
-DESIGN §2 Resources: "a run goes only to a worker that has room". In a cluster a
+The product's rule on resources: "a run goes only to a worker that has room". In a cluster a
 worker takes leases from every poller; its slots are one budget, not one per poller.
 One worker with one slot, three pollers, jobs spread over all shards: the records
 must never show two executions at the same time.
