@@ -28,8 +28,8 @@ from bench.workloads import percentiles as percentiles  # re-exported, as Result
 def metric_total(urls: Iterable[str], name: str) -> float:
     """The sum of every sample of metric ``name`` over shardcron nodes' /metrics pages,
     each asked for that metric alone (``name[]``, prometheus-client's filter): a whole
-    page cost a node 1.5 ms of its main thread's interpreter lock, and completion is
-    polled every 5 ms at the end of a W1."""
+    page holds a node's interpreter lock for a while, and completion is polled every
+    few milliseconds at the end of a W1."""
     total = 0.0
     query = urllib.parse.urlencode({"name[]": name})
     for url in urls:

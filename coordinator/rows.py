@@ -126,8 +126,8 @@ def _spec_to_json(spec: JobSpec) -> str:
 
 
 # Decoded specs by their JSON: the jobs of one batch (or fleet) store the same text, and
-# the poller reads their rows by the thousand; decoding each was a fifth of a cluster
-# node's busy time in W1. A JobSpec is frozen, so jobs read alike share one, as jobs
+# the poller reads their rows by the thousand, and decoding each one was a large part of
+# a cluster node's time. A JobSpec is frozen, so jobs read alike share one, as jobs
 # created from one spec do. Bounded: cleared when full; long texts are not kept.
 _SPECS: dict[str, JobSpec] = {}
 _SPECS_MAX = 1024

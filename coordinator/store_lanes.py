@@ -10,8 +10,7 @@ the context), and every other caller is unmarked.
 Each bound is a ``Limit``: first come, first served, constant work per request.
 ``asyncio.Semaphore`` (Python 3.11) scans its queue of waiters on an acquire and
 removes a woken waiter from the middle of it, so the thousands of requests queued
-behind a create burst cost time quadratic in the queue (15% of a node's busy time
-in W1 on Cassandra).
+behind a create burst cost time quadratic in the queue.
 """
 
 from __future__ import annotations

@@ -93,9 +93,9 @@ class DueGate:
 @contextlib.contextmanager
 def collector_held_off() -> Iterator[None]:
     """No cyclic garbage collection inside the block; the collector runs as usual after
-    it. A worker holding the leases of a 10,000-job minute holds a few hundred thousand
-    objects: a full collection that fell inside the release pass stopped it for about
-    60 ms, so the runs after that point started that much later than those before."""
+    it. A worker holding the leases of a crowded minute holds hundreds of thousands of
+    objects: a full collection that fell inside the release pass stopped it, and the
+    runs after that point started that much later than those before."""
     if not gc.isenabled():
         yield
         return

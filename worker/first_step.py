@@ -5,7 +5,7 @@ A handler is started in its own task (``HandlerExecutor``), and what gives the r
 outcome is a coroutine that waits for it. Most handlers end in their first step, so
 after that step one step of the waiting coroutine, taken here from a plain callback,
 reads the outcome: the run needs no task besides its handler's, and no wake-up (a task
-per run and its two steps were about a fifth of a worker's time in W1). A coroutine
+per run and its two steps were a large part of a worker's time in a burst). A coroutine
 that has more to wait for goes on, in a task, from where it stopped (``Resumed``).
 """
 

@@ -18,9 +18,9 @@ than its pollers asked for):
 - Room to spare: they gather for ``gather`` (10 ms) from the first one queued, and
   a run's Started is left out when its result goes in the same flush (the result
   carries its start). Runs that start one by one, each at its own due instant,
-  sent a Started and a Results message each, and a Credits message for most: 2.3
-  messages per run, each one written, read, decoded and handled on both sides.
-  Gathered, a steady 1,000 runs/s on the cluster took 0.8 messages per run.
+  would send a Started and a Results message each, and a Credits message for most,
+  each one written, read, decoded and handled on both sides; gathered, a steady
+  stream of runs takes less than one message per run.
 - Room scarce: what frees a slot goes at once (yielding to the loop while more of
   the same burst keeps arriving, ``linger`` at most), so a poller waiting for slots
   is not kept waiting.

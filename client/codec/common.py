@@ -93,7 +93,7 @@ def set_time(msg: Message, name: str, value: datetime | None, field: str = "") -
         return
     if not isinstance(value, datetime):
         raise InvalidArgument(_path(field, name), "must be a datetime")
-    # what Timestamp.FromDatetime does (naive reads as UTC), at a third of its cost
+    # what Timestamp.FromDatetime does (naive reads as UTC), in plain integer arithmetic
     micros = (value - (_EPOCH if value.tzinfo is not None else _NAIVE_EPOCH)) // _MICROSECOND
     ts = getattr(msg, name)
     ts.seconds, rest = divmod(micros, 1_000_000)
@@ -109,8 +109,8 @@ def get_time(msg: Message, name: str, field: str) -> datetime | None:
     seconds, nanos = ts.seconds, ts.nanos  # each read of a field builds a new int
     if not (_MIN_SECONDS <= seconds <= _MAX_SECONDS and 0 <= nanos <= _MAX_NANOS):
         raise InvalidArgument(_path(field, name), "not a valid timestamp")
-    try:  # what Timestamp.ToDatetime(tzinfo=UTC) does, at a third of its cost
-        return _EPOCH + timedelta(0, seconds, nanos // 1000)  # positional: 40% faster
+    try:  # what Timestamp.ToDatetime(tzinfo=UTC) does, in one addition
+        return _EPOCH + timedelta(0, seconds, nanos // 1000)  # positional: no keyword parsing
     except (ValueError, OverflowError):
         raise InvalidArgument(_path(field, name), "not a valid timestamp") from None
 

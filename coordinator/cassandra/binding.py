@@ -1,9 +1,9 @@
-"""Values bound to a prepared statement, as the driver binds them, at a third of the cost.
+"""Values bound to a prepared statement, as the driver binds them, without its per-value work.
 
 The store binds about ten statements per job. The driver's ``PreparedStatement.bind``
 builds a column descriptor for every value to ask the column-encryption policy about
-it, and looks the column's type up again each time; at a few thousand jobs a second
-that was a quarter of a cluster node's time. ``Binder`` looks each column's serializer
+it, and looks the column's type up again each time, which at thousands of jobs a
+second was a large part of a cluster node's time. ``Binder`` looks each column's serializer
 up once per prepared statement and serializes with it directly, giving the same
 ``BoundStatement`` (same values, routing key and settings, checked by the tests
 against the driver's own ``bind``). A statement with a column-encryption policy is

@@ -40,8 +40,8 @@ def _unlink(rf: ResponseFuture) -> None:
     """Drops what ties a finished request to itself: the callbacks it holds (which name
     it) and its timeout timer (whose callback is its own method). It is then freed as
     soon as it is done with, rows and all, not left to the cyclic collector: each
-    request left about 70 objects of cyclic garbage, and under a steady 1,000 jobs/s a
-    cluster node's young collections freed 15,000 of them at a time, 10-24 ms each."""
+    request left dozens of objects of cyclic garbage, and under a steady load a cluster
+    node's young collections then freed them by the ten thousand, each a pause."""
     rf.clear_callbacks()
     rf._timer = None  # cancelled by the driver before the callbacks run
 

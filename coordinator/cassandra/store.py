@@ -110,9 +110,8 @@ from shardcron.coordinator.store_rules import StoreLayout, progress_write
 # Each request is sent as soon as it is written (no Nagle). The driver leaves Nagle's
 # algorithm on unless told; a process keeps many requests in flight on one
 # connection, so a request written while an earlier one was unacknowledged waited
-# for Cassandra's delayed ACK: with W3's arrivals at 300 jobs/s, a node's batches of
-# 10-19 statements took 18 ms at the median, those of 20-29 39 ms (5 and 6 ms with
-# this), while a client of its own measured 3 ms for a 30-statement batch meanwhile.
+# for Cassandra's delayed ACK: a node's batches took several times what a client of
+# their own measured at the same time (tests/test_cassandra_connections.py keeps it on).
 SOCKOPTS = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
 
 

@@ -6,7 +6,7 @@ The node side (``WriterProcess``) starts ``python -m
 shardcron.coordinator.sqlite.writer_process`` with two pipes. Each message is its
 length (8 bytes, big-endian), then a byte saying how the rest is encoded: ``marshal``
 where the message holds plain values only (rows: strings, numbers, bytes, None, in
-tuples and lists), at half a pickle's cost on the node's side for the rows of a
+tuples and lists), cheaper than a pickle on the node's side for the rows of a
 commit, else ``pickle``. A write that is a ``writes`` function given positional
 arguments goes as its function's name, its arguments and its row count
 (``_plain_ops``): marshalled when those are plain values.
