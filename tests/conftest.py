@@ -8,6 +8,8 @@
   named by ``SHARDCRON_TEST_CASSANDRA``, or one started on first use);
   ``cassandra_session_cleanup`` stops a node the session started, at its end.
 - ``sqlite_store``: an open, empty SQLite store with the builders' shard count.
+- ``zk_admin``: a ZooKeeper client of the test's chroot; ``zk_cluster``: several
+  coordinations of one cluster on it (tests/support/zk_cluster.py).
 
 Fixtures one directory alone uses live in its own ``conftest.py`` (``tests/e2e``,
 ``tests/cluster``); helpers that are not fixtures live in ``tests/support/``.
@@ -19,12 +21,14 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from kazoo.client import KazooClient
 
 from deploy import ZooKeeper
 from shardcron.coordinator.cassandra.store import CassandraStore
 from shardcron.coordinator.sqlite.store import SqliteStore
 from tests.support.cassandra import cassandra_backend, stop_cassandra
 from tests.support.store_builders import CONTRACT_CONFIG, SHARDS
+from tests.support.zk_cluster import ZkCluster
 from tests.support.zookeeper import client_port, with_new_chroot
 
 
@@ -73,3 +77,19 @@ async def sqlite_store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
         yield s
     finally:
         await s.close()
+
+
+@pytest.fixture
+def zk_admin(zk_hosts: str) -> Iterator[KazooClient]:
+    admin = KazooClient(zk_hosts)
+    admin.start(timeout=10)
+    yield admin
+    admin.stop()
+    admin.close()
+
+
+@pytest.fixture
+async def zk_cluster(zk_hosts: str, zk_admin: KazooClient) -> AsyncIterator[ZkCluster]:
+    c = ZkCluster(zk_hosts, zk_admin)
+    yield c
+    await c.close()

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from shardcron.client.cli import cli
-from tests.test_cli_parse import FakeClient
+from tests.support.cli import FakeClient
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,7 @@ from shardcron.client.types import (
     RunState,
     WorkerInfo,
 )
-from tests.test_cli_parse import T0, FakeClient, invoke, make_run
+from tests.support.cli import T0, FakeClient, invoke, make_run
 
 
 class Runs(FakeClient):

@@ -16,22 +16,17 @@ import json
 import random
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
-from kazoo.client import KazooClient
 
 from shardcron.client.errors import FailedPrecondition, Unavailable
 from shardcron.coordinator.coordination import (
-    Assignment,
     Member,
 )
-from shardcron.coordinator.zk import ROLES, ZkCoordination, balance_shards
-from tests.support.zookeeper import ZkProxy, expire_session
-
-SHARDS = 64
-SESSION_TIMEOUT = 4.0
-ROOT = "/shardcron/default"
+from shardcron.coordinator.zk import ZkCoordination, balance_shards
+from tests.support.waiting import until
+from tests.support.zk_cluster import ROOT, SESSION_TIMEOUT, SHARDS, ZkCluster
+from tests.support.zookeeper import expire_session
 
 # --------------------------------------------------------------------------- balance
 
@@ -106,223 +101,90 @@ def test_balance_moves_the_fewest_shards_possible() -> None:
 # --------------------------------------------------------------------------- a cluster
 
 
-class Timeline:
-    """Every Assignment every poller's listener got, in the order they ran."""
-
-    def __init__(self) -> None:
-        self.events: list[tuple[float, str, Assignment]] = []
-        self.held: dict[str, frozenset[int]] = {}
-        self.active: dict[str, frozenset[int]] = {}
-        self.held_twice: list[tuple[str, str, list[int]]] = []
-        self.active_twice: list[tuple[str, str, list[int]]] = []
-
-    def listener(self, node: str) -> Callable[[Assignment], None]:
-        def on_assignment(a: Assignment) -> None:
-            self.events.append((time.monotonic(), node, a))
-            self.held[node] = a.shards
-            self.active[node] = a.shards if a.active else frozenset()
-            for other in self.held:
-                if other == node:
-                    continue
-                if both := self.held[other] & self.held[node]:
-                    self.held_twice.append((node, other, sorted(both)))
-                if both := self.active[other] & self.active[node]:
-                    self.active_twice.append((node, other, sorted(both)))
-
-        return on_assignment
-
-    def served(self) -> dict[int, str]:
-        return {s: node for node, shards in self.active.items() for s in shards}
-
-    def last(self, node: str) -> Assignment | None:
-        mine = [a for _, n, a in self.events if n == node]
-        return mine[-1] if mine else None
-
-    def of(self, node: str) -> list[Assignment]:
-        return [a for _, n, a in self.events if n == node]
-
-    async def wait(self, predicate: Callable[[], bool], timeout: float = 15.0) -> float:
-        """Waits for ``predicate``; returns when it became true (monotonic)."""
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out; serving: {Counter(self.served().values())}")
-            await asyncio.sleep(0.005)
-        return time.monotonic()
-
-
-class ZkCluster:
-    def __init__(self, hosts: str, admin: KazooClient) -> None:
-        self.hosts = hosts
-        self.admin = admin
-        self.nodes: dict[str, ZkCoordination] = {}
-        self.proxies: dict[str, ZkProxy] = {}
-        self.timeline = Timeline()
-
-    async def add(
-        self,
-        node_id: str,
-        *,
-        roles: frozenset[str] = ROLES,
-        partitionable: bool = False,
-        session_timeout: float = SESSION_TIMEOUT,
-        shard_count: int = SHARDS,
-    ) -> ZkCoordination:
-        hosts = self.hosts
-        if partitionable:
-            self.proxies[node_id] = proxy = ZkProxy(self.hosts)
-            hosts = proxy.hosts
-        c = ZkCoordination(
-            hosts,
-            node_id=node_id,
-            shard_count=shard_count,
-            session_timeout=session_timeout,
-            roles=roles,
-        )
-        c.subscribe(self.timeline.listener(node_id))
-        self.nodes[node_id] = c
-        await c.start(
-            poller_id=node_id if "poller" in roles else None,
-            poller_address=f"127.0.0.1:{7400 + len(self.nodes)}",
-        )
-        return c
-
-    async def close(self) -> None:
-        for proxy in self.proxies.values():
-            proxy.thaw()
-        for c in reversed(list(self.nodes.values())):
-            await c.stop()
-        for proxy in self.proxies.values():
-            proxy.close()
-
-    # What ZooKeeper holds, read by a client of its own.
-
-    def owners_in_zk(self) -> dict[int, str]:
-        owners = {}
-        for child in self.admin.get_children(f"{ROOT}/owners"):
-            try:
-                data, _ = self.admin.get(f"{ROOT}/owners/{child}")
-            except Exception:
-                continue
-            owners[int(child)] = json.loads(data)["poller"]
-        return owners
-
-    def assignment_in_zk(self) -> tuple[int, dict[int, str]]:
-        data, _ = self.admin.get(f"{ROOT}/assignment")
-        value = json.loads(data)
-        return value["epoch"], {int(s): p for s, p in value["owners"].items()}
-
-    def settled(self, pollers: set[str]) -> bool:
-        """Every shard served once, balanced over ``pollers``, and ZooKeeper agrees."""
-        served = self.timeline.served()
-        if len(served) != SHARDS or set(served.values()) != pollers:
-            return False
-        counts = Counter(served.values())
-        if max(counts.values()) - min(counts.values()) > 1:
-            return False
-        return self.owners_in_zk() == served and self.assignment_in_zk()[1] == served
-
-
-@pytest.fixture
-def zk_admin(zk_hosts: str) -> Iterator[KazooClient]:
-    admin = KazooClient(zk_hosts)
-    admin.start(timeout=10)
-    yield admin
-    admin.stop()
-    admin.close()
-
-
-@pytest.fixture
-async def cluster(zk_hosts: str, zk_admin: KazooClient) -> AsyncIterator[ZkCluster]:
-    c = ZkCluster(zk_hosts, zk_admin)
-    yield c
-    await c.close()
-
-
 def report(what: str, seconds: float, session_timeout: float = SESSION_TIMEOUT) -> None:
     print(f"\nfailover: {what}: {seconds:.3f}s (session timeout {session_timeout}s)")
 
 
 async def test_two_then_three_pollers_balance_and_a_joiner_moves_the_fewest_shards(
-    cluster: ZkCluster,
+    zk_cluster: ZkCluster,
 ) -> None:
-    await cluster.add("a")
-    await cluster.add("b")
-    await cluster.timeline.wait(lambda: cluster.settled({"a", "b"}))
-    before = cluster.timeline.served()
-    await cluster.add("c")
-    await cluster.timeline.wait(lambda: cluster.settled({"a", "b", "c"}))
-    after = cluster.timeline.served()
+    await zk_cluster.add("a")
+    await zk_cluster.add("b")
+    await zk_cluster.timeline.wait(lambda: zk_cluster.settled({"a", "b"}))
+    before = zk_cluster.timeline.served()
+    await zk_cluster.add("c")
+    await zk_cluster.timeline.wait(lambda: zk_cluster.settled({"a", "b", "c"}))
+    after = zk_cluster.timeline.served()
     assert moved(before, after) == SHARDS // 3
     assert all(after[s] == "c" for s in after if before[s] != after[s])
-    assert cluster.timeline.held_twice == []
-    view = await cluster.nodes["c"].view()
+    assert zk_cluster.timeline.held_twice == []
+    view = await zk_cluster.nodes["c"].view()
     assert view.leader == "a"
     assert view.members == ["a", "b", "c"]
     assert view.shard_owners == after
 
 
-async def test_a_stopping_poller_hands_its_shards_over(cluster: ZkCluster) -> None:
+async def test_a_stopping_poller_hands_its_shards_over(zk_cluster: ZkCluster) -> None:
     for node in "abc":
-        await cluster.add(node)
-    await cluster.timeline.wait(lambda: cluster.settled({"a", "b", "c"}))
-    epoch = cluster.assignment_in_zk()[0]
+        await zk_cluster.add(node)
+    await zk_cluster.timeline.wait(lambda: zk_cluster.settled({"a", "b", "c"}))
+    epoch = zk_cluster.assignment_in_zk()[0]
 
     started = time.monotonic()
-    await cluster.nodes["b"].stop()
-    done = await cluster.timeline.wait(lambda: cluster.settled({"a", "c"}))
+    await zk_cluster.nodes["b"].stop()
+    done = await zk_cluster.timeline.wait(lambda: zk_cluster.settled({"a", "c"}))
     report("graceful stop of a follower poller -> all shards served", done - started)
-    assert cluster.assignment_in_zk()[0] == epoch  # the same leader did it
+    assert zk_cluster.assignment_in_zk()[0] == epoch  # the same leader did it
 
     started = time.monotonic()
-    await cluster.nodes["a"].stop()  # the leader
-    done = await cluster.timeline.wait(lambda: cluster.settled({"c"}))
+    await zk_cluster.nodes["a"].stop()  # the leader
+    done = await zk_cluster.timeline.wait(lambda: zk_cluster.settled({"c"}))
     report("graceful stop of the leader -> all shards served", done - started)
-    assert cluster.assignment_in_zk()[0] > epoch
-    assert (await cluster.nodes["c"].view()).leader == "c"
-    assert cluster.timeline.held_twice == []
+    assert zk_cluster.assignment_in_zk()[0] > epoch
+    assert (await zk_cluster.nodes["c"].view()).leader == "c"
+    assert zk_cluster.timeline.held_twice == []
 
 
 async def test_a_lost_shard_is_released_only_after_the_listener_is_done(
-    cluster: ZkCluster,
+    zk_cluster: ZkCluster,
 ) -> None:
     """A poller's listener may return an awaitable (the poller finishing the store
     write in flight): the shards it lost stay held until it is done."""
-    a = await cluster.add("a")
-    timeline = cluster.timeline
-    await timeline.wait(lambda: cluster.settled({"a"}))
+    a = await zk_cluster.add("a")
+    timeline = zk_cluster.timeline
+    await timeline.wait(lambda: zk_cluster.settled({"a"}))
     gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     a.subscribe(lambda assignment: gate if len(assignment.shards) < SHARDS else None)
-    await cluster.add("b")
+    await zk_cluster.add("b")
     await timeline.wait(lambda: len(timeline.held["a"]) == SHARDS // 2)
     await asyncio.sleep(0.5)
-    assert cluster.owners_in_zk() == dict.fromkeys(range(SHARDS), "a")
+    assert zk_cluster.owners_in_zk() == dict.fromkeys(range(SHARDS), "a")
     assert not timeline.held.get("b")
     gate.set_result(None)
-    await timeline.wait(lambda: cluster.settled({"a", "b"}))
+    await timeline.wait(lambda: zk_cluster.settled({"a", "b"}))
     assert timeline.held_twice == []
 
 
 async def test_a_partitioned_leader_is_replaced_and_its_shards_stay_served(
-    cluster: ZkCluster,
+    zk_cluster: ZkCluster,
 ) -> None:
     """The leader (also a poller) stops hearing from ZooKeeper, as a hung or cut-off
     process would: it stops leasing before its session can expire; when the session
     expires a new leader takes over with a higher epoch and the shards move; when
     the old leader comes back it learns its session is gone, drops everything at
     once and rejoins with a higher fencing epoch."""
-    nodes = {name: await cluster.add(name, partitionable=True) for name in ("a", "b", "c")}
-    timeline = cluster.timeline
-    await timeline.wait(lambda: cluster.settled({"a", "b", "c"}))
+    nodes = {name: await zk_cluster.add(name, partitionable=True) for name in ("a", "b", "c")}
+    timeline = zk_cluster.timeline
+    await timeline.wait(lambda: zk_cluster.settled({"a", "b", "c"}))
     await timeline.wait(lambda: any(n.is_leader for n in nodes.values()))
     me = next(name for name, n in nodes.items() if n.is_leader)  # whoever won the election
     old = nodes[me]
     rest = {"a", "b", "c"} - {me}
-    epoch = cluster.assignment_in_zk()[0]
+    epoch = zk_cluster.assignment_in_zk()[0]
     fencing = timeline.last(me).fencing_epoch  # type: ignore[union-attr]
 
     partitioned = time.monotonic()
-    cluster.proxies[me].freeze()
+    zk_cluster.proxies[me].freeze()
     suspended = await timeline.wait(lambda: not timeline.last(me).active)  # type: ignore[union-attr]
     served = await timeline.wait(
         lambda: set(timeline.served().values()) == rest and len(timeline.served()) == SHARDS
@@ -334,105 +196,104 @@ async def test_a_partitioned_leader_is_replaced_and_its_shards_stay_served(
     view = await nodes[min(rest)].view()
     assert view.leader in rest
     assert view.epoch > epoch
-    assert cluster.assignment_in_zk()[0] == view.epoch
+    assert zk_cluster.assignment_in_zk()[0] == view.epoch
 
     healed = time.monotonic()
-    cluster.proxies[me].thaw()
+    zk_cluster.proxies[me].thaw()
     emptied = await timeline.wait(lambda: timeline.last(me).shards == frozenset())  # type: ignore[union-attr]
     report("partition healed -> old leader drops everything", emptied - healed)
-    await timeline.wait(lambda: cluster.settled({"a", "b", "c"}))
+    await timeline.wait(lambda: zk_cluster.settled({"a", "b", "c"}))
     assert timeline.last(me).fencing_epoch > fencing  # type: ignore[union-attr]
     assert (await old.view()).leader == view.leader
     assert timeline.active_twice == []
 
 
 async def test_an_expired_session_drops_every_shard_at_once_and_rejoins_higher(
-    cluster: ZkCluster,
+    zk_cluster: ZkCluster,
 ) -> None:
-    leader = await cluster.add("a")
-    await cluster.add("b")
-    await cluster.add("c")
-    timeline = cluster.timeline
-    await timeline.wait(lambda: cluster.settled({"a", "b", "c"}))
-    epoch = cluster.assignment_in_zk()[0]
+    leader = await zk_cluster.add("a")
+    await zk_cluster.add("b")
+    await zk_cluster.add("c")
+    timeline = zk_cluster.timeline
+    await timeline.wait(lambda: zk_cluster.settled({"a", "b", "c"}))
+    epoch = zk_cluster.assignment_in_zk()[0]
     fencing = timeline.last("a").fencing_epoch  # type: ignore[union-attr]
     count = len(timeline.of("a"))
 
     expired = time.monotonic()
-    expire_session(cluster.hosts, leader.client)
+    expire_session(zk_cluster.hosts, leader.client)
     emptied = await timeline.wait(lambda: timeline.last("a").shards == frozenset(), timeout=2.0)  # type: ignore[union-attr]
     report("leader session expired -> it drops every shard", emptied - expired)
     await timeline.wait(lambda: len(timeline.served()) == SHARDS)
     report("leader session expired -> every shard served again", time.monotonic() - expired)
-    await timeline.wait(lambda: cluster.settled({"a", "b", "c"}))
+    await timeline.wait(lambda: zk_cluster.settled({"a", "b", "c"}))
     after = timeline.of("a")[count:]
     first_empty = next(i for i, a in enumerate(after) if not a.shards)
     assert all(not a.active for a in after[:first_empty])  # suspended, then lost
     rejoined = [a for a in after[first_empty:] if a.shards]
     assert rejoined and all(a.fencing_epoch > fencing for a in rejoined)
-    assert cluster.assignment_in_zk()[0] > epoch
+    assert zk_cluster.assignment_in_zk()[0] > epoch
     assert (await leader.view()).leader in ("b", "c")
     assert timeline.active_twice == []
 
 
 async def test_a_suspended_connection_stops_leasing_before_the_session_can_expire(
-    cluster: ZkCluster,
+    zk_cluster: ZkCluster,
 ) -> None:
     timeout = 6.0
-    node = await cluster.add("a", partitionable=True, session_timeout=timeout)
-    timeline = cluster.timeline
-    await timeline.wait(lambda: cluster.settled({"a"}))
+    node = await zk_cluster.add("a", partitionable=True, session_timeout=timeout)
+    timeline = zk_cluster.timeline
+    await timeline.wait(lambda: zk_cluster.settled({"a"}))
     before = timeline.last("a")
     assert before is not None
-    member = cluster.admin.exists(f"{ROOT}/members/pollers/a")
+    member = zk_cluster.admin.exists(f"{ROOT}/members/pollers/a")
     assert member is not None
 
     cut = time.monotonic()
-    cluster.proxies["a"].freeze()
+    zk_cluster.proxies["a"].freeze()
     # ownership lapses after at most half a session plus one confirmation interval,
     # whatever the client library's own detection takes
-    while node.ownership_valid():
-        assert time.monotonic() - cut < timeout / 2 + timeout / 6 + 0.5
-        await asyncio.sleep(0.05)
+    lapse = timeout / 2 + timeout / 6 + 0.5
+    await until(lambda: not node.ownership_valid(), lapse, "ownership unconfirmed", 0.05)
     report("connection cut -> ownership unconfirmed", time.monotonic() - cut, timeout)
     suspended = await timeline.wait(lambda: not timeline.last("a").active, timeout=timeout)  # type: ignore[union-attr]
     report("connection cut -> poller stops leasing", suspended - cut, timeout)
     assert suspended - cut < timeout  # before the session can expire
     assert timeline.last("a").shards == before.shards  # type: ignore[union-attr]
-    still = cluster.admin.exists(f"{ROOT}/members/pollers/a")  # the session lives on
+    still = zk_cluster.admin.exists(f"{ROOT}/members/pollers/a")  # the session lives on
     assert still is not None and still.ephemeralOwner == member.ephemeralOwner
 
-    cluster.proxies["a"].thaw()
+    zk_cluster.proxies["a"].thaw()
     await timeline.wait(lambda: timeline.last("a").active)  # type: ignore[union-attr]
     assert timeline.last("a") == before  # same shards, same epochs: nothing was lost
     assert all(a.shards for a in timeline.of("a"))  # never emptied
     assert node.client.client_id[0] == member.ephemeralOwner
 
 
-async def test_a_deposed_leaders_assignment_write_fails(cluster: ZkCluster) -> None:
-    leader = await cluster.add("a")
-    timeline = cluster.timeline
-    await timeline.wait(lambda: cluster.settled({"a"}))
+async def test_a_deposed_leaders_assignment_write_fails(zk_cluster: ZkCluster) -> None:
+    leader = await zk_cluster.add("a")
+    timeline = zk_cluster.timeline
+    await timeline.wait(lambda: zk_cluster.settled({"a"}))
     term = leader.term
     # A rival term starts behind the leader's back (as after a partition).
-    data, stat = cluster.admin.get(f"{ROOT}/epoch")
-    cluster.admin.set(
+    data, stat = zk_cluster.admin.get(f"{ROOT}/epoch")
+    zk_cluster.admin.set(
         f"{ROOT}/epoch", json.dumps({"epoch": term + 1}).encode(), version=stat.version
     )
-    await cluster.add("b", roles=frozenset({"poller"}))
-    await timeline.wait(lambda: cluster.settled({"a", "b"}))
-    epoch, _ = cluster.assignment_in_zk()
+    await zk_cluster.add("b", roles=frozenset({"poller"}))
+    await timeline.wait(lambda: zk_cluster.settled({"a", "b"}))
+    epoch, _ = zk_cluster.assignment_in_zk()
     assert epoch == term + 2  # the write under the old term failed; a new term did it
     assert leader.term == term + 2
     assert timeline.held_twice == []
 
 
 async def test_nodes_configured_with_another_shard_count_are_refused(
-    cluster: ZkCluster,
+    zk_cluster: ZkCluster,
 ) -> None:
-    await cluster.add("a")
+    await zk_cluster.add("a")
     with pytest.raises(FailedPrecondition):
-        await cluster.add("b", shard_count=SHARDS // 2)
+        await zk_cluster.add("b", shard_count=SHARDS // 2)
 
 
 async def test_an_unreachable_zookeeper_is_unavailable() -> None:
@@ -444,8 +305,8 @@ async def test_an_unreachable_zookeeper_is_unavailable() -> None:
         await c.view()
 
 
-async def test_workers_discover_pollers_and_their_changes(cluster: ZkCluster) -> None:
-    worker_node = await cluster.add("w-host", roles=frozenset())
+async def test_workers_discover_pollers_and_their_changes(zk_cluster: ZkCluster) -> None:
+    worker_node = await zk_cluster.add("w-host", roles=frozenset())
     await worker_node.register_worker("w1", "10.0.0.5:0", {"slots": 2})
     seen: list[list[Member]] = []
     worker_node.watch_pollers(seen.append)
@@ -453,17 +314,17 @@ async def test_workers_discover_pollers_and_their_changes(cluster: ZkCluster) ->
     def ids() -> list[str]:
         return [m.id for m in seen[-1]] if seen else ["?"]
 
-    await cluster.timeline.wait(lambda: ids() == [])
-    a = await cluster.add("a")
-    await cluster.timeline.wait(lambda: ids() == ["a"])
-    await cluster.add("b")
-    await cluster.timeline.wait(lambda: ids() == ["a", "b"])
+    await zk_cluster.timeline.wait(lambda: ids() == [])
+    a = await zk_cluster.add("a")
+    await zk_cluster.timeline.wait(lambda: ids() == ["a"])
+    await zk_cluster.add("b")
+    await zk_cluster.timeline.wait(lambda: ids() == ["a", "b"])
     assert seen[-1][0].address.startswith("127.0.0.1:")
-    assert await cluster.nodes["b"].workers() == [
+    assert await zk_cluster.nodes["b"].workers() == [
         Member(id="w1", address="10.0.0.5:0", info={"slots": 2})
     ]
     await a.stop()
-    await cluster.timeline.wait(lambda: ids() == ["b"])
+    await zk_cluster.timeline.wait(lambda: ids() == ["b"])
     await worker_node.stop()
-    assert await cluster.nodes["b"].workers() == []
-    assert "w-host" not in (await cluster.nodes["b"].view()).members
+    assert await zk_cluster.nodes["b"].workers() == []
+    assert "w-host" not in (await zk_cluster.nodes["b"].view()).members

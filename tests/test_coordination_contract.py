@@ -12,7 +12,6 @@ hand-over, failover, expired sessions) is in tests/test_coordination.py.
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -23,6 +22,7 @@ import pytest
 
 from shardcron.coordinator.coordination import Assignment, Coordination, LocalCoordination, Member
 from shardcron.coordinator.zk import ZkCoordination
+from tests.support.waiting import until
 
 SHARDS = 8
 ALL = frozenset(range(SHARDS))
@@ -98,14 +98,11 @@ class Recorder:
     async def wait_for(
         self, predicate: Callable[[Assignment], bool], timeout: float = WAIT
     ) -> Assignment:
-        deadline = time.monotonic() + timeout
-        while True:
+        def matching() -> Assignment | None:
             last = self.last
-            if last is not None and predicate(last):
-                return last
-            if time.monotonic() > deadline:
-                raise AssertionError(f"no such assignment within {timeout}s; last: {last}")
-            await asyncio.sleep(0.01)
+            return last if last is not None and predicate(last) else None
+
+        return await until(matching, timeout, what="such an assignment")
 
 
 def serving_all(a: Assignment) -> bool:
@@ -199,9 +196,7 @@ async def test_workers_discover_the_poller(
     assert await coordination.pollers() == [Member(id="p1", address="10.1.2.3:7400")]
     seen: list[list[Member]] = []
     coordination.watch_pollers(seen.append)
-    deadline = time.monotonic() + WAIT
-    while not seen and time.monotonic() < deadline:
-        await asyncio.sleep(0.01)
+    await until(lambda: seen, WAIT, "the pollers, watched")
     assert [[m.id for m in pollers] for pollers in seen] == [["p1"]]
     assert seen[0][0].address == "10.1.2.3:7400"
 

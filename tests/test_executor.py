@@ -21,34 +21,18 @@ from shardcron.worker import (
     RunContext,
     load_handler_modules,
 )
-
-
-def alive(pid: int) -> bool:
-    """True while the process exists and is not a zombie (PID 1 here may not reap)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+from tests.support.processes import alive
+from tests.support.waiting import until
 
 
 async def gone(pid: int, timeout: float = 1.0) -> bool:
-    """Whether the process is gone within ``timeout`` (a SIGKILL lands asynchronously)."""
-    end = time.monotonic() + timeout
-    while alive(pid):
-        if time.monotonic() > end:
-            return False
-        await asyncio.sleep(0.005)
-    return True
+    """The process is gone within ``timeout`` (a SIGKILL lands asynchronously)."""
+    return await until(lambda: not alive(pid), timeout, f"process {pid} gone", interval=0.005)
 
 
 async def wait_for_file(path: Path, timeout: float = 5.0) -> str:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if path.exists() and path.read_text().strip():
-            return path.read_text().strip()
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"{path} never written")
+    await until(lambda: path.exists() and path.read_text().strip(), timeout, f"{path} written")
+    return path.read_text().strip()
 
 
 class Out:

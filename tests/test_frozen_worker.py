@@ -31,6 +31,16 @@ from shardcron.coordinator.store import NewJob
 from shardcron.coordinator.worker_stream import WorkerStreamServicer
 from shardcron.v1 import worker_pb2, worker_pb2_grpc
 from shardcron.worker.held import LEASE_SAFETY_MARGIN
+from tests.support.processes import alive, read_int
+from tests.support.scripted_poller import (
+    ScriptedPoller,
+    command_lease,
+    make_worker,
+    pid_command,
+    read_pid,
+    running,
+    serve,
+)
 from tests.support.store_builders import make_job, make_run
 from tests.support.waiting import until, wait_until
 from tests.test_poller_stream import (  # noqa: F401 - poller: a fixture
@@ -39,16 +49,6 @@ from tests.test_poller_stream import (  # noqa: F401 - poller: a fixture
     poller,
     read,
     serving,
-)
-from tests.test_reaper import alive, read_int
-from tests.test_worker_stream import (
-    ScriptedPoller,
-    command_lease,
-    make_worker,
-    pid_command,
-    read_pid,
-    running,
-    serve,
 )
 
 

@@ -45,11 +45,11 @@ class ZkNode:
 
     async def until_workers(self, status: int) -> None:
         """Asks until WorkerService answers ``status`` (for 20 s at most)."""
-        for _ in range(400):
-            if (await self.refresh())[WORKERS] == status:
-                return
-            await asyncio.sleep(0.05)
-        raise AssertionError(f"WorkerService never answered {status}: {self.statuses}")
+
+        async def answered() -> bool:
+            return (await self.refresh())[WORKERS] == status
+
+        await until(answered, 20, f"WorkerService answering {status}", interval=0.05)
 
     async def cut_off(self) -> None:
         """Freezes ZooKeeper once the poller serves, and waits for its services to stop:

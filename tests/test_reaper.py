@@ -28,45 +28,10 @@ from shardcron.v1 import types_pb2, worker_pb2, worker_pb2_grpc
 from shardcron.worker import CommandExecutor, HandlerRegistry, RunContext, Worker, reaper_client
 from shardcron.worker import reaper as helper_module
 from shardcron.worker.reaper_client import Reaper, helper_argv
+from tests.support.processes import alive, group_members, kill_group, read_int, stat_fields
 from tests.support.waiting import until, wait_until
 
 SH_WITH_BACKGROUND_CHILD = "sleep 300 & echo $! > {pidfile}; sleep 300"
-
-
-def stat_fields(pid: int) -> list[str] | None:
-    """/proc/PID/stat after the command name: [state, ppid, pgrp, ...], or None."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    return stat.rsplit(")", 1)[1].split()
-
-
-def alive(pid: int) -> bool:
-    """True while the process exists and is not a zombie (PID 1 here may not reap)."""
-    fields = stat_fields(pid)
-    return fields is not None and fields[0] != "Z"
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes in process group ``pgid``."""
-    members = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            fields = stat_fields(int(entry))
-            if fields is not None and fields[0] != "Z" and int(fields[2]) == pgid:
-                members.append(int(entry))
-    return members
-
-
-def read_int(path: Path, timeout: float = 10.0) -> int:
-    wait_until(lambda: path.exists() and path.read_text().strip(), timeout, str(path))
-    return int(path.read_text())
-
-
-def kill_group(pgid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
 
 
 def command(argv: list[str], run_id: str = "r1") -> RunContext:

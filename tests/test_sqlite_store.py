@@ -14,8 +14,7 @@ import pytest
 from shardcron.client.types import OutputChunk
 from shardcron.coordinator.sqlite import committer
 from shardcron.coordinator.sqlite.store import SqliteStore
-from tests.support.store_builders import CONTRACT_CONFIG, make_job, make_run
-from tests.test_store_contract import joined
+from tests.support.store_builders import CONTRACT_CONFIG, joined, make_job, make_run
 
 
 async def test_sqlite_schema_and_pragmas(tmp_path: Path) -> None:

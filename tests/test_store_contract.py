@@ -53,6 +53,7 @@ from tests.support.store_builders import (
     S,
     all_pages,
     create,
+    joined,
     make_job,
     make_run,
     rich_spec,
@@ -813,16 +814,6 @@ async def test_oldest_due(store: JobStore) -> None:
 
 
 # --------------------------------------------------------------------------- output
-
-
-def joined(chunks: list[OutputChunk]) -> tuple[int, bytes]:
-    """(offset of the first byte, the bytes), checking the chunks are contiguous."""
-    if not chunks:
-        return -1, b""
-    for a, b in zip(chunks, chunks[1:], strict=False):
-        assert b.offset == a.offset + len(a.data)
-    assert not any(c.eof for c in chunks)
-    return chunks[0].offset, b"".join(c.data for c in chunks)
 
 
 async def test_output_append_and_read(store: JobStore) -> None:

@@ -7,8 +7,8 @@ import asyncio
 import contextlib
 
 from shardcron.worker import HandlerRegistry, Worker
+from tests.support.scripted_poller import ScriptedPoller, handler_lease, running, serve
 from tests.support.waiting import until
-from tests.test_worker_stream import ScriptedPoller, handler_lease, running, serve
 
 
 def link_to(worker: Worker, address: str):

@@ -19,8 +19,8 @@ from shardcron.v1 import types_pb2, worker_pb2
 from shardcron.worker import HandlerRegistry
 from shardcron.worker.context import RunContext
 from shardcron.worker.due_gate import DueGate, collector_held_off, run_when_due
+from tests.support.scripted_poller import ScriptedPoller, handler_lease, make_worker, running, serve
 from tests.support.waiting import until
-from tests.test_worker_stream import ScriptedPoller, handler_lease, make_worker, running, serve
 
 
 def stamp(at: datetime) -> Timestamp:

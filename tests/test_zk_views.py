@@ -5,9 +5,7 @@ read again."""
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -15,7 +13,8 @@ import pytest
 from shardcron.client.errors import Unavailable
 from shardcron.coordinator.zk import coordination as zk_coordination
 from shardcron.coordinator.zk.views import WatchedReads
-from tests.test_coordination import ZkCluster, cluster, zk_admin  # noqa: F401
+from tests.support.waiting import until
+from tests.support.zk_cluster import ZkCluster
 
 
 class Counting:
@@ -32,34 +31,27 @@ class Counting:
         monkeypatch.setattr(zk_coordination, name, counted)
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        assert time.monotonic() < deadline, "not seen in time"
-        await asyncio.sleep(0.05)
-
-
 async def test_the_view_is_read_once_until_a_poller_joins_and_takes_shards(
-    cluster: ZkCluster,  # noqa: F811
+    zk_cluster: ZkCluster,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     reads = Counting(monkeypatch, "read_view")
-    a = await cluster.add("a")
-    await cluster.timeline.wait(lambda: cluster.settled({"a"}))
+    a = await zk_cluster.add("a")
+    await zk_cluster.timeline.wait(lambda: zk_cluster.settled({"a"}))
     first = await a.view()
-    assert first.shard_owners == cluster.owners_in_zk()
+    assert first.shard_owners == zk_cluster.owners_in_zk()
     for _ in range(20):
         assert await a.view() is first
     assert reads.calls == 1
 
-    await cluster.add("b")
-    await cluster.timeline.wait(lambda: cluster.settled({"a", "b"}))
+    await zk_cluster.add("b")
+    await zk_cluster.timeline.wait(lambda: zk_cluster.settled({"a", "b"}))
 
     async def current() -> bool:
         view = await a.view()
-        return view.shard_owners == cluster.owners_in_zk() and view.members == ["a", "b"]
+        return view.shard_owners == zk_cluster.owners_in_zk() and view.members == ["a", "b"]
 
-    await eventually(current)
+    await until(current, 10.0, what="current", interval=0.05)
     assert set((await a.view()).shard_owners.values()) == {"a", "b"}
     settled = reads.calls
     assert settled > 1
@@ -69,13 +61,13 @@ async def test_the_view_is_read_once_until_a_poller_joins_and_takes_shards(
 
 
 async def test_pollers_are_read_once_until_one_leaves(
-    cluster: ZkCluster,  # noqa: F811
+    zk_cluster: ZkCluster,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     reads = Counting(monkeypatch, "_read_pollers")
-    a = await cluster.add("a")
-    b = await cluster.add("b")
-    await cluster.timeline.wait(lambda: cluster.settled({"a", "b"}))
+    a = await zk_cluster.add("a")
+    b = await zk_cluster.add("b")
+    await zk_cluster.timeline.wait(lambda: zk_cluster.settled({"a", "b"}))
     assert [m.id for m in await a.pollers()] == ["a", "b"]
     for _ in range(20):
         await a.pollers()
@@ -86,16 +78,16 @@ async def test_pollers_are_read_once_until_one_leaves(
     async def left() -> bool:
         return [m.id for m in await a.pollers()] == ["a"]
 
-    await eventually(left)
+    await until(left, 10.0, what="left", interval=0.05)
     assert (await a.pollers())[0].address.startswith("127.0.0.1:")
 
 
-async def test_a_cut_connection_is_unavailable_not_an_old_view(cluster: ZkCluster) -> None:  # noqa: F811
-    a = await cluster.add("a", partitionable=True, session_timeout=6.0)
-    await cluster.timeline.wait(lambda: cluster.settled({"a"}))
+async def test_a_cut_connection_is_unavailable_not_an_old_view(zk_cluster: ZkCluster) -> None:
+    a = await zk_cluster.add("a", partitionable=True, session_timeout=6.0)
+    await zk_cluster.timeline.wait(lambda: zk_cluster.settled({"a"}))
     await a.view()
     await a.pollers()
-    cluster.proxies["a"].freeze()
+    zk_cluster.proxies["a"].freeze()
 
     async def refused() -> bool:
         try:
@@ -104,18 +96,18 @@ async def test_a_cut_connection_is_unavailable_not_an_old_view(cluster: ZkCluste
             return True
         return False
 
-    await eventually(refused)
+    await until(refused, 10.0, what="refused", interval=0.05)
     with pytest.raises(Unavailable):
         await a.pollers()
-    cluster.proxies["a"].thaw()
+    zk_cluster.proxies["a"].thaw()
 
     async def back() -> bool:
         try:
-            return (await a.view()).shard_owners == cluster.owners_in_zk()
+            return (await a.view()).shard_owners == zk_cluster.owners_in_zk()
         except Unavailable:
             return False
 
-    await eventually(back)
+    await until(back, 10.0, what="back", interval=0.05)
 
 
 def test_a_read_overtaken_by_a_change_is_not_held() -> None:

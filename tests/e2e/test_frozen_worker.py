@@ -16,8 +16,8 @@ from pathlib import Path
 
 from shardcron.client.types import CommandTask, JobSpec, RetryPolicy, Run, RunReason, RunState
 from tests.e2e.harness import DevServer, start_worker
+from tests.support.processes import alive
 from tests.support.waiting import wait_until
-from tests.test_reaper import alive
 
 LEASE_TTL = 2.0
 JOBS = 4

@@ -21,6 +21,7 @@ from shardcron.client.types import (
     JobSpec,
     JobState,
     MisfirePolicy,
+    OutputChunk,
     OverlapPolicy,
     Resources,
     RetryPolicy,
@@ -134,3 +135,13 @@ async def all_pages(fetch, page_size: int) -> list:  # type: ignore[no-untyped-d
         if not token:
             return items
         assert pages < 1000
+
+
+def joined(chunks: list[OutputChunk]) -> tuple[int, bytes]:
+    """(offset of the first byte, the bytes), checking the chunks are contiguous."""
+    if not chunks:
+        return -1, b""
+    for a, b in zip(chunks, chunks[1:], strict=False):
+        assert b.offset == a.offset + len(a.data)
+    assert not any(c.eof for c in chunks)
+    return chunks[0].offset, b"".join(c.data for c in chunks)

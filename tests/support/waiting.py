@@ -1,7 +1,8 @@
 """Waiting for a condition in a test: poll it until it holds, or fail saying what was awaited.
 
-One rule for every test: the condition is a callable polled at a fixed interval;
-the first truthy value it returns is the result; past the timeout the test fails
+One rule for every test: the condition is a callable polled at a fixed interval
+(on an event loop it may be a coroutine function: what it returns is awaited); the
+first truthy value it returns is the result; past the timeout the test fails
 with an ``AssertionError`` naming ``what`` and the last value seen. Timeouts are
 generous by default because the suite runs on busy machines: they only cost time
 when a test fails anyway.
@@ -10,8 +11,9 @@ when a test fails anyway.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -20,18 +22,23 @@ DEFAULT_TIMEOUT = 20.0  # seconds
 
 
 async def until(
-    pred: Callable[[], T],
+    pred: Callable[[], T | Awaitable[T]],
     timeout: float = DEFAULT_TIMEOUT,
     what: str = "condition",
     interval: float = 0.01,
 ) -> T:
     """Polls ``pred`` on the running event loop (sleeping ``interval`` between calls, so
-    the code under test runs) until it returns something truthy; returns that."""
+    the code under test runs) until it returns something truthy, or a coroutine that
+    gives something truthy; returns that."""
     deadline = time.monotonic() + timeout
-    while not (value := pred()):
+    while True:
+        value = pred()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value  # type: ignore[return-value]
         _fail_past(deadline, timeout, what, value)
         await asyncio.sleep(interval)
-    return value
 
 
 def wait_until(
