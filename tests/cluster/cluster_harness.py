@@ -70,6 +70,7 @@ from shardcron.v1 import worker_pb2, worker_pb2_grpc
 from tests.e2e.harness import Proc, channel_to, free_port, heartbeat_empty, wait_healthy
 from tests.support.auth import principal_toml
 from tests.support.certs import Pki
+from tests.support.waiting import wait_until
 from tests.support.zookeeper import ZkProxy
 
 REPO = Path(__file__).resolve().parents[2]
@@ -469,21 +470,21 @@ class ShardcronCluster:
         poller it is assigned to: a published assignment is not stable while shards it
         moves are still being handed over (a poller takes a shard only once the
         previous owner released it)."""
-        deadline = time.monotonic() + timeout
         live = [n.id for n in self.live_nodes()]
-        last: ClusterStatus | None = None
-        while time.monotonic() < deadline:
-            last = self.status()
+
+        def stable() -> ClusterStatus | None:
+            status = self.status()
             if (
-                last is not None
-                and last.leader in live
-                and self.served_by_live(last, live)
-                and sum(len(w.pollers) for w in last.workers) >= workers * len(live)
+                status is not None
+                and status.leader in live
+                and self.served_by_live(status, live)
+                and sum(len(w.pollers) for w in status.workers) >= workers * len(live)
                 and self.handed_over(live)
             ):
-                return last
-            time.sleep(0.2)
-        raise AssertionError(f"cluster not stable after {timeout}s: {last}")
+                return status
+            return None
+
+        return wait_until(stable, timeout, "the cluster stable", interval=0.2)
 
     def zk(self) -> KazooClient:
         if self._zk is None:

@@ -25,16 +25,7 @@ from tests.cluster.cluster_harness import (
     pid_alive,
     read_executions,
 )
-
-
-def _wait(predicate, timeout: float, interval: float = 0.05):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    return predicate()
+from tests.support.waiting import wait_until
 
 
 @pytest.mark.timeout(240)
@@ -45,19 +36,25 @@ def test_worker_sigkill_mid_run_is_released_after_its_ttl(cluster) -> None:  # t
     job = client.create_job(
         JobSpec(name="slow", task=c.record_task(sleep=5), retry=RetryPolicy(max_attempts=1))
     )
-    first = _wait(
+    first = wait_until(
         lambda: next(
             (r for r in client.list_runs(job.id).items if r.state == RunState.RUNNING), None
         ),
-        timeout=20,
+        20,
+        "the job's run RUNNING",
     )
-    assert first is not None, f"the job never ran: {client.list_runs(job.id).items}"
-    started = _wait(lambda: [e for e in read_executions(c.records) if e.run_id == first.id], 5)
-    assert started, "no start record for the running attempt"
+    started = wait_until(
+        lambda: [e for e in read_executions(c.records) if e.run_id == first.id],
+        5,
+        "a start record for the running attempt",
+    )
     old = started[0]
     time.sleep(0.5)  # mid-run
     killed_at = c.kill_worker(first.worker_id)
-    gone = _wait(lambda: not pid_alive(old.pid), timeout=3, interval=0.01)
+    try:
+        gone = wait_until(lambda: not pid_alive(old.pid), 3, "the command killed", 0.01)
+    except AssertionError:
+        gone = False
     gone_at = time.time()
     checks.expect(gone, f"the dead worker's command (pid {old.pid}) still runs 3 s after the kill")
     measure("orphaned command killed after worker SIGKILL", gone_at - killed_at, test="worker")
