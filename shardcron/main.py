@@ -11,8 +11,10 @@ import asyncio
 import contextlib
 import os
 import socket
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -45,6 +47,9 @@ from shardcron.role_commands import (
     setup_logging,
     until_signalled,
 )
+
+if TYPE_CHECKING:
+    from shardcron.coordinator.node import Node
 
 
 @cli.command()
@@ -142,65 +147,13 @@ def dev(
         data_dir_lock = lock_data_dir(Path(data_dir))
     except DataDirInUse as e:
         raise click.ClickException(f"cannot start: {e}") from e
-    tune_collector()
-    try:
-        asyncio.run(
-            _dev(
-                listen,
-                Path(data_dir),
-                metrics_listen,
-                http_listen,
-                worker_count,
-                slots,
-                list(handler_modules),
-                poller,
-                shards,
-                auth,
-                in_process_token,
-                server_tls,
-                insecure,
-                inherit_env,
-                retention,
-                quota_file,
-                edge,
-            )
-        )
-    except ShardcronError as e:
-        raise click.ClickException(f"cannot start: {e.message}") from e
-    finally:
-        data_dir_lock.release()
-
-
-async def _dev(
-    listen: str,
-    data_dir: Path,
-    metrics_listen: str,
-    http_listen: str,
-    worker_count: int,
-    slots: int,
-    handler_modules: list[str],
-    poller: PollerConfig,
-    shards: int,
-    auth: AuthSource | None,
-    in_process_token: str | None,
-    tls: ServerTls | None,
-    insecure: bool,
-    inherit_env: bool,
-    retention: timedelta | None,
-    quotas: Quotas,
-    edge: EdgeOptions,
-) -> None:
     from shardcron.coordinator.coordination import LocalCoordination
     from shardcron.coordinator.node import Node, NodeConfig
     from shardcron.coordinator.sqlite.store import SqliteStore
-    from shardcron.worker import Worker, registry
-    from shardcron.worker.handlers import load_handler_modules
-    from shardcron.worker.metrics import WorkerCollector
 
-    data_dir.mkdir(parents=True, exist_ok=True)
-    load_handler_modules(handler_modules)
+    data = Path(data_dir)
     store = SqliteStore(
-        data_dir / "shardcron.db", shard_count=shards, retention=retention, writer_process=True
+        data / "shardcron.db", shard_count=shards, retention=retention, writer_process=True
     )
     config = NodeConfig(
         listen=listen,
@@ -208,43 +161,80 @@ async def _dev(
         http_listen=http_listen,
         node_id="dev",
         poller=poller,
-        tls=tls,
+        tls=server_tls,
         insecure=insecure,
-        quotas=quotas,
+        quotas=quota_file,
         http_allowed_hosts=edge.allowed_hosts,
         http_allowed_origins=edge.allowed_origins,
         call_limits=edge.call_limits,
     )
-    coordination = LocalCoordination(data_dir, shard_count=shards, node_id="dev")
-    node = Node(store, coordination, config, auth=auth)
+    tune_collector()
+    try:
+        node = Node(
+            store, LocalCoordination(data, shard_count=shards, node_id="dev"), config, auth=auth
+        )
+        workers = InProcessWorkers(
+            count=worker_count,
+            slots=slots,
+            handler_modules=list(handler_modules),
+            token=in_process_token,
+            inherit_env=inherit_env,
+        )
+        asyncio.run(_dev(node, auth, workers, data))
+    except ShardcronError as e:
+        raise click.ClickException(f"cannot start: {e.message}") from e
+    finally:
+        data_dir_lock.release()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InProcessWorkers:
+    """The workers ``dev`` runs beside its node, and how they connect to it."""
+
+    count: int
+    slots: int
+    handler_modules: list[str]
+    token: str | None  # the in-process workers' own token, with an auth file
+    inherit_env: bool
+
+
+async def _dev(node: Node, auth: AuthSource | None, spec: InProcessWorkers, data_dir: Path) -> None:
+    """Serves ``node`` and runs the in-process workers until a signal."""
+    from shardcron.worker import Worker, registry
+    from shardcron.worker.handlers import load_handler_modules
+    from shardcron.worker.metrics import WorkerCollector
+
+    config = node.config
+    data_dir.mkdir(parents=True, exist_ok=True)
+    load_handler_modules(spec.handler_modules)
     await node.start()
     reload_on_sighup(auth)
     # the in-process workers connect as the node's own calls to other nodes do
+    tls = config.tls
     credentials = tls.peer_tls().credentials() if tls is not None else None
     workers = [
         Worker(
             node.address,
             worker_id=f"dev-worker-{i}",
-            slots=slots,
+            slots=spec.slots,
             registry=registry,
-            token=in_process_token,
+            token=spec.token,
             credentials=credentials,
-            inherit_env=inherit_env,
+            inherit_env=spec.inherit_env,
         )
-        for i in range(worker_count)
+        for i in range(spec.count)
     ]
     node.metrics.registry.register(WorkerCollector(lambda: workers))
     tasks = [asyncio.create_task(w.run()) for w in workers]
-    metrics = (
-        f", metrics on http://{metrics_listen.rpartition(':')[0]}:{node.metrics_port}/metrics"
-        if metrics_listen
-        else ""
-    )
-    if http_listen:
-        host = http_listen.rpartition(":")[0] or "127.0.0.1"
+    served = ""
+    if config.metrics_listen:
+        host = config.metrics_listen.rpartition(":")[0]
+        served = f", metrics on http://{host}:{node.metrics_port}/metrics"
+    if config.http_listen:
+        host = config.http_listen.rpartition(":")[0] or "127.0.0.1"
         scheme = "https" if tls is not None else "http"
-        metrics += f", dashboard and HTTP API on {scheme}://{host}:{node.http_port}/"
-    click.echo(f"shardcron dev: serving on {node.address} (data in {data_dir}){metrics}", err=True)
+        served += f", dashboard and HTTP API on {scheme}://{host}:{node.http_port}/"
+    click.echo(f"shardcron dev: serving on {node.address} (data in {data_dir}){served}", err=True)
     try:
         await until_signalled()
     finally:
@@ -478,57 +468,6 @@ def node(
         crowd_lead_per_run=timedelta(milliseconds=1),
     )
     node_id = node_id or f"{socket.gethostname()}-{listen.rpartition(':')[2]}"
-    tune_collector()
-    asyncio.run(
-        _node(
-            role_set,
-            zk,
-            cluster_name,
-            cassandra,
-            keyspace,
-            consistency,
-            listen,
-            advertise,
-            node_id,
-            metrics_listen,
-            http_listen,
-            shards,
-            session_timeout,
-            poller,
-            auth,
-            node_token,
-            server_tls,
-            insecure,
-            retention,
-            quota_file,
-            edge,
-        )
-    )
-
-
-async def _node(
-    roles: frozenset[str],
-    zk: str,
-    cluster_name: str,
-    cassandra: str,
-    keyspace: str,
-    consistency: str,
-    listen: str,
-    advertise: str,
-    node_id: str,
-    metrics_listen: str,
-    http_listen: str,
-    shards: int,
-    session_timeout: float,
-    poller: PollerConfig,
-    auth: AuthSource | None,
-    node_token: str,
-    tls: ServerTls | None,
-    insecure: bool,
-    retention: timedelta | None,
-    quotas: Quotas,
-    edge: EdgeOptions,
-) -> None:
     from shardcron.coordinator.cassandra.store import CassandraStore
     from shardcron.coordinator.node import Node, NodeConfig
     from shardcron.coordinator.zk import ZkCoordination
@@ -547,38 +486,48 @@ async def _node(
         node_id=node_id,
         shard_count=shards,
         session_timeout=session_timeout,
-        roles=set(roles & {"coordinator", "poller"}),
+        roles=set(role_set & {"coordinator", "poller"}),
     )
     config = NodeConfig(
         listen=listen,
         advertise=advertise,
         metrics_listen=metrics_listen,
         http_listen=http_listen,
-        roles=roles,
+        roles=role_set,
         node_id=node_id,
         poller=poller,
         node_token=node_token,
-        tls=tls,
+        tls=server_tls,
         insecure=insecure,
-        quotas=quotas,
+        quotas=quota_file,
         http_allowed_hosts=edge.allowed_hosts,
         http_allowed_origins=edge.allowed_origins,
         call_limits=edge.call_limits,
     )
+    tune_collector()
     try:
-        node = Node(store, coordination, config, auth=auth)
+        node_ = Node(store, coordination, config, auth=auth)
+    except ShardcronError as e:
+        raise click.ClickException(f"cannot start: {e.message}") from e
+    asyncio.run(_node(node_, auth))
+
+
+async def _node(node: Node, auth: AuthSource | None) -> None:
+    """Serves ``node`` until a signal."""
+    config = node.config
+    try:
         await node.start()
     except ShardcronError as e:
         raise click.ClickException(f"cannot start: {e.message}") from e
     reload_on_sighup(auth)
+    roles = ",".join(sorted(config.roles))
     click.echo(
-        f"shardcron node {node_id}: serving on {node.address} (roles: {','.join(sorted(roles))})",
-        err=True,
+        f"shardcron node {config.node_id}: serving on {node.address} (roles: {roles})", err=True
     )
     try:
         await until_signalled()
     finally:
-        click.echo(f"shardcron node {node_id}: stopping", err=True)
+        click.echo(f"shardcron node {config.node_id}: stopping", err=True)
         await node.stop()
 
 
