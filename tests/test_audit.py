@@ -101,10 +101,15 @@ async def test_each_write_logs_one_line_and_no_secret(
         garbage = channel.unary_unary("/shardcron.v1.JobService/DeleteJob")
         with pytest.raises(grpc.aio.AioRpcError):
             await garbage(b"\x0a\x02\xff\xfe", metadata=OWNER)  # job_id not UTF-8
-        assert [(x["method"], x["outcome"]) for x in lines(caplog)] == [
+        refused = lines(caplog)
+        assert [(x["method"], x["outcome"]) for x in refused] == [
             ("CreateJob", "INVALID_ARGUMENT"),
             ("DeleteJob", "INVALID_ARGUMENT"),
         ]
+        # each with why, as the caller was told
+        assert refused[0]["reason"].startswith("spec.task")
+        assert refused[1]["reason"]
+        assert "reason" not in logged[0]  # a write that succeeded has none
 
         # reads are not writes
         await api.ListJobs(jobs_pb2.ListJobsRequest(), metadata=OWNER)
