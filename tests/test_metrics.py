@@ -36,8 +36,8 @@ from shardcron.coordinator.poller.state import Phase, Slot
 from shardcron.coordinator.poller.turn import Turn
 from shardcron.worker import Worker
 from shardcron.worker.metrics import worker_registry
+from tests.support.held_runs import worker
 from tests.support.store_builders import SHARDS, make_job, make_run
-from tests.test_poller_admission import worker
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 TABLE_START = "<!-- metrics table: checked by tests/test_metrics.py -->"

@@ -10,7 +10,7 @@ from shardcron.client.types import CommandTask, HandlerTask, Resources
 from shardcron.coordinator.poller.placement import WaitReason, why_waiting
 from shardcron.coordinator.poller.state import Slot
 from shardcron.coordinator.poller.workers import WorkerBook
-from tests.test_poller_admission import T0, Held, job, lease_all, worker
+from tests.support.held_runs import T0, Held, job, lease_all, worker
 
 
 class CountingWorker(WorkerBook):

@@ -88,10 +88,14 @@ class Poller:
         session_generation: Callable[[], int] = lambda: 0,
         clock: Clock | None = None,
         runs_ended: Callable[[list[Run]], object] | None = None,
+        after_turn: Callable[[RunKeeper], object] | None = None,
     ) -> None:
         self.store = store
         # told the runs each turn made final, once they are durable (WaitRun wakes on it)
         self._runs_ended = runs_ended
+        # called with the runs held after every turn that ran to its end (tests check
+        # the invariants of what is held there)
+        self._after_turn = after_turn
         self.poller_id = poller_id
         self.config = config
         self.metrics = metrics
@@ -268,6 +272,8 @@ class Poller:
         turn = Turn()
         try:
             await self._run_turn(turn)
+            if self._after_turn is not None:
+                self._after_turn(self._runs)
         finally:
             for fut in turn.answers:  # not written, or failed: the caller tries again
                 if not fut.done():
