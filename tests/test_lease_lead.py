@@ -336,18 +336,8 @@ async def test_the_runs_of_a_crowded_instant_are_leased_further_ahead_than_the_l
     # A turn leases at most a batch, so a whole fleet due on one minute was still being
     # leased after it; its instant is reached earlier by its runs (crowds.DueCrowds).
     link = connect(poller, "new", waits=True, slots=2 * CROWD)
-    now = clock.now()
-    due = now + timedelta(seconds=5)
-    created = []
-    for _ in range(CROWD):
-        job = dataclasses.replace(make_job(), created_at=now, updated_at=now)
-        run = dataclasses.replace(make_run(job, due_at=due), created_at=now)
-        created.append(NewJob(job=job, runs=[run]))
-    await sqlite_store.create_jobs(created)
-    for new in created:
-        poller.runs_created(new.runs, [new.job])
-    runs = [new.runs[0] for new in created]
-    await turns_until(lambda: all(poller.phase_of(r.id) == Phase.WAITING for r in runs), poller)
+    due = clock.now() + timedelta(seconds=5)
+    runs = await crowd_due(sqlite_store, poller, CROWD, due, clock.now())
     ahead = LEAD + CROWD * PollerConfig().crowd_lead_per_run
     await clock.move_to(due - ahead - TICK)
     await turns(poller)
@@ -356,6 +346,43 @@ async def test_the_runs_of_a_crowded_instant_are_leased_further_ahead_than_the_l
     await turns_until(lambda: len(link.leases) == CROWD, poller)
     assert {g.run_id for g in link.leases} == {r.id for r in runs}
     assert all(g.due_at == due and g.expires_at == due + TTL for g in link.leases)
+
+
+async def crowd_due(db: SqliteStore, p: Poller, n: int, due: datetime, now: datetime) -> list[Run]:
+    """``n`` one-off runs due at ``due``, created and hinted; once they are held."""
+    created = []
+    for _ in range(n):
+        job = dataclasses.replace(make_job(), created_at=now, updated_at=now)
+        run = dataclasses.replace(make_run(job, due_at=due), created_at=now)
+        created.append(NewJob(job=job, runs=[run]))
+    await db.create_jobs(created)
+    for new in created:
+        p.runs_created(new.runs, [new.job])
+    runs = [new.runs[0] for new in created]
+    await turns_until(lambda: all(p.phase_of(r.id) == Phase.WAITING for r in runs), p)
+    return runs
+
+
+async def test_an_instant_whose_runs_were_cancelled_is_no_longer_crowded_regression(
+    sqlite_store: SqliteStore,
+    poller: Poller,
+    clock: FakeClock,
+) -> None:
+    """Issue 33, probe 4: the crowd counts followed the timer heap's entries, which a
+    cancelled run left behind, so an instant whose crowd was cancelled stayed crowded
+    and the run left at it was leased a crowd's lead early. It counts held runs now."""
+    link = connect(poller, "new", waits=True, slots=2 * CROWD)
+    due = clock.now() + timedelta(seconds=5)
+    *cancelled, kept = await crowd_due(sqlite_store, poller, CROWD + 1, due, clock.now())
+    for run in cancelled:
+        poller.cancel_job(run.job_id, RunReason.JOB_DELETED)
+    await turns_until(lambda: all(poller.phase_of(r.id) is None for r in cancelled), poller)
+    crowd_ahead = LEAD + CROWD * PollerConfig().crowd_lead_per_run
+    await clock.move_to(due - crowd_ahead)
+    await turns(poller, 3)
+    assert not link.leases, "leased a crowd's lead ahead with no crowd left"
+    await clock.move_to(due - LEAD)
+    await turns_until(lambda: link.granted(kept.id) is not None, poller)
 
 
 async def test_a_lease_the_store_names_durable_goes_out_then_and_only_once(

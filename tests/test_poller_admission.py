@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-import heapq
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import pytest
 
@@ -21,7 +20,6 @@ from shardcron.coordinator.poller.admission import (
     pick_worker,
 )
 from shardcron.coordinator.poller.state import Phase
-from shardcron.coordinator.poller.timers import heap_until
 from tests.support.held_runs import T0, TICK, Held, job, lease_all, worker
 
 # --- concurrency and overlap ---------------------------------------------------------
@@ -262,16 +260,3 @@ def test_a_worker_gives_back_what_a_run_held() -> None:
     assert w.free == 0 and not w.fits(spec, "o") and w.could_run(spec, "o")
     w.release("r")
     assert (w.free, w.used_cpu, w.used_mem) == (2, 0, 0)
-
-
-def test_the_entries_of_a_timer_heap_due_by_a_time_are_read_without_taking_them_out() -> None:
-    heap: list[tuple[datetime, str]] = []
-    for i in (5, 1, 9, 3, 7, 2, 8, 4, 6, 0):
-        heapq.heappush(heap, (T0 + timedelta(seconds=i), f"r{i}"))
-    before = list(heap)
-    assert sorted(heap_until(heap, T0 + timedelta(seconds=4), cap=100)) == [
-        "r0", "r1", "r2", "r3", "r4",
-    ]  # fmt: skip
-    assert len(heap_until(heap, T0 + timedelta(seconds=4), cap=2)) == 2
-    assert heap_until(heap, T0 - timedelta(seconds=1), cap=100) == []
-    assert heap == before

@@ -19,7 +19,7 @@ The parts that decide take ``now`` and return decisions; one part acts:
 - ``loading``: a scan's store reads, beside the turns; what they found is held by
   the loop;
 - ``ahead``: jobs read again for runs due, beside the turns; the runs coming due in
-  the demand; ``timers``: timer heaps read without taking entries out;
+  the demand; ``timeline``: a keyed index by time (due times, expiries, deadlines);
 - ``loop``: the inbox, the turn and the group commit; with ``loading`` and ``ahead``
   the only part that calls the store, and it sends nothing that depends on a write
   before the write is durable.

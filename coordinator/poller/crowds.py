@@ -10,8 +10,9 @@ runs already held are counted; the lead is used only while it is not zero (a wor
 holds leases until their due instant), and a run whose job has runs admitted is still
 decided at its very instant (``RunKeeper.pop_due``).
 
-The counts follow the poller's timer heap entry by entry (``add`` on a push, ``remove``
-on a pop), so they hold what the heap holds. Pure: times come in as arguments.
+The counts follow the runs waiting for their due instant (``add`` as one starts to
+wait, ``remove`` as it is triggered or leaves), so a run cancelled or forgotten
+before its instant no longer counts. Pure: times come in as arguments.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ class DueCrowds:
     def __init__(self, *, per_run: timedelta, most: timedelta) -> None:
         self._per_run = per_run
         self._most = most
-        self._counts: dict[datetime, int] = {}  # due instant -> timer entries for it
-        self._crowded: list[datetime] = []  # instants with CROWD entries or more, sorted
+        self._counts: dict[datetime, int] = {}  # due instant -> runs waiting for it
+        self._crowded: list[datetime] = []  # instants with CROWD runs or more, sorted
         self._reached: datetime | None = None  # runs due up to it are triggered at once
 
     def clear(self) -> None:

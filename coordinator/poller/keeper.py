@@ -17,7 +17,6 @@ such fault is counted in ``shardcron_poller_faults_total{where}``.
 
 from __future__ import annotations
 
-import heapq
 import logging
 import math
 from collections.abc import Collection
@@ -39,7 +38,7 @@ from shardcron.coordinator.poller.fires import on_fire_due, retry_misfired
 from shardcron.coordinator.poller.grants import lease_grant, unopenable
 from shardcron.coordinator.poller.leases import LeaseBook
 from shardcron.coordinator.poller.state import LAG_PHASES, Phase, Slot
-from shardcron.coordinator.poller.timers import heap_until
+from shardcron.coordinator.poller.timeline import Timeline
 from shardcron.coordinator.poller.turn import Turn
 from shardcron.coordinator.poller.workers import WorkerBook
 
@@ -58,11 +57,11 @@ class RunKeeper:
         self._clock = clock  # monotonic only: when a job copy was read, a run ended here
         self._shard_count = shard_count
         self.slots: dict[str, Slot] = {}  # runs held, by id
-        self._timers: list[tuple[datetime, str]] = []  # (due, run id) of WAITING runs
-        # (time, run id) of WAITING runs triggered at that time, not a lease lead ahead:
-        # their job had runs admitted when the lead reached them, or their job row had
-        # not landed and they are looked at again then
-        self._at_instant: list[tuple[datetime, str]] = []
+        self._timers = Timeline()  # WAITING runs by due time
+        # WAITING runs triggered at a set time, not a lease lead ahead: their job had
+        # runs admitted when the lead reached them, or their job row had not landed and
+        # they are looked at again then
+        self._at_instant = Timeline()
         # how many timers are due at each instant: a crowded one is reached earlier
         self._crowds = DueCrowds(per_run=config.crowd_lead_per_run, most=config.crowd_lead_most)
         self.leases = LeaseBook(lease_ttl=config.lease_ttl, expiry_grace=config.expiry_grace)
@@ -110,7 +109,7 @@ class RunKeeper:
         if self.slots.get(slot.run.id) is not slot:
             self.track(slot)
         slot.phase = Phase.WAITING
-        heapq.heappush(self._timers, (slot.run.due_at, slot.run.id))
+        self._timers.push(slot.run.id, slot.run.due_at)
         self._crowds.add(slot.run.due_at)
 
     def adopt_orphan(self, run: Run, job: Job | None, *, taken_at: datetime, now: datetime) -> None:
@@ -137,6 +136,11 @@ class RunKeeper:
             self._job_read_at.pop(job_id, None)
         else:
             self._job_runs[job_id] = left
+        due = self._timers.at(rid)
+        if due is not None:
+            self._timers.remove(rid)
+            self._crowds.remove(due)
+        self._at_instant.remove(rid)
         self.admission.forget(slot)
         self.leases.release(rid)
         if slot.worker is not None:
@@ -172,13 +176,14 @@ class RunKeeper:
     def next_due(self, lead: timedelta = timedelta(0)) -> datetime | None:
         """When the earliest run comes within ``lead`` of its instant (more for a
         crowded instant, ``crowds``)."""
-        first = self._crowds.trigger_at(self._timers[0][0], lead) if self._timers else None
+        due = self._timers.first_at()
+        first = None if due is None else self._crowds.trigger_at(due, lead)
         crowd = self._crowds.next_reach(lead)
         return min(first, crowd) if first and crowd else first or crowd
 
     def next_at_instant(self) -> datetime | None:
         """When the earliest run left to trigger at a set time (no lead) comes due."""
-        return self._at_instant[0][0] if self._at_instant else None
+        return self._at_instant.first_at()
 
     def held_slot(self, run_id: str, token: int) -> Slot | None:
         """The run, if it is leased here under exactly this token."""
@@ -193,31 +198,23 @@ class RunKeeper:
         ahead (``crowds``), so its last lease is out by then too. A run whose job has
         runs admitted (ready or leased) is left to its very instant instead: whether it
         overlaps them is decided when it is due, not up to a lead before."""
-        due: list[Slot] = []
-        timers, at_instant, limit = self._timers, self._at_instant, self.config.max_batch
-        while at_instant and at_instant[0][0] <= now and len(due) < limit:
-            _, rid = heapq.heappop(at_instant)
-            slot = self.slots.get(rid)
-            if slot is not None and slot.phase == Phase.WAITING:
-                due.append(slot)
+        limit = self.config.max_batch
+        due = [self.slots[rid] for _, rid in self._at_instant.pop_until(now, limit)]
         until = self._crowds.reach(now, lead)
-        while timers and timers[0][0] <= until and len(due) < limit:
-            at, rid = heapq.heappop(timers)
+        timers = self._timers
+        while len(due) < limit and (first := timers.first()) is not None and first[0] <= until:
+            at, rid = timers.pop()
             self._crowds.remove(at)
-            slot = self.slots.get(rid)
-            if slot is None or slot.phase != Phase.WAITING:
-                continue
+            slot = self.slots[rid]
             if at > now and self.admission.busy(slot.run.job_id):
-                heapq.heappush(at_instant, (at, rid))
+                self._at_instant.push(rid, at)
                 continue
             due.append(slot)
         return due
 
     def coming_due(self, until: datetime) -> list[Slot]:
         """WAITING runs due by ``until`` (a batch at most), left in the timer heap."""
-        ids = dict.fromkeys(heap_until(self._timers, until, self.config.max_batch))
-        slots = (self.slots.get(rid) for rid in ids)
-        return [s for s in slots if s is not None and s.phase == Phase.WAITING]
+        return [self.slots[rid] for rid in self._timers.until(until, self.config.max_batch)]
 
     def stale_jobs(self, due: list[Slot]) -> set[str]:
         """Jobs of these runs to read again: not held, or read longer ago than allowed."""
@@ -239,7 +236,7 @@ class RunKeeper:
             # job row) can show the run before its job: look again shortly. A run whose
             # job never appears belonged to a create that failed.
             # at that time itself: a look again is no due instant to lead
-            heapq.heappush(self._at_instant, (saturating_add(now, JOB_ROW_RETRY), run.id))
+            self._at_instant.push(run.id, saturating_add(now, JOB_ROW_RETRY))
             return
         if job is None or job.state == JobState.DELETED:
             self.finish(slot, RunState.CANCELLED, RunReason.JOB_DELETED, turn, now)
