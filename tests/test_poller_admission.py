@@ -9,6 +9,7 @@ import pytest
 
 from shardcron.client.types import (
     CommandTask,
+    HandlerTask,
     OverlapPolicy,
     Resources,
     RunReason,
@@ -64,6 +65,20 @@ def test_a_run_queued_keeps_later_runs_behind_it_even_when_a_slot_frees() -> Non
     del h.slots[first.run.id]
     late = h.slot(j)
     assert h.admission.admit(late, fresh_fire=True) == Verdict.BLOCKED, "jumped the queue"
+
+
+def test_a_run_is_not_queued_behind_runs_that_left_regression() -> None:
+    """Issue 33, probe 5: a queued run that left without an end (its shard was lost)
+    stayed in its job's queue, and the job's next run, with nothing running nor
+    queued, was queued behind it: no end of a run of the job would ever admit it."""
+    h = Held()
+    j = job(overlap=OverlapPolicy.QUEUE)
+    running, queued = h.slot(j), h.slot(j)
+    assert h.admission.admit(running, fresh_fire=True) == Verdict.READY
+    assert h.admission.admit(queued, fresh_fire=True) == Verdict.BLOCKED
+    h.drop(running)
+    h.drop(queued)
+    assert h.admission.admit(h.slot(j), fresh_fire=True) == Verdict.READY
 
 
 def test_forbid_skips_a_fresh_fire_but_queues_a_retry() -> None:
@@ -153,13 +168,16 @@ def test_a_starting_deadline_is_missed_only_after_it_passes() -> None:
 def test_runs_waiting_are_missed_at_their_deadline_and_others_are_not() -> None:
     h = Held()
     j = job(deadline=timedelta(seconds=30), overlap=OverlapPolicy.QUEUE)
-    ready, blocked, leased = h.slot(j), h.slot(j), h.slot(job("other", deadline=timedelta(0)))
+    other = job("other", deadline=timedelta(0), task=HandlerTask(name="other"))
+    ready, blocked, leased = h.slot(j), h.slot(j), h.slot(other)
     h.admission.admit(ready, fresh_fire=True)
     h.admission.admit(blocked, fresh_fire=True)
     h.admission.admit(leased, fresh_fire=True)
-    leased.phase = Phase.LEASED  # placed on a worker meanwhile
-    at = T0 + timedelta(seconds=30)
     assert h.admission.next_deadline() == T0
+    # placed on a worker (of its handler alone): its start is no longer watched
+    assert lease_all(h, [worker(handlers=frozenset({"other"}))]) == [(leased.run.id, "w")]
+    at = T0 + timedelta(seconds=30)
+    assert h.admission.next_deadline() == at
     assert list(h.admission.missed(at)) == []
     assert list(h.admission.missed(at + TICK)) == [ready, blocked]
     assert h.admission.next_deadline() is None

@@ -39,9 +39,7 @@ for the next.
 
 from __future__ import annotations
 
-import heapq
 import math
-from collections import deque
 from collections.abc import Collection, Iterable, Iterator
 from datetime import datetime, timedelta
 from enum import Enum
@@ -50,9 +48,8 @@ from shardcron.client.saturating import saturating_add
 from shardcron.client.types import Job, JobSpec, OverlapPolicy, Run
 from shardcron.coordinator.poller.placement import ReadyRuns, WaitReason, why_waiting
 from shardcron.coordinator.poller.state import Phase, Slot
+from shardcron.coordinator.poller.timeline import Timeline
 from shardcron.coordinator.poller.workers import WorkerBook
-
-_WAITING = (Phase.READY, Phase.BLOCKED)
 
 
 class Verdict(Enum):
@@ -117,14 +114,14 @@ class Admission:
         self._slots = slots  # the loop's runs held, by run id (read only here)
         self._ready = ReadyRuns(slots)
         self._blocked_runs: set[str] = set()  # run ids BLOCKED
-        self._deadlines: list[tuple[datetime, str]] = []  # (starting deadline, run id)
+        # READY and BLOCKED runs by starting deadline (runs of jobs that have one)
+        self._deadlines = Timeline()
         self._admitted: dict[str, set[str]] = {}  # job id -> run ids READY or LEASED
-        self._blocked: dict[str, deque[Slot]] = {}  # job id -> runs BLOCKED, in order
+        self._blocked: dict[str, dict[str, Slot]] = {}  # job id -> runs BLOCKED, in order
         # job id -> fresh fires held back (BLOCKED) while its runs are unclaimed orphans
-        self._held: dict[str, deque[Slot]] = {}
-        # (due, run id) of READY runs set aside until due: only workers that would
-        # start them at once had room
-        self._not_due: list[tuple[datetime, str]] = []
+        self._held: dict[str, dict[str, Slot]] = {}
+        # READY runs set aside until due: only workers that would start them at once had room
+        self._not_due = Timeline()
 
     def __len__(self) -> int:
         """Runs READY."""
@@ -146,27 +143,30 @@ class Admission:
         to that phase; SKIP leaves it for the loop to record as skipped."""
         job = slot.job
         assert job is not None
-        self.watch_deadline(slot)
-        admitted = self._admitted.setdefault(job.id, set())
-        if len(admitted) < concurrency_limit(job) and not self._blocked.get(job.id):
-            admitted.add(slot.run.id)
+        admitted = self._admitted.get(job.id, ())
+        rid = slot.run.id
+        if len(admitted) < concurrency_limit(job) and job.id not in self._blocked:
+            self._admitted.setdefault(job.id, set()).add(rid)
             self._make_ready(slot)
+            self.watch_deadline(slot)
             return Verdict.READY
         policy = job.spec.concurrency.overlap
         if fresh_fire and policy == OverlapPolicy.FORBID:
             if not self._unclaimed_only(admitted):
                 return Verdict.SKIP
             slot.phase = Phase.BLOCKED
-            self._blocked_runs.add(slot.run.id)
-            self._held.setdefault(job.id, deque()).append(slot)
+            self._blocked_runs.add(rid)
+            self._held.setdefault(job.id, {})[rid] = slot
+            self.watch_deadline(slot)
             return Verdict.HOLD
         slot.phase = Phase.BLOCKED
-        self._blocked_runs.add(slot.run.id)
-        queue = self._blocked.setdefault(job.id, deque())
+        self._blocked_runs.add(rid)
+        self.watch_deadline(slot)
+        queue = self._blocked.setdefault(job.id, {})
         if fresh_fire and policy == OverlapPolicy.REPLACE:
-            queue.appendleft(slot)
+            self._blocked[job.id] = {rid: slot, **queue}
             return Verdict.REPLACE
-        queue.append(slot)
+        queue[rid] = slot
         return Verdict.BLOCKED
 
     def busy(self, job_id: str) -> bool:
@@ -175,26 +175,23 @@ class Admission:
 
     def _unclaimed_only(self, run_ids: Collection[str]) -> bool:
         """Every one of these runs is an orphan no worker has renewed here yet."""
-        return all(
-            (s := self._slots.get(r)) is not None and s.phase == Phase.LEASED and s.worker is None
-            for r in run_ids
-        )
+        slots = self._slots
+        return all(slots[r].phase == Phase.LEASED and slots[r].worker is None for r in run_ids)
 
     def release_held(self, job_id: str) -> list[Slot]:
         """The fires of the job held back, to admit again in order (an orphan of the
         job was claimed by its worker, or ended): no longer BLOCKED."""
-        out = []
-        for slot in self._held.pop(job_id, ()):
-            if self._slots.get(slot.run.id) is slot and slot.phase == Phase.BLOCKED:
-                self._blocked_runs.discard(slot.run.id)
-                out.append(slot)
+        out = list(self._held.pop(job_id, {}).values())
+        for slot in out:
+            self._blocked_runs.discard(slot.run.id)
+            self._deadlines.remove(slot.run.id)
         return out
 
     def replaced(self, job_id: str) -> Slot | None:
         """The run a REPLACE cancels: the oldest admitted run of the job not already
         being cancelled (None: each is)."""
-        running = (self._slots.get(r) for r in self._admitted.get(job_id, ()))
-        victims = [s for s in running if s is not None and s.cancel_reason is None]
+        running = (self._slots[r] for r in self._admitted.get(job_id, ()))
+        victims = [s for s in running if s.cancel_reason is None]
         return min(victims, key=lambda s: (s.run.due_at, s.run.id)) if victims else None
 
     def adopt(self, slot: Slot) -> None:
@@ -208,26 +205,28 @@ class Admission:
 
     def forget(self, slot: Slot) -> None:
         """The run is no longer held (ended, paused, its shard lost)."""
-        self._ready.discard(slot.run.id)
-        self._blocked_runs.discard(slot.run.id)
-        admitted = self._admitted.get(slot.run.job_id)
+        rid, job_id = slot.run.id, slot.run.job_id
+        self._ready.discard(rid)
+        self._not_due.remove(rid)
+        self._deadlines.remove(rid)
+        self._blocked_runs.discard(rid)
+        _drop(self._blocked, job_id, rid)
+        _drop(self._held, job_id, rid)
+        admitted = self._admitted.get(job_id)
         if admitted is not None:
-            admitted.discard(slot.run.id)
+            admitted.discard(rid)
             if not admitted:
-                del self._admitted[slot.run.job_id]
+                del self._admitted[job_id]
 
     def unblock(self, job_id: str) -> None:
         """A run of the job ended: admit queued ones while the limit allows."""
         queue = self._blocked.get(job_id)
         while queue:
-            slot = queue[0]
-            if self._slots.get(slot.run.id) is not slot or slot.phase != Phase.BLOCKED:
-                queue.popleft()
-                continue
+            slot = next(iter(queue.values()))
             assert slot.job is not None
             if len(self._admitted.get(job_id, ())) >= concurrency_limit(slot.job):
                 return
-            queue.popleft()
+            del queue[slot.run.id]
             self._blocked_runs.discard(slot.run.id)
             self._admitted.setdefault(job_id, set()).add(slot.run.id)
             self._make_ready(slot)
@@ -244,26 +243,18 @@ class Admission:
         waits (for a slot, or for its job's concurrency limit), not only once a slot
         frees: with no worker at all, it would wait forever."""
         deadline = slot.job.spec.starting_deadline if slot.job is not None else None
-        if deadline is None:
-            return
-        if len(self._deadlines) > 2 * len(self._slots) + 1024:
-            # entries of runs long leased or ended: drop them rather than wait for their time
-            self._deadlines = [
-                e for e in self._deadlines if (s := self._slots.get(e[1])) and s.phase in _WAITING
-            ]
-            heapq.heapify(self._deadlines)
-        heapq.heappush(self._deadlines, (saturating_add(slot.run.due_at, deadline), slot.run.id))
+        if deadline is not None:
+            self._deadlines.push(slot.run.id, saturating_add(slot.run.due_at, deadline))
 
     def missed(self, now: datetime) -> Iterator[Slot]:
         """Runs still waiting whose starting deadline is before ``now``."""
-        while self._deadlines and self._deadlines[0][0] < now:
-            _, rid = heapq.heappop(self._deadlines)
-            slot = self._slots.get(rid)
-            if slot is not None and slot.phase in _WAITING:
-                yield slot
+        deadlines = self._deadlines
+        while (first := deadlines.first()) is not None and first[0] < now:
+            deadlines.pop()
+            yield self._slots[first[1]]
 
     def next_deadline(self) -> datetime | None:
-        return self._deadlines[0][0] if self._deadlines else None
+        return self._deadlines.first_at()
 
     # --- placement --------------------------------------------------------------------
 
@@ -291,24 +282,22 @@ class Admission:
                     # only workers that would start it at once have room: set aside
                     # until due, when it is placed as any due run
                     ready.take(cls, priority, owner, placed=False)
-                    heapq.heappush(self._not_due, (slot.run.due_at, slot.run.id))
+                    self._not_due.push(slot.run.id, slot.run.due_at)
                     continue
                 ready.close(key)  # no room for this class left: its other runs wait too
                 continue
             ready.take(cls, priority, owner, placed=True)
+            self._deadlines.remove(slot.run.id)  # it starts on that worker
             yield slot, worker
 
     def _now_due(self, now: datetime) -> None:
         """Runs set aside until due that are due by ``now`` are ready to place again."""
-        while self._not_due and self._not_due[0][0] <= now:
-            _, rid = heapq.heappop(self._not_due)
-            slot = self._slots.get(rid)
-            if slot is not None and slot.phase == Phase.READY and rid not in self._ready:
-                self._ready.push(slot)
+        for _, rid in self._not_due.pop_until(now, len(self._not_due)):
+            self._ready.push(self._slots[rid])
 
     def next_not_due(self) -> datetime | None:
         """When the earliest run set aside until due is due (placed then)."""
-        return self._not_due[0][0] if self._not_due else None
+        return self._not_due.first_at()
 
     def has_ready(self) -> bool:
         """Ready runs a pass may place that the last one did not."""
@@ -333,7 +322,7 @@ class Admission:
     def waiting_reason(self, slot: Slot, workers: Collection[WorkerBook]) -> str:
         """Why this held run is not on a worker yet ("" unless READY or BLOCKED)."""
         if slot.phase == Phase.BLOCKED:
-            if slot in self._held.get(slot.run.job_id, ()):
+            if slot.run.id in self._held.get(slot.run.job_id, ()):
                 return "waiting to learn whether a run taken over from another poller still goes"
             running = len(self._admitted.get(slot.run.job_id, ()))
             return f"waiting for the job's concurrency limit ({running} running)"
@@ -349,6 +338,12 @@ class Admission:
             counts[why_waiting(cls.spec, cls.owner, workers)[0]] += cls.count
         counts[WaitReason.CONCURRENCY_LIMIT] = len(self._blocked_runs)
         return counts
+
+
+def _drop(queues: dict[str, dict[str, Slot]], job_id: str, run_id: str) -> None:
+    queue = queues.get(job_id)
+    if queue is not None and queue.pop(run_id, None) is not None and not queue:
+        del queues[job_id]
 
 
 def free_slots(workers: Iterable[WorkerBook]) -> int:

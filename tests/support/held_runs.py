@@ -100,10 +100,14 @@ class Held:
 
     def end(self, s: Slot) -> None:
         """What the loop does when a run ends."""
-        del self.slots[s.run.id]
-        self.admission.forget(s)
+        self.drop(s)
         assert s.job is not None
         self.admission.unblock(s.job.id)
+
+    def drop(self, s: Slot) -> None:
+        """What the loop does when a run leaves without an end (its shard was lost)."""
+        del self.slots[s.run.id]
+        self.admission.forget(s)
 
 
 def lease_all(h: Held, workers: list[WorkerBook], now: datetime = T0, max_batch: int = 100):  # type: ignore[no-untyped-def]
