@@ -112,7 +112,7 @@ class Admission:
 
     def __init__(self, slots: dict[str, Slot]) -> None:
         self._slots = slots  # the loop's runs held, by run id (read only here)
-        self._ready = ReadyRuns(slots)
+        self._ready = ReadyRuns()
         self._blocked_runs: set[str] = set()  # run ids BLOCKED
         # READY and BLOCKED runs by starting deadline (runs of jobs that have one)
         self._deadlines = Timeline()

@@ -25,18 +25,16 @@ handler name or a label value).
 
 from __future__ import annotations
 
-import heapq
 from collections import deque
 from collections.abc import Collection, Iterator
-from datetime import datetime
 from enum import StrEnum
 
 from shardcron.client.types import CommandTask, JobSpec, Resources
 from shardcron.coordinator.poller.state import Phase, Slot
+from shardcron.coordinator.poller.timeline import Timeline
 from shardcron.coordinator.poller.workers import WorkerBook
 
 ClassKey = tuple[str, tuple[tuple[str, str], ...], int, int, int, str]
-_Entry = tuple[datetime, str]  # (due, run id)
 _Place = tuple[ClassKey, int, str]  # (class, priority, owner): where a run is queued
 
 
@@ -120,9 +118,10 @@ class _Class:
     def __init__(self, spec: JobSpec, owner: str) -> None:
         self.spec = spec  # any run's spec of the class: placement reads only task and resources
         self.owner = owner
-        self.count = 0  # runs queued (live entries)
-        self.lanes: dict[int, dict[str, list[_Entry]]] = {}  # priority -> owner -> heap
-        self.rotations: dict[int, deque[str]] = {}  # priority -> owners, next first
+        self.count = 0  # runs queued
+        # priority -> owner -> its runs by due time; no lane is empty
+        self.lanes: dict[int, dict[str, Timeline]] = {}
+        self.rotations: dict[int, deque[str]] = {}  # priority -> the lanes' owners, next first
 
     def top(self) -> int:
         return max(self.lanes)
@@ -130,12 +129,11 @@ class _Class:
 
 class ReadyRuns:
     """READY runs by placement class. A run is queued once (``push``) and leaves when
-    it is placed or missed (``place``) or no longer held (``discard``); entries of runs
-    that left are dropped when met, or all at once when they outnumber the live."""
+    it is placed or missed (``take``) or no longer ready (``discard``), at once: a
+    class, priority or owner left with no run is dropped with its last one."""
 
     __slots__ = (
         "_classes",
-        "_entries",
         "_idle_at",
         "_more",
         "_open",
@@ -145,11 +143,10 @@ class ReadyRuns:
         "_where",
     )
 
-    def __init__(self, slots: dict[str, Slot]) -> None:
-        self._slots = slots
+    def __init__(self) -> None:
         self._classes: dict[ClassKey, _Class] = {}
+        self._slots: dict[str, Slot] = {}  # the runs queued, by run id
         self._where: dict[str, _Place] = {}  # run id -> where it is queued
-        self._entries = 0  # heap entries, live or not
         self._version = 0  # bumped by every push
         self._idle_at: tuple[object, ...] | None = None  # a pass placed nothing in this state
         self._more = False  # the last pass stopped at its batch limit
@@ -164,8 +161,8 @@ class ReadyRuns:
 
     def clear(self) -> None:
         self._classes.clear()
+        self._slots.clear()
         self._where.clear()
-        self._entries = 0
         self._idle_at = None
         self._more = False
 
@@ -176,70 +173,62 @@ class ReadyRuns:
     def push(self, slot: Slot) -> None:
         assert slot.job is not None
         run = slot.run
+        if run.id in self._where:
+            self.discard(run.id)
         key = class_key(slot.job.spec, run.owner)
         cls = self._classes.get(key)
         if cls is None:
             cls = self._classes[key] = _Class(slot.job.spec, run.owner)
-        if run.id in self._where:
-            self.discard(run.id)
         owners = cls.lanes.setdefault(run.priority, {})
-        queue = owners.get(run.owner)
-        if queue is None:
-            queue = owners[run.owner] = []
+        lane = owners.get(run.owner)
+        if lane is None:
+            lane = owners[run.owner] = Timeline()
             cls.rotations.setdefault(run.priority, deque()).append(run.owner)
-        heapq.heappush(queue, (run.due_at, run.id))
+        lane.push(run.id, run.due_at)
+        self._slots[run.id] = slot
         self._where[run.id] = (key, run.priority, run.owner)
         cls.count += 1
-        self._entries += 1
         self._version += 1
         self._idle_at = None
-        if self._entries > 2 * len(self._where) + 1024:
-            self._compact()
 
     def discard(self, run_id: str) -> None:
-        """The run is no longer READY here (its heap entry goes when met)."""
+        """The run is no longer READY here."""
         place = self._where.pop(run_id, None)
-        if place is not None:
-            self._classes[place[0]].count -= 1
+        if place is None:
+            return
+        key, priority, owner = place
+        del self._slots[run_id]
+        cls = self._classes[key]
+        cls.count -= 1
+        owners = cls.lanes[priority]
+        lane = owners[owner]
+        lane.remove(run_id)
+        if not lane:
+            del owners[owner]
+            cls.rotations[priority].remove(owner)
+            if not owners:
+                del cls.lanes[priority]
+                del cls.rotations[priority]
+        if cls.count == 0:
+            del self._classes[key]
 
     def class_of(self, run_id: str) -> _Class | None:
         place = self._where.get(run_id)
         return None if place is None else self._classes[place[0]]
 
     def classes(self) -> Iterator[_Class]:
-        return (c for c in self._classes.values() if c.count > 0)
+        return iter(self._classes.values())
 
     # --- placement --------------------------------------------------------------------
 
-    def _head(self, cls: _Class, key: ClassKey, priority: int) -> tuple[str, Slot] | None:
-        """The next owner's earliest live run at ``priority`` (stale entries dropped,
-        owners and priorities with nothing left removed); None: none left there."""
-        owners = cls.lanes.get(priority)
-        rotation = cls.rotations.get(priority)
-        while owners and rotation:
-            owner = rotation[0]
-            queue = owners.get(owner)
-            while queue:
-                _, rid = queue[0]
-                if self._where.get(rid) == (key, priority, owner):
-                    slot = self._slots.get(rid)
-                    if slot is not None and slot.phase == Phase.READY:
-                        return owner, slot
-                    self.discard(rid)  # no longer READY here: its entry goes now
-                heapq.heappop(queue)
-                self._entries -= 1
-            owners.pop(owner, None)
-            rotation.popleft()
-        cls.lanes.pop(priority, None)
-        cls.rotations.pop(priority, None)
-        return None
-
-    def _take(self, cls: _Class, priority: int, owner: str) -> None:
-        """Dequeues the head ``_head`` returned; its owner goes to the back."""
-        _, rid = heapq.heappop(cls.lanes[priority][owner])
-        self._entries -= 1
-        self.discard(rid)
-        cls.rotations[priority].rotate(-1)
+    def _head(self, cls: _Class, priority: int) -> tuple[str, Slot]:
+        """The next owner's earliest run at ``priority``."""
+        owner = cls.rotations[priority][0]
+        first = cls.lanes[priority][owner].first()
+        assert first is not None
+        slot = self._slots[first[1]]
+        assert slot.phase == Phase.READY
+        return owner, slot
 
     def heads(
         self, workers: Collection[WorkerBook], max_batch: int
@@ -257,44 +246,38 @@ class ReadyRuns:
         self._open = {
             key: cls
             for key, cls in self._classes.items()
-            if cls.count > 0 and any(w.fits(cls.spec, cls.owner) for w in workers)
+            if any(w.fits(cls.spec, cls.owner) for w in workers)
         }
         while True:
-            self._open = {k: c for k, c in self._open.items() if c.count > 0 and c.lanes}
+            self._open = {k: c for k, c in self._open.items() if c.count > 0}
             if not self._open:
                 break
             top = max(cls.top() for cls in self._open.values())
             for key, cls in [(k, c) for k, c in self._open.items() if c.top() == top]:
-                if key not in self._open:
-                    continue  # closed meanwhile
-                head = self._head(cls, key, top)
-                if head is not None:
-                    owner, slot = head
-                    yield slot, cls, key, top, owner
-                    if self._taken >= max_batch:
-                        self._more = True
-                        return
+                if key not in self._open or top not in cls.lanes:
+                    continue  # closed, or emptied, meanwhile
+                owner, slot = self._head(cls, top)
+                yield slot, cls, key, top, owner
+                if self._taken >= max_batch:
+                    self._more = True
+                    return
         if self._taken == 0:
             self._idle_at = _capacity(workers, self._version)
 
     def take(self, cls: _Class, priority: int, owner: str, *, placed: bool) -> None:
-        self._take(cls, priority, owner)
+        """Dequeues the head ``heads`` yielded; its owner goes to the back."""
+        first = cls.lanes[priority][owner].first()
+        assert first is not None
+        self.discard(first[1])
+        rotation = cls.rotations.get(priority)
+        if rotation and rotation[0] == owner:
+            rotation.rotate(-1)
         if placed:
             self._taken += 1
 
     def close(self, key: ClassKey) -> None:
         """No worker has room for this class any more in this pass."""
         self._open.pop(key, None)
-
-    def _compact(self) -> None:
-        for key, cls in self._classes.items():
-            for priority, owners in cls.lanes.items():
-                for owner, queue in owners.items():
-                    live = [e for e in queue if self._where.get(e[1]) == (key, priority, owner)]
-                    heapq.heapify(live)
-                    owners[owner] = live
-        self._entries = len(self._where)
-        self._classes = {k: c for k, c in self._classes.items() if c.count > 0}
 
 
 def _capacity(workers: Collection[WorkerBook], version: int) -> tuple[object, ...]:
