@@ -34,7 +34,7 @@ from shardcron.client.types import Job, JobSpec
 from shardcron.coordinator.poller.config import DEMAND_AHEAD
 from shardcron.coordinator.poller.keeper import RunKeeper
 from shardcron.coordinator.poller.loading import retrieve
-from shardcron.coordinator.poller.state import Phase, Slot
+from shardcron.coordinator.poller.state import Slot
 from shardcron.coordinator.store import JobStore
 
 READ_WAIT = 0.05  # seconds the turn that begins a read of jobs waits for it
@@ -48,15 +48,14 @@ def coming(keeper: RunKeeper, now: datetime, lead: timedelta) -> list[tuple[JobS
 
 
 class JobReads:
-    """Runs due that wait for their job to be read, and the read in flight."""
+    """The read in flight of the jobs of runs due (the runs waiting for it are held in
+    the keeper: ``await_job``)."""
 
     def __init__(self, store: JobStore, keeper: RunKeeper, *, wake: Callable[[], None]):
         self._store = store
         self._keeper = keeper
         self._wake = wake  # the loop goes on once a read is over
         self._task: asyncio.Task[dict[str, Job]] | None = None
-        self._reading: list[Slot] = []  # waiting for the read in flight
-        self._next: list[Slot] = []  # waiting for the next read
         self._read_at = 0.0  # monotonic: when the read in flight began
 
     async def ready(self, due: list[Slot], monotonic: float, *, wait: bool = True) -> list[Slot]:
@@ -64,17 +63,20 @@ class JobReads:
         trigger now (their job copies are current); the others wait for a read. A read
         begun here is waited for ``READ_WAIT`` if ``wait``: a fast one serves this turn.
         A turn that has something to write anyway does not wait (``wait`` False): on a
-        busy Cassandra the wait held up every turn's commit, and the leases of fresh
-        runs in it, by up to 50 ms; the runs read trigger in the turn its end wakes."""
+        busy store the wait would hold up the turn's commit, and the leases of fresh
+        runs in it; the runs read trigger in the turn its end wakes."""
+        keeper = self._keeper
         out = self._read_over()
         if due:
-            stale = self._keeper.stale_jobs(due)
-            out += [s for s in due if s.run.job_id not in stale]
-            self._next += [s for s in due if s.run.job_id in stale]
-        if self._task is None and self._next:
-            self._reading, self._next = [s for s in self._next if self._waits(s)], []
+            stale = keeper.stale_jobs(due)
+            for s in due:
+                if s.run.job_id in stale:
+                    keeper.await_job(s)
+                else:
+                    out.append(s)
+        if self._task is None and keeper.awaiting_job:
             self._read_at = monotonic
-            job_ids = list({s.run.job_id for s in self._reading})
+            job_ids = list({s.run.job_id for s in keeper.begin_job_read()})
             task = self._task = asyncio.create_task(self._store.get_jobs(job_ids))
             task.add_done_callback(lambda _: self._wake())
             if wait:
@@ -92,12 +94,7 @@ class JobReads:
         for job in task.result().values():  # a store error resets the poller
             if keeper.holds_job(job.id):
                 keeper.cache_job(job, read_at=self._read_at)
-        out, self._reading = [s for s in self._reading if self._waits(s)], []
-        return out
-
-    def _waits(self, slot: Slot) -> bool:
-        """Still held and waiting (not forgotten, cancelled or ended meanwhile)."""
-        return self._keeper.slots.get(slot.run.id) is slot and slot.phase == Phase.WAITING
+        return keeper.job_read_over()
 
     def cancel(self) -> None:
         """Nothing waits any more (the poller reset or stopped: its runs are forgotten)."""
@@ -105,4 +102,3 @@ class JobReads:
             self._task.cancel()
             self._task.add_done_callback(retrieve)
         self._task = None
-        self._reading, self._next = [], []

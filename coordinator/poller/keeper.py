@@ -71,6 +71,12 @@ class RunKeeper:
         self.jobs: dict[str, Job] = {}
         self._job_read_at: dict[str, float] = {}
         self.recent_final: dict[str, float] = {}  # run id -> when it ended here (monotonic)
+        # WAITING runs due, whose job copy is read again before they trigger (``ahead``):
+        # waiting for the next read, and in the read in flight
+        self.awaiting_job: dict[str, Slot] = {}
+        self._job_read: dict[str, Slot] = {}
+        # retries decided this turn, not written yet (the loop's ``_place_retries``)
+        self.retries: dict[str, Slot] = {}
         self._waiting_counted_at = -math.inf  # monotonic: the waiting gauge was last set
 
     def clear(self) -> None:
@@ -90,6 +96,9 @@ class RunKeeper:
         self.jobs.clear()
         self._job_read_at.clear()
         self.recent_final.clear()
+        self.awaiting_job.clear()
+        self._job_read.clear()
+        self.retries.clear()
 
     # --- holding runs --------------------------------------------------------------
 
@@ -141,6 +150,9 @@ class RunKeeper:
             self._timers.remove(rid)
             self._crowds.remove(due)
         self._at_instant.remove(rid)
+        self.awaiting_job.pop(rid, None)
+        self._job_read.pop(rid, None)
+        self.retries.pop(rid, None)
         self.admission.forget(slot)
         self.leases.release(rid)
         if slot.worker is not None:
@@ -215,6 +227,31 @@ class RunKeeper:
     def coming_due(self, until: datetime) -> list[Slot]:
         """WAITING runs due by ``until`` (a batch at most), left in the timer heap."""
         return [self.slots[rid] for rid in self._timers.until(until, self.config.max_batch)]
+
+    def await_job(self, slot: Slot) -> None:
+        """The run, due, waits for its job to be read again (``ahead``)."""
+        self.awaiting_job[slot.run.id] = slot
+
+    def begin_job_read(self) -> list[Slot]:
+        """The runs awaiting their job, now in the read that begins."""
+        slots = list(self.awaiting_job.values())
+        self._job_read.update(self.awaiting_job)
+        self.awaiting_job.clear()
+        return slots
+
+    def job_read_over(self) -> list[Slot]:
+        """The runs of the read that is over, to trigger now."""
+        slots = list(self._job_read.values())
+        self._job_read.clear()
+        return slots
+
+    def place_retry(self, slot: Slot, stored: Run | None = None) -> None:
+        """A retry decided is written (or found PENDING in the store, ``stored``): it
+        waits for its due time."""
+        del self.retries[slot.run.id]
+        if stored is not None:
+            slot.run = stored
+        self.add_waiting(slot)
 
     def stale_jobs(self, due: list[Slot]) -> set[str]:
         """Jobs of these runs to read again: not held, or read longer ago than allowed."""
@@ -521,7 +558,7 @@ class RunKeeper:
         if ending.retry is not None and not self.known(ending.retry.id):
             slot = Slot(run=ending.retry, job=job)
             self.track(slot)  # counted now; written (or not) by the loop's place_retries
-            turn.retries.append(slot)
+            self.retries[slot.run.id] = slot
         if ending.progress:
             turn.set_progress(job.id, **ending.progress)
         if job.id in self.jobs and (changed := ending.job) is not None:

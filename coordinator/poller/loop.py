@@ -310,7 +310,7 @@ class Poller:
         with self._isolated("demand"):
             soon = partial(coming, runs, now, self._lead())
             self._streams.update_demand(active=self.active, coming=soon)
-        if turn.retries:
+        if self._runs.retries:
             await self._place_retries(turn)
         if not turn.empty():
             if self._stand_still():
@@ -505,26 +505,22 @@ class Poller:
         before, in a commit that landed only in part (the retry, not the failed run's
         end), and then the failed run is taken over and ends once more. Written again,
         the retry would be PENDING again and run a second time."""
-        slots, turn.retries = turn.retries, []
-        stored = await self.store.get_runs([s.run.id for s in slots])
         held = self._runs
-        for slot in slots:
-            if held.slots.get(slot.run.id) is not slot:
-                continue  # forgotten meanwhile (its job cancelled)
+        stored = await self.store.get_runs(list(held.retries))
+        for slot in list(held.retries.values()):
             have = stored.get(slot.run.id)
             if have is None:
                 turn.runs[slot.run.id] = slot.run
                 turn.due.append(slot.run)
+                held.place_retry(slot)
             elif have.state == RunState.PENDING:
-                slot.run = have  # its due row may be what did not land: index it again
-                turn.due.append(have)
+                turn.due.append(have)  # its due row may be what did not land: index it again
+                held.place_retry(slot, have)
             else:
                 log.info("retry %s of run stored already (%s)", have.id, have.state.value)
                 held.forget(slot)
                 if have.state.is_final:
                     held.ended_here(have.id)
-                continue
-            held.add_waiting(slot)
 
     async def _on_cancel(
         self, run: Run, reason: RunReason, fut: asyncio.Future[Run], turn: Turn, now: datetime
