@@ -32,11 +32,11 @@ from shardcron.client.types import (
     Schedule,
 )
 from shardcron.coordinator.poller import Phase, Poller, PollerConfig, fires
-from shardcron.coordinator.poller.admission import lease_lead, pick_worker
 from shardcron.coordinator.poller.config import JOB_ROW_RETRY
 from shardcron.coordinator.poller.crowds import CROWD
 from shardcron.coordinator.poller.events import WorkerClosed, WorkerMessage
 from shardcron.coordinator.poller.leases import LeaseBook
+from shardcron.coordinator.poller.placement import lease_lead, pick_worker
 from shardcron.coordinator.sqlite.store import SqliteStore
 from shardcron.coordinator.store import NewJob
 from tests.support.held_runs import T0, Held, job, lease_all, worker
@@ -85,22 +85,22 @@ def test_a_run_not_due_yet_waits_for_its_instant_when_only_other_workers_have_ro
     due = T0 + LEAD
     a, b, c = h.slot(j, due=due), h.slot(j, due=due), h.slot(j, due=T0)  # c: due already
     for s in (a, b, c):
-        h.admission.admit(s, fresh_fire=True)
+        h.admit(s, fresh_fire=True)
     # one early run fits the waiting worker; the other is set aside, not leased early
     assert dict(lease_all(h, [old, new], T0)) == {a.run.id: "new", c.run.id: "old"}
     assert b.phase == Phase.READY
-    assert h.admission.next_not_due() == due
+    assert h.table.next_not_due() == due
     assert lease_all(h, [old, new], due - TICK) == []
     # at its instant it goes to whichever worker has room
     assert lease_all(h, [old, new], due) == [(b.run.id, "old")]
-    assert h.admission.next_not_due() is None
+    assert h.table.next_not_due() is None
 
 
 def test_a_run_set_aside_and_forgotten_meanwhile_is_not_placed() -> None:
     h = Held()
     old = worker("old")
     s = h.slot(job(), due=T0 + LEAD)
-    h.admission.admit(s, fresh_fire=True)
+    h.admit(s, fresh_fire=True)
     assert lease_all(h, [old], T0) == []
     h.end(s)  # cancelled before its instant: ended and forgotten
     assert lease_all(h, [old], T0 + LEAD) == []

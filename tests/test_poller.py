@@ -35,6 +35,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from shardcron.client.errors import Unavailable
 from shardcron.client.schedule import next_fire
 from shardcron.client.types import (
     ConcurrencyPolicy,
@@ -46,6 +47,7 @@ from shardcron.client.types import (
     RunState,
     Schedule,
 )
+from shardcron.coordinator.coordination import Assignment
 from shardcron.coordinator.ids import bucket_for
 from shardcron.coordinator.poller import Phase, Poller, PollerConfig, fires
 from shardcron.coordinator.poller.config import JOB_ROW_GRACE, JOB_ROW_RETRY
@@ -58,6 +60,7 @@ from tests.support.pollers import (
     WAIT,
     FakeClock,
     PollerSetup,
+    connect,
     turns,
     turns_until,
 )
@@ -495,3 +498,25 @@ async def test_a_run_whose_hint_is_lost_is_read_once_the_hint_grace_is_over(
     await clock.move(hint_grace)
     await rescan(poller, clock)
     await turns_until(lambda: poller.phase_of(run.id) == Phase.READY, poller)
+
+
+async def test_a_cancel_waiting_on_a_run_whose_shard_moves_is_answered_regression(
+    store: SqliteStore, poller: Poller, clock: FakeClock
+) -> None:
+    """Issue 33, probe 3: a CancelRun waiting for a leased run's worker to stop it was
+    never answered once the run's shard moved to another poller: the run was dropped
+    with the shard, and its waiter with it. It is told to try again (Unavailable)."""
+    link = connect(poller, "w", waits=False)
+    now = clock.now()
+    job = dataclasses.replace(make_job(), created_at=now, updated_at=now)
+    run = dataclasses.replace(make_run(job, due_at=now), created_at=now)
+    await store.create_jobs([NewJob(job=job, runs=[run])])
+    poller.runs_created([run], [job])
+    await turns_until(lambda: link.granted(run.id) is not None, poller)
+    answer = asyncio.ensure_future(poller.cancel(run, RunReason.CANCELLED_BY_USER))
+    await turns_until(lambda: bool(link.cancels), poller)  # its worker is told to stop
+    assert not answer.done()
+    moved = poller.on_assignment(Assignment(epoch=2, fencing_epoch=1, shards=frozenset()))
+    await turns_until(lambda: moved.done() and answer.done(), poller)
+    with pytest.raises(Unavailable):
+        answer.result()

@@ -36,7 +36,6 @@ from shardcron.client.types import (
 from shardcron.coordinator.coordination import ClusterView, Member
 from shardcron.coordinator.ids import utcnow
 from shardcron.coordinator.poller import Poller, fires, keeper
-from shardcron.coordinator.poller.admission import Admission
 from shardcron.coordinator.poller.events import CancelRun
 from shardcron.coordinator.poller.workers import WorkerBook
 from shardcron.coordinator.router import PollerServiceServicer, ShardRouter
@@ -291,14 +290,14 @@ async def test_a_fault_handling_one_run_fails_that_run_alone(
     other = dataclasses.replace(make_job("alice"), created_at=now, updated_at=now)
     bad = dataclasses.replace(make_run(job, due_at=now), created_at=now)
     good = dataclasses.replace(make_run(other, due_at=now), created_at=now)
-    admit = Admission.admit
+    decide = keeper.decide
 
-    def poisoned(self: Admission, slot: Any, *, fresh_fire: bool) -> Any:
-        if slot.run.id == bad.id:
+    def poisoned(job_: Job, admitted: Any, **kw: Any) -> Any:
+        if job_.id == job.id:  # the job of the bad run
             raise KeyError("x" * 10_000)
-        return admit(self, slot, fresh_fire=fresh_fire)
+        return decide(job_, admitted, **kw)
 
-    monkeypatch.setattr(Admission, "admit", poisoned)
+    monkeypatch.setattr(keeper, "decide", poisoned)
     await poller.store.create_jobs([NewJob(job=job, runs=[bad]), NewJob(job=other, runs=[good])])
     poller.runs_created([bad, good], [job, other])  # one event, one turn
     await lease_of(worker, good)

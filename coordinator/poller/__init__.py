@@ -6,15 +6,16 @@ The parts that decide take ``now`` and return decisions; one part acts:
 - ``clock``, ``config``: the injected clock and the frozen settings;
 - ``fires``: what a due fire leads to (misfires, DST, the window, retries);
 - ``leases``: tokens, expiries, renewals and adopted orphans (never twice at once);
-- ``admission``: per-job concurrency, overlap policy, starting deadlines, and
-  placement of ready runs on workers;
+- ``overlap``: per-job concurrency and overlap policy; ``placement``: ready runs by
+  what they need, the worker each goes to, why a run waits, demand;
 - ``endings``: what a run's end leads to (retry, dead letter, streak, completion);
 - ``windows``: which part of each shard's due index to read next, and its cursors;
 - ``ownership``: whether the poller may write and send now;
 - ``workers``: the book of each worker's capacity, and the ``WorkerLink`` the loop
   sends through;
-- ``state``, ``turn``: a held run's phase, and one turn's write set;
-- ``keeper``: the runs held, with the deciders' answers applied to them;
+- ``table``: the runs held, each in one place, and the one writer of them;
+  ``turn``: one turn's write set;
+- ``keeper``: the deciders' answers applied to the runs held;
 - ``streams``: what workers say, applied to the runs held;
 - ``loading``: a scan's store reads, beside the turns; what they found is held by
   the loop;

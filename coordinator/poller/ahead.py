@@ -34,7 +34,7 @@ from shardcron.client.types import Job, JobSpec
 from shardcron.coordinator.poller.config import DEMAND_AHEAD
 from shardcron.coordinator.poller.keeper import RunKeeper
 from shardcron.coordinator.poller.loading import retrieve
-from shardcron.coordinator.poller.state import Slot
+from shardcron.coordinator.poller.table import Slot
 from shardcron.coordinator.store import JobStore
 
 READ_WAIT = 0.05  # seconds the turn that begins a read of jobs waits for it
@@ -42,7 +42,7 @@ READ_WAIT = 0.05  # seconds the turn that begins a read of jobs waits for it
 
 def coming(keeper: RunKeeper, now: datetime, lead: timedelta) -> list[tuple[JobSpec, str]]:
     """(spec, owner) of each run coming due within ``DEMAND_AHEAD`` of the lead whose job is held."""
-    jobs = keeper.jobs
+    jobs = keeper.table.jobs
     soon = keeper.coming_due(saturating_add(now, lead + DEMAND_AHEAD))
     return [(job.spec, s.run.owner) for s in soon if (job := jobs.get(s.run.job_id))]
 
@@ -65,18 +65,18 @@ class JobReads:
         A turn that has something to write anyway does not wait (``wait`` False): on a
         busy store the wait would hold up the turn's commit, and the leases of fresh
         runs in it; the runs read trigger in the turn its end wakes."""
-        keeper = self._keeper
+        table = self._keeper.table
         out = self._read_over()
         if due:
-            stale = keeper.stale_jobs(due)
+            stale = self._keeper.stale_jobs(due)
             for s in due:
                 if s.run.job_id in stale:
-                    keeper.await_job(s)
+                    table.await_job(s)
                 else:
                     out.append(s)
-        if self._task is None and keeper.awaiting_job:
+        if self._task is None and table.awaiting_job:
             self._read_at = monotonic
-            job_ids = list({s.run.job_id for s in keeper.begin_job_read()})
+            job_ids = list({s.run.job_id for s in table.begin_job_read()})
             task = self._task = asyncio.create_task(self._store.get_jobs(job_ids))
             task.add_done_callback(lambda _: self._wake())
             if wait:
@@ -90,11 +90,10 @@ class JobReads:
         if task is None or not task.done():
             return []
         self._task = None
-        keeper = self._keeper
+        table = self._keeper.table
         for job in task.result().values():  # a store error resets the poller
-            if keeper.holds_job(job.id):
-                keeper.cache_job(job, read_at=self._read_at)
-        return keeper.job_read_over()
+            table.cache_job(job, read_at=self._read_at)
+        return table.job_read_over()
 
     def cancel(self) -> None:
         """Nothing waits any more (the poller reset or stopped: its runs are forgotten)."""

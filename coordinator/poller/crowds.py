@@ -56,6 +56,10 @@ class DueCrowds:
         if i < len(self._crowded) and self._crowded[i] == at:
             del self._crowded[i]
 
+    def counts(self) -> dict[datetime, int]:
+        """Runs waiting, by due instant."""
+        return dict(self._counts)
+
     def lead(self, at: datetime, base: timedelta) -> timedelta:
         """How far ahead of ``at`` its runs are triggered: ``base``, and more for a
         crowded instant (never more than ``most``, nor less than ``base``)."""

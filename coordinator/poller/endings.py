@@ -1,5 +1,8 @@
-"""What the end of a run leads to: its final record, a retry, the job's streak,
-auto-pause and completion. Pure functions of the run, its job and ``now``.
+"""How a run ends and what its end leads to: its final record, a retry, the job's
+streak, auto-pause and completion. Pure functions of the run, its job and ``now``.
+
+- ``Outcome``: how a held run ends (its state and reason, what its worker said of it,
+  whether anything follows), as the rules decide it; ``final_run`` makes the record.
 
 - A FAILED or TIMED_OUT run of a job not deleted is retried while the retry policy
   has attempts left (``fires.retry_run``: backoff from ``now``); otherwise it is a
@@ -22,6 +25,23 @@ from shardcron.client.types import Job, JobState, Run, RunReason, RunState, Sche
 from shardcron.coordinator.poller.fires import is_extra_run, retry_run
 
 _COUNTED = (RunState.SUCCEEDED, RunState.FAILED, RunState.TIMED_OUT)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Outcome:
+    """How a held run ends."""
+
+    state: RunState
+    reason: RunReason
+    exit_code: int | None = None
+    error: str = ""
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    # False: nothing follows (no retry, streak, completion): a fault in the rules, which
+    # deciding again would only repeat, or a fire whose own rules skipped it
+    follow_up: bool = True
+    reported: bool = False  # its worker reported this end (a result)
+    record: Run | None = None  # the final record, made by the fire rules already
 
 
 def final_run(

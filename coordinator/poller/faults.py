@@ -7,7 +7,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from shardcron.client.limits import MAX_ERROR_MESSAGE, clip
-from shardcron.coordinator.poller.state import Slot
+from shardcron.coordinator.poller.table import Slot
 from shardcron.coordinator.poller.turn import Turn
 
 Fail = Callable[..., None]  # RunKeeper.fail(slot, error, turn, now, *, where)

@@ -1,11 +1,9 @@
-"""The runs a poller holds in memory, and the rules applied to them in a turn.
+"""The rules applied, in a turn, to the runs a poller holds.
 
-``RunKeeper`` holds every run of the owned shards that is not final yet (each a
-``Slot`` in one phase), the jobs they belong to, and the runs that ended here
-lately (so a late hint or a second load does not bring one back). It applies the
-deciders' answers — the fire rules when a run comes due, admission, placement, the
-lease book's expiries, the run-end rules — and adds what they decide to the
-turn's write set. It reads no clock for its rules (each takes ``now``), calls no
+``RunKeeper`` applies the deciders' answers to the runs its ``RunTable`` holds — the
+fire rules when a run comes due, overlap and the concurrency limit, placement, the
+lease book's expiries, the run-end rules — through the table's transitions, and adds
+what they decide to the turn's write set. It reads no clock for its rules (each takes ``now``), calls no
 store and sends nothing: the loop writes the turn, then sends what it carries.
 
 A rule that raises fails its own run or job, never the turn (``isolated``): the run
@@ -19,33 +17,77 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from datetime import datetime, timedelta
 
-from shardcron.client.errors import Unavailable
 from shardcron.client.frozen import copy_with
 from shardcron.client.saturating import saturating_add
 from shardcron.client.stream import CancelOrder
 from shardcron.client.types import Job, JobState, Run, RunReason, RunState
 from shardcron.coordinator.metrics import Metrics
-from shardcron.coordinator.poller.admission import Admission, Verdict, past_deadline
 from shardcron.coordinator.poller.clock import Clock
 from shardcron.coordinator.poller.config import JOB_ROW_GRACE, JOB_ROW_RETRY, PollerConfig
-from shardcron.coordinator.poller.crowds import DueCrowds
-from shardcron.coordinator.poller.endings import final_run, follow_up
+from shardcron.coordinator.poller.endings import Outcome, follow_up
 from shardcron.coordinator.poller.faults import Isolated, fault_text
 from shardcron.coordinator.poller.fires import on_fire_due, retry_misfired
 from shardcron.coordinator.poller.grants import lease_grant, unopenable
-from shardcron.coordinator.poller.leases import LeaseBook
-from shardcron.coordinator.poller.state import LAG_PHASES, Phase, Slot
-from shardcron.coordinator.poller.timeline import Timeline
+from shardcron.coordinator.poller.overlap import (
+    Verdict,
+    concurrency_limit,
+    decide,
+    ran_until,
+    skipped_by_reported_end,
+    victim,
+    waits_for_instant,
+)
+from shardcron.coordinator.poller.placement import (
+    WaitReason,
+    free_slots,
+    past_deadline,
+    pick_worker,
+    why_waiting,
+)
+from shardcron.coordinator.poller.table import LAG_PHASES, Phase, Place, RunTable, Slot
 from shardcron.coordinator.poller.turn import Turn
 from shardcron.coordinator.poller.workers import WorkerBook
 
-_REPORTED = (RunState.SUCCEEDED, RunState.FAILED, RunState.TIMED_OUT)  # ends a worker says
 WAITING_GAUGE_EVERY = 1.0  # seconds between counts of the runs waiting, by reason
 
 log = logging.getLogger("shardcron.poller")
+
+
+def placements(
+    table: RunTable, workers: Collection[WorkerBook], now: datetime, max_batch: int
+) -> Iterator[tuple[Slot, WorkerBook | None]]:
+    """Ready runs in placement order, each with the worker it goes to, or with None:
+    it missed its starting deadline. The caller leases each to its worker, or ends it,
+    before asking for the next. A run not due yet that only workers starting it at
+    once have room for is set aside until due. At most ``max_batch`` placed."""
+    table.now_due(now)
+    if free_slots(workers) <= 0:
+        return
+    ready = table.ready
+    for rid, cls, key, priority, owner in ready.heads(workers, max_batch):
+        slot = table.slots[rid]
+        job = slot.job
+        assert slot.place is Place.READY and job is not None
+        if past_deadline(job, slot.run, now):
+            ready.passed(cls, priority, owner, placed=False)
+            yield slot, None
+            continue
+        early = slot.run.due_at > now
+        worker = pick_worker(job, owner, workers, early=early)
+        if worker is None:
+            if early and pick_worker(job, owner, workers) is not None:
+                # only workers that would start it at once have room: set aside until
+                # due, when it is placed as any due run
+                ready.passed(cls, priority, owner, placed=False)
+                table.set_aside(slot)
+                continue
+            ready.close(key)  # no room for this class left: its other runs wait too
+            continue
+        ready.passed(cls, priority, owner, placed=True)
+        yield slot, worker
 
 
 class RunKeeper:
@@ -54,226 +96,53 @@ class RunKeeper:
     ) -> None:
         self.config = config
         self.metrics = metrics
-        self._clock = clock  # monotonic only: when a job copy was read, a run ended here
+        self._clock = clock  # monotonic only: how old a job copy is, when gauges were set
         self._shard_count = shard_count
-        self.slots: dict[str, Slot] = {}  # runs held, by id
-        self._timers = Timeline()  # WAITING runs by due time
-        # WAITING runs triggered at a set time, not a lease lead ahead: their job had
-        # runs admitted when the lead reached them, or their job row had not landed and
-        # they are looked at again then
-        self._at_instant = Timeline()
-        # how many timers are due at each instant: a crowded one is reached earlier
-        self._crowds = DueCrowds(per_run=config.crowd_lead_per_run, most=config.crowd_lead_most)
-        self.leases = LeaseBook(lease_ttl=config.lease_ttl, expiry_grace=config.expiry_grace)
-        self.admission = Admission(self.slots)
-        self._job_runs: dict[str, int] = {}  # job id -> runs of it held
-        # jobs of the runs held, with when they were read from the store (monotonic)
-        self.jobs: dict[str, Job] = {}
-        self._job_read_at: dict[str, float] = {}
-        self.recent_final: dict[str, float] = {}  # run id -> when it ended here (monotonic)
-        # WAITING runs due, whose job copy is read again before they trigger (``ahead``):
-        # waiting for the next read, and in the read in flight
-        self.awaiting_job: dict[str, Slot] = {}
-        self._job_read: dict[str, Slot] = {}
-        # retries decided this turn, not written yet (the loop's ``_place_retries``)
-        self.retries: dict[str, Slot] = {}
+        self.table = RunTable(config=config, clock=clock)
         self._waiting_counted_at = -math.inf  # monotonic: the waiting gauge was last set
-
-    def clear(self) -> None:
-        """Forgets every run held (the poller reloads its shards); a cancel waiting for
-        one of them is told to try again."""
-        for slot in self.slots.values():
-            for fut in slot.cancel_waiters:
-                if not fut.done():
-                    fut.set_exception(Unavailable("the poller reloaded its shards; try again"))
-        self.slots.clear()
-        self._timers.clear()
-        self._crowds.clear()
-        self._at_instant.clear()
-        self.leases.clear()
-        self.admission.clear()
-        self._job_runs.clear()
-        self.jobs.clear()
-        self._job_read_at.clear()
-        self.recent_final.clear()
-        self.awaiting_job.clear()
-        self._job_read.clear()
-        self.retries.clear()
-
-    # --- holding runs --------------------------------------------------------------
-
-    def known(self, run_id: str) -> bool:
-        """The run is held here, or ended here lately."""
-        return run_id in self.slots or run_id in self.recent_final
-
-    def holds_job(self, job_id: str) -> bool:
-        return job_id in self._job_runs
-
-    def track(self, slot: Slot) -> None:
-        self.slots[slot.run.id] = slot
-        self._job_runs[slot.run.job_id] = self._job_runs.get(slot.run.job_id, 0) + 1
-
-    def add_waiting(self, slot: Slot) -> None:
-        """Holds the run (if not yet) until it is due."""
-        if self.slots.get(slot.run.id) is not slot:
-            self.track(slot)
-        slot.phase = Phase.WAITING
-        self._timers.push(slot.run.id, slot.run.due_at)
-        self._crowds.add(slot.run.due_at)
-
-    def adopt_orphan(self, run: Run, job: Job | None, *, taken_at: datetime, now: datetime) -> None:
-        """A run leased before this poller held the shard: wait out its lease, one TTL at least."""
-        expires = self.leases.adopt(
-            run.id, run.lease_token, run.worker_id, run.lease_expires_at, taken_at=taken_at, now=now
-        )
-        slot = Slot(run=copy_with(run, lease_expires_at=expires), job=job, phase=Phase.LEASED)
-        self.track(slot)
-        self.admission.adopt(slot)
-
-    def ended_here(self, run_id: str) -> None:
-        self.recent_final[run_id] = self._clock.monotonic()
-
-    def forget(self, slot: Slot) -> None:
-        rid = slot.run.id
-        if self.slots.pop(rid, None) is None:
-            return
-        job_id = slot.run.job_id
-        left = self._job_runs.get(job_id, 1) - 1
-        if left <= 0:
-            self._job_runs.pop(job_id, None)
-            self.jobs.pop(job_id, None)
-            self._job_read_at.pop(job_id, None)
-        else:
-            self._job_runs[job_id] = left
-        due = self._timers.at(rid)
-        if due is not None:
-            self._timers.remove(rid)
-            self._crowds.remove(due)
-        self._at_instant.remove(rid)
-        self.awaiting_job.pop(rid, None)
-        self._job_read.pop(rid, None)
-        self.retries.pop(rid, None)
-        self.admission.forget(slot)
-        self.leases.release(rid)
-        if slot.worker is not None:
-            slot.worker.release(rid)
-            slot.worker = None
-
-    def forget_shards(self, shards: Collection[int]) -> None:
-        for slot in [s for s in self.slots.values() if s.run.shard in shards]:
-            self.forget(slot)
-
-    def prune_ended(self, keep_seconds: float) -> None:
-        cutoff = self._clock.monotonic() - keep_seconds
-        self.recent_final = {k: v for k, v in self.recent_final.items() if v > cutoff}
-
-    def cache_job(self, job: Job, *, read_at: float | None = None) -> None:
-        """Holds the job as read at ``read_at`` (monotonic; None: now) unless held newer."""
-        read_at = self._clock.monotonic() if read_at is None else read_at
-        if self._job_read_at.get(job.id, -math.inf) > read_at:
-            return
-        self.jobs[job.id] = job
-        self._job_read_at[job.id] = read_at
-
-    def oldest_due(self, phases: Collection[Phase] | None = None) -> dict[int, datetime]:
-        """Per shard, the due time of the oldest run held (in one of ``phases``)."""
-        oldest: dict[int, datetime] = {}
-        for slot in self.slots.values():
-            if phases is None or slot.phase in phases:
-                s = slot.run.shard
-                if s not in oldest or slot.run.due_at < oldest[s]:
-                    oldest[s] = slot.run.due_at
-        return oldest
-
-    def next_due(self, lead: timedelta = timedelta(0)) -> datetime | None:
-        """When the earliest run comes within ``lead`` of its instant (more for a
-        crowded instant, ``crowds``)."""
-        due = self._timers.first_at()
-        first = None if due is None else self._crowds.trigger_at(due, lead)
-        crowd = self._crowds.next_reach(lead)
-        return min(first, crowd) if first and crowd else first or crowd
-
-    def next_at_instant(self) -> datetime | None:
-        """When the earliest run left to trigger at a set time (no lead) comes due."""
-        return self._at_instant.first_at()
-
-    def held_slot(self, run_id: str, token: int) -> Slot | None:
-        """The run, if it is leased here under exactly this token."""
-        return self.slots[run_id] if self.leases.holds(run_id, token) else None
 
     # --- coming due -------------------------------------------------------------------
 
     def pop_due(self, now: datetime, *, lead: timedelta = timedelta(0)) -> list[Slot]:
-        """Runs due by ``now`` + ``lead`` (at most a batch), out of the timer heap: a
-        run is triggered up to the lease lead ahead of its due instant, so its fire
-        rules, admission and lease are decided by then; a crowded instant's further
-        ahead (``crowds``), so its last lease is out by then too. A run whose job has
-        runs admitted (ready or leased) is left to its very instant instead: whether it
+        """Runs due by ``now`` + ``lead`` (at most a batch), out of their timers: a run is
+        triggered up to the lease lead ahead of its due instant, so its fire rules,
+        admission and lease are decided by then; a crowded instant's further ahead
+        (``crowds``), so its last lease is out by then too. A run whose job has runs
+        admitted (ready or leased) is left to its very instant instead: whether it
         overlaps them is decided when it is due, not up to a lead before."""
-        limit = self.config.max_batch
-        due = [self.slots[rid] for _, rid in self._at_instant.pop_until(now, limit)]
-        until = self._crowds.reach(now, lead)
-        timers = self._timers
-        while len(due) < limit and (first := timers.first()) is not None and first[0] <= until:
-            at, rid = timers.pop()
-            self._crowds.remove(at)
-            slot = self.slots[rid]
-            if at > now and self.admission.busy(slot.run.job_id):
-                self._at_instant.push(rid, at)
-                continue
-            due.append(slot)
-        return due
+        table = self.table
+        return table.take_due(
+            now,
+            table.crowds.reach(now, lead),
+            self.config.max_batch,
+            to_instant=lambda s: waits_for_instant(table.busy(s.run.job_id), s.run.due_at, now),
+        )
 
     def coming_due(self, until: datetime) -> list[Slot]:
-        """WAITING runs due by ``until`` (a batch at most), left in the timer heap."""
-        return [self.slots[rid] for rid in self._timers.until(until, self.config.max_batch)]
-
-    def await_job(self, slot: Slot) -> None:
-        """The run, due, waits for its job to be read again (``ahead``)."""
-        self.awaiting_job[slot.run.id] = slot
-
-    def begin_job_read(self) -> list[Slot]:
-        """The runs awaiting their job, now in the read that begins."""
-        slots = list(self.awaiting_job.values())
-        self._job_read.update(self.awaiting_job)
-        self.awaiting_job.clear()
-        return slots
-
-    def job_read_over(self) -> list[Slot]:
-        """The runs of the read that is over, to trigger now."""
-        slots = list(self._job_read.values())
-        self._job_read.clear()
-        return slots
-
-    def place_retry(self, slot: Slot, stored: Run | None = None) -> None:
-        """A retry decided is written (or found PENDING in the store, ``stored``): it
-        waits for its due time."""
-        del self.retries[slot.run.id]
-        if stored is not None:
-            slot.run = stored
-        self.add_waiting(slot)
+        """WAITING runs due by ``until`` (a batch at most), left waiting."""
+        return self.table.coming_due(until, self.config.max_batch)
 
     def stale_jobs(self, due: list[Slot]) -> set[str]:
         """Jobs of these runs to read again: not held, or read longer ago than allowed."""
         ttl = self.config.job_cache_ttl
         oldest = -math.inf if ttl is None else self._clock.monotonic() - ttl.total_seconds()
+        table = self.table
         return {
             s.run.job_id
             for s in due
-            if s.run.job_id not in self.jobs
-            or self._job_read_at.get(s.run.job_id, -math.inf) < oldest
+            if s.run.job_id not in table.jobs or table.job_read_at(s.run.job_id) < oldest
         }
 
     def trigger(self, slot: Slot, now: datetime, turn: Turn) -> None:
         """A run comes due with its job as last read (None: no job row)."""
         run = slot.run
-        job = slot.job = self.jobs.get(run.job_id)
+        job = self.table.trigger(slot)
         if job is None and now - run.created_at < JOB_ROW_GRACE:
             # A store that writes a create in steps (Cassandra: runs, due rows, then the
             # job row) can show the run before its job: look again shortly. A run whose
             # job never appears belonged to a create that failed.
             # at that time itself: a look again is no due instant to lead
-            self._at_instant.push(run.id, saturating_add(now, JOB_ROW_RETRY))
+            self.table.look_again(slot, saturating_add(now, JOB_ROW_RETRY))
             return
         if job is None or job.state == JobState.DELETED:
             self.finish(slot, RunState.CANCELLED, RunReason.JOB_DELETED, turn, now)
@@ -307,7 +176,7 @@ class RunKeeper:
         elif paused:
             # a one-off, retry or manual run of a paused job waits in the store;
             # ResumeJob indexes it again
-            self.forget(slot)
+            self.table.drop(slot, "its job is paused")
             return
         if retry_misfired(job, run, now=now, grace=self.config.misfire_grace):
             self.finish(slot, RunState.SKIPPED, RunReason.MISFIRE, turn, now)
@@ -315,12 +184,13 @@ class RunKeeper:
         if past_deadline(job, run, now):
             self.finish(slot, RunState.MISSED, RunReason.DEADLINE, turn, now)
             return
-        self._admit(slot, fresh, turn, now)
+        self.admit(slot, fresh, turn, now)
 
     def _fire(self, slot: Slot, job: Job, paused: bool, turn: Turn, now: datetime) -> bool:
         """The schedule's current fire is due: records its outcome and the next fire.
         False when the fire itself was not run (skipped, or a misfire)."""
         run = slot.run
+        table = self.table
         out = on_fire_due(
             job,
             run,
@@ -334,9 +204,8 @@ class RunKeeper:
         known = set()
         for r in out.runs:
             if r.id == run.id:
-                self.forget(slot)
-                self.ended_here(run.id)
-            elif self.known(r.id):
+                table.end(slot, Outcome(state=r.state, reason=r.reason, record=r), now)
+            elif table.known(r.id):
                 # a fire whose run is already held or done here (written by a commit
                 # that landed only in part): keep that one, do not write it again
                 known.add(r.id)
@@ -345,24 +214,36 @@ class RunKeeper:
         for r in out.due:
             if r.id not in known:
                 turn.due.append(r)
-                self.add_waiting(Slot(run=r, job=job))
+                table.hold(r, job)
         nxt = out.next_fire
         at, key = (nxt.at, nxt.key) if nxt else (None, "")
         slot.job = job = copy_with(job, next_fire_at=at, next_fire_key=key)
-        self.jobs[job.id] = job
+        table.set_job(job)
         turn.set_progress(job.id, next_fire_at=at, next_fire_key=key)
-        if nxt is None and not out.run_this and self._job_runs.get(job.id, 0) == 0:
+        if nxt is None and not out.run_this and not table.holds_job(job.id):
             turn.set_progress(job.id, state=JobState.COMPLETED)
         return out.run_this
 
-    def _admit(self, slot: Slot, fresh_fire: bool, turn: Turn, now: datetime) -> None:
-        verdict = self.admission.admit(slot, fresh_fire=fresh_fire)
-        if verdict == Verdict.SKIP:
+    def admit(self, slot: Slot, fresh_fire: bool, turn: Turn, now: datetime) -> Verdict:
+        """The due run asks to start (``overlap.decide``): it is made ready, queued,
+        held back or skipped; a REPLACE cancels the run it replaces."""
+        job = slot.job
+        assert job is not None
+        table = self.table
+        admitted = table.admitted(job.id)
+        verdict = decide(job, admitted, queued=table.queued(job.id), fresh_fire=fresh_fire)
+        if verdict == Verdict.READY:
+            table.make_ready(slot)
+        elif verdict == Verdict.HOLD:
+            table.hold_back(slot)
+        elif verdict == Verdict.SKIP:
             self.finish(slot, RunState.SKIPPED, RunReason.OVERLAP, turn, now)
-        elif verdict == Verdict.REPLACE:
-            victim = self.admission.replaced(slot.run.job_id)
-            if victim is not None:
-                self.cancel(victim, RunReason.REPLACED, turn, now)
+        else:
+            table.queue(slot, first=verdict == Verdict.REPLACE)
+            replaced = victim(admitted) if verdict == Verdict.REPLACE else None
+            if replaced is not None:
+                self.cancel(replaced, RunReason.REPLACED, turn, now)
+        return verdict
 
     def reconsider_held(
         self, job_id: str, turn: Turn, now: datetime, *, ran_until: datetime | None = None
@@ -371,15 +252,15 @@ class RunKeeper:
         (it is going: the fires held back are skipped), or ended: the fires due before
         ``ran_until`` (when its worker says it ended) overlapped it and are skipped, the
         others may run."""
-        for slot in self.admission.release_held(job_id):
+        for slot in self.table.release_held(job_id):
             with self.isolated(slot, turn, now, where="admit"):
-                if ran_until is not None and slot.run.due_at < ran_until:
+                if skipped_by_reported_end(slot.run.due_at, ran_until):
                     self.finish(slot, RunState.SKIPPED, RunReason.OVERLAP, turn, now)
                 else:
-                    self._admit(slot, True, turn, now)
+                    self.admit(slot, True, turn, now)
 
     def miss_deadlines(self, now: datetime, turn: Turn) -> None:
-        for slot in self.admission.missed(now):
+        for slot in self.table.missed(now):
             with self.isolated(slot, turn, now, where="deadline"):
                 self.finish(slot, RunState.MISSED, RunReason.DEADLINE, turn, now)
 
@@ -388,7 +269,7 @@ class RunKeeper:
     def dispatch(self, workers: Collection[WorkerBook], now: datetime, turn: Turn) -> None:
         """Leases ready runs to workers with room; the leases go out after the commit."""
         leased = 0
-        for slot, worker in self.admission.place(workers, now, self.config.max_batch):
+        for slot, worker in placements(self.table, workers, now, self.config.max_batch):
             if worker is None:
                 self.finish(slot, RunState.MISSED, RunReason.DEADLINE, turn, now)
                 continue
@@ -396,21 +277,7 @@ class RunKeeper:
             if (fault := unopenable(self.config, slot.job)) is not None:
                 self.fail(slot, fault, turn, now, where="secrets")  # never to a worker
                 continue
-            # a lease taken ahead of its due instant holds one TTL from that instant:
-            # its worker waits for it before starting the run
-            start = max(now, slot.run.due_at)
-            token, expires = self.leases.grant(slot.run.id, worker.id, start)
-            run = copy_with(
-                slot.run,
-                state=RunState.LEASED,
-                worker_id=worker.id,
-                lease_token=token,
-                lease_expires_at=expires,
-            )
-            slot.run = run
-            slot.phase = Phase.LEASED
-            slot.worker = worker
-            worker.hold(run.id, slot.job.spec.resources)
+            run = self.table.lease(slot, worker, now)
             turn.runs[run.id] = run
             turn.leases.append(slot)
             leased += 1
@@ -424,11 +291,29 @@ class RunKeeper:
         held or not waiting are left out)."""
         reasons = {}
         for rid in run_ids:
-            slot = self.slots.get(rid)
-            reason = "" if slot is None else self.admission.waiting_reason(slot, workers)
+            slot = self.table.slots.get(rid)
+            reason = "" if slot is None else self._waiting_reason(slot, workers)
             if reason:
                 reasons[rid] = reason
         return reasons
+
+    def _waiting_reason(self, slot: Slot, workers: Collection[WorkerBook]) -> str:
+        """Why this held run is not on a worker yet ("" unless READY or BLOCKED)."""
+        if slot.phase == Phase.BLOCKED:
+            if slot.place is Place.HELD_BACK:
+                return "waiting to learn whether a run taken over from another poller still goes"
+            running = len(self.table.admitted(slot.run.job_id))
+            return f"waiting for the job's concurrency limit ({running} running)"
+        cls = self.table.ready.class_of(slot.run.id)
+        return "" if cls is None else why_waiting(cls.spec, cls.owner, workers)[1]
+
+    def waiting_counts(self, workers: Collection[WorkerBook]) -> dict[WaitReason, int]:
+        """Runs waiting, by reason: O(classes × workers)."""
+        counts = dict.fromkeys(WaitReason, 0)
+        for cls in self.table.ready.classes():
+            counts[why_waiting(cls.spec, cls.owner, workers)[0]] += cls.count
+        counts[WaitReason.CONCURRENCY_LIMIT] = self.table.blocked
+        return counts
 
     def count_waiting(self, workers: Collection[WorkerBook], now: datetime) -> None:
         """Sets the waiting-runs and shard-lag gauges, at most once a second (they look
@@ -437,29 +322,27 @@ class RunKeeper:
         if at - self._waiting_counted_at < WAITING_GAUGE_EVERY:
             return
         self._waiting_counted_at = at
-        for reason, n in self.admission.waiting_counts(workers).items():
+        for reason, n in self.waiting_counts(workers).items():
             self.metrics.waiting_runs.labels(reason=reason.value).set(n)
-        oldest = self.oldest_due(LAG_PHASES).values()
+        oldest = self.table.oldest_due(LAG_PHASES).values()
         lag = (now - min(oldest)).total_seconds() if oldest else 0.0
         self.metrics.shard_lag.set(max(0.0, lag))
 
     def send_lease(self, slot: Slot, now: datetime) -> None:
         """Sends a lease once it is durable; its TTL counts from now, as the worker's will
         (from the run's due instant for a lease sent ahead of it)."""
-        worker, job = slot.worker, slot.job
-        if worker is None or job is None:
-            return  # refused or ended meanwhile
-        expires = self.leases.sent(slot.run.id, slot.run.lease_token, max(now, slot.run.due_at))
+        expires = self.table.sent(slot, max(now, slot.run.due_at))
         if expires is None:
-            return
+            return  # not leased under that token any more
+        worker, job = slot.worker, slot.job
+        assert worker is not None and job is not None
         # the run keeps its granted expiry: the lease book holds this one, and the run's
-        # final record takes it from there (``finish``)
+        # final record takes it from there (``RunTable.end``)
         worker.link.lease(lease_grant(slot.run, job, self.config, expires))
 
     def expire(self, now: datetime, turn: Turn) -> None:
         """Ends the runs whose lease ran out: lost with their worker, or cancelled."""
-        for rid in self.leases.expired(now):
-            slot = self.slots[rid]
+        for slot in self.table.expired(now):
             self.metrics.leases_expired.inc()
             with self.isolated(slot, turn, now, where="expire"):
                 if slot.cancel_reason is not None:
@@ -474,32 +357,21 @@ class RunKeeper:
                         error="lease expired: worker lost",
                     )
 
-    def requeue(self, slot: Slot) -> None:
-        """Its worker refused the lease: nothing of it ran, it is leased again."""
-        if slot.worker is not None:
-            slot.worker.release(slot.run.id)
-            slot.worker = None
-        self.leases.release(slot.run.id)
-        self.admission.requeue(slot)
-
     # --- cancelling and ending ------------------------------------------------------------
 
     def cancel(self, slot: Slot, reason: RunReason, turn: Turn, now: datetime) -> None:
         """A run not on a worker ends CANCELLED now; a leased one is told to stop (its
         worker reports the end, or the lease expires)."""
-        if slot.phase == Phase.LEASED:
-            if slot.cancel_reason is None:
-                slot.cancel_reason = reason
-                worker = slot.worker
-                if worker is not None:
-                    token = slot.run.lease_token
-                    order = CancelOrder(run_id=slot.run.id, fencing_token=token, reason=reason)
-                    turn.after.append(lambda: worker.link.cancel(order))
+        if slot.place is not Place.LEASED:
+            self.finish(slot, RunState.CANCELLED, reason, turn, now)
             return
-        self.finish(slot, RunState.CANCELLED, reason, turn, now)
+        if self.table.mark_cancel(slot, reason) and (worker := slot.worker) is not None:
+            token = slot.run.lease_token
+            order = CancelOrder(run_id=slot.run.id, fencing_token=token, reason=reason)
+            turn.after.append(lambda: worker.link.cancel(order))
 
     def cancel_job(self, job_id: str, reason: RunReason, turn: Turn, now: datetime) -> None:
-        for slot in [s for s in self.slots.values() if s.run.job_id == job_id]:
+        for slot in self.table.runs_of(job_id):
             self.cancel(slot, reason, turn, now)
 
     def finish(
@@ -514,23 +386,23 @@ class RunKeeper:
         error: str = "",
         started_at: datetime | None = None,
         ended_at: datetime | None = None,
+        reported: bool = False,
     ) -> None:
-        """The run ends here: its final record, and what that leads to (endings)."""
+        """The run ends here: its final record, and what that leads to (endings). A
+        run ended already (a rule raised after its end) is left as it ended."""
+        if slot.place is Place.GONE:
+            return
         job = slot.job
-        final = final_run(
-            slot.run,
-            state,
-            reason,
-            now,
+        outcome = Outcome(
+            state=state,
+            reason=reason,
             exit_code=exit_code,
             error=error,
             started_at=started_at,
             ended_at=ended_at,
-            output_bytes=slot.output_bytes,
-            lease_expires_at=self.leases.expires_at(slot.run.id),
+            reported=reported,
         )
-        self.forget(slot)
-        self.ended_here(final.id)
+        final = self.table.end(slot, outcome, now)
         self.metrics.run_ended(final)
         if job is not None:
             try:
@@ -538,31 +410,28 @@ class RunKeeper:
             except Exception as error:  # its retry rules: the run's own end stands
                 self.job_rules_failed(job, error, turn, where="ending")
             self.metrics.dead_lettered(final)
-            self.admission.unblock(job.id)
-            # a result its worker reported says until when the run really went
-            reported = state in _REPORTED and reason != RunReason.WORKER_LOST
-            self.reconsider_held(job.id, turn, now, ran_until=final.ended_at if reported else None)
+            self.table.unblock(job.id, concurrency_limit)
+            self.reconsider_held(job.id, turn, now, ran_until=ran_until(final, reported=reported))
         turn.runs[final.id] = final
         for fut in slot.cancel_waiters:
             turn.answers.append(fut)
             turn.after.append(lambda f=fut, r=final: f.done() or f.set_result(r))
 
     def _follow_up(self, job: Job, final: Run, turn: Turn, now: datetime) -> Run:
+        table = self.table
         ending = follow_up(
             job,
             final,
             now,
-            current=self.jobs.get(job.id, job),
-            runs_left=self._job_runs.get(job.id, 0),
+            current=table.jobs.get(job.id, job),
+            runs_left=len(table.runs_of(job.id)),
         )
-        if ending.retry is not None and not self.known(ending.retry.id):
-            slot = Slot(run=ending.retry, job=job)
-            self.track(slot)  # counted now; written (or not) by the loop's place_retries
-            self.retries[slot.run.id] = slot
+        if ending.retry is not None:
+            table.hold_retry(ending.retry, job)  # written (or not) by the loop's place_retries
         if ending.progress:
             turn.set_progress(job.id, **ending.progress)
-        if job.id in self.jobs and (changed := ending.job) is not None:
-            self.jobs[job.id] = changed
+        if (changed := ending.job) is not None:
+            table.set_job(changed)
         return ending.final
 
     # --- faults ------------------------------------------------------------------------------
@@ -583,28 +452,27 @@ class RunKeeper:
     ) -> None:
         """Handling the run raised: it ends FAILED (``INTERNAL_ERROR``) with the error's
         text, and nothing follows from that end (no retry, no failure streak): deciding
-        them would apply the same rules again. A cancel waiting for it gets that end."""
+        them would apply the same rules again. A cancel waiting for it gets that end. A
+        run ended already (the rule raised after its end) is left as it ended."""
         if not counted:
             log.error("run %s failed in the poller (%s)", slot.run.id, where, exc_info=error)
             self.metrics.poller_faults.labels(where=where).inc()
-        final = final_run(
-            slot.run,
-            RunState.FAILED,
-            RunReason.INTERNAL_ERROR,
-            now,
+        if slot.place is Place.GONE:
+            return
+        outcome = Outcome(
+            state=RunState.FAILED,
+            reason=RunReason.INTERNAL_ERROR,
             error=fault_text(error),
-            output_bytes=slot.output_bytes,
+            follow_up=False,
         )
-        self.forget(slot)
-        self.ended_here(final.id)
+        final = self.table.end(slot, outcome, now)
         self.metrics.run_ended(final)
-        self.admission.unblock(final.job_id)
+        self.table.unblock(final.job_id, concurrency_limit)
         self.reconsider_held(final.job_id, turn, now)
         turn.runs[final.id] = final
         for fut in slot.cancel_waiters:
             turn.answers.append(fut)
             turn.after.append(lambda f=fut, r=final: f.done() or f.set_result(r))
-        slot.cancel_waiters = []
 
     def job_rules_failed(self, job: Job, error: BaseException, turn: Turn, *, where: str) -> None:
         """The job's own rules raised: the job is paused, the error its pause reason
@@ -614,6 +482,4 @@ class RunKeeper:
         reason = f"paused: the scheduler failed applying its rules: {fault_text(error)}"
         if job.state == JobState.ACTIVE:
             turn.set_progress(job.id, state=JobState.PAUSED, pause_reason=reason)
-        paused = copy_with(job, state=JobState.PAUSED, pause_reason=reason)
-        if job.id in self.jobs:
-            self.jobs[job.id] = paused
+        self.table.set_job(copy_with(job, state=JobState.PAUSED, pause_reason=reason))

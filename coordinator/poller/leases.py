@@ -97,6 +97,10 @@ class LeaseBook:
 
     # --- holding them -----------------------------------------------------------------
 
+    def held(self) -> set[str]:
+        """The runs leased here."""
+        return set(self._held)
+
     def holds(self, run_id: str, token: int) -> bool:
         """The run is leased here under exactly this token."""
         held = self._held.get(run_id)

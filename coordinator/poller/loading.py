@@ -35,7 +35,6 @@ from typing import Any
 from shardcron.client.saturating import saturating_add
 from shardcron.client.types import Job, Run, RunState
 from shardcron.coordinator.poller.keeper import RunKeeper
-from shardcron.coordinator.poller.state import Slot
 from shardcron.coordinator.poller.windows import ShardWindows
 from shardcron.coordinator.store import JobStore
 
@@ -101,8 +100,9 @@ class ScanReads:
             recheck=windows.recheck_due(monotonic),
             generation=generation,
         )
-        room = keeper.config.max_loaded - len(keeper.slots)
-        self._task = asyncio.create_task(self._read(plan, keeper.known, room), name="poller-scan")
+        table = keeper.table
+        room = keeper.config.max_loaded - len(table)
+        self._task = asyncio.create_task(self._read(plan, table.known, room), name="poller-scan")
         self._task.add_done_callback(lambda _: self._wake())
 
     async def settle(self, timeout: float) -> bool:
@@ -211,21 +211,21 @@ def hold_found(
 ) -> None:
     """Holds what a scan found (on the loop's task), and marks each shard read in whole
     as loaded up to the scan's edge. Runs known by now are left as the loop has them."""
+    table = keeper.table
     for shard in found:
         taken = windows.taken_at.get(shard.shard, plan.now)
         for run in shard.runs:
-            if keeper.known(run.id):
+            if table.known(run.id):
                 continue
             job = shard.jobs.get(run.job_id)
             if run.state.is_final:
-                keeper.ended_here(run.id)
+                table.remember_ended(run.id)
             elif run.state == RunState.PENDING:
-                keeper.add_waiting(Slot(run=run, job=job))
+                table.hold(run, job)
             else:
-                keeper.adopt_orphan(run, job, taken_at=taken, now=plan.now)
+                table.adopt(run, job, taken_at=taken, now=plan.now)
         for job in shard.jobs.values():
-            if keeper.holds_job(job.id):
-                keeper.cache_job(job, read_at=plan.read_at)
+            table.cache_job(job, read_at=plan.read_at)
         if shard.complete:
             windows.loaded(shard.shard, plan.until, plan.now, recheck=plan.recheck)
 

@@ -47,7 +47,6 @@ from shardcron.client.types import Job, Run, RunReason, RunState, ShardInfo, Wor
 from shardcron.coordinator.coordination import Assignment
 from shardcron.coordinator.ids import shard_for
 from shardcron.coordinator.metrics import Metrics
-from shardcron.coordinator.poller.admission import free_slots, lease_lead
 from shardcron.coordinator.poller.ahead import JobReads, coming
 from shardcron.coordinator.poller.clock import Clock, SystemClock
 from shardcron.coordinator.poller.config import MAX_DEFERRED, PollerConfig
@@ -66,8 +65,9 @@ from shardcron.coordinator.poller.faults import fault_text
 from shardcron.coordinator.poller.keeper import RunKeeper
 from shardcron.coordinator.poller.loading import SCAN_WAIT, CursorSaves, ScanReads
 from shardcron.coordinator.poller.ownership import Ownership, Standing
-from shardcron.coordinator.poller.state import LAG_PHASES, Phase, Slot
+from shardcron.coordinator.poller.placement import free_slots, lease_lead
 from shardcron.coordinator.poller.streams import WorkerStreams
+from shardcron.coordinator.poller.table import LAG_PHASES, Phase, Place, RunTable
 from shardcron.coordinator.poller.turn import Turn
 from shardcron.coordinator.poller.windows import ShardWindows
 from shardcron.coordinator.store import JobStore
@@ -88,7 +88,7 @@ class Poller:
         session_generation: Callable[[], int] = lambda: 0,
         clock: Clock | None = None,
         runs_ended: Callable[[list[Run]], object] | None = None,
-        after_turn: Callable[[RunKeeper], object] | None = None,
+        after_turn: Callable[[RunTable], object] | None = None,
     ) -> None:
         self.store = store
         # told the runs each turn made final, once they are durable (WaitRun wakes on it)
@@ -164,7 +164,7 @@ class Poller:
     @property
     def fencing_epoch(self) -> int:
         """The fencing epoch this poller's lease tokens carry."""
-        return self._runs.leases.fencing_epoch
+        return self._runs.table.leases.fencing_epoch
 
     def owns(self, shard: int) -> bool:
         return shard in self._windows.shards
@@ -191,7 +191,7 @@ class Poller:
                 event.applied.set_result(None)
             elif isinstance(event, CancelRun) and not event.done.done():
                 event.done.set_exception(Unavailable("the poller stopped; try again"))
-        self._runs.clear()  # a cancel waiting for a run's worker is told to try again
+        self._runs.table.clear()  # a cancel waiting for a run's worker is told to try again
         self._streams.close_all()
 
     async def _loop(self) -> None:
@@ -227,7 +227,7 @@ class Poller:
         self.metrics.poller_resets.inc()
         self._drop_reads()
         self._early_hints.clear()
-        self._runs.clear()
+        self._runs.table.clear()
         self._windows.reset(self._clock.now())
         self._streams.forget_all()
 
@@ -249,20 +249,17 @@ class Poller:
         scan = None if self._scans.busy else self._windows.seconds_to_scan(self._clock.monotonic())
         if scan is not None:
             candidates.append(scan)
-        runs = self._runs
-        due = runs.next_due(self._lead())
-        if due is not None:
-            candidates.append((due - now).total_seconds())
-        admission = runs.admission
+        table = self._runs.table
         for at in (
-            runs.next_at_instant(),
-            runs.leases.next_expiry(),
-            admission.next_deadline(),
-            admission.next_not_due(),
+            table.next_due(self._lead()),
+            table.next_at_instant(),
+            table.leases.next_expiry(),
+            table.next_deadline(),
+            table.next_not_due(),
         ):
             if at is not None:
                 candidates.append((at - now).total_seconds())
-        if runs.admission.has_ready() and free_slots(self._streams.workers.values()) > 0:
+        if table.ready.worth_a_pass() and free_slots(self._streams.workers.values()) > 0:
             candidates.append(0.05)
         return max(0.0, min(candidates))
 
@@ -273,7 +270,7 @@ class Poller:
         try:
             await self._run_turn(turn)
             if self._after_turn is not None:
-                self._after_turn(self._runs)
+                self._after_turn(self._runs.table)
         finally:
             for fut in turn.answers:  # not written, or failed: the caller tries again
                 if not fut.done():
@@ -310,7 +307,7 @@ class Poller:
         with self._isolated("demand"):
             soon = partial(coming, runs, now, self._lead())
             self._streams.update_demand(active=self.active, coming=soon)
-        if self._runs.retries:
+        if self._runs.table.retries:
             await self._place_retries(turn)
         if not turn.empty():
             if self._stand_still():
@@ -399,11 +396,10 @@ class Poller:
                 for run in created:
                     self._admit_new(run, now)
                 for job in jobs:
-                    if runs.holds_job(job.id):
-                        runs.cache_job(job)
+                    runs.table.cache_job(job)
             case JobChanged(job=job):
-                if job.id in runs.jobs:
-                    runs.cache_job(job)
+                if job.id in runs.table.jobs:
+                    runs.table.cache_job(job)
             case WorkerConnected() as connected:
                 self._streams.connected(connected, epoch=self.epoch, turn=turn, now=now)
             case WorkerClosed(link=link):
@@ -428,11 +424,11 @@ class Poller:
         if a.fencing_epoch != self.fencing_epoch:
             self._ownership.new_fencing_epoch()
         self.epoch = a.epoch
-        self._runs.leases.set_fencing_epoch(a.fencing_epoch)
+        self._runs.table.leases.set_fencing_epoch(a.fencing_epoch)
         self.active = a.active
         lost = self._windows.assign(a.shards, now)
         if lost:
-            self._runs.forget_shards(lost)
+            self._runs.table.release(lost)
             self._streams.drop_unsent_leases()
         self.metrics.epoch.set(self.epoch)
         self.metrics.owned_shards.set(len(a.shards))
@@ -442,7 +438,7 @@ class Poller:
         after a scan found the run and it ran and ended here (its copy is still PENDING)."""
         if (
             run.shard not in self._windows.shards
-            or self._runs.known(run.id)
+            or self._runs.table.known(run.id)
             or run.state != RunState.PENDING
         ):
             return
@@ -455,12 +451,12 @@ class Poller:
         if run.due_at >= (edge or now) and (
             edge is None  # the shard's first scan will load it
             or run.due_at >= saturating_add(now, self.config.hint_horizon)
-            or len(self._runs.slots) >= self.config.max_loaded
+            or len(self._runs.table) >= self.config.max_loaded
         ):
             return  # the scan will load it in time
         # held now, also beyond the loaded edge: the scan then skips it (known) instead
         # of reading it and its job back from the store
-        self._runs.add_waiting(Slot(run=run))
+        self._runs.table.hold(run)
 
     # --- loading -----------------------------------------------------------------
 
@@ -476,12 +472,12 @@ class Poller:
     def _save_cursors(self, now: datetime) -> None:
         """Saves each loaded shard's cursor, beside the turns (``loading``)."""
         clock = self._clock.monotonic()
-        oldest = self._runs.oldest_due()
+        oldest = self._runs.table.oldest_due()
         cursors = self._windows.cursors(oldest, now, self.store.bucket_seconds, clock)
         if cursors:
             self._cursor_saves.start(cursors)
         window = self.config.recheck_window + self.config.lookahead
-        self._runs.prune_ended(window.total_seconds() + 60)
+        self._runs.table.prune_ended(window.total_seconds() + 60)
 
     # --- what needs the store in the middle of a turn --------------------------------
 
@@ -505,30 +501,31 @@ class Poller:
         before, in a commit that landed only in part (the retry, not the failed run's
         end), and then the failed run is taken over and ends once more. Written again,
         the retry would be PENDING again and run a second time."""
-        held = self._runs
-        stored = await self.store.get_runs(list(held.retries))
-        for slot in list(held.retries.values()):
+        table = self._runs.table
+        retries = table.retries
+        stored = await self.store.get_runs([s.run.id for s in retries])
+        for slot in retries:
             have = stored.get(slot.run.id)
             if have is None:
                 turn.runs[slot.run.id] = slot.run
                 turn.due.append(slot.run)
-                held.place_retry(slot)
+                table.place_retry(slot)
             elif have.state == RunState.PENDING:
                 turn.due.append(have)  # its due row may be what did not land: index it again
-                held.place_retry(slot, have)
+                table.place_retry(slot, have)
             else:
                 log.info("retry %s of run stored already (%s)", have.id, have.state.value)
-                held.forget(slot)
+                table.drop(slot, "the retry was stored already")
                 if have.state.is_final:
-                    held.ended_here(have.id)
+                    table.remember_ended(have.id)
 
     async def _on_cancel(
         self, run: Run, reason: RunReason, fut: asyncio.Future[Run], turn: Turn, now: datetime
     ) -> None:
-        slot = self._runs.slots.get(run.id)
+        slot = self._runs.table.slots.get(run.id)
         if slot is not None:
             self._runs.cancel(slot, reason, turn, now)
-            if slot.phase == Phase.LEASED and slot.run.state != RunState.CANCELLED:
+            if slot.place is Place.LEASED:  # told to stop: answered at its end
                 slot.cancel_waiters.append(fut)
             else:
                 final = turn.runs.get(run.id, slot.run)
@@ -548,7 +545,7 @@ class Poller:
                 stored, state=RunState.CANCELLED, reason=reason, ended_at=now
             )
             turn.runs[final.id] = final
-            self._runs.ended_here(final.id)
+            self._runs.table.remember_ended(final.id)
             self.metrics.run_ended(final)
             turn.answers.append(fut)
             turn.after.append(lambda: fut.done() or fut.set_result(final))
@@ -558,7 +555,7 @@ class Poller:
     def _update_gauges(self) -> None:
         workers = self._streams.workers.values()
         self.metrics.active_leases.set(sum(len(w.leases) for w in workers))
-        self.metrics.ready_runs.set(len(self._runs.admission))
+        self.metrics.ready_runs.set(len(self._runs.table.ready))
         self._runs.count_waiting(workers, self._clock.now())
         used = sum(w.used for w in workers)
         total = sum(w.slots for w in workers)
@@ -575,7 +572,7 @@ class Poller:
 
     def phase_of(self, run_id: str) -> Phase | None:
         """Where a run held here stands (None: not held)."""
-        slot = self._runs.slots.get(run_id)
+        slot = self._runs.table.slots.get(run_id)
         return None if slot is None else slot.phase
 
     def workers(self) -> list[WorkerInfo]:
@@ -586,7 +583,7 @@ class Poller:
 
     def shard_lag(self, now: datetime | None = None) -> list[ShardInfo]:
         now = now or self._clock.now()
-        oldest = self._runs.oldest_due(LAG_PHASES)
+        oldest = self._runs.table.oldest_due(LAG_PHASES)
         return [
             ShardInfo(
                 shard=s,

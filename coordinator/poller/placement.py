@@ -1,4 +1,5 @@
-"""Ready runs grouped by what they need, and why a run waits.
+"""Who a ready run goes to: ready runs grouped by what they need, the worker chosen,
+why a run waits, and the room asked of workers that share their slots.
 
 A **placement class** is what decides whether a worker could take a run: its task
 kind (commands, or the handler's name), the labels it requires, the slots, cpu
@@ -21,16 +22,28 @@ and for the ``shardcron_waiting_runs`` gauge, never stored: the reason changes
 with every worker that comes and goes, and writing it would cost a store write on
 the hot path. ``WaitReason`` names the gauge's label values, a fixed set (never a
 handler name or a label value).
+
+**The worker** (``pick_worker``): the one with the most free slots among those of
+the run's owner's pool whose unused capacity covers it. A run triggered ahead of its
+due instant (``lease_lead``: only while some worker holds a lease until its run's
+instant, ``Hello.waits_for_due``) goes only to such a worker; a run past its
+starting deadline (``past_deadline``: strictly past; exactly at it, it is on time)
+goes nowhere.
+
+**Demand** (``demand``): for a worker that shares its slots among pollers, how many
+slots of ready runs, and of runs coming due, it could take from this one.
+
+Pure: nothing here reads a clock or calls the store.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterable, Iterator
+from datetime import datetime, timedelta
 from enum import StrEnum
 
-from shardcron.client.types import CommandTask, JobSpec, Resources
-from shardcron.coordinator.poller.state import Phase, Slot
+from shardcron.client.types import CommandTask, Job, JobSpec, Resources, Run
 from shardcron.coordinator.poller.timeline import Timeline
 from shardcron.coordinator.poller.workers import WorkerBook
 
@@ -110,6 +123,55 @@ def why_waiting(
     return WaitReason.NO_FREE_SLOT, "waiting for a free slot"
 
 
+def past_deadline(job: Job, run: Run, now: datetime) -> bool:
+    """The run can no longer start: its starting deadline passed (strictly)."""
+    deadline = job.spec.starting_deadline
+    return deadline is not None and now - run.due_at > deadline
+
+
+def lease_lead(workers: Iterable[WorkerBook], configured: timedelta) -> timedelta:
+    """How far ahead of their due instant runs are triggered: the configured lead while
+    some connected worker holds leases until their due instant, else none (every run
+    would wait for its instant anyway, set aside)."""
+    return configured if any(w.waits_for_due for w in workers) else timedelta(0)
+
+
+def pick_worker(
+    job: Job, owner: str, workers: Iterable[WorkerBook], *, early: bool = False
+) -> WorkerBook | None:
+    """The worker with the most free slots among those that have room for a run of the
+    job, of ``owner``; for a run not due yet (``early``), only among the workers that
+    hold a lease until its due instant."""
+    best: WorkerBook | None = None
+    for w in workers:
+        if early and not w.waits_for_due:
+            continue
+        if w.fits(job.spec, owner) and (best is None or w.free > best.free):
+            best = w
+    return best
+
+
+def free_slots(workers: Iterable[WorkerBook]) -> int:
+    return sum(w.free for w in workers)
+
+
+def demand(
+    ready: ReadyRuns,
+    workers: Collection[WorkerBook],
+    coming: Iterable[tuple[JobSpec, str]] = (),
+) -> dict[WorkerBook, int]:
+    """For each worker given, the slots of ``ready`` runs, and of runs ``coming`` due
+    ((spec, owner) each), it could take (at most its slots)."""
+    want = dict.fromkeys(workers, 0)
+    needs = [(c.spec, c.owner, c.count) for c in ready.classes()]
+    for spec, owner, count in (*needs, *((spec, owner, 1) for spec, owner in coming)):
+        need = count * (spec.resources.slots or 1)
+        for w in workers:
+            if want[w] < w.slots and w.could_run(spec, owner):
+                want[w] += need
+    return {w: min(n, w.slots) for w, n in want.items()}
+
+
 class _Class:
     """The ready runs of one placement class: per priority, per owner, by due time."""
 
@@ -128,7 +190,7 @@ class _Class:
 
 
 class ReadyRuns:
-    """READY runs by placement class. A run is queued once (``push``) and leaves when
+    """READY runs (by id) by placement class. A run is queued once (``push``) and leaves when
     it is placed or missed (``take``) or no longer ready (``discard``), at once: a
     class, priority or owner left with no run is dropped with its last one."""
 
@@ -137,7 +199,6 @@ class ReadyRuns:
         "_idle_at",
         "_more",
         "_open",
-        "_slots",
         "_taken",
         "_version",
         "_where",
@@ -145,7 +206,6 @@ class ReadyRuns:
 
     def __init__(self) -> None:
         self._classes: dict[ClassKey, _Class] = {}
-        self._slots: dict[str, Slot] = {}  # the runs queued, by run id
         self._where: dict[str, _Place] = {}  # run id -> where it is queued
         self._version = 0  # bumped by every push
         self._idle_at: tuple[object, ...] | None = None  # a pass placed nothing in this state
@@ -159,9 +219,12 @@ class ReadyRuns:
     def __contains__(self, run_id: str) -> bool:
         return run_id in self._where
 
+    def __iter__(self) -> Iterator[str]:
+        """The run ids queued, in no order."""
+        return iter(self._where)
+
     def clear(self) -> None:
         self._classes.clear()
-        self._slots.clear()
         self._where.clear()
         self._idle_at = None
         self._more = False
@@ -170,23 +233,21 @@ class ReadyRuns:
         """Something may be placeable that the last pass did not place."""
         return bool(self._where) and (self._more or self._idle_at is None)
 
-    def push(self, slot: Slot) -> None:
-        assert slot.job is not None
-        run = slot.run
-        if run.id in self._where:
-            self.discard(run.id)
-        key = class_key(slot.job.spec, run.owner)
+    def push(self, run_id: str, spec: JobSpec, owner: str, priority: int, due: datetime) -> None:
+        """Queues a run of ``spec`` and ``owner`` at ``priority``, due at ``due``."""
+        if run_id in self._where:
+            self.discard(run_id)
+        key = class_key(spec, owner)
         cls = self._classes.get(key)
         if cls is None:
-            cls = self._classes[key] = _Class(slot.job.spec, run.owner)
-        owners = cls.lanes.setdefault(run.priority, {})
-        lane = owners.get(run.owner)
+            cls = self._classes[key] = _Class(spec, owner)
+        owners = cls.lanes.setdefault(priority, {})
+        lane = owners.get(owner)
         if lane is None:
-            lane = owners[run.owner] = Timeline()
-            cls.rotations.setdefault(run.priority, deque()).append(run.owner)
-        lane.push(run.id, run.due_at)
-        self._slots[run.id] = slot
-        self._where[run.id] = (key, run.priority, run.owner)
+            lane = owners[owner] = Timeline()
+            cls.rotations.setdefault(priority, deque()).append(owner)
+        lane.push(run_id, due)
+        self._where[run_id] = (key, priority, owner)
         cls.count += 1
         self._version += 1
         self._idle_at = None
@@ -197,7 +258,6 @@ class ReadyRuns:
         if place is None:
             return
         key, priority, owner = place
-        del self._slots[run_id]
         cls = self._classes[key]
         cls.count -= 1
         owners = cls.lanes[priority]
@@ -221,23 +281,22 @@ class ReadyRuns:
 
     # --- placement --------------------------------------------------------------------
 
-    def _head(self, cls: _Class, priority: int) -> tuple[str, Slot]:
-        """The next owner's earliest run at ``priority``."""
+    def _head(self, cls: _Class, priority: int) -> tuple[str, str]:
+        """The next owner's earliest run at ``priority``: (owner, run id)."""
         owner = cls.rotations[priority][0]
         first = cls.lanes[priority][owner].first()
         assert first is not None
-        slot = self._slots[first[1]]
-        assert slot.phase == Phase.READY
-        return owner, slot
+        return owner, first[1]
 
     def heads(
         self, workers: Collection[WorkerBook], max_batch: int
-    ) -> Iterator[tuple[Slot, _Class, ClassKey, int, str]]:
-        """Candidates in placement order, each with where it is queued: the highest
-        priority first over every class some worker has room for now; within one
-        priority, classes and owners in turn. The caller dequeues a candidate it
-        places or ends (``take``), or closes its class for the pass (``close``) —
-        either way the next candidate differs. Stops after ``max_batch`` taken."""
+    ) -> Iterator[tuple[str, _Class, ClassKey, int, str]]:
+        """Candidates (run ids) in placement order, each with where it is queued: the
+        highest priority first over every class some worker has room for now; within
+        one priority, classes and owners in turn. For each, the caller says it was dealt
+        with (``passed``) and takes the run out (it is placed, ended or set aside), or
+        closes its class for the pass (``close``): either way the next candidate
+        differs. Stops after ``max_batch`` placed."""
         self._more = False
         state = _capacity(workers, self._version)
         if state == self._idle_at:
@@ -256,19 +315,17 @@ class ReadyRuns:
             for key, cls in [(k, c) for k, c in self._open.items() if c.top() == top]:
                 if key not in self._open or top not in cls.lanes:
                     continue  # closed, or emptied, meanwhile
-                owner, slot = self._head(cls, top)
-                yield slot, cls, key, top, owner
+                owner, run_id = self._head(cls, top)
+                yield run_id, cls, key, top, owner
                 if self._taken >= max_batch:
                     self._more = True
                     return
         if self._taken == 0:
             self._idle_at = _capacity(workers, self._version)
 
-    def take(self, cls: _Class, priority: int, owner: str, *, placed: bool) -> None:
-        """Dequeues the head ``heads`` yielded; its owner goes to the back."""
-        first = cls.lanes[priority][owner].first()
-        assert first is not None
-        self.discard(first[1])
+    def passed(self, cls: _Class, priority: int, owner: str, *, placed: bool) -> None:
+        """The head ``heads`` yielded is dealt with (the caller takes it out): its owner
+        goes to the back of its priority's turn."""
         rotation = cls.rotations.get(priority)
         if rotation and rotation[0] == owner:
             rotation.rotate(-1)

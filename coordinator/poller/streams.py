@@ -47,7 +47,6 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 
 from shardcron.client.errors import AlreadyExists, PermissionDenied
-from shardcron.client.frozen import copy_with
 from shardcron.client.stream import (
     CancelOrder,
     Credits,
@@ -67,7 +66,8 @@ from shardcron.client.types import JobSpec, OutputChunk, RunState
 from shardcron.coordinator.poller.config import MAX_DEFERRED
 from shardcron.coordinator.poller.events import WorkerConnected
 from shardcron.coordinator.poller.keeper import RunKeeper
-from shardcron.coordinator.poller.state import Phase, Slot
+from shardcron.coordinator.poller.placement import demand
+from shardcron.coordinator.poller.table import Slot
 from shardcron.coordinator.poller.turn import Turn
 from shardcron.coordinator.poller.workers import WorkerBook, WorkerLink
 from shardcron.coordinator.store_rules import keep_tail
@@ -215,11 +215,11 @@ class WorkerStreams:
                 for outcome in outcomes:
                     self._on_result(book, outcome, turn, now)
             case Output(pieces=pieces):
-                ended = self._keeper.recent_final
+                ended = self._keeper.table.recent_final
                 for piece in pieces:
                     run_id, token = piece.run_id, piece.fencing_token
-                    slot = self._keeper.held_slot(run_id, token)
-                    if slot is not None and slot.phase == Phase.LEASED:
+                    slot = self._keeper.table.held_slot(run_id, token)
+                    if slot is not None:
                         if not self._holds(book, slot):
                             continue  # another stream's lease
                         slot.output_bytes += len(piece.data)
@@ -268,7 +268,7 @@ class WorkerStreams:
         if not sharing:
             return
         if active:
-            for w, slots in self._keeper.admission.demand(sharing, coming()).items():
+            for w, slots in demand(self._keeper.table.ready, sharing, coming()).items():
                 w.link.demand(slots)
         else:
             for w in sharing:
@@ -294,24 +294,22 @@ class WorkerStreams:
         self, book: WorkerBook, refs: Sequence[LeaseRef], at: datetime, turn: Turn
     ) -> None:
         for ref in refs:
-            slot = self._keeper.held_slot(ref.run_id, ref.fencing_token)
+            slot = self._keeper.table.held_slot(ref.run_id, ref.fencing_token)
             if slot is None or slot.run.state != RunState.LEASED or not self._holds(book, slot):
                 continue
-            slot.run = copy_with(slot.run, state=RunState.RUNNING, started_at=at)
-            turn.runs[slot.run.id] = slot.run
-            self._metrics.schedule_lag.observe(max(0.0, (at - slot.run.due_at).total_seconds()))
+            run = self._keeper.table.start(slot, at)
+            turn.runs[run.id] = run
+            self._metrics.schedule_lag.observe(max(0.0, (at - run.due_at).total_seconds()))
 
     def _on_refused(self, book: WorkerBook, ref: LeaseRef, turn: Turn, now: datetime) -> None:
-        slot = self._keeper.held_slot(ref.run_id, ref.fencing_token)
+        slot = self._keeper.table.held_slot(ref.run_id, ref.fencing_token)
         if slot is None or slot.worker is not book or slot.run.state != RunState.LEASED:
             return
         self._metrics.leases_refused.inc()
         if slot.cancel_reason is not None:
             self._keeper.finish(slot, RunState.CANCELLED, slot.cancel_reason, turn, now)
             return
-        # nothing of it ran: lease it again (the stored LEASED row is superseded
-        # by the next lease's token)
-        self._keeper.requeue(slot)
+        self._keeper.table.refuse(slot)  # nothing of it ran: it is leased again
 
     def _renew(self, book: WorkerBook, refs: Sequence[LeaseRef], turn: Turn, now: datetime) -> None:
         if not refs:
@@ -319,10 +317,10 @@ class WorkerStreams:
         answers = []
         settled = self._settled()
         active = self._active()
-        keeper = self._keeper
+        keeper, table = self._keeper, self._keeper.table
         for ref in refs:
             run_id, token = ref.run_id, ref.fencing_token
-            slot = keeper.held_slot(run_id, token)
+            slot = table.held_slot(run_id, token)
             if (slot is None and self._elsewhere(ref.job_id)) or (slot is not None and not active):
                 # not this poller's to renew or revoke now: its shard moved (the new
                 # owner adopts the lease), or this poller is suspended
@@ -334,26 +332,13 @@ class WorkerStreams:
                 # maybe a lease of a shard not loaded yet: answer once it is
                 self._deferred.append((book, ref))
                 continue
-            expires = (
-                None
-                if slot is None or not self._holds(book, slot)
-                else keeper.leases.renew(run_id, token, book.id, now, active=active)
-            )
-            if slot is not None and expires is not None:
-                if slot.worker is not book:
-                    claimed = slot.worker is None  # an orphan's worker: the run goes on
-                    if slot.worker is not None:
-                        slot.worker.release(run_id)
-                    assert slot.job is not None
-                    book.hold(run_id, slot.job.spec.resources)
-                    slot.worker = book
-                    if claimed:
-                        keeper.reconsider_held(slot.run.job_id, turn, now)
-                slot.run = copy_with(slot.run, lease_expires_at=expires)
-                if slot.cancel_reason is not None:
-                    book.link.cancel(
-                        CancelOrder(run_id=run_id, fencing_token=token, reason=slot.cancel_reason)
-                    )
+            expires = None
+            if slot is not None and self._holds(book, slot):
+                expires, claimed = table.renew(slot, book, token, now, active=active)
+                if claimed:  # an orphan's worker renewed it: the run goes on
+                    keeper.reconsider_held(slot.run.job_id, turn, now)
+                if expires is not None and (reason := slot.cancel_reason) is not None:
+                    book.link.cancel(CancelOrder(run_id=run_id, fencing_token=token, reason=reason))
             answers.append(
                 Renewal(
                     run_id=run_id, fencing_token=token, ok=expires is not None, expires_at=expires
@@ -363,7 +348,7 @@ class WorkerStreams:
             book.link.renewals(answers, self._config.lease_ttl)
 
     def _on_result(self, book: WorkerBook, outcome: RunOutcome, turn: Turn, now: datetime) -> None:
-        slot = self._keeper.held_slot(outcome.run_id, outcome.fencing_token)
+        slot = self._keeper.table.held_slot(outcome.run_id, outcome.fencing_token)
         if slot is None and self._elsewhere(outcome.job_id):
             # its shard moved: the worker offers the result to the new owner
             book.link.ack(
@@ -410,6 +395,7 @@ class WorkerStreams:
                 # its worker waited for its due instant)
                 started_at=started or slot.run.started_at or _start_unless_cancelled(outcome, now),
                 ended_at=outcome.ended_at or now,
+                reported=True,
             )
         self._ended_by(book, outcome)
         ack = ResultAck(run_id=outcome.run_id, fencing_token=outcome.fencing_token, accepted=True)
@@ -419,7 +405,7 @@ class WorkerStreams:
         """Remembers whose result ended the run, for its late output; entries whose run
         left ``recent_final`` are dropped whenever they outnumber it twice over."""
         self._ended[outcome.run_id] = (outcome.fencing_token, book.id, book.instance_id)
-        recent = self._keeper.recent_final
+        recent = self._keeper.table.recent_final
         if len(self._ended) > 2 * len(recent) + 1024:
             self._ended = {k: v for k, v in self._ended.items() if k in recent}
 

@@ -19,7 +19,7 @@ from typing import Any
 from shardcron.client.frozen import copy_with
 from shardcron.client.stream import ResultAck
 from shardcron.client.types import OutputChunk, Run
-from shardcron.coordinator.poller.state import Slot
+from shardcron.coordinator.poller.table import Slot
 from shardcron.coordinator.poller.workers import WorkerLink
 from shardcron.coordinator.store import JobProgress
 

@@ -3,6 +3,7 @@ with hand-set times (``T0``), acting as the loop does between the decisions."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 from shardcron.client.stream import Hello
@@ -16,11 +17,17 @@ from shardcron.client.types import (
     OverlapPolicy,
     Resources,
     Run,
+    RunReason,
     RunState,
     Schedule,
 )
-from shardcron.coordinator.poller.admission import Admission
-from shardcron.coordinator.poller.state import Phase, Slot
+from shardcron.coordinator.metrics import Metrics
+from shardcron.coordinator.poller import PollerConfig
+from shardcron.coordinator.poller.clock import SystemClock
+from shardcron.coordinator.poller.keeper import RunKeeper, placements
+from shardcron.coordinator.poller.overlap import Verdict
+from shardcron.coordinator.poller.table import Slot
+from shardcron.coordinator.poller.turn import Turn
 from shardcron.coordinator.poller.workers import WorkerBook
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -75,50 +82,77 @@ def worker(
 
 
 class Held:
-    """The loop's side: the runs held, and an admission over them."""
+    """A ``RunKeeper`` without a loop: runs held by hand (due at ``T0`` unless told),
+    the rules applied to them as a turn would (``turn`` collects what they write)."""
 
-    def __init__(self) -> None:
-        self.slots: dict[str, Slot] = {}
-        self.admission = Admission(self.slots)
+    def __init__(self, *, metrics: Metrics | None = None) -> None:
+        self.keeper = RunKeeper(
+            config=PollerConfig(), metrics=metrics or Metrics(), clock=SystemClock(), shard_count=8
+        )
+        self.table = self.keeper.table
+        self.turn = Turn()
         self._n = 0
 
-    def slot(self, j: Job, *, due: datetime = T0, priority: int = 0) -> Slot:
+    def run(self, j: Job, *, due: datetime = T0, priority: int = 0, owner: str = "o") -> Run:
         self._n += 1
-        run = Run(
+        return Run(
             id=f"r{self._n}",
             job_id=j.id,
-            owner="o",
+            owner=owner,
             fire_key=f"f{self._n}",
             fire_at=due,
             due_at=due,
             state=RunState.PENDING,
             priority=priority,
         )
-        s = Slot(run=run, job=j)
-        self.slots[run.id] = s
-        return s
+
+    def slot(self, j: Job, *, due: datetime = T0, priority: int = 0, owner: str = "o") -> Slot:
+        """A run of ``j`` waiting for its due time."""
+        slot = self.table.hold(self.run(j, due=due, priority=priority, owner=owner), j)
+        assert slot is not None
+        return slot
+
+    def due(self, run: Run, j: Job | None) -> Slot:
+        """``run`` held and taken out to trigger (DUE)."""
+        slot = self.table.hold(run, j)
+        assert slot is not None
+        [due] = self.table.take_due(run.due_at, run.due_at, 1, to_instant=lambda s: False)
+        assert due is slot
+        return slot
+
+    def orphan(self, j: Job, *, token: int = (1 << 32) | 1, worker_id: str = "w-gone") -> Slot:
+        """A run of ``j`` leased by an earlier owner of its shard, taken over at ``T0``."""
+        run = dataclasses.replace(
+            self.run(j), state=RunState.LEASED, worker_id=worker_id, lease_token=token
+        )
+        return self.table.adopt(run, j, taken_at=T0, now=T0)
+
+    def admit(self, s: Slot, *, fresh_fire: bool) -> Verdict:
+        """The due run asks to start, as a trigger would ask."""
+        return self.keeper.admit(s, fresh_fire, self.turn, T0)
 
     def end(self, s: Slot) -> None:
-        """What the loop does when a run ends."""
-        self.drop(s)
-        assert s.job is not None
-        self.admission.unblock(s.job.id)
+        """The run ends (SUCCEEDED): what follows follows (its job's queue moves on)."""
+        self.keeper.finish(s, RunState.SUCCEEDED, RunReason.NONE, self.turn, T0)
 
     def drop(self, s: Slot) -> None:
-        """What the loop does when a run leaves without an end (its shard was lost)."""
-        del self.slots[s.run.id]
-        self.admission.forget(s)
+        """The run leaves without an end (its shard was lost)."""
+        self.table.drop(s, "its shard was lost")
+
+    def ended(self, s: Slot) -> Run:
+        """The final record its end wrote."""
+        return self.turn.runs[s.run.id]
 
 
 def lease_all(h: Held, workers: list[WorkerBook], now: datetime = T0, max_batch: int = 100):  # type: ignore[no-untyped-def]
-    """Places what can be placed, acting as the loop does; returns (run id, worker id)."""
+    """Places what can be placed, acting as the loop does (a run past its starting
+    deadline ends MISSED); returns (run id, worker id or None)."""
     out = []
-    for s, w in h.admission.place(workers, now, max_batch):
+    for s, w in placements(h.table, workers, now, max_batch):
         if w is None:
+            h.keeper.finish(s, RunState.MISSED, RunReason.DEADLINE, h.turn, now)
             out.append((s.run.id, None))
             continue
-        assert s.job is not None
-        w.hold(s.run.id, s.job.spec.resources)
-        s.phase = Phase.LEASED
+        h.table.lease(s, w, now)
         out.append((s.run.id, w.id))
     return out
