@@ -1,5 +1,5 @@
 """Overlap and the concurrency limit (coordinator/poller/overlap.py), starting deadlines
-and placement (placement.py), applied by the keeper to runs held by hand, with
+and placement (placement.py, leasing.py), applied to runs held by hand, with
 hand-set times."""
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ def test_the_run_a_replace_cancels_is_the_oldest_not_being_cancelled_already() -
     assert victim(h.table.admitted(j.id)) is older
     h.table.mark_cancel(older, RunReason.REPLACED)  # the cancel is on its way
     assert victim(h.table.admitted(j.id)) is old
-    h.keeper.cancel(old, RunReason.REPLACED, h.turn, T0)
+    h.ends.cancel(old, RunReason.REPLACED, h.turn, T0)
     assert victim(h.table.admitted(j.id)) is None
 
 
@@ -143,7 +143,7 @@ def test_forbid_holds_a_fire_back_while_only_an_unclaimed_orphan_runs() -> None:
     held = h.slot(j)
     assert h.admit(held, fresh_fire=True) == Verdict.HOLD
     assert held.phase == Phase.BLOCKED
-    assert "taken over" in h.keeper.waiting_reasons([held.run.id], [])[held.run.id]
+    assert "taken over" in h.leasing.waiting_reasons([held.run.id], [])[held.run.id]
     # its worker renews it: the run is going
     expires, claimed = h.table.renew(
         orphan, worker("w-gone"), orphan.run.lease_token, T0, active=True
@@ -187,9 +187,9 @@ def test_runs_waiting_are_missed_at_their_deadline_and_others_are_not() -> None:
     assert lease_all(h, [worker(handlers=frozenset({"other"}))]) == [(leased.run.id, "w")]
     at = T0 + timedelta(seconds=30)
     assert h.table.next_deadline() == at
-    h.keeper.miss_deadlines(at, h.turn)
+    h.due_rules.miss_deadlines(at, h.turn)
     assert not h.turn.runs
-    h.keeper.miss_deadlines(at + TICK, h.turn)
+    h.due_rules.miss_deadlines(at + TICK, h.turn)
     assert [(r.id, r.state) for r in h.turn.runs.values()] == [
         (ready.run.id, RunState.MISSED),
         (blocked.run.id, RunState.MISSED),

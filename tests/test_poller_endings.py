@@ -1,5 +1,5 @@
 """What a run's end leads to (coordinator/poller/endings.py), and a fire's own end as
-the keeper applies it, with hand-set times."""
+the poller's rules apply it, with hand-set times."""
 
 from __future__ import annotations
 
@@ -151,7 +151,7 @@ def test_a_deleted_jobs_failure_is_neither_retried_nor_a_dead_letter() -> None:
     assert out.retry is None and not out.final.dead_letter
 
 
-# --- a fire's own end, held by the keeper ----------------------------------------------
+# --- a fire's own end ---------------------------------------------------------------
 
 
 def test_the_copy_of_a_job_whose_last_fire_was_skipped_is_not_kept_regression() -> None:
@@ -170,7 +170,7 @@ def test_the_copy_of_a_job_whose_last_fire_was_skipped_is_not_kept_regression() 
     h = Held()
     slot = h.due(fires.make_run(paused, fire, shard_count=8, now=T0), paused)
     h.table.cache_job(paused)
-    h.keeper.trigger(slot, T0, h.turn)
+    h.due_rules.trigger(slot, T0, h.turn)
     assert (h.ended(slot).state, h.ended(slot).reason) == (RunState.SKIPPED, RunReason.PAUSED)
     assert h.table.jobs == {}
     h.table.check()

@@ -172,7 +172,7 @@ async def test_a_scanned_run_due_past_the_job_read_horizon_has_its_job_read_as_i
     assert soon.id in scans.jobs_read and later.id not in scans.jobs_read
     await until(lambda: poller.phase_of(far.id) == Phase.READY, what="the later run triggered")
     assert later.id in scans.jobs_read
-    assert poller._runs.table.slots[far.id].job is not None  # triggered with its job as read
+    assert poller._table.slots[far.id].job is not None  # triggered with its job as read
 
 
 async def test_a_save_of_the_cursors_held_up_in_the_store_does_not_hold_up_the_turns(

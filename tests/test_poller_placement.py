@@ -107,7 +107,7 @@ def test_a_waiting_run_says_why() -> None:
     for w in (gpus, plain):
         w.hold("elsewhere", Resources())
     workers = [gpus, plain]
-    reasons = h.keeper.waiting_reasons([s.run.id for s in (handler, cmd, gpu, big, busy)], workers)
+    reasons = h.leasing.waiting_reasons([s.run.id for s in (handler, cmd, gpu, big, busy)], workers)
     assert reasons == {
         handler.run.id: "no connected worker serves handler resize",
         cmd.run.id: "no connected worker runs commands",
@@ -129,10 +129,10 @@ def test_a_waiting_run_says_why() -> None:
     limited = job("limited", max_concurrent=2)
     running = [admit(h, h.slot(limited)) for _ in range(2)]
     queued = admit(h, h.slot(limited))
-    assert h.keeper.waiting_reasons([queued.run.id], workers) == {
+    assert h.leasing.waiting_reasons([queued.run.id], workers) == {
         queued.run.id: "waiting for the job's concurrency limit (2 running)"
     }
-    counts = h.keeper.waiting_counts(workers)
+    counts = h.leasing.waiting_counts(workers)
     assert counts == {
         WaitReason.NO_WORKER_FOR_OWNER: 0,
         WaitReason.NO_WORKER_FOR_HANDLER: 1,
@@ -156,7 +156,7 @@ def test_a_worker_pool_takes_only_its_owners_runs() -> None:
         WaitReason.NO_WORKER_FOR_OWNER,
         "no connected worker takes runs of owner b",
     )
-    assert h.keeper.waiting_counts(workers)[WaitReason.NO_WORKER_FOR_OWNER] == 3
+    assert h.leasing.waiting_counts(workers)[WaitReason.NO_WORKER_FOR_OWNER] == 3
     # a worker of every owner takes the rest
     anyone = worker("anyone", slots=4)
     assert sorted(r for r, _ in lease_all(h, [pool_a, anyone])) == sorted(s.run.id for s in theirs)

@@ -35,7 +35,7 @@ from shardcron.client.types import (
 )
 from shardcron.coordinator.coordination import ClusterView, Member
 from shardcron.coordinator.ids import utcnow
-from shardcron.coordinator.poller import Poller, fires, keeper
+from shardcron.coordinator.poller import Poller, due, fires, overlap
 from shardcron.coordinator.poller.events import CancelRun
 from shardcron.coordinator.poller.workers import WorkerBook
 from shardcron.coordinator.router import PollerServiceServicer, ShardRouter
@@ -255,14 +255,14 @@ async def test_a_fault_in_a_jobs_fire_rules_pauses_that_job_alone(
     assert fire is not None
     first = fires.make_run(job, fire, shard_count=SHARDS, now=now)
     job = dataclasses.replace(job, next_fire_at=fire.at, next_fire_key=fire.key)
-    rules = keeper.on_fire_due
+    rules = due.on_fire_due
 
     def poisoned(job_: Job, run: Run, **kw: Any) -> fires.FireOutcome:
         if run.id == first.id:
             raise ValueError("the schedule broke")
         return rules(job_, run, **kw)
 
-    monkeypatch.setattr(keeper, "on_fire_due", poisoned)
+    monkeypatch.setattr(due, "on_fire_due", poisoned)
     worker = await connect(stub, "w1")
     await poller.store.create_jobs([NewJob(job=job, runs=[first])])
     poller.runs_created([first], [job])
@@ -290,14 +290,14 @@ async def test_a_fault_handling_one_run_fails_that_run_alone(
     other = dataclasses.replace(make_job("alice"), created_at=now, updated_at=now)
     bad = dataclasses.replace(make_run(job, due_at=now), created_at=now)
     good = dataclasses.replace(make_run(other, due_at=now), created_at=now)
-    decide = keeper.decide
+    decide = overlap.decide
 
     def poisoned(job_: Job, admitted: Any, **kw: Any) -> Any:
         if job_.id == job.id:  # the job of the bad run
             raise KeyError("x" * 10_000)
         return decide(job_, admitted, **kw)
 
-    monkeypatch.setattr(keeper, "decide", poisoned)
+    monkeypatch.setattr(overlap, "decide", poisoned)
     await poller.store.create_jobs([NewJob(job=job, runs=[bad]), NewJob(job=other, runs=[good])])
     poller.runs_created([bad, good], [job, other])  # one event, one turn
     await lease_of(worker, good)

@@ -15,7 +15,8 @@ The parts that decide take ``now`` and return decisions; one part acts:
   sends through;
 - ``table``: the runs held, each in one place, and the one writer of them;
   ``turn``: one turn's write set;
-- ``keeper``: the deciders' answers applied to the runs held;
+- ``due``, ``leasing``, ``ends``: the rules applied to the runs held as they come
+  due, are leased and end (``Ends.end``, the one way a run ends);
 - ``streams``: what workers say, applied to the runs held;
 - ``loading``: a scan's store reads, beside the turns; what they found is held by
   the loop;

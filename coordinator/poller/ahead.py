@@ -11,15 +11,15 @@ before. A turn that begins the read with nothing else to write waits ``READ_WAIT
 for it, so a fast read (SQLite, a quiet Cassandra) serves that turn as before; a slow
 one holds up its runs, not the turn; a turn with writes of its own does not wait. One
 read is in flight at a time; a run that waits meanwhile goes into the next. A copy
-read so is held unless the one held was read later (``RunKeeper.cache_job``); a job
-with no row is looked for again at set times, as before (``RunKeeper.trigger``).
+read so is held unless the one held was read later (``RunTable.cache_job``); a job
+with no row is looked for again at set times, as before (``Due.trigger``).
 A run loaded (hinted or scanned) due later than ``PollerConfig.job_read_until`` is
 held without its job: a copy read then would be read again here anyway (in W3 on a
 cluster at 300 jobs/s, 0.3 of the 2.3 reads of jobs per job were such).
 
 A worker that shares its slots among pollers grants them by each poller's demand,
 one round trip after it is asked. The runs coming due within ``DEMAND_AHEAD`` of the
-lease lead count in the demand (``coming``, ``Admission.demand``), so the room is
+lease lead count in the demand (``coming``, ``placement.demand``), so the room is
 granted by the time they are ready.
 """
 
@@ -32,28 +32,36 @@ from datetime import datetime, timedelta
 from shardcron.client.saturating import saturating_add
 from shardcron.client.types import Job, JobSpec
 from shardcron.coordinator.poller.config import DEMAND_AHEAD
-from shardcron.coordinator.poller.keeper import RunKeeper
+from shardcron.coordinator.poller.due import Due
 from shardcron.coordinator.poller.loading import retrieve
-from shardcron.coordinator.poller.table import Slot
+from shardcron.coordinator.poller.table import RunTable, Slot
 from shardcron.coordinator.store import JobStore
 
 READ_WAIT = 0.05  # seconds the turn that begins a read of jobs waits for it
 
 
-def coming(keeper: RunKeeper, now: datetime, lead: timedelta) -> list[tuple[JobSpec, str]]:
+def coming(due: Due, table: RunTable, now: datetime, lead: timedelta) -> list[tuple[JobSpec, str]]:
     """(spec, owner) of each run coming due within ``DEMAND_AHEAD`` of the lead whose job is held."""
-    jobs = keeper.table.jobs
-    soon = keeper.coming_due(saturating_add(now, lead + DEMAND_AHEAD))
+    jobs = table.jobs
+    soon = due.coming(saturating_add(now, lead + DEMAND_AHEAD))
     return [(job.spec, s.run.owner) for s in soon if (job := jobs.get(s.run.job_id))]
 
 
 class JobReads:
     """The read in flight of the jobs of runs due (the runs waiting for it are held in
-    the keeper: ``await_job``)."""
+    the table: ``RunTable.await_job``)."""
 
-    def __init__(self, store: JobStore, keeper: RunKeeper, *, wake: Callable[[], None]):
+    def __init__(
+        self,
+        store: JobStore,
+        table: RunTable,
+        *,
+        stale_jobs: Callable[[list[Slot]], set[str]],
+        wake: Callable[[], None],
+    ):
         self._store = store
-        self._keeper = keeper
+        self._table = table
+        self._stale_jobs = stale_jobs  # the jobs of runs due to read again
         self._wake = wake  # the loop goes on once a read is over
         self._task: asyncio.Task[dict[str, Job]] | None = None
         self._read_at = 0.0  # monotonic: when the read in flight began
@@ -65,10 +73,10 @@ class JobReads:
         A turn that has something to write anyway does not wait (``wait`` False): on a
         busy store the wait would hold up the turn's commit, and the leases of fresh
         runs in it; the runs read trigger in the turn its end wakes."""
-        table = self._keeper.table
+        table = self._table
         out = self._read_over()
         if due:
-            stale = self._keeper.stale_jobs(due)
+            stale = self._stale_jobs(due)
             for s in due:
                 if s.run.job_id in stale:
                     table.await_job(s)
@@ -90,7 +98,7 @@ class JobReads:
         if task is None or not task.done():
             return []
         self._task = None
-        table = self._keeper.table
+        table = self._table
         for job in task.result().values():  # a store error resets the poller
             table.cache_job(job, read_at=self._read_at)
         return table.job_read_over()

@@ -8,7 +8,7 @@ lead. Such an instant is reached earlier: ``per_run`` more for each run due at i
 to ``most`` in all (``DueCrowds.lead``), so its last lease goes out before it. Only
 runs already held are counted; the lead is used only while it is not zero (a worker
 holds leases until their due instant), and a run whose job has runs admitted is still
-decided at its very instant (``RunKeeper.pop_due``).
+decided at its very instant (``overlap.waits_for_instant``).
 
 The counts follow the runs waiting for their due instant (``add`` as one starts to
 wait, ``remove`` as it is triggered or leaves), so a run cancelled or forgotten

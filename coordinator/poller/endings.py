@@ -11,7 +11,8 @@ streak, auto-pause and completion. Pure functions of the run, its job and ``now`
   job's failure streak (0 on success); at ``pause_after_failures`` an ACTIVE job is
   paused.
 - A one-off job (immediate, at) is COMPLETED when its run ends for good, a recurring
-  one when its schedule is exhausted and none of its runs is left.
+  one when its schedule is exhausted and none of its runs is left; so is a recurring
+  job whose last fire its own rules skipped (``completed_by_fire``), paused or not.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from shardcron.client.frozen import copy_with
-from shardcron.client.types import Job, JobState, Run, RunReason, RunState, ScheduleKind
+from shardcron.client.types import Fire, Job, JobState, Run, RunReason, RunState, ScheduleKind
 from shardcron.coordinator.poller.fires import is_extra_run, retry_run
 
 _COUNTED = (RunState.SUCCEEDED, RunState.FAILED, RunState.TIMED_OUT)
@@ -123,3 +124,10 @@ def follow_up(job: Job, final: Run, now: datetime, *, current: Job, runs_left: i
     if (one_off or (exhausted and runs_left == 0)) and state == JobState.ACTIVE:
         progress["state"] = JobState.COMPLETED
     return out
+
+
+def completed_by_fire(next_fire: Fire | None, *, runs_left: int) -> bool:
+    """A fire of a recurring job that its own rules skipped (paused, misfired) leaves its
+    job COMPLETED when the schedule has no fire after it and none of its runs is left,
+    whatever the job's state: no fire will ever come."""
+    return next_fire is None and runs_left == 0

@@ -1,5 +1,5 @@
 """A fault in the poller's rules for one run: what it says, and the context that
-keeps it to that run (``RunKeeper.isolated``)."""
+keeps it to that run (``Ends.isolated``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from shardcron.client.limits import MAX_ERROR_MESSAGE, clip
 from shardcron.coordinator.poller.table import Slot
 from shardcron.coordinator.poller.turn import Turn
 
-Fail = Callable[..., None]  # RunKeeper.fail(slot, error, turn, now, *, where)
+Fail = Callable[..., None]  # Ends.fault(slot, error, turn, now, *, where)
 
 
 def fault_text(error: BaseException) -> str:

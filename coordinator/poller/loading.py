@@ -34,7 +34,8 @@ from typing import Any
 
 from shardcron.client.saturating import saturating_add
 from shardcron.client.types import Job, Run, RunState
-from shardcron.coordinator.poller.keeper import RunKeeper
+from shardcron.coordinator.poller.config import PollerConfig
+from shardcron.coordinator.poller.table import RunTable
 from shardcron.coordinator.poller.windows import ShardWindows
 from shardcron.coordinator.store import JobStore
 
@@ -73,13 +74,15 @@ class ScanReads:
         self,
         store: JobStore,
         windows: ShardWindows,
-        keeper: RunKeeper,
+        table: RunTable,
         *,
+        config: PollerConfig,
         wake: Callable[[], None],
     ) -> None:
         self._store = store
         self._windows = windows
-        self._keeper = keeper
+        self._table = table
+        self._config = config
         self._wake = wake  # the loop goes on once the reads are over
         self._task: asyncio.Task[list[ShardFound]] | None = None
         self.plan: ScanPlan | None = None
@@ -91,17 +94,16 @@ class ScanReads:
     def begin(self, now: datetime, monotonic: float, generation: int) -> None:
         """Starts reading the runs that come due before now + lookahead from every owned
         shard; runs held or ended here are not read, nor more than memory has room for."""
-        windows, keeper = self._windows, self._keeper
+        windows, table = self._windows, self._table
         plan = self.plan = ScanPlan(
             starts={s: windows.loaded_until(s) for s in sorted(windows.shards)},
-            until=saturating_add(now, keeper.config.lookahead),
+            until=saturating_add(now, self._config.lookahead),
             now=now,
             read_at=monotonic,
             recheck=windows.recheck_due(monotonic),
             generation=generation,
         )
-        table = keeper.table
-        room = keeper.config.max_loaded - len(table)
+        room = self._config.max_loaded - len(table)
         self._task = asyncio.create_task(self._read(plan, table.known, room), name="poller-scan")
         self._task.add_done_callback(lambda _: self._wake())
 
@@ -123,7 +125,7 @@ class ScanReads:
         found = task.result()
         if plan.generation != generation:
             return False
-        hold_found(plan, found, self._keeper, self._windows)
+        hold_found(plan, found, self._table, self._windows)
         # the next scan is an interval after this one began: a run written before the
         # clock moved on is read by then however long these reads took
         self._windows.scanned(plan.read_at, rechecked=plan.recheck)
@@ -162,7 +164,7 @@ class ScanReads:
         if start is None:
             start = await self._shard_start(shard, plan.now)
         start = self._windows.window_start(shard, start, plan.now, recheck=plan.recheck)
-        read_until = self._keeper.config.job_read_until(plan.now)
+        read_until = self._config.job_read_until(plan.now)
         after: tuple[datetime, str] | None = None
         while True:
             entries = await self._store.scan_due(
@@ -206,12 +208,11 @@ def _job_wanted(run: Run, read_until: datetime) -> bool:
 def hold_found(
     plan: ScanPlan,
     found: Iterable[ShardFound],
-    keeper: RunKeeper,
+    table: RunTable,
     windows: ShardWindows,
 ) -> None:
     """Holds what a scan found (on the loop's task), and marks each shard read in whole
     as loaded up to the scan's edge. Runs known by now are left as the loop has them."""
-    table = keeper.table
     for shard in found:
         taken = windows.taken_at.get(shard.shard, plan.now)
         for run in shard.runs:

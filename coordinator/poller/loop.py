@@ -21,7 +21,7 @@ this poller took the shard over (``leases``). A poller that cannot confirm its
 hold on its shards writes and sends nothing (``ownership``).
 
 One failure stays one failure: a fault while handling an inbox event, a run or a
-job's rules fails that event, run or job alone (``RunKeeper.isolated``; a worker
+job's rules fails that event, run or job alone (``Ends.isolated``; a worker
 stream that faults is closed) and the turn goes on; each is counted in
 ``shardcron_poller_faults_total{where}``. Only a failure of the store itself (a
 read the turn needs, or the commit) resets the poller: it forgets what it holds and
@@ -50,6 +50,9 @@ from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.poller.ahead import JobReads, coming
 from shardcron.coordinator.poller.clock import Clock, SystemClock
 from shardcron.coordinator.poller.config import MAX_DEFERRED, PollerConfig
+from shardcron.coordinator.poller.due import Due
+from shardcron.coordinator.poller.endings import Outcome
+from shardcron.coordinator.poller.ends import Ends
 from shardcron.coordinator.poller.events import (
     AssignmentChanged,
     CancelJob,
@@ -62,7 +65,7 @@ from shardcron.coordinator.poller.events import (
     WorkerMessage,
 )
 from shardcron.coordinator.poller.faults import fault_text
-from shardcron.coordinator.poller.keeper import RunKeeper
+from shardcron.coordinator.poller.leasing import Leasing
 from shardcron.coordinator.poller.loading import SCAN_WAIT, CursorSaves, ScanReads
 from shardcron.coordinator.poller.ownership import Ownership, Standing
 from shardcron.coordinator.poller.placement import free_slots, lease_lead
@@ -106,11 +109,22 @@ class Poller:
             poller_id, ownership_valid=ownership_valid, session_generation=session_generation
         )
         self._windows = ShardWindows(config)
-        self._runs = RunKeeper(
-            config=config, metrics=metrics, clock=self._clock, shard_count=store.shard_count
+        self._table = table = RunTable(config=config, clock=self._clock)
+        self._ends = ends = Ends(table, metrics=metrics)
+        self._due = Due(
+            table,
+            ends,
+            config=config,
+            metrics=metrics,
+            clock=self._clock,
+            shard_count=store.shard_count,
         )
+        self._leasing = Leasing(table, ends, config=config, metrics=metrics, clock=self._clock)
         self._streams = WorkerStreams(
-            self._runs,
+            table,
+            ends,
+            config=config,
+            metrics=metrics,
             poller_id=poller_id,
             settled=self._settled,
             active=lambda: self.active,
@@ -121,8 +135,10 @@ class Poller:
         self._wake = asyncio.Event()
         # the scan's reads, beside the turns (``loading``); what they found is held
         # only if ``_generation`` (bumped on a reset or a new assignment) is unchanged
-        self._scans = ScanReads(store, self._windows, self._runs, wake=self._wake.set)
-        self._job_reads = JobReads(store, self._runs, wake=self._wake.set)  # ``ahead``
+        self._scans = ScanReads(store, self._windows, table, config=config, wake=self._wake.set)
+        self._job_reads = JobReads(  # ``ahead``
+            store, table, stale_jobs=self._due.stale_jobs, wake=self._wake.set
+        )
         self._cursor_saves = CursorSaves(store)
         self._generation = 0
         self._early_hints: list[Run] = []  # hinted while its shard's first scan was read
@@ -164,7 +180,7 @@ class Poller:
     @property
     def fencing_epoch(self) -> int:
         """The fencing epoch this poller's lease tokens carry."""
-        return self._runs.table.leases.fencing_epoch
+        return self._table.leases.fencing_epoch
 
     def owns(self, shard: int) -> bool:
         return shard in self._windows.shards
@@ -191,7 +207,7 @@ class Poller:
                 event.applied.set_result(None)
             elif isinstance(event, CancelRun) and not event.done.done():
                 event.done.set_exception(Unavailable("the poller stopped; try again"))
-        self._runs.table.clear()  # a cancel waiting for a run's worker is told to try again
+        self._table.clear()  # a cancel waiting for a run's worker is told to try again
         self._streams.close_all()
 
     async def _loop(self) -> None:
@@ -227,7 +243,7 @@ class Poller:
         self.metrics.poller_resets.inc()
         self._drop_reads()
         self._early_hints.clear()
-        self._runs.table.clear()
+        self._table.clear()
         self._windows.reset(self._clock.now())
         self._streams.forget_all()
 
@@ -249,7 +265,7 @@ class Poller:
         scan = None if self._scans.busy else self._windows.seconds_to_scan(self._clock.monotonic())
         if scan is not None:
             candidates.append(scan)
-        table = self._runs.table
+        table = self._table
         for at in (
             table.next_due(self._lead()),
             table.next_at_instant(),
@@ -270,7 +286,7 @@ class Poller:
         try:
             await self._run_turn(turn)
             if self._after_turn is not None:
-                self._after_turn(self._runs.table)
+                self._after_turn(self._table)
         finally:
             for fut in turn.answers:  # not written, or failed: the caller tries again
                 if not fut.done():
@@ -280,7 +296,6 @@ class Poller:
                     fut.set_result(None)
 
     async def _run_turn(self, turn: Turn) -> None:
-        runs = self._runs
         now = self._clock.now()
         while self._inbox:
             event = self._inbox.popleft()
@@ -298,16 +313,16 @@ class Poller:
         self._hold_scanned()
         with self._isolated("replay"):
             self._streams.replay_deferred(turn, now)
-        runs.expire(now, turn)
-        runs.miss_deadlines(now, turn)
+        self._leasing.expire(now, turn)
+        self._due.miss_deadlines(now, turn)
         await self._trigger_due(now, turn)
         if self.active:
             with self._isolated("dispatch"):
-                runs.dispatch(self._streams.workers.values(), now, turn)
+                self._leasing.dispatch(self._streams.workers.values(), now, turn)
         with self._isolated("demand"):
-            soon = partial(coming, runs, now, self._lead())
+            soon = partial(coming, self._due, self._table, now, self._lead())
             self._streams.update_demand(active=self.active, coming=soon)
-        if self._runs.table.retries:
+        if self._table.retries:
             await self._place_retries(turn)
         if not turn.empty():
             if self._stand_still():
@@ -330,7 +345,7 @@ class Poller:
         sent_at = self._clock.now()
         for slot in turn.leases:
             if slot.run.id not in turn.leases_sent:
-                runs.send_lease(slot, sent_at)
+                self._leasing.send_lease(slot, sent_at)
         for action in turn.after:
             action()
         for link, ack in turn.acks:
@@ -353,7 +368,7 @@ class Poller:
         sent_at = self._clock.now()
         for slot in turn.leases:
             if slot.run.id in durable:
-                self._runs.send_lease(slot, sent_at)
+                self._leasing.send_lease(slot, sent_at)
                 turn.leases_sent.add(slot.run.id)
         self._streams.flush_leases()
 
@@ -388,7 +403,7 @@ class Poller:
                     applied.set_result(None)
 
     async def _handle(self, event: InboxEvent, turn: Turn, now: datetime) -> None:
-        runs = self._runs
+        table = self._table
         match event:
             case WorkerMessage(link=link, event=message):
                 self._streams.message(link, message, turn, now)
@@ -396,10 +411,10 @@ class Poller:
                 for run in created:
                     self._admit_new(run, now)
                 for job in jobs:
-                    runs.table.cache_job(job)
+                    table.cache_job(job)
             case JobChanged(job=job):
-                if job.id in runs.table.jobs:
-                    runs.table.cache_job(job)
+                if job.id in table.jobs:
+                    table.cache_job(job)
             case WorkerConnected() as connected:
                 self._streams.connected(connected, epoch=self.epoch, turn=turn, now=now)
             case WorkerClosed(link=link):
@@ -407,7 +422,7 @@ class Poller:
             case CancelRun(run=run, reason=reason, done=done):
                 await self._on_cancel(run, reason, done, turn, now)
             case CancelJob(job_id=job_id, reason=reason):
-                runs.cancel_job(job_id, reason, turn, now)
+                self._ends.cancel_job(job_id, reason, turn, now)
             case AssignmentChanged(assignment=assignment, applied=applied):
                 self._on_assignment(assignment, now)
                 if not turn.empty():
@@ -424,11 +439,11 @@ class Poller:
         if a.fencing_epoch != self.fencing_epoch:
             self._ownership.new_fencing_epoch()
         self.epoch = a.epoch
-        self._runs.table.leases.set_fencing_epoch(a.fencing_epoch)
+        self._table.leases.set_fencing_epoch(a.fencing_epoch)
         self.active = a.active
         lost = self._windows.assign(a.shards, now)
         if lost:
-            self._runs.table.release(lost)
+            self._table.release(lost)
             self._streams.drop_unsent_leases()
         self.metrics.epoch.set(self.epoch)
         self.metrics.owned_shards.set(len(a.shards))
@@ -438,7 +453,7 @@ class Poller:
         after a scan found the run and it ran and ended here (its copy is still PENDING)."""
         if (
             run.shard not in self._windows.shards
-            or self._runs.table.known(run.id)
+            or self._table.known(run.id)
             or run.state != RunState.PENDING
         ):
             return
@@ -451,12 +466,12 @@ class Poller:
         if run.due_at >= (edge or now) and (
             edge is None  # the shard's first scan will load it
             or run.due_at >= saturating_add(now, self.config.hint_horizon)
-            or len(self._runs.table) >= self.config.max_loaded
+            or len(self._table) >= self.config.max_loaded
         ):
             return  # the scan will load it in time
         # held now, also beyond the loaded edge: the scan then skips it (known) instead
         # of reading it and its job back from the store
-        self._runs.table.hold(run)
+        self._table.hold(run)
 
     # --- loading -----------------------------------------------------------------
 
@@ -472,23 +487,23 @@ class Poller:
     def _save_cursors(self, now: datetime) -> None:
         """Saves each loaded shard's cursor, beside the turns (``loading``)."""
         clock = self._clock.monotonic()
-        oldest = self._runs.table.oldest_due()
+        oldest = self._table.oldest_due()
         cursors = self._windows.cursors(oldest, now, self.store.bucket_seconds, clock)
         if cursors:
             self._cursor_saves.start(cursors)
         window = self.config.recheck_window + self.config.lookahead
-        self._runs.table.prune_ended(window.total_seconds() + 60)
+        self._table.prune_ended(window.total_seconds() + 60)
 
     # --- what needs the store in the middle of a turn --------------------------------
 
     async def _trigger_due(self, now: datetime, turn: Turn) -> None:
         """Triggers the runs due whose job copies are current; the others wait for
         their jobs to be read beside the turns (``ahead``)."""
-        due = self._runs.pop_due(now, lead=self._lead())
+        due = self._due.take(now, self._lead())
         ready = await self._job_reads.ready(due, self._clock.monotonic(), wait=turn.empty())
         for slot in ready:
-            with self._runs.isolated(slot, turn, now, where="trigger"):
-                self._runs.trigger(slot, now, turn)
+            with self._ends.isolated(slot, turn, now, where="trigger"):
+                self._due.trigger(slot, now, turn)
 
     def _lead(self) -> timedelta:
         return lease_lead(self._streams.workers.values(), self.config.lease_lead)
@@ -501,7 +516,7 @@ class Poller:
         before, in a commit that landed only in part (the retry, not the failed run's
         end), and then the failed run is taken over and ends once more. Written again,
         the retry would be PENDING again and run a second time."""
-        table = self._runs.table
+        table = self._table
         retries = table.retries
         stored = await self.store.get_runs([s.run.id for s in retries])
         for slot in retries:
@@ -522,9 +537,9 @@ class Poller:
     async def _on_cancel(
         self, run: Run, reason: RunReason, fut: asyncio.Future[Run], turn: Turn, now: datetime
     ) -> None:
-        slot = self._runs.table.slots.get(run.id)
+        slot = self._table.slots.get(run.id)
         if slot is not None:
-            self._runs.cancel(slot, reason, turn, now)
+            self._ends.cancel(slot, reason, turn, now)
             if slot.place is Place.LEASED:  # told to stop: answered at its end
                 slot.cancel_waiters.append(fut)
             else:
@@ -541,22 +556,16 @@ class Poller:
         elif stored.state.is_final:
             fut.set_exception(FailedPrecondition(f"run {run.id} is already {stored.state.value}"))
         else:
-            final = dataclasses.replace(
-                stored, state=RunState.CANCELLED, reason=reason, ended_at=now
-            )
-            turn.runs[final.id] = final
-            self._runs.table.remember_ended(final.id)
-            self.metrics.run_ended(final)
-            turn.answers.append(fut)
-            turn.after.append(lambda: fut.done() or fut.set_result(final))
+            cancelled = Outcome(state=RunState.CANCELLED, reason=reason)
+            self._ends.end_unheld(stored, cancelled, turn, now, waiter=fut)
 
     # --- status ------------------------------------------------------------------------
 
     def _update_gauges(self) -> None:
         workers = self._streams.workers.values()
         self.metrics.active_leases.set(sum(len(w.leases) for w in workers))
-        self.metrics.ready_runs.set(len(self._runs.table.ready))
-        self._runs.count_waiting(workers, self._clock.now())
+        self.metrics.ready_runs.set(len(self._table.ready))
+        self._leasing.count_waiting(workers, self._clock.now())
         used = sum(w.used for w in workers)
         total = sum(w.slots for w in workers)
         self.metrics.worker_slots.labels(use="used").set(used)
@@ -568,11 +577,11 @@ class Poller:
     def reasons_for(self, run_ids: Sequence[str]) -> dict[str, str]:
         """Why each of these runs, held here and due, is not on a worker yet, by run id
         (read between turns, on the loop that owns the state: nothing is awaited)."""
-        return self._runs.waiting_reasons(run_ids, self._streams.workers.values())
+        return self._leasing.waiting_reasons(run_ids, self._streams.workers.values())
 
     def phase_of(self, run_id: str) -> Phase | None:
         """Where a run held here stands (None: not held)."""
-        slot = self._runs.table.slots.get(run_id)
+        slot = self._table.slots.get(run_id)
         return None if slot is None else slot.phase
 
     def workers(self) -> list[WorkerInfo]:
@@ -583,7 +592,7 @@ class Poller:
 
     def shard_lag(self, now: datetime | None = None) -> list[ShardInfo]:
         now = now or self._clock.now()
-        oldest = self._runs.table.oldest_due(LAG_PHASES)
+        oldest = self._table.oldest_due(LAG_PHASES)
         return [
             ShardInfo(
                 shard=s,

@@ -21,19 +21,22 @@
   very due instant, not a lease lead ahead (``waits_for_instant``), so overlap is
   decided against what runs at that instant.
 
-Pure: the rules take the job, its admitted runs and ``now``; the runs move through
-the ``RunTable``'s transitions.
+The rules are pure functions of the job, its admitted runs and times; ``Overlap``
+applies them to the runs of the ``RunTable`` as they come due and as runs end.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
+from collections.abc import Callable, Collection
+from contextlib import AbstractContextManager
 from datetime import datetime
 from enum import Enum
 
 from shardcron.client.types import Job, OverlapPolicy, Run, RunReason, RunState
-from shardcron.coordinator.poller.table import Place, Slot
+from shardcron.coordinator.poller.endings import Outcome
+from shardcron.coordinator.poller.table import Place, RunTable, Slot
+from shardcron.coordinator.poller.turn import Turn
 
 _REPORTED = (RunState.SUCCEEDED, RunState.FAILED, RunState.TIMED_OUT)  # ends a worker says
 
@@ -96,3 +99,66 @@ def skipped_by_reported_end(due_at: datetime, until: datetime | None) -> bool:
     """A FORBID fire held back, decided again after its job's run ended: it overlapped
     that run if the run went on past the fire's due time."""
     return until is not None and due_at < until
+
+
+End = Callable[[Slot, Outcome, Turn, datetime], Run]
+Cancel = Callable[[Slot, RunReason, Turn, datetime], None]
+Isolate = Callable[..., AbstractContextManager[None]]  # Ends.isolated(slot, turn, now, where=...)
+
+
+class Overlap:
+    """The rules above, applied to the table's runs. It ends the runs they skip and
+    cancels the runs a REPLACE replaces through ``end`` and ``cancel`` (``Ends``)."""
+
+    def __init__(self, table: RunTable, *, end: End, cancel: Cancel, isolated: Isolate) -> None:
+        self._table = table
+        self._end = end
+        self._cancel = cancel
+        self._isolated = isolated
+
+    def admit(self, slot: Slot, fresh_fire: bool, turn: Turn, now: datetime) -> Verdict:
+        """The due run asks to start: it is made ready, queued, held back or skipped,
+        as ``decide`` says; a REPLACE cancels the run it replaces."""
+        job = slot.job
+        assert job is not None
+        table = self._table
+        admitted = table.admitted(job.id)
+        verdict = decide(job, admitted, queued=table.queued(job.id), fresh_fire=fresh_fire)
+        if verdict == Verdict.READY:
+            table.make_ready(slot)
+        elif verdict == Verdict.HOLD:
+            table.hold_back(slot)
+        elif verdict == Verdict.SKIP:
+            self._end(slot, Outcome(state=RunState.SKIPPED, reason=RunReason.OVERLAP), turn, now)
+        else:
+            table.queue(slot, first=verdict == Verdict.REPLACE)
+            replaced = victim(admitted) if verdict == Verdict.REPLACE else None
+            if replaced is not None:
+                self._cancel(replaced, RunReason.REPLACED, turn, now)
+        return verdict
+
+    def after_end(
+        self, job_id: str, turn: Turn, now: datetime, *, ran_until: datetime | None = None
+    ) -> None:
+        """A run of the job ended: its queued runs are admitted while the limit allows,
+        in order; then its fires held back are decided again: those due before
+        ``ran_until`` (when its worker says the run went on until) overlapped it and
+        are skipped, the others may run."""
+        self._table.unblock(job_id, concurrency_limit)
+        self._decide_held_again(job_id, turn, now, ran_until)
+
+    def claimed(self, job_id: str, turn: Turn, now: datetime) -> None:
+        """An orphan of the job was claimed by its worker: it is going, and the job's
+        fires held back are decided again (skipped)."""
+        self._decide_held_again(job_id, turn, now, None)
+
+    def _decide_held_again(
+        self, job_id: str, turn: Turn, now: datetime, until: datetime | None
+    ) -> None:
+        for slot in self._table.release_held(job_id):
+            with self._isolated(slot, turn, now, where="admit"):
+                if skipped_by_reported_end(slot.run.due_at, until):
+                    skipped = Outcome(state=RunState.SKIPPED, reason=RunReason.OVERLAP)
+                    self._end(slot, skipped, turn, now)
+                else:
+                    self.admit(slot, True, turn, now)

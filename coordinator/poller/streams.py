@@ -1,7 +1,7 @@
 """The workers' lease streams, as the poller's loop meets them.
 
 ``WorkerStreams`` keeps a ``WorkerBook`` per open stream and applies what a
-worker says to the runs held (``RunKeeper``):
+worker says to the runs held (through the ``RunTable``'s transitions, and ``Ends``):
 
 - Hello: the worker is booked, welcomed, its held leases answered as a heartbeat
   and its pending results handled as results. A Hello naming a connected worker
@@ -32,11 +32,11 @@ worker says to the runs held (``RunKeeper``):
   ``not_owner`` — neither renewed nor revoked, nor refused as stale — and the worker
   offers it to its other pollers; so is a renewal while this poller is suspended.
   The new owner adopted the run from the store under the previous owner's token
-  (``RunKeeper.adopt_orphan``), and renews it and records its result for the worker
+  (``RunTable.adopt``), and renews it and records its result for the worker
   it was granted to (``_holds``). A lease truly stale (re-leased, or ended) is still
   refused by the shard's owner.
 
-A result whose handling raises fails its run alone (``RunKeeper.isolated``) and is
+A result whose handling raises fails its run alone (``Ends.isolated``) and is
 acknowledged; anything else that raises while applying a message is a fault of
 that stream: the loop counts it and closes the stream, and nothing else changes.
 """
@@ -63,11 +63,13 @@ from shardcron.client.stream import (
     WorkerEvent,
 )
 from shardcron.client.types import JobSpec, OutputChunk, RunState
-from shardcron.coordinator.poller.config import MAX_DEFERRED
+from shardcron.coordinator.metrics import Metrics
+from shardcron.coordinator.poller.config import MAX_DEFERRED, PollerConfig
+from shardcron.coordinator.poller.endings import Outcome
+from shardcron.coordinator.poller.ends import Ends
 from shardcron.coordinator.poller.events import WorkerConnected
-from shardcron.coordinator.poller.keeper import RunKeeper
 from shardcron.coordinator.poller.placement import demand
-from shardcron.coordinator.poller.table import Slot
+from shardcron.coordinator.poller.table import RunTable, Slot
 from shardcron.coordinator.poller.turn import Turn
 from shardcron.coordinator.poller.workers import WorkerBook, WorkerLink
 from shardcron.coordinator.store_rules import keep_tail
@@ -80,18 +82,22 @@ MAX_BOUND_WORKER_IDS = 100_000
 class WorkerStreams:
     def __init__(
         self,
-        keeper: RunKeeper,
+        table: RunTable,
+        ends: Ends,
         *,
+        config: PollerConfig,
+        metrics: Metrics,
         poller_id: str,
         settled: Callable[[], bool],
         active: Callable[[], bool],
         serves: Callable[[str], bool],
         output_cap: int,
     ) -> None:
-        self._keeper = keeper
+        self._table = table
+        self._ends = ends
         self._poller_id = poller_id
-        self._config = keeper.config
-        self._metrics = keeper.metrics
+        self._config = config
+        self._metrics = metrics
         self._settled = settled  # every owned shard loaded: a run not held is not ours
         self._active = active  # the poller holds its shards (renewals may be granted)
         self._serves = serves  # the shard of this job id is one of this poller's
@@ -215,10 +221,10 @@ class WorkerStreams:
                 for outcome in outcomes:
                     self._on_result(book, outcome, turn, now)
             case Output(pieces=pieces):
-                ended = self._keeper.table.recent_final
+                ended = self._table.recent_final
                 for piece in pieces:
                     run_id, token = piece.run_id, piece.fencing_token
-                    slot = self._keeper.table.held_slot(run_id, token)
+                    slot = self._table.held_slot(run_id, token)
                     if slot is not None:
                         if not self._holds(book, slot):
                             continue  # another stream's lease
@@ -268,7 +274,7 @@ class WorkerStreams:
         if not sharing:
             return
         if active:
-            for w, slots in demand(self._keeper.table.ready, sharing, coming()).items():
+            for w, slots in demand(self._table.ready, sharing, coming()).items():
                 w.link.demand(slots)
         else:
             for w in sharing:
@@ -294,22 +300,23 @@ class WorkerStreams:
         self, book: WorkerBook, refs: Sequence[LeaseRef], at: datetime, turn: Turn
     ) -> None:
         for ref in refs:
-            slot = self._keeper.table.held_slot(ref.run_id, ref.fencing_token)
+            slot = self._table.held_slot(ref.run_id, ref.fencing_token)
             if slot is None or slot.run.state != RunState.LEASED or not self._holds(book, slot):
                 continue
-            run = self._keeper.table.start(slot, at)
+            run = self._table.start(slot, at)
             turn.runs[run.id] = run
             self._metrics.schedule_lag.observe(max(0.0, (at - run.due_at).total_seconds()))
 
     def _on_refused(self, book: WorkerBook, ref: LeaseRef, turn: Turn, now: datetime) -> None:
-        slot = self._keeper.table.held_slot(ref.run_id, ref.fencing_token)
+        slot = self._table.held_slot(ref.run_id, ref.fencing_token)
         if slot is None or slot.worker is not book or slot.run.state != RunState.LEASED:
             return
         self._metrics.leases_refused.inc()
         if slot.cancel_reason is not None:
-            self._keeper.finish(slot, RunState.CANCELLED, slot.cancel_reason, turn, now)
+            cancelled = Outcome(state=RunState.CANCELLED, reason=slot.cancel_reason)
+            self._ends.end(slot, cancelled, turn, now)
             return
-        self._keeper.table.refuse(slot)  # nothing of it ran: it is leased again
+        self._table.refuse(slot)  # nothing of it ran: it is leased again
 
     def _renew(self, book: WorkerBook, refs: Sequence[LeaseRef], turn: Turn, now: datetime) -> None:
         if not refs:
@@ -317,7 +324,7 @@ class WorkerStreams:
         answers = []
         settled = self._settled()
         active = self._active()
-        keeper, table = self._keeper, self._keeper.table
+        table = self._table
         for ref in refs:
             run_id, token = ref.run_id, ref.fencing_token
             slot = table.held_slot(run_id, token)
@@ -336,7 +343,7 @@ class WorkerStreams:
             if slot is not None and self._holds(book, slot):
                 expires, claimed = table.renew(slot, book, token, now, active=active)
                 if claimed:  # an orphan's worker renewed it: the run goes on
-                    keeper.reconsider_held(slot.run.job_id, turn, now)
+                    self._ends.overlap.claimed(slot.run.job_id, turn, now)
                 if expires is not None and (reason := slot.cancel_reason) is not None:
                     book.link.cancel(CancelOrder(run_id=run_id, fencing_token=token, reason=reason))
             answers.append(
@@ -348,7 +355,7 @@ class WorkerStreams:
             book.link.renewals(answers, self._config.lease_ttl)
 
     def _on_result(self, book: WorkerBook, outcome: RunOutcome, turn: Turn, now: datetime) -> None:
-        slot = self._keeper.table.held_slot(outcome.run_id, outcome.fencing_token)
+        slot = self._table.held_slot(outcome.run_id, outcome.fencing_token)
         if slot is None and self._elsewhere(outcome.job_id):
             # its shard moved: the worker offers the result to the new owner
             book.link.ack(
@@ -382,21 +389,19 @@ class WorkerStreams:
         reason = outcome.reason
         if slot.cancel_reason is not None and outcome.state == RunState.CANCELLED:
             reason = slot.cancel_reason
-        with self._keeper.isolated(slot, turn, now, where="result"):
-            self._keeper.finish(
-                slot,
-                outcome.state,
-                reason,
-                turn,
-                now,
-                exit_code=outcome.exit_code,
-                error=outcome.error,
-                # CANCELLED with no start anywhere: stopped before it started (while
-                # its worker waited for its due instant)
-                started_at=started or slot.run.started_at or _start_unless_cancelled(outcome, now),
-                ended_at=outcome.ended_at or now,
-                reported=True,
-            )
+        ended = Outcome(
+            state=outcome.state,
+            reason=reason,
+            exit_code=outcome.exit_code,
+            error=outcome.error,
+            # CANCELLED with no start anywhere: stopped before it started (while its
+            # worker waited for its due instant)
+            started_at=started or slot.run.started_at or _start_unless_cancelled(outcome, now),
+            ended_at=outcome.ended_at or now,
+            reported=True,
+        )
+        with self._ends.isolated(slot, turn, now, where="result"):
+            self._ends.end(slot, ended, turn, now)
         self._ended_by(book, outcome)
         ack = ResultAck(run_id=outcome.run_id, fencing_token=outcome.fencing_token, accepted=True)
         turn.acks.append((book.link, ack))
@@ -405,7 +410,7 @@ class WorkerStreams:
         """Remembers whose result ended the run, for its late output; entries whose run
         left ``recent_final`` are dropped whenever they outnumber it twice over."""
         self._ended[outcome.run_id] = (outcome.fencing_token, book.id, book.instance_id)
-        recent = self._keeper.table.recent_final
+        recent = self._table.recent_final
         if len(self._ended) > 2 * len(recent) + 1024:
             self._ended = {k: v for k, v in self._ended.items() if k in recent}
 

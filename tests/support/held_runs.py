@@ -24,9 +24,12 @@ from shardcron.client.types import (
 from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.poller import PollerConfig
 from shardcron.coordinator.poller.clock import SystemClock
-from shardcron.coordinator.poller.keeper import RunKeeper, placements
+from shardcron.coordinator.poller.due import Due
+from shardcron.coordinator.poller.endings import Outcome
+from shardcron.coordinator.poller.ends import Ends
+from shardcron.coordinator.poller.leasing import Leasing, placements
 from shardcron.coordinator.poller.overlap import Verdict
-from shardcron.coordinator.poller.table import Slot
+from shardcron.coordinator.poller.table import RunTable, Slot
 from shardcron.coordinator.poller.turn import Turn
 from shardcron.coordinator.poller.workers import WorkerBook
 
@@ -82,14 +85,18 @@ def worker(
 
 
 class Held:
-    """A ``RunKeeper`` without a loop: runs held by hand (due at ``T0`` unless told),
-    the rules applied to them as a turn would (``turn`` collects what they write)."""
+    """The poller's rules without its loop: a ``RunTable`` whose runs are held by hand
+    (due at ``T0`` unless told), the rules applied to them as a turn would (``turn``
+    collects what they write)."""
 
     def __init__(self, *, metrics: Metrics | None = None) -> None:
-        self.keeper = RunKeeper(
-            config=PollerConfig(), metrics=metrics or Metrics(), clock=SystemClock(), shard_count=8
+        config, metrics, clock = PollerConfig(), metrics or Metrics(), SystemClock()
+        self.table = RunTable(config=config, clock=clock)
+        self.ends = Ends(self.table, metrics=metrics)
+        self.due_rules = Due(
+            self.table, self.ends, config=config, metrics=metrics, clock=clock, shard_count=8
         )
-        self.table = self.keeper.table
+        self.leasing = Leasing(self.table, self.ends, config=config, metrics=metrics, clock=clock)
         self.turn = Turn()
         self._n = 0
 
@@ -129,11 +136,11 @@ class Held:
 
     def admit(self, s: Slot, *, fresh_fire: bool) -> Verdict:
         """The due run asks to start, as a trigger would ask."""
-        return self.keeper.admit(s, fresh_fire, self.turn, T0)
+        return self.ends.overlap.admit(s, fresh_fire, self.turn, T0)
 
     def end(self, s: Slot) -> None:
         """The run ends (SUCCEEDED): what follows follows (its job's queue moves on)."""
-        self.keeper.finish(s, RunState.SUCCEEDED, RunReason.NONE, self.turn, T0)
+        self.ends.end(s, Outcome(state=RunState.SUCCEEDED, reason=RunReason.NONE), self.turn, T0)
 
     def drop(self, s: Slot) -> None:
         """The run leaves without an end (its shard was lost)."""
@@ -150,7 +157,7 @@ def lease_all(h: Held, workers: list[WorkerBook], now: datetime = T0, max_batch:
     out = []
     for s, w in placements(h.table, workers, now, max_batch):
         if w is None:
-            h.keeper.finish(s, RunState.MISSED, RunReason.DEADLINE, h.turn, now)
+            h.ends.end(s, Outcome(state=RunState.MISSED, reason=RunReason.DEADLINE), h.turn, now)
             out.append((s.run.id, None))
             continue
         h.table.lease(s, w, now)
