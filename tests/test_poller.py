@@ -55,9 +55,9 @@ from shardcron.coordinator.sqlite.store import SqliteStore
 from shardcron.coordinator.store import NewJob
 from tests.support.pollers import (
     RECHECK_INTERVAL,
+    SCAN_INTERVAL,
     SHARDS,
     TICK,
-    WAIT,
     FakeClock,
     PollerSetup,
     connect,
@@ -369,7 +369,8 @@ async def test_a_run_written_while_the_poller_was_held_up_is_found_without_its_h
         return entries
 
     monkeypatch.setattr(store, "scan_due", scan_due)
-    await asyncio.wait_for(held.wait(), WAIT)
+    await clock.move(SCAN_INTERVAL)  # the next scan is held up
+    await turns_until(held.is_set, poller)
     clock.advance(timedelta(seconds=2.5))  # held up longer than the recheck window (mid-scan)
     run = dataclasses.replace(make_run(job, due_at=clock.now()), created_at=clock.now())
     await store.create_jobs([NewJob(job=job, runs=[run])])  # its hint is lost: none is sent

@@ -24,6 +24,7 @@ from shardcron.client.types import HandlerTask, JobSpec, Run, RunState
 from shardcron.coordinator.coordination import Assignment
 from shardcron.coordinator.ids import utcnow
 from shardcron.coordinator.poller import Phase, PollerConfig
+from shardcron.coordinator.poller.streams import WorkerStreams
 from shardcron.coordinator.sqlite.store import SqliteStore
 from shardcron.coordinator.store import NewJob
 from shardcron.coordinator.worker_stream import WorkerStreamServicer
@@ -200,14 +201,23 @@ async def test_a_shard_of_a_dead_poller_moves_without_a_second_execution(
         await new.kill()
 
 
+@pytest.mark.parametrize("applying_fails", [False, True], ids=["applied", "applying_fails"])
 async def test_a_shard_is_released_only_once_the_result_accepted_before_is_written(
-    store: SqliteStore, monkeypatch: pytest.MonkeyPatch
+    store: SqliteStore, monkeypatch: pytest.MonkeyPatch, applying_fails: bool
 ) -> None:
     """A result and the assignment taking its shard away, handled in one turn: the
     release was confirmed at once, before that turn's commit, so the next owner
     could read the run still RUNNING, adopt it, and record it WORKER_LOST over the
     success once its worker, told the result was accepted, stopped naming it. The
-    release now waits for that commit."""
+    release now waits for that commit. So it does when applying the assignment
+    fails (regression, issue 33: the poller reset and confirmed the release at once,
+    and its turn went on to write the result after it)."""
+    if applying_fails:
+
+        def fails(self: WorkerStreams) -> None:
+            raise RuntimeError("applying the assignment failed")
+
+        monkeypatch.setattr(WorkerStreams, "drop_unsent_leases", fails)
     node = Node(store, "p1")
     await node.start(ALL, fencing_epoch=1)
     handler = Executions()

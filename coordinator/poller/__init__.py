@@ -10,7 +10,8 @@ The parts that decide take ``now`` and return decisions; one part acts:
   what they need, the worker each goes to, why a run waits, demand;
 - ``endings``: what a run's end leads to (retry, dead letter, streak, completion);
 - ``windows``: which part of each shard's due index to read next, and its cursors;
-- ``ownership``: whether the poller may write and send now;
+- ``shards``: the shards served (acquire, release), whether the poller may write
+  and send now;
 - ``workers``: the book of each worker's capacity, and the ``WorkerLink`` the loop
   sends through;
 - ``table``: the runs held, each in one place, and the one writer of them;

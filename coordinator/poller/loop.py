@@ -18,7 +18,7 @@ a worker holds a run only while it keeps renewing; a result or heartbeat whose
 token is not the current lease's is refused; a run that was leased under an
 earlier epoch (a crashed or deposed poller) is re-leased only one full TTL after
 this poller took the shard over (``leases``). A poller that cannot confirm its
-hold on its shards writes and sends nothing (``ownership``).
+hold on its shards writes and sends nothing (``shards``).
 
 One failure stays one failure: a fault while handling an inbox event, a run or a
 job's rules fails that event, run or job alone (``Ends.isolated``; a worker
@@ -67,12 +67,11 @@ from shardcron.coordinator.poller.events import (
 from shardcron.coordinator.poller.faults import fault_text
 from shardcron.coordinator.poller.leasing import Leasing
 from shardcron.coordinator.poller.loading import SCAN_WAIT, CursorSaves, ScanReads
-from shardcron.coordinator.poller.ownership import Ownership, Standing
 from shardcron.coordinator.poller.placement import free_slots, lease_lead
+from shardcron.coordinator.poller.shards import Shards
 from shardcron.coordinator.poller.streams import WorkerStreams
 from shardcron.coordinator.poller.table import LAG_PHASES, Phase, Place, RunTable
 from shardcron.coordinator.poller.turn import Turn
-from shardcron.coordinator.poller.windows import ShardWindows
 from shardcron.coordinator.store import JobStore
 from shardcron.coordinator.store_lanes import mark_poller
 
@@ -103,12 +102,6 @@ class Poller:
         self.config = config
         self.metrics = metrics
         self._clock: Clock = clock or SystemClock()
-        self.epoch = 0
-        self.active = False
-        self._ownership = Ownership(
-            poller_id, ownership_valid=ownership_valid, session_generation=session_generation
-        )
-        self._windows = ShardWindows(config)
         self._table = table = RunTable(config=config, clock=self._clock)
         self._ends = ends = Ends(table, metrics=metrics)
         self._due = Due(
@@ -126,11 +119,23 @@ class Poller:
             config=config,
             metrics=metrics,
             poller_id=poller_id,
-            settled=self._settled,
-            active=lambda: self.active,
-            serves=lambda job_id: self.owns(shard_for(job_id, store.shard_count)),
+            settled=lambda: self._shards.settled(),
+            active=lambda: self._shards.active,
+            serves=lambda job_id: self._shards.owns(shard_for(job_id, store.shard_count)),
             output_cap=store.output_cap_bytes,
         )
+        self._shards = Shards(
+            poller_id,
+            config=config,
+            metrics=metrics,
+            table=table,
+            streams=self._streams,
+            ownership_valid=ownership_valid,
+            session_generation=session_generation,
+            new_scans=self._new_scans,
+            forget_reads=self._forget_reads,
+        )
+        self._windows = self._shards.windows
         self._inbox: deque[InboxEvent] = deque()
         self._wake = asyncio.Event()
         # the scan's reads, beside the turns (``loading``); what they found is held
@@ -182,13 +187,22 @@ class Poller:
         """The fencing epoch this poller's lease tokens carry."""
         return self._table.leases.fencing_epoch
 
+    @property
+    def epoch(self) -> int:
+        return self._shards.epoch
+
+    @property
+    def active(self) -> bool:
+        """Coordination holds this poller's session: it may serve its shards."""
+        return self._shards.active
+
     def owns(self, shard: int) -> bool:
-        return shard in self._windows.shards
+        return self._shards.owns(shard)
 
     def may_lease(self) -> bool:
         """Leases may be written to workers now: active, ownership confirmed, not
         standing still (checked again as they go out)."""
-        return self.active and self._ownership.may_send_leases()
+        return self._shards.may_send_leases()
 
     # --- lifecycle -----------------------------------------------------------
 
@@ -201,7 +215,7 @@ class Poller:
         if self._task is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        self._drop_reads()
+        self._forget_reads()
         for event in self._inbox:
             if isinstance(event, AssignmentChanged) and not event.applied.done():
                 event.applied.set_result(None)
@@ -218,7 +232,7 @@ class Poller:
             except Exception:
                 # a store call failed (its other faults are isolated where they happen)
                 log.exception("poller turn failed; reloading its shards from the store")
-                self._reset()
+                self._shards.void(self._clock.now())
                 await asyncio.sleep(0.5)
                 continue
             timeout = self._sleep_for()
@@ -231,33 +245,27 @@ class Poller:
 
     def _stand_still(self) -> bool:
         """True while ownership is unconfirmed or the session was replaced: nothing is
-        written or sent, and what was held is forgotten once (``ownership``)."""
-        standing = self._ownership.standing(has_shards=bool(self._windows.shards))
-        if standing == Standing.RELOAD:
-            self._reset()
-        return standing != Standing.CONFIRMED
+        written or sent (``shards``)."""
+        return self._shards.stand_still(self._clock.now())
 
-    def _reset(self) -> None:
-        """Forgets everything held in memory; the next scan reloads it from the store,
-        as a poller taking the shards over would (leases are waited out or renewed)."""
-        self.metrics.poller_resets.inc()
-        self._drop_reads()
-        self._early_hints.clear()
-        self._table.clear()
-        self._windows.reset(self._clock.now())
-        self._streams.forget_all()
+    def _new_scans(self) -> None:
+        """A scan begun for the shards of before is not held (a run waiting for its
+        job's read leaves the table if its shard is released)."""
+        self._generation += 1
+        self._scans.cancel()
 
-    def _drop_reads(self) -> None:
-        """Nothing read or saved beside the turns is held any more: the poller forgets
-        what it held (a reset) or stops (``loading``, ``ahead``)."""
+    def _forget_reads(self) -> None:
+        """Nothing read or saved beside the turns is held any more: the poller voids
+        what it held or stops (``loading``, ``ahead``)."""
         self._generation += 1
         self._scans.cancel()
         self._job_reads.cancel()
         self._cursor_saves.cancel()
+        self._early_hints.clear()
 
     def _settled(self) -> bool:
         """Every owned shard was loaded once: a run not held now is not ours."""
-        return self.active and self._windows.all_loaded()
+        return self._shards.settled()
 
     def _sleep_for(self) -> float:
         now = self._clock.now()
@@ -327,7 +335,7 @@ class Poller:
         if not turn.empty():
             if self._stand_still():
                 return  # nothing of this turn is written, nothing is sent
-            confirmed = self._ownership.write_time(self._clock.now())
+            confirmed = self._shards.write_time(self._clock.now())
             if turn.output:
                 await self.store.append_output(turn.output)
             await self.store.commit(
@@ -397,10 +405,9 @@ class Poller:
                     done.set_exception(error)
                 else:
                     done.set_exception(Unavailable(f"cancel failed: {fault_text(error)}"))
-            case AssignmentChanged(applied=applied):
-                self._reset()
-                if not applied.done():
-                    applied.set_result(None)
+            case AssignmentChanged():
+                # applied again from the store; answered as the turn ends (``shards``)
+                self._shards.void(self._clock.now())
 
     async def _handle(self, event: InboxEvent, turn: Turn, now: datetime) -> None:
         table = self._table
@@ -424,29 +431,7 @@ class Poller:
             case CancelJob(job_id=job_id, reason=reason):
                 self._ends.cancel_job(job_id, reason, turn, now)
             case AssignmentChanged(assignment=assignment, applied=applied):
-                self._on_assignment(assignment, now)
-                if not turn.empty():
-                    # done once this turn's commit is over: what it decided before
-                    # (a result of a shard taken away) is in the store before the next
-                    # owner reads the shard, or was never acknowledged to its worker
-                    turn.applied.append(applied)
-                elif not applied.done():
-                    applied.set_result(None)
-
-    def _on_assignment(self, a: Assignment, now: datetime) -> None:
-        self._generation += 1  # a scan begun for the shards of before is not held
-        self._scans.cancel()  # (runs waiting for their job are checked when it is read)
-        if a.fencing_epoch != self.fencing_epoch:
-            self._ownership.new_fencing_epoch()
-        self.epoch = a.epoch
-        self._table.leases.set_fencing_epoch(a.fencing_epoch)
-        self.active = a.active
-        lost = self._windows.assign(a.shards, now)
-        if lost:
-            self._table.release(lost)
-            self._streams.drop_unsent_leases()
-        self.metrics.epoch.set(self.epoch)
-        self.metrics.owned_shards.set(len(a.shards))
+                self._shards.apply(assignment, applied, turn, now)
 
     def _admit_new(self, run: Run, now: datetime) -> None:
         """A hinted new run. The hint travels from another node's api and may come late:
