@@ -438,8 +438,9 @@ class RunTable:
 
     def refuse(self, slot: Slot) -> None:
         """Its worker refused the lease: nothing of it ran, it is ready again (PENDING:
-        its stored LEASED row is superseded by the next lease's)."""
-        assert slot.place is Place.LEASED
+        its stored LEASED row is superseded by the next lease's). A run a cancel was
+        sent to is ended instead (by the caller)."""
+        assert slot.place is Place.LEASED and slot.cancel_reason is None
         self._move(slot, Place.READY)
         slot.run = copy_with(slot.run, state=RunState.PENDING)
 
