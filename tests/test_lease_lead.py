@@ -33,9 +33,9 @@ from shardcron.client.types import (
 )
 from shardcron.coordinator.poller import Phase, Poller, PollerConfig, fires
 from shardcron.coordinator.poller.config import JOB_ROW_RETRY
-from shardcron.coordinator.poller.crowds import CROWD
+from shardcron.coordinator.poller.crowded_instants import CROWD
 from shardcron.coordinator.poller.events import WorkerClosed, WorkerMessage
-from shardcron.coordinator.poller.leases import LeaseBook
+from shardcron.coordinator.poller.lease_book import LeaseBook
 from shardcron.coordinator.poller.placement import lease_lead, pick_worker
 from shardcron.coordinator.sqlite.store import SqliteStore
 from shardcron.coordinator.store import NewJob
@@ -334,7 +334,7 @@ async def test_the_runs_of_a_crowded_instant_are_leased_further_ahead_than_the_l
     clock: FakeClock,
 ) -> None:
     # A turn leases at most a batch, so a whole fleet due on one minute was still being
-    # leased after it; its instant is reached earlier by its runs (crowds.DueCrowds).
+    # leased after it; its instant is reached earlier by its runs (crowded_instants.CrowdedInstants).
     link = connect(poller, "new", waits=True, slots=2 * CROWD)
     due = clock.now() + timedelta(seconds=5)
     runs = await crowd_due(sqlite_store, poller, CROWD, due, clock.now())

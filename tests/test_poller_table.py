@@ -15,7 +15,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 import shardcron.coordinator.poller as poller_package
 from shardcron.client.types import Job, OverlapPolicy, Run, RunReason, RunState
 from shardcron.coordinator.metrics import Metrics
-from shardcron.coordinator.poller.endings import Outcome
+from shardcron.coordinator.poller.end_rules import Outcome
 from shardcron.coordinator.poller.leasing import placements
 from shardcron.coordinator.poller.table import Place, Slot
 from tests.support.held_runs import T0, Held, job, worker

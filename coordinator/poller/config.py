@@ -53,7 +53,7 @@ class PollerConfig:
     max_batch: int = 2000  # runs leased or triggered per turn
     secret_keys: KeyRing | None = None  # opens sealed secret env values for leases
     # An instant many runs are due at is reached this much earlier per run, up to
-    # crowd_lead_most ahead (``crowds``): on a 2-core machine a turn of 2,000 runs, its
+    # crowd_lead_most ahead (``crowded_instants``): on a 2-core machine a turn of 2,000 runs, its
     # commit and its leases took 0.3 s, and up to 1 s while other processes were busy.
     crowd_lead_per_run: timedelta = timedelta(microseconds=400)
     crowd_lead_most: timedelta = timedelta(seconds=10)
@@ -64,7 +64,7 @@ class PollerConfig:
         """Runs due by then have their jobs read as they are loaded (from a hint or a
         scan). A later run's job is read as the run triggers (``JobReads``): a copy read
         now would be older than ``job_cache_ttl`` by then, and read again. Such a run
-        counts in the demand for room (``ahead.coming``) from its trigger on, not ahead
+        counts in the demand for room (``job_reads.coming``) from its trigger on, not ahead
         of it: the room comes one round trip later, within the lease lead. Without a
         ``job_cache_ttl`` (the copies held never go stale) every run's job is read as it
         is loaded: the latest instant there is."""

@@ -1,10 +1,10 @@
 """What happens to a held run when it comes due.
 
 A run waiting for its due time is taken out of the table's timers up to the lease
-lead ahead of its instant (further for a crowded instant: ``crowds``), so its rules
+lead ahead of its instant (further for a crowded instant: ``crowded_instants``), so its rules
 and its lease are decided by then; one whose job has runs admitted waits for its very
 instant (``overlap.waits_for_instant``). Its job copy is read again first when it is
-older than ``job_cache_ttl`` (``ahead``). Then ``trigger`` applies its rules, in
+older than ``job_cache_ttl`` (``job_reads``). Then ``trigger`` applies its rules, in
 order: a run whose job row has not landed yet is looked at again shortly, one whose
 job is gone is CANCELLED, a fire of an older schedule is SUPERSEDED; a fresh fire of
 the job's schedule applies the fire rules (``fires.on_fire_due``: misfires, pause,
@@ -29,7 +29,7 @@ from shardcron.client.types import Job, JobState, RunReason, RunState
 from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.poller.clock import Clock
 from shardcron.coordinator.poller.config import JOB_ROW_GRACE, JOB_ROW_RETRY, PollerConfig
-from shardcron.coordinator.poller.endings import Outcome, completed_by_fire
+from shardcron.coordinator.poller.end_rules import Outcome, completed_by_fire
 from shardcron.coordinator.poller.ends import Ends
 from shardcron.coordinator.poller.fires import on_fire_due, retry_misfired
 from shardcron.coordinator.poller.overlap import waits_for_instant

@@ -7,7 +7,7 @@ fault in the rules, its fire skipped by its own rules). In this order, once:
 1. the table makes its final record and takes it out of every index (``RunTable.end``);
 2. the end is counted (``Metrics.run_ended``);
 3. unless the outcome says nothing follows, the job's rules follow it
-   (``endings.follow_up``: a retry, dead letter, failure streak, auto-pause,
+   (``end_rules.follow_up``: a retry, dead letter, failure streak, auto-pause,
    completion); if they raise, the job is paused (``job_rules_failed``);
 4. the room it leaves goes to its job's queued runs, and its job's fires held back
    are decided again (``Overlap.after_end``);
@@ -36,7 +36,7 @@ from shardcron.client.frozen import copy_with
 from shardcron.client.stream import CancelOrder
 from shardcron.client.types import Job, JobState, Run, RunReason, RunState
 from shardcron.coordinator.metrics import Metrics
-from shardcron.coordinator.poller.endings import Outcome, follow_up
+from shardcron.coordinator.poller.end_rules import Outcome, follow_up
 from shardcron.coordinator.poller.faults import Isolated, fault_text
 from shardcron.coordinator.poller.overlap import Overlap, ran_until
 from shardcron.coordinator.poller.table import Place, RunTable, Slot

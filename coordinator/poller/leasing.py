@@ -4,7 +4,7 @@
   worker chosen for it: a fencing token and an expiry from the lease book, its
   capacity held on the worker, the LEASED run written by the turn; a run past its
   starting deadline is MISSED; a run whose job has a secret this node cannot open
-  fails instead of being leased (``grants.unopenable``); a run not due yet that only
+  fails instead of being leased (``lease_grants.unopenable``); a run not due yet that only
   workers starting it at once have room for is set aside until its instant.
 - ``send_lease``: after the commit, the lease goes out; its TTL counts from then.
 - ``expire``: a lease that ran out (its grace included) ends its run FAILED
@@ -24,9 +24,9 @@ from shardcron.client.types import RunReason, RunState
 from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.poller.clock import Clock
 from shardcron.coordinator.poller.config import PollerConfig
-from shardcron.coordinator.poller.endings import Outcome
+from shardcron.coordinator.poller.end_rules import Outcome
 from shardcron.coordinator.poller.ends import Ends
-from shardcron.coordinator.poller.grants import lease_grant, unopenable
+from shardcron.coordinator.poller.lease_grants import lease_grant, unopenable
 from shardcron.coordinator.poller.placement import (
     WaitReason,
     free_slots,

@@ -8,7 +8,7 @@ the turn decided in ONE store commit (group commit) before it sends anything tha
 depends on it: a lease is durable before the worker sees it, a result is durable
 before the worker is told it was accepted.
 
-This is, with the scan's and the jobs' reads (``loading``, ``ahead``: they go on
+This is, with the scan's and the jobs' reads (``scans``, ``job_reads``: they go on
 beside the turns, and the loop holds what they found), the part of the poller that
 calls the store, and its
 only place that reads the clock for the rules (each decider is given ``now``).
@@ -17,7 +17,7 @@ Never twice at once: a lease carries a fencing token (epoch << 32 | sequence);
 a worker holds a run only while it keeps renewing; a result or heartbeat whose
 token is not the current lease's is refused; a run that was leased under an
 earlier epoch (a crashed or deposed poller) is re-leased only one full TTL after
-this poller took the shard over (``leases``). A poller that cannot confirm its
+this poller took the shard over (``lease_book``). A poller that cannot confirm its
 hold on its shards writes and sends nothing (``shards``).
 
 One failure stays one failure: a fault while handling an inbox event, a run or a
@@ -47,11 +47,10 @@ from shardcron.client.types import Job, Run, RunReason, RunState, ShardInfo, Wor
 from shardcron.coordinator.coordination import Assignment
 from shardcron.coordinator.ids import shard_for
 from shardcron.coordinator.metrics import Metrics
-from shardcron.coordinator.poller.ahead import JobReads, coming
 from shardcron.coordinator.poller.clock import Clock, SystemClock
 from shardcron.coordinator.poller.config import MAX_DEFERRED, PollerConfig
 from shardcron.coordinator.poller.due import Due
-from shardcron.coordinator.poller.endings import Outcome
+from shardcron.coordinator.poller.end_rules import Outcome
 from shardcron.coordinator.poller.ends import Ends
 from shardcron.coordinator.poller.events import (
     AssignmentChanged,
@@ -65,9 +64,10 @@ from shardcron.coordinator.poller.events import (
     WorkerMessage,
 )
 from shardcron.coordinator.poller.faults import fault_text
+from shardcron.coordinator.poller.job_reads import JobReads, coming
 from shardcron.coordinator.poller.leasing import Leasing
-from shardcron.coordinator.poller.loading import SCAN_WAIT, CursorSaves, ScanReads
 from shardcron.coordinator.poller.placement import free_slots, lease_lead
+from shardcron.coordinator.poller.scans import SCAN_WAIT, CursorSaves, ScanReads
 from shardcron.coordinator.poller.shards import Shards
 from shardcron.coordinator.poller.streams import WorkerStreams
 from shardcron.coordinator.poller.table import LAG_PHASES, Phase, Place, RunTable
@@ -138,10 +138,10 @@ class Poller:
         self._windows = self._shards.windows
         self._inbox: deque[InboxEvent] = deque()
         self._wake = asyncio.Event()
-        # the scan's reads, beside the turns (``loading``); what they found is held
+        # the scan's reads, beside the turns (``scans``); what they found is held
         # only if ``_generation`` (bumped on a reset or a new assignment) is unchanged
         self._scans = ScanReads(store, self._windows, table, config=config, wake=self._wake.set)
-        self._job_reads = JobReads(  # ``ahead``
+        self._job_reads = JobReads(  # ``job_reads``
             store, table, stale_jobs=self._due.stale_jobs, wake=self._wake.set
         )
         self._cursor_saves = CursorSaves(store)
@@ -256,7 +256,7 @@ class Poller:
 
     def _forget_reads(self) -> None:
         """Nothing read or saved beside the turns is held any more: the poller voids
-        what it held or stops (``loading``, ``ahead``)."""
+        what it held or stops (``scans``, ``job_reads``)."""
         self._generation += 1
         self._scans.cancel()
         self._job_reads.cancel()
@@ -461,7 +461,7 @@ class Poller:
     # --- loading -----------------------------------------------------------------
 
     def _hold_scanned(self) -> None:
-        """Holds what the scan's reads found, once they are over (``loading``); then
+        """Holds what the scan's reads found, once they are over (``scans``); then
         looks again at the hints met while a shard's first scan was read."""
         if self._scans.hold(self._generation):
             early, self._early_hints = self._early_hints, []
@@ -470,7 +470,7 @@ class Poller:
                 self._admit_new(run, now)
 
     def _save_cursors(self, now: datetime) -> None:
-        """Saves each loaded shard's cursor, beside the turns (``loading``)."""
+        """Saves each loaded shard's cursor, beside the turns (``scans``)."""
         clock = self._clock.monotonic()
         oldest = self._table.oldest_due()
         cursors = self._windows.cursors(oldest, now, self.store.bucket_seconds, clock)
@@ -483,7 +483,7 @@ class Poller:
 
     async def _trigger_due(self, now: datetime, turn: Turn) -> None:
         """Triggers the runs due whose job copies are current; the others wait for
-        their jobs to be read beside the turns (``ahead``)."""
+        their jobs to be read beside the turns (``job_reads``)."""
         due = self._due.take(now, self._lead())
         ready = await self._job_reads.ready(due, self._clock.monotonic(), wait=turn.empty())
         for slot in ready:

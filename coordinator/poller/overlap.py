@@ -34,7 +34,7 @@ from datetime import datetime
 from enum import Enum
 
 from shardcron.client.types import Job, OverlapPolicy, Run, RunReason, RunState
-from shardcron.coordinator.poller.endings import Outcome
+from shardcron.coordinator.poller.end_rules import Outcome
 from shardcron.coordinator.poller.table import Place, RunTable, Slot
 from shardcron.coordinator.poller.turn import Turn
 

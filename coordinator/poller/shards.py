@@ -5,7 +5,7 @@ as the shards it gains and the shards it loses (``apply``):
 
 - ``acquire``: the shards are read from the store from scratch (their windows from
   their saved cursors), remembered with when they were taken: the leases an earlier
-  owner granted for their runs are waited out one TTL from then (``leases``).
+  owner granted for their runs are waited out one TTL from then (``lease_book``).
 - ``release``: every run held of them is dropped (a cancel waiting on one is told to
   try again), a lease decided for them and not yet sent is never sent, and their
   windows are forgotten.

@@ -65,7 +65,7 @@ from shardcron.client.stream import (
 from shardcron.client.types import JobSpec, OutputChunk, RunState
 from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.poller.config import MAX_DEFERRED, PollerConfig
-from shardcron.coordinator.poller.endings import Outcome
+from shardcron.coordinator.poller.end_rules import Outcome
 from shardcron.coordinator.poller.ends import Ends
 from shardcron.coordinator.poller.events import WorkerConnected
 from shardcron.coordinator.poller.placement import demand

@@ -35,9 +35,9 @@ from shardcron.client.saturating import saturating_add
 from shardcron.client.types import Job, Run, RunReason, RunState
 from shardcron.coordinator.poller.clock import Clock
 from shardcron.coordinator.poller.config import PollerConfig
-from shardcron.coordinator.poller.crowds import DueCrowds
-from shardcron.coordinator.poller.endings import Outcome, final_run
-from shardcron.coordinator.poller.leases import LeaseBook
+from shardcron.coordinator.poller.crowded_instants import CrowdedInstants
+from shardcron.coordinator.poller.end_rules import Outcome, final_run
+from shardcron.coordinator.poller.lease_book import LeaseBook
 from shardcron.coordinator.poller.placement import ReadyRuns
 from shardcron.coordinator.poller.timeline import Timeline
 from shardcron.coordinator.poller.workers import WorkerBook
@@ -120,7 +120,9 @@ class RunTable:
         self._by_shard: dict[int, dict[str, Slot]] = {}
         self._timers = Timeline()  # TIMER, by due time
         # how many runs wait for each due instant: a crowded one is reached earlier
-        self.crowds = DueCrowds(per_run=config.crowd_lead_per_run, most=config.crowd_lead_most)
+        self.crowds = CrowdedInstants(
+            per_run=config.crowd_lead_per_run, most=config.crowd_lead_most
+        )
         self._at_instant = Timeline()  # AT_INSTANT, by the time to look at them
         self._listed: dict[Place, dict[str, Slot]] = {p: {} for p in _LISTED}
         self.ready = ReadyRuns()  # READY, by placement class
@@ -269,7 +271,7 @@ class RunTable:
 
     def next_due(self, lead: timedelta) -> datetime | None:
         """When the earliest run waiting comes within ``lead`` of its instant (more for
-        a crowded instant, ``crowds``)."""
+        a crowded instant, ``crowded_instants``)."""
         due = self._timers.first_at()
         first = None if due is None else self.crowds.trigger_at(due, lead)
         crowd = self.crowds.next_reach(lead)

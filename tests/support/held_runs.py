@@ -25,7 +25,7 @@ from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.poller import PollerConfig
 from shardcron.coordinator.poller.clock import SystemClock
 from shardcron.coordinator.poller.due import Due
-from shardcron.coordinator.poller.endings import Outcome
+from shardcron.coordinator.poller.end_rules import Outcome
 from shardcron.coordinator.poller.ends import Ends
 from shardcron.coordinator.poller.leasing import Leasing, placements
 from shardcron.coordinator.poller.overlap import Verdict

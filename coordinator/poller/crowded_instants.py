@@ -5,7 +5,7 @@ so runs due at one instant beyond what the lease lead covers (a cron fleet's min
 storm of one-off runs) were still being leased after their instant: 10,000 runs due
 on one minute were leased 1.4 s late at the median, 2.5 s for the last, with a 500 ms
 lead. Such an instant is reached earlier: ``per_run`` more for each run due at it, up
-to ``most`` in all (``DueCrowds.lead``), so its last lease goes out before it. Only
+to ``most`` in all (``CrowdedInstants.lead``), so its last lease goes out before it. Only
 runs already held are counted; the lead is used only while it is not zero (a worker
 holds leases until their due instant), and a run whose job has runs admitted is still
 decided at its very instant (``overlap.waits_for_instant``).
@@ -25,7 +25,7 @@ from shardcron.client.saturating import saturating_add
 CROWD = 64  # runs due at one instant from which it is reached ahead of the lead
 
 
-class DueCrowds:
+class CrowdedInstants:
     __slots__ = ("_counts", "_crowded", "_most", "_per_run", "_reached")
 
     def __init__(self, *, per_run: timedelta, most: timedelta) -> None:

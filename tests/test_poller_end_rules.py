@@ -1,4 +1,4 @@
-"""What a run's end leads to (coordinator/poller/endings.py), and a fire's own end as
+"""What a run's end leads to (coordinator/poller/end_rules.py), and a fire's own end as
 the poller's rules apply it, with hand-set times."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from shardcron.client.types import (
     Schedule,
 )
 from shardcron.coordinator.poller import fires
-from shardcron.coordinator.poller.endings import final_run, follow_up
+from shardcron.coordinator.poller.end_rules import final_run, follow_up
 from tests.support.held_runs import Held
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)

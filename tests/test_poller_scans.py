@@ -1,4 +1,4 @@
-"""The poller's reads go on beside its turns (``coordinator.poller.loading``, ``ahead``).
+"""The poller's reads go on beside its turns (``coordinator.poller.scans``, ``job_reads``).
 
 Over a real SQLite store whose reads of one kind the test holds up: a scan held up in
 the store must not hold up the turns (a hinted run comes due and is triggered

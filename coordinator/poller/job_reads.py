@@ -33,7 +33,7 @@ from shardcron.client.saturating import saturating_add
 from shardcron.client.types import Job, JobSpec
 from shardcron.coordinator.poller.config import DEMAND_AHEAD
 from shardcron.coordinator.poller.due import Due
-from shardcron.coordinator.poller.loading import retrieve
+from shardcron.coordinator.poller.scans import retrieve
 from shardcron.coordinator.poller.table import RunTable, Slot
 from shardcron.coordinator.store import JobStore
 
