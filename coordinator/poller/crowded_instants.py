@@ -2,9 +2,8 @@
 
 A turn triggers and leases at most ``max_batch`` runs and writes them in one commit,
 so runs due at one instant beyond what the lease lead covers (a cron fleet's minute, a
-storm of one-off runs) were still being leased after their instant: 10,000 runs due
-on one minute were leased 1.4 s late at the median, 2.5 s for the last, with a 500 ms
-lead. Such an instant is reached earlier: ``per_run`` more for each run due at it, up
+storm of one-off runs) were still being leased after their instant, seconds late for
+the last ones of a large fleet. Such an instant is reached earlier: ``per_run`` more for each run due at it, up
 to ``most`` in all (``CrowdedInstants.lead``), so its last lease goes out before it. Only
 runs already held are counted; the lead is used only while it is not zero (a worker
 holds leases until their due instant), and a run whose job has runs admitted is still

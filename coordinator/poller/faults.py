@@ -21,7 +21,7 @@ def fault_text(error: BaseException) -> str:
 class Isolated:
     """Rules applied to one run: an ``Exception`` they raise fails that run alone
     (``fail``) and goes no further. A class, as it is entered for every run
-    triggered and every result: a generator-based context cost four times as much."""
+    triggered and every result: a generator-based context cost several times as much."""
 
     __slots__ = ("fail", "slot", "turn", "now", "where")
 

@@ -2,9 +2,9 @@
 
 In a cluster a job copy older than ``job_cache_ttl`` (1 s) is read again when its run
 triggers: another node's api may have changed the job. Read in the turn, that read
-held up every lease and result of the turn: 0.1-1 s per turn in W3 on Cassandra at
-1,000 jobs/s, where a turn's commit took as long. So a run due whose job copy is too
-old waits (WAITING, out of the timer heap) while its job is read beside the turns,
+held up every lease and result of the turn, on a busy Cassandra as long as the
+turn's commit. So a run due whose job copy is too old waits (WAITING: its place
+AWAITING_JOB, then JOB_READ) while its job is read beside the turns,
 during their commits (``JobReads``), and triggers in the first turn after the read
 with the copy it read: a copy read after the run came due sees every change made
 before. A turn that begins the read with nothing else to write waits ``READ_WAIT``
@@ -14,8 +14,8 @@ read is in flight at a time; a run that waits meanwhile goes into the next. A co
 read so is held unless the one held was read later (``RunTable.cache_job``); a job
 with no row is looked for again at set times, as before (``Due.trigger``).
 A run loaded (hinted or scanned) due later than ``PollerConfig.job_read_until`` is
-held without its job: a copy read then would be read again here anyway (in W3 on a
-cluster at 300 jobs/s, 0.3 of the 2.3 reads of jobs per job were such).
+held without its job: a copy read then would be read again here anyway (on a
+cluster such reads made a large part of all the reads of jobs).
 
 A worker that shares its slots among pollers grants them by each poller's demand,
 one round trip after it is asked. The runs coming due within ``DEMAND_AHEAD`` of the

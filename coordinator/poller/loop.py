@@ -2,11 +2,14 @@
 
 One asyncio task owns all mutable state; everything else (worker streams, the
 api's hints and cancels, assignment changes) reaches it through an inbox of typed
-events. Each turn of the loop drains the inbox, loads what became due soon,
-triggers what is due, matches ready runs to worker slots, and writes everything
-the turn decided in ONE store commit (group commit) before it sends anything that
-depends on it: a lease is durable before the worker sees it, a result is durable
-before the worker is told it was accepted.
+events. Each turn of the loop drains the inbox, holds what the scans found, takes
+back expired leases and misses starting deadlines, triggers what is due (``due``),
+leases ready runs to worker slots (``leasing``), places the retries it decided,
+and writes everything the turn decided in ONE store commit (group commit) before
+it sends anything that depends on it: a lease is durable before the worker sees
+it, a result is durable before the worker is told it was accepted. Every run held
+is in the ``RunTable``; after each turn the table's invariants hold (the tests
+check them through ``after_turn``).
 
 This is, with the scan's and the jobs' reads (``scans``, ``job_reads``: they go on
 beside the turns, and the loop holds what they found), the part of the poller that
@@ -24,8 +27,8 @@ One failure stays one failure: a fault while handling an inbox event, a run or a
 job's rules fails that event, run or job alone (``Ends.isolated``; a worker
 stream that faults is closed) and the turn goes on; each is counted in
 ``shardcron_poller_faults_total{where}``. Only a failure of the store itself (a
-read the turn needs, or the commit) resets the poller: it forgets what it holds and
-reloads its shards (``shardcron_poller_resets_total``). A cancel waiting on a turn
+read the turn needs, or the commit) resets the poller: it voids what it holds and
+reloads its shards (``Shards.void``, ``shardcron_poller_resets_total``). A cancel waiting on a turn
 always gets its answer: the run as it stands, or an error if the turn was not
 written, the poller reset or stopped.
 """

@@ -3,9 +3,9 @@
 A scan reads each owned shard's due index over its window (``ShardWindows``), and
 the runs the index names that the poller does not hold yet, with the jobs of those
 due by ``PollerConfig.job_read_until`` (a later one's job is read as it triggers). With a
-Cassandra store those reads took 0.4-0.7 s per scan for the ~20 shards of a node
-read one after another, and over 10 s under a burst of creates; while the loop's
-turn waited for them, no run was leased, started or ended. So a scan's reads go:
+Cassandra store, and worse under a burst of creates, those reads took longer than
+many turns, the shards of a node read one after another; while the loop's turn
+waited for them, no run was leased, started or ended. So a scan's reads go:
 
 - in a task of their own (``ScanReads``), while the loop's turns go on; the turn
   that starts them waits ``SCAN_WAIT`` for them, so a fast store (SQLite) loads
@@ -232,8 +232,8 @@ def hold_found(
 
 
 class CursorSaves:
-    """At most one save of the shards' cursors in flight, beside the turns: it took up
-    to 1 s of a turn every 5 s on Cassandra under load. A cursor is never past a run
+    """At most one save of the shards' cursors in flight, beside the turns: in the turn,
+    it held up whole turns on a loaded Cassandra. A cursor is never past a run
     that is not final (``ShardWindows.cursors``), and runs written later are due later
     still, so a save that lands late is still safe for whoever reads it."""
 
