@@ -148,9 +148,6 @@ class RunTable:
         """The run is held here, or ended here lately."""
         return run_id in self.slots or run_id in self.recent_final
 
-    def holds_job(self, job_id: str) -> bool:
-        return job_id in self._by_job
-
     def runs_of(self, job_id: str) -> list[Slot]:
         return list(self._by_job.get(job_id, {}).values())
 
@@ -165,9 +162,6 @@ class RunTable:
     def queued(self, job_id: str) -> bool:
         """The job has runs queued behind its limit."""
         return job_id in self._queued
-
-    def held_back(self, slot: Slot) -> bool:
-        return slot.place is Place.HELD_BACK
 
     @property
     def blocked(self) -> int:
