@@ -10,6 +10,12 @@
 - ``sqlite_store``: an open, empty SQLite store with the builders' shard count.
 - ``zk_admin``: a ZooKeeper client of the test's chroot; ``zk_cluster``: several
   coordinations of one cluster on it (tests/support/zk_cluster.py).
+- ``poller``: a real poller on ``sqlite_store``, built as the ``poller_setup`` fixture
+  says (tests/support/pollers.py: by default on the real clock, started, every shard
+  assigned; a module overrides ``poller_setup``), its invariants checked after every
+  turn; ``stub``: its lease stream served over gRPC. ``fake_clock_setup``: a poller on
+  the ``clock`` fixture's fake clock, with the ``lease_ttl``, ``recheck_window`` and
+  ``hint_grace`` fixtures (a test parametrizes them).
 
 Fixtures one directory alone uses live in its own ``conftest.py`` (``tests/e2e``,
 ``tests/cluster``); helpers that are not fixtures live in ``tests/support/``.
@@ -18,6 +24,7 @@ Fixtures one directory alone uses live in its own ``conftest.py`` (``tests/e2e``
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -25,8 +32,14 @@ from kazoo.client import KazooClient
 
 from deploy import ZooKeeper
 from shardcron.coordinator.cassandra.store import CassandraStore
+from shardcron.coordinator.ids import utcnow
+from shardcron.coordinator.poller import Poller, PollerConfig
 from shardcron.coordinator.sqlite.store import SqliteStore
+from shardcron.coordinator.worker_stream import WorkerStreamServicer
+from shardcron.v1 import worker_pb2_grpc
 from tests.support.cassandra import cassandra_backend, stop_cassandra
+from tests.support.lease_streams import serving
+from tests.support.pollers import FakeClock, PollerSetup, on_fake_clock, running_poller
 from tests.support.store_builders import CONTRACT_CONFIG, SHARDS
 from tests.support.zk_cluster import ZkCluster
 from tests.support.zookeeper import client_port, with_new_chroot
@@ -93,3 +106,54 @@ async def zk_cluster(zk_hosts: str, zk_admin: KazooClient) -> AsyncIterator[ZkCl
     c = ZkCluster(zk_hosts, zk_admin)
     yield c
     await c.close()
+
+
+@pytest.fixture
+def poller_setup() -> PollerSetup:
+    """How ``poller`` is built: a test module overrides this fixture to change it."""
+    return PollerSetup()
+
+
+@pytest.fixture
+async def poller(sqlite_store: SqliteStore, poller_setup: PollerSetup) -> AsyncIterator[Poller]:
+    """A real poller on ``sqlite_store`` as ``poller_setup`` says; stopped after the test,
+    which fails if a turn broke an invariant of the runs it holds."""
+    async with running_poller(sqlite_store, poller_setup) as p:
+        yield p
+
+
+@pytest.fixture
+async def stub(poller: Poller) -> AsyncIterator[worker_pb2_grpc.WorkerServiceStub]:
+    """``poller``'s lease stream, served over gRPC."""
+    async with serving(WorkerStreamServicer(poller.submit, poller.may_lease)) as served:
+        yield served
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(utcnow())
+
+
+@pytest.fixture
+def lease_ttl() -> timedelta:
+    return PollerConfig().lease_ttl
+
+
+@pytest.fixture
+def recheck_window() -> timedelta:
+    return PollerConfig().recheck_window
+
+
+@pytest.fixture
+def hint_grace() -> timedelta:
+    return PollerConfig().hint_grace
+
+
+@pytest.fixture
+def fake_clock_setup(
+    clock: FakeClock, lease_ttl: timedelta, recheck_window: timedelta, hint_grace: timedelta
+) -> PollerSetup:
+    """A poller on ``clock``, moved by the test (``tests.support.pollers.on_fake_clock``)."""
+    return on_fake_clock(
+        clock, lease_ttl=lease_ttl, recheck_window=recheck_window, hint_grace=hint_grace
+    )

@@ -31,6 +31,7 @@ from shardcron.coordinator.store import NewJob
 from shardcron.coordinator.worker_stream import WorkerStreamServicer
 from shardcron.v1 import worker_pb2, worker_pb2_grpc
 from shardcron.worker.held import LEASE_SAFETY_MARGIN
+from tests.support.lease_streams import connect, next_of, read, serving
 from tests.support.processes import alive, read_int
 from tests.support.scripted_poller import (
     ScriptedPoller,
@@ -43,13 +44,6 @@ from tests.support.scripted_poller import (
 )
 from tests.support.store_builders import make_job, make_run
 from tests.support.waiting import until, wait_until
-from tests.test_poller_stream import (  # noqa: F401 - poller: a fixture
-    hello,
-    next_of,
-    poller,
-    read,
-    serving,
-)
 
 
 def stamp(at: datetime) -> Timestamp:
@@ -216,20 +210,13 @@ SILENCE = timedelta(seconds=0.5)
 
 
 @pytest.fixture
-async def stub(poller: Poller) -> AsyncIterator[worker_pb2_grpc.WorkerServiceStub]:  # noqa: F811
+async def stub(poller: Poller) -> AsyncIterator[worker_pb2_grpc.WorkerServiceStub]:
     servicer = WorkerStreamServicer(poller.submit, poller.may_lease, silence_timeout=SILENCE)
     async with serving(servicer) as served:
         yield served
 
 
-async def connect(stub: worker_pb2_grpc.WorkerServiceStub, worker_id: str):  # type: ignore[no-untyped-def]
-    call = stub.Connect()
-    await call.write(hello(worker_id))
-    await next_of(call, "welcome")
-    return call
-
-
-async def create_run(poller: Poller) -> str:  # noqa: F811
+async def create_run(poller: Poller) -> str:
     now = utcnow()
     job = dataclasses.replace(make_job(), created_at=now, updated_at=now)
     run = dataclasses.replace(make_run(job, due_at=now), created_at=now)
@@ -261,7 +248,7 @@ async def heartbeating(call) -> AsyncIterator[None]:  # type: ignore[no-untyped-
 
 
 async def test_the_poller_closes_a_silent_stream_and_leases_it_nothing(
-    poller: Poller,  # noqa: F811
+    poller: Poller,
     stub: worker_pb2_grpc.WorkerServiceStub,
 ) -> None:
     """A frozen worker's connection stays open: its stream used to stay booked, and the
@@ -280,7 +267,7 @@ async def test_the_poller_closes_a_silent_stream_and_leases_it_nothing(
 
 
 async def test_a_worker_quiet_while_idle_is_watched_only_while_it_holds_a_lease(
-    poller: Poller,  # noqa: F811
+    poller: Poller,
     stub: worker_pb2_grpc.WorkerServiceStub,
 ) -> None:
     """The protocol let an idle worker send nothing (the Go example does): it is not

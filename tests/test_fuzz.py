@@ -39,6 +39,7 @@ from shardcron.coordinator.service import MAX_MESSAGE_BYTES
 from shardcron.v1 import jobs_pb2, jobs_pb2_grpc, types_pb2, worker_pb2
 from tests.support import proto_strategies as ps
 from tests.support.node_thread import CALL_TIMEOUT, NodeThread
+from tests.support.waiting import wait_until
 
 OWNER = "fuzz"
 METADATA = (("x-shardcron-owner", OWNER),)
@@ -127,15 +128,14 @@ class Seeds:
             types_pb2.RUN_STATE_CANCELLED,
             types_pb2.RUN_STATE_TIMED_OUT,
         }
-        deadline = time.monotonic() + timeout
-        while True:
+
+        def final_run() -> types_pb2.Run | None:
             request = jobs_pb2.ListRunsRequest(job_id=job_id)
             metadata = [("x-shardcron-owner", owner)]
             runs = self.stub.ListRuns(request, metadata=metadata, timeout=10).runs
-            if runs and runs[0].state in final:
-                return runs[0]
-            assert time.monotonic() < deadline, f"job {job_id} has no final run: {runs}"
-            time.sleep(0.05)
+            return runs[0] if runs and runs[0].state in final else None
+
+        return wait_until(final_run, timeout, f"a final run of job {job_id}")
 
     def hints(self) -> dict[str, st.SearchStrategy[object]]:
         """Values worth mixing in, by field name."""

@@ -1,4 +1,3 @@
-# ruff: noqa: F811 - the fixtures of tests/test_poller.py, imported, are parameters here
 """Leasing ahead of the due instant (``PollerConfig.lease_lead``).
 
 A worker that says ``Hello.waits_for_due`` holds a lease until its run's ``due_at``
@@ -9,38 +8,23 @@ at the due instant, as always. The lease holds one TTL from the due instant, so 
 wait never eats into it; a worker lost while it waits loses the lease as any other.
 
 The deciders with hand-set times first, then the poller over a real SQLite store on
-the fake clock of ``tests/test_poller.py``, with an in-test ``WorkerLink`` recording
-what the poller sends.
+a fake clock, with a ``WorkerLink`` recording what the poller sends
+(``tests/support/pollers.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 
-from shardcron.client.errors import ShardcronError
 from shardcron.client.schedule import next_fire
-from shardcron.client.stream import (
-    CancelOrder,
-    Hello,
-    LeaseGrant,
-    Renewal,
-    ResultAck,
-    Results,
-    RunOutcome,
-    Welcome,
-)
+from shardcron.client.stream import LeaseGrant, Results, RunOutcome
 from shardcron.client.types import (
     ConcurrencyPolicy,
-    HandlerTask,
-    Job,
-    JobSpec,
-    JobState,
     OverlapPolicy,
     Run,
     RunReason,
@@ -48,123 +32,33 @@ from shardcron.client.types import (
     Schedule,
 )
 from shardcron.coordinator.poller import Phase, Poller, PollerConfig, fires
-from shardcron.coordinator.poller.admission import Admission, lease_lead, pick_worker
 from shardcron.coordinator.poller.config import JOB_ROW_RETRY
-from shardcron.coordinator.poller.crowds import CROWD
-from shardcron.coordinator.poller.events import WorkerClosed, WorkerConnected, WorkerMessage
-from shardcron.coordinator.poller.leases import LeaseBook
-from shardcron.coordinator.poller.state import Slot
-from shardcron.coordinator.poller.workers import WorkerBook
+from shardcron.coordinator.poller.crowded_instants import CROWD
+from shardcron.coordinator.poller.events import WorkerClosed, WorkerMessage
+from shardcron.coordinator.poller.lease_book import LeaseBook
+from shardcron.coordinator.poller.placement import lease_lead, pick_worker
 from shardcron.coordinator.sqlite.store import SqliteStore
 from shardcron.coordinator.store import NewJob
-from tests.support.store_builders import make_job, make_run
-from tests.test_poller import (  # the poller on the fake clock, and its fixtures
+from tests.support.held_runs import T0, Held, job, lease_all, worker
+from tests.support.pollers import (
     SHARDS,
     TICK,
     FakeClock,
-    clock,  # noqa: F401 - a fixture
-    hint_grace,  # noqa: F401 - a fixture
-    lease_ttl,  # noqa: F401 - a fixture
-    poller,  # noqa: F401 - a fixture
-    recheck_window,  # noqa: F401 - a fixture
-    store,  # noqa: F401 - a fixture
+    PollerSetup,
+    RecordingLink,
+    connect,
     turns,
     turns_until,
 )
+from tests.support.store_builders import make_job, make_run
 
-T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
-LEAD = PollerConfig().lease_lead  # the default, as the poller of tests/test_poller.py runs
+LEAD = PollerConfig().lease_lead  # the default, as the fake clock's poller runs
 TTL = PollerConfig().lease_ttl
 
 
-class RecordingLink:
-    """A worker's stream as the poller sees it: what is sent is recorded."""
-
-    def __init__(self) -> None:
-        self.closed = False
-        self.demand_standing = False
-        self.leases: list[LeaseGrant] = []
-        self.cancels: list[CancelOrder] = []
-
-    def welcome(self, welcome: Welcome) -> None:
-        pass
-
-    def lease(self, grant: LeaseGrant) -> None:
-        self.leases.append(grant)
-
-    def cancel(self, order: CancelOrder) -> None:
-        self.cancels.append(order)
-
-    def renewals(self, renewals: Sequence[Renewal], ttl: timedelta) -> None:
-        pass
-
-    def ack(self, ack: ResultAck) -> None:
-        pass
-
-    def demand(self, slots: int) -> None:
-        pass
-
-    def flush(self) -> None:
-        pass
-
-    def flush_leases(self) -> None:
-        pass
-
-    def close(self) -> None:
-        self.closed = True
-
-    def fail(self, error: ShardcronError) -> None:
-        self.closed = True
-
-    def drop_unsent_leases(self) -> None:
-        pass
-
-    def forget(self) -> None:
-        pass
-
-    def granted(self, run_id: str) -> LeaseGrant | None:
-        return next((g for g in self.leases if g.run_id == run_id), None)
-
-
-def book(worker_id: str, *, waits: bool, slots: int = 4) -> WorkerBook:
-    hello = Hello(
-        worker_id=worker_id, slots=slots, handlers=frozenset({"noop"}), waits_for_due=waits
-    )
-    return WorkerBook(hello, address="", link=RecordingLink(), connected_at=T0)
-
-
-def job_of(job_id: str = "j") -> Job:
-    spec = JobSpec(
-        name=job_id, task=HandlerTask(name="noop"), schedule=Schedule.cron_expr("* * * * *")
-    )
-    return Job(
-        id=job_id, owner="o", spec=spec, state=JobState.ACTIVE, version=1,
-        created_at=T0, updated_at=T0,
-    )  # fmt: skip
-
-
-def ready(
-    admission: Admission, slots: dict[str, Slot], job: Job, run_id: str, due: datetime
-) -> Slot:
-    run = Run(
-        id=run_id, job_id=job.id, owner="o", fire_key=run_id, fire_at=due, due_at=due,
-        state=RunState.PENDING,
-    )  # fmt: skip
-    slot = Slot(run=run, job=job)
-    slots[run_id] = slot
-    admission.admit(slot, fresh_fire=True)
-    return slot
-
-
-def place(admission: Admission, workers: list[WorkerBook], now: datetime) -> dict[str, str]:
-    """One placement pass, holding each run on its worker as the loop does."""
-    placed = {}
-    for slot, worker in admission.place(workers, now, 100):
-        assert worker is not None
-        worker.hold(slot.run.id, slot.job.spec.resources)  # type: ignore[union-attr]
-        slot.phase = Phase.LEASED
-        placed[slot.run.id] = worker.id
-    return placed
+@pytest.fixture
+def poller_setup(fake_clock_setup: PollerSetup) -> PollerSetup:
+    return fake_clock_setup
 
 
 # --- the deciders ----------------------------------------------------------------------
@@ -172,46 +66,44 @@ def place(admission: Admission, workers: list[WorkerBook], now: datetime) -> dic
 
 def test_runs_are_triggered_ahead_only_while_a_worker_waits_for_due() -> None:
     assert lease_lead([], LEAD) == timedelta(0)
-    assert lease_lead([book("old", waits=False)], LEAD) == timedelta(0)
-    assert lease_lead([book("old", waits=False), book("new", waits=True)], LEAD) == LEAD
+    assert lease_lead([worker("old")], LEAD) == timedelta(0)
+    assert lease_lead([worker("old"), worker("new", waits_for_due=True)], LEAD) == LEAD
 
 
 def test_a_run_not_due_yet_goes_only_to_a_worker_that_waits_for_due() -> None:
-    job = job_of()
-    old, new = book("old", waits=False, slots=8), book("new", waits=True, slots=1)
-    assert pick_worker(job, "o", [old, new]) is old  # the most free slots
-    assert pick_worker(job, "o", [old, new], early=True) is new
-    assert pick_worker(job, "o", [old], early=True) is None
+    j = job()
+    old, new = worker("old", slots=8), worker("new", waits_for_due=True, slots=1)
+    assert pick_worker(j, "o", [old, new]) is old  # the most free slots
+    assert pick_worker(j, "o", [old, new], early=True) is new
+    assert pick_worker(j, "o", [old], early=True) is None
 
 
 def test_a_run_not_due_yet_waits_for_its_instant_when_only_other_workers_have_room() -> None:
-    slots: dict[str, Slot] = {}
-    admission = Admission(slots)
-    job = job_of()
-    old, new = book("old", waits=False), book("new", waits=True, slots=1)
+    h = Held()
+    j = job()
+    old, new = worker("old"), worker("new", waits_for_due=True, slots=1)
     due = T0 + LEAD
-    ready(admission, slots, job, "a", due)
-    ready(admission, slots, job, "b", due)
-    ready(admission, slots, job, "c", T0)  # due already: any worker
+    a, b, c = h.slot(j, due=due), h.slot(j, due=due), h.slot(j, due=T0)  # c: due already
+    for s in (a, b, c):
+        h.admit(s, fresh_fire=True)
     # one early run fits the waiting worker; the other is set aside, not leased early
-    assert place(admission, [old, new], T0) == {"a": "new", "c": "old"}
-    assert slots["b"].phase == Phase.READY
-    assert admission.next_not_due() == due
-    assert place(admission, [old, new], due - TICK) == {}
+    assert dict(lease_all(h, [old, new], T0)) == {a.run.id: "new", c.run.id: "old"}
+    assert b.phase == Phase.READY
+    assert h.table.next_not_due() == due
+    assert lease_all(h, [old, new], due - TICK) == []
     # at its instant it goes to whichever worker has room
-    assert place(admission, [old, new], due) == {"b": "old"}
-    assert admission.next_not_due() is None
+    assert lease_all(h, [old, new], due) == [(b.run.id, "old")]
+    assert h.table.next_not_due() is None
 
 
 def test_a_run_set_aside_and_forgotten_meanwhile_is_not_placed() -> None:
-    slots: dict[str, Slot] = {}
-    admission = Admission(slots)
-    old = book("old", waits=False)
-    slot = ready(admission, slots, job_of(), "a", T0 + LEAD)
-    assert place(admission, [old], T0) == {}
-    del slots["a"]  # cancelled before its instant: ended and forgotten
-    admission.forget(slot)
-    assert place(admission, [old], T0 + LEAD) == {}
+    h = Held()
+    old = worker("old")
+    s = h.slot(job(), due=T0 + LEAD)
+    h.admit(s, fresh_fire=True)
+    assert lease_all(h, [old], T0) == []
+    h.end(s)  # cancelled before its instant: ended and forgotten
+    assert lease_all(h, [old], T0 + LEAD) == []
 
 
 def test_a_renewal_never_shortens_a_lease_that_holds_from_its_due_instant() -> None:
@@ -226,15 +118,6 @@ def test_a_renewal_never_shortens_a_lease_that_holds_from_its_due_instant() -> N
 
 
 # --- the poller ------------------------------------------------------------------------
-
-
-def connect(p: Poller, worker_id: str, *, waits: bool, slots: int = 4) -> RecordingLink:
-    link = RecordingLink()
-    hello = Hello(
-        worker_id=worker_id, slots=slots, handlers=frozenset({"noop"}), waits_for_due=waits
-    )
-    p.submit(WorkerConnected(link=link, hello=hello, address=worker_id))
-    return link
 
 
 async def due_run(db: SqliteStore, p: Poller, due_in: timedelta, now: datetime) -> Run:
@@ -261,12 +144,12 @@ async def stored(db: SqliteStore, run: Run) -> Run:
 
 
 async def test_a_run_is_leased_ahead_of_its_instant_to_a_worker_that_waits_for_it(
-    store: SqliteStore,
+    sqlite_store: SqliteStore,
     poller: Poller,
     clock: FakeClock,
 ) -> None:
     link = connect(poller, "new", waits=True)
-    run = await due_run(store, poller, timedelta(seconds=2), clock.now())
+    run = await due_run(sqlite_store, poller, timedelta(seconds=2), clock.now())
     await clock.move_to(run.due_at - LEAD - TICK)
     await turns(poller)
     assert poller.phase_of(run.id) == Phase.WAITING
@@ -274,18 +157,18 @@ async def test_a_run_is_leased_ahead_of_its_instant_to_a_worker_that_waits_for_i
     # the instant is the run's own; the lease holds one TTL from it
     assert (grant.due_at, grant.fire_at) == (run.due_at, run.fire_at)
     assert grant.expires_at == run.due_at + TTL
-    leased = await stored(store, run)
+    leased = await stored(sqlite_store, run)
     assert leased.state == RunState.LEASED and leased.started_at is None
     assert leased.lease_expires_at == run.due_at + TTL
 
 
 async def test_a_worker_that_does_not_wait_gets_its_lease_at_the_instant(
-    store: SqliteStore,
+    sqlite_store: SqliteStore,
     poller: Poller,
     clock: FakeClock,
 ) -> None:
     link = connect(poller, "old", waits=False)
-    run = await due_run(store, poller, timedelta(seconds=2), clock.now())
+    run = await due_run(sqlite_store, poller, timedelta(seconds=2), clock.now())
     await clock.move_to(run.due_at - TICK)
     await turns(poller)
     assert poller.phase_of(run.id) == Phase.WAITING and not link.leases
@@ -294,14 +177,14 @@ async def test_a_worker_that_does_not_wait_gets_its_lease_at_the_instant(
 
 
 async def test_beside_a_waiting_worker_one_that_does_not_wait_gets_no_early_lease(
-    store: SqliteStore,
+    sqlite_store: SqliteStore,
     poller: Poller,
     clock: FakeClock,
 ) -> None:
     new = connect(poller, "new", waits=True, slots=1)
     old = connect(poller, "old", waits=False, slots=8)
-    first = await due_run(store, poller, timedelta(seconds=2), clock.now())
-    second = await due_run(store, poller, timedelta(seconds=2), clock.now())
+    first = await due_run(sqlite_store, poller, timedelta(seconds=2), clock.now())
+    second = await due_run(sqlite_store, poller, timedelta(seconds=2), clock.now())
     await clock.move_to(first.due_at - LEAD)
     await turns_until(lambda: len(new.leases) == 1, poller)
     await turns(poller)
@@ -314,12 +197,12 @@ async def test_beside_a_waiting_worker_one_that_does_not_wait_gets_no_early_leas
 
 
 async def test_a_cancel_while_its_worker_waits_for_the_instant_ends_the_run_and_frees_the_slot(
-    store: SqliteStore,
+    sqlite_store: SqliteStore,
     poller: Poller,
     clock: FakeClock,
 ) -> None:
     link = connect(poller, "new", waits=True, slots=1)
-    run = await due_run(store, poller, timedelta(seconds=2), clock.now())
+    run = await due_run(sqlite_store, poller, timedelta(seconds=2), clock.now())
     grant = await leased_early(poller, clock, link, run)
     answer = asyncio.ensure_future(poller.cancel(run, RunReason.CANCELLED_BY_USER))
     await turns_until(lambda: bool(link.cancels), poller)
@@ -342,12 +225,12 @@ async def test_a_cancel_while_its_worker_waits_for_the_instant_ends_the_run_and_
 
 
 async def test_a_worker_lost_while_it_waits_loses_the_lease_one_ttl_after_the_instant(
-    store: SqliteStore,
+    sqlite_store: SqliteStore,
     poller: Poller,
     clock: FakeClock,
 ) -> None:
     link = connect(poller, "new", waits=True)
-    run = await due_run(store, poller, timedelta(seconds=2), clock.now())
+    run = await due_run(sqlite_store, poller, timedelta(seconds=2), clock.now())
     await leased_early(poller, clock, link, run)
     link.closed = True
     poller.submit(WorkerClosed(link=link))
@@ -357,12 +240,12 @@ async def test_a_worker_lost_while_it_waits_loses_the_lease_one_ttl_after_the_in
     assert poller.phase_of(run.id) == Phase.LEASED
     await clock.move(TICK)
     await turns_until(lambda: poller.phase_of(run.id) is None, poller)
-    lost = await stored(store, run)
+    lost = await stored(sqlite_store, run)
     assert (lost.state, lost.reason) == (RunState.FAILED, RunReason.WORKER_LOST)
 
 
 async def test_a_fire_of_a_job_with_a_run_in_flight_is_decided_at_its_instant_not_ahead(
-    store: SqliteStore,
+    sqlite_store: SqliteStore,
     poller: Poller,
     clock: FakeClock,
 ) -> None:
@@ -385,7 +268,7 @@ async def test_a_fire_of_a_job_with_a_run_in_flight_is_decided_at_its_instant_no
         created_at=now, updated_at=now,
     )  # fmt: skip
     fire = fires.make_run(job, nxt, shard_count=SHARDS, now=now)
-    await store.create_jobs([NewJob(job=job, runs=[fire])])
+    await sqlite_store.create_jobs([NewJob(job=job, runs=[fire])])
     poller.runs_created([fire], [job])
     await turns_until(lambda: poller.phase_of(fire.id) == Phase.WAITING, poller)
     # a manual run of the job, in flight up to just before the fire's instant
@@ -394,13 +277,13 @@ async def test_a_fire_of_a_job_with_a_run_in_flight_is_decided_at_its_instant_no
         make_run(job, due_at=nxt.at - timedelta(seconds=1), fire_key="manual"),
         created_at=clock.now(),
     )
-    await store.commit(runs=[manual], due=[manual])
+    await sqlite_store.commit(runs=[manual], due=[manual])
     poller.runs_created([manual], [job])
     grant = await leased_early(poller, clock, link, manual)
     await clock.move_to(nxt.at - LEAD)
     await turns(poller)
     assert poller.phase_of(fire.id) == Phase.WAITING
-    assert (await stored(store, fire)).state == RunState.PENDING
+    assert (await stored(sqlite_store, fire)).state == RunState.PENDING
     ended = RunOutcome(
         run_id=manual.id, job_id=job.id, fencing_token=grant.fencing_token,
         state=RunState.SUCCEEDED, started_at=manual.due_at, ended_at=clock.now(),
@@ -409,11 +292,11 @@ async def test_a_fire_of_a_job_with_a_run_in_flight_is_decided_at_its_instant_no
     await turns_until(lambda: poller.phase_of(manual.id) is None, poller)
     await clock.move_to(nxt.at)
     await turns_until(lambda: link.granted(fire.id) is not None, poller)
-    assert (await stored(store, fire)).state == RunState.LEASED
+    assert (await stored(sqlite_store, fire)).state == RunState.LEASED
 
 
 async def test_a_run_met_before_its_job_row_is_looked_at_again_after_the_retry_not_each_turn(
-    store: SqliteStore,
+    sqlite_store: SqliteStore,
     poller: Poller,
     clock: FakeClock,
     monkeypatch: pytest.MonkeyPatch,
@@ -425,17 +308,17 @@ async def test_a_run_met_before_its_job_row_is_looked_at_again_after_the_retry_n
     now = clock.now()
     job = dataclasses.replace(make_job(), created_at=now, updated_at=now)
     run = dataclasses.replace(make_run(job, due_at=now + timedelta(seconds=2)), created_at=now)
-    await store.commit(runs=[run], due=[run])  # the job row has not landed yet
+    await sqlite_store.commit(runs=[run], due=[run])  # the job row has not landed yet
     poller.runs_created([run])
     await turns_until(lambda: poller.phase_of(run.id) == Phase.WAITING, poller)
     read: list[str] = []
-    get_jobs = store.get_jobs
+    get_jobs = sqlite_store.get_jobs
 
     async def counting_get_jobs(job_ids):  # type: ignore[no-untyped-def]
         read.extend(job_ids)
         return await get_jobs(job_ids)
 
-    monkeypatch.setattr(store, "get_jobs", counting_get_jobs)
+    monkeypatch.setattr(sqlite_store, "get_jobs", counting_get_jobs)
     await clock.move_to(run.due_at - LEAD)
     await turns(poller, 6)
     assert read.count(job.id) == 1
@@ -446,25 +329,15 @@ async def test_a_run_met_before_its_job_row_is_looked_at_again_after_the_retry_n
 
 
 async def test_the_runs_of_a_crowded_instant_are_leased_further_ahead_than_the_lead(
-    store: SqliteStore,
+    sqlite_store: SqliteStore,
     poller: Poller,
     clock: FakeClock,
 ) -> None:
     # A turn leases at most a batch, so a whole fleet due on one minute was still being
-    # leased after it; its instant is reached earlier by its runs (crowds.DueCrowds).
+    # leased after it; its instant is reached earlier by its runs (crowded_instants.CrowdedInstants).
     link = connect(poller, "new", waits=True, slots=2 * CROWD)
-    now = clock.now()
-    due = now + timedelta(seconds=5)
-    created = []
-    for _ in range(CROWD):
-        job = dataclasses.replace(make_job(), created_at=now, updated_at=now)
-        run = dataclasses.replace(make_run(job, due_at=due), created_at=now)
-        created.append(NewJob(job=job, runs=[run]))
-    await store.create_jobs(created)
-    for new in created:
-        poller.runs_created(new.runs, [new.job])
-    runs = [new.runs[0] for new in created]
-    await turns_until(lambda: all(poller.phase_of(r.id) == Phase.WAITING for r in runs), poller)
+    due = clock.now() + timedelta(seconds=5)
+    runs = await crowd_due(sqlite_store, poller, CROWD, due, clock.now())
     ahead = LEAD + CROWD * PollerConfig().crowd_lead_per_run
     await clock.move_to(due - ahead - TICK)
     await turns(poller)
@@ -475,8 +348,45 @@ async def test_the_runs_of_a_crowded_instant_are_leased_further_ahead_than_the_l
     assert all(g.due_at == due and g.expires_at == due + TTL for g in link.leases)
 
 
+async def crowd_due(db: SqliteStore, p: Poller, n: int, due: datetime, now: datetime) -> list[Run]:
+    """``n`` one-off runs due at ``due``, created and hinted; once they are held."""
+    created = []
+    for _ in range(n):
+        job = dataclasses.replace(make_job(), created_at=now, updated_at=now)
+        run = dataclasses.replace(make_run(job, due_at=due), created_at=now)
+        created.append(NewJob(job=job, runs=[run]))
+    await db.create_jobs(created)
+    for new in created:
+        p.runs_created(new.runs, [new.job])
+    runs = [new.runs[0] for new in created]
+    await turns_until(lambda: all(p.phase_of(r.id) == Phase.WAITING for r in runs), p)
+    return runs
+
+
+async def test_an_instant_whose_runs_were_cancelled_is_no_longer_crowded_regression(
+    sqlite_store: SqliteStore,
+    poller: Poller,
+    clock: FakeClock,
+) -> None:
+    """Issue 33, probe 4: the crowd counts followed the timer heap's entries, which a
+    cancelled run left behind, so an instant whose crowd was cancelled stayed crowded
+    and the run left at it was leased a crowd's lead early. It counts held runs now."""
+    link = connect(poller, "new", waits=True, slots=2 * CROWD)
+    due = clock.now() + timedelta(seconds=5)
+    *cancelled, kept = await crowd_due(sqlite_store, poller, CROWD + 1, due, clock.now())
+    for run in cancelled:
+        poller.cancel_job(run.job_id, RunReason.JOB_DELETED)
+    await turns_until(lambda: all(poller.phase_of(r.id) is None for r in cancelled), poller)
+    crowd_ahead = LEAD + CROWD * PollerConfig().crowd_lead_per_run
+    await clock.move_to(due - crowd_ahead)
+    await turns(poller, 3)
+    assert not link.leases, "leased a crowd's lead ahead with no crowd left"
+    await clock.move_to(due - LEAD)
+    await turns_until(lambda: link.granted(kept.id) is not None, poller)
+
+
 async def test_a_lease_the_store_names_durable_goes_out_then_and_only_once(
-    store: SqliteStore,
+    sqlite_store: SqliteStore,
     poller: Poller,
     clock: FakeClock,
     monkeypatch: pytest.MonkeyPatch,
@@ -485,8 +395,8 @@ async def test_a_lease_the_store_names_durable_goes_out_then_and_only_once(
     its commit is over (``JobStore.commit``'s ``durable``): their leases go out at
     that moment, and are not sent again when the commit ends."""
     link = connect(poller, "new", waits=True)
-    run = await due_run(store, poller, timedelta(seconds=2), clock.now())
-    commit = store.commit
+    run = await due_run(sqlite_store, poller, timedelta(seconds=2), clock.now())
+    commit = sqlite_store.commit
     sent_when_named: list[int] = []
 
     async def stepped(**kw: Any) -> None:
@@ -497,7 +407,7 @@ async def test_a_lease_the_store_names_durable_goes_out_then_and_only_once(
             durable(leased)
             sent_when_named.append(sum(g.run_id == run.id for g in link.leases))
 
-    monkeypatch.setattr(store, "commit", stepped)
+    monkeypatch.setattr(sqlite_store, "commit", stepped)
     await clock.move_to(run.due_at - LEAD)
     await turns_until(lambda: link.granted(run.id) is not None, poller)
     await turns(poller)

@@ -3,14 +3,14 @@
 The README's metrics table is compared with the registries themselves (names, types,
 labels, help texts), so it cannot drift from the code. The counting rules (one count
 per skipped fire, ``reason="NONE"`` for a success, no ``_created`` series) are checked
-on the real ``Metrics`` and the real ``RunKeeper``.
+on the real ``Metrics`` and the poller's real rules and ``RunTable``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -18,10 +18,12 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 import shardcron
+from shardcron.client.schedule import next_fire
 from shardcron.client.types import (
     ConcurrencyPolicy,
     HandlerTask,
     JobSpec,
+    JobState,
     OverlapPolicy,
     RunReason,
     RunState,
@@ -29,15 +31,12 @@ from shardcron.client.types import (
 )
 from shardcron.coordinator.ids import utcnow
 from shardcron.coordinator.metrics import Metrics
-from shardcron.coordinator.poller import PollerConfig
-from shardcron.coordinator.poller.clock import SystemClock
-from shardcron.coordinator.poller.keeper import RunKeeper
-from shardcron.coordinator.poller.state import Phase, Slot
-from shardcron.coordinator.poller.turn import Turn
+from shardcron.coordinator.poller import fires
+from shardcron.coordinator.poller.table import Phase
 from shardcron.worker import Worker
 from shardcron.worker.metrics import worker_registry
+from tests.support.held_runs import Held, worker
 from tests.support.store_builders import SHARDS, make_job, make_run
-from tests.test_poller_admission import worker
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 TABLE_START = "<!-- metrics table: checked by tests/test_metrics.py -->"
@@ -176,9 +175,7 @@ def test_an_overlap_skip_is_counted_once_regression() -> None:
     shardcron_fires_skipped_total: once where the run ended, once more where admission
     said SKIP."""
     metrics = Metrics()
-    keeper = RunKeeper(
-        config=PollerConfig(), metrics=metrics, clock=SystemClock(), shard_count=SHARDS
-    )
+    h = Held(metrics=metrics)
     spec = JobSpec(
         name="every-minute",
         task=HandlerTask(name="noop"),
@@ -187,37 +184,77 @@ def test_an_overlap_skip_is_counted_once_regression() -> None:
     )
     now = utcnow()
     job = dataclasses.replace(make_job(spec=spec), schedule_version=1)
-    running = Slot(
-        run=make_run(job, due_at=now - timedelta(minutes=1), fire_key="a", schedule_version=1),
-        job=job,
-        phase=Phase.LEASED,
-        worker=worker("w1"),  # claimed by its worker: the run really goes
+    running = dataclasses.replace(
+        make_run(job, due_at=now - timedelta(minutes=1), fire_key="a", schedule_version=1),
+        state=RunState.LEASED,
+        worker_id="w1",
+        lease_token=7,
     )
-    keeper.track(running)
-    keeper.admission.adopt(running)
+    orphan = h.table.adopt(running, job, taken_at=now, now=now)
+    # claimed by its worker: the run really goes
+    assert h.table.renew(orphan, worker("w1"), 7, now, active=True)[1]
     due = make_run(job, due_at=now, fire_key="b", schedule_version=1)
-    keeper.cache_job(dataclasses.replace(job, next_fire_key="b", next_fire_at=now))
-    slot = Slot(run=due, job=job)
-    keeper.add_waiting(slot)
-    turn = Turn()
-    keeper.trigger(slot, now, turn)
-    assert turn.runs[due.id].state == RunState.SKIPPED
-    assert turn.runs[due.id].reason == RunReason.OVERLAP
+    slot = h.due(due, job)
+    h.table.cache_job(dataclasses.replace(job, next_fire_key="b", next_fire_at=now))
+    h.due_rules.trigger(slot, now, h.turn)
+    assert h.turn.runs[due.id].state == RunState.SKIPPED
+    assert h.turn.runs[due.id].reason == RunReason.OVERLAP
     value = metrics.registry.get_sample_value
     assert value("shardcron_fires_skipped_total", {"reason": "OVERLAP"}) == 1
     assert value("shardcron_runs_final_total", {"state": "SKIPPED", "reason": "OVERLAP"}) == 1
 
 
+def test_a_fire_its_own_rules_skip_is_counted_as_a_run_that_ended_once() -> None:
+    """Issue 33 (probe 2 of its analysis): a fire of a paused job, skipped by its own
+    rules, was counted in shardcron_fires_skipped_total but never in
+    shardcron_runs_final_total, unlike every other end. Its end is counted as any
+    end is, once in each."""
+    metrics = Metrics()
+    h = Held(metrics=metrics)
+    schedule = Schedule.cron_expr("* * * * *")
+    now = utcnow()
+    fire = next_fire(schedule, now - timedelta(minutes=1))
+    assert fire is not None
+    base = make_job(spec=JobSpec(name="paused", task=HandlerTask(name="noop"), schedule=schedule))
+    job = dataclasses.replace(
+        base,
+        state=JobState.PAUSED,
+        schedule_version=1,
+        next_fire_at=fire.at,
+        next_fire_key=fire.key,
+    )
+    slot = h.due(fires.make_run(job, fire, shard_count=SHARDS, now=fire.at), job)
+    h.table.cache_job(job)
+    h.due_rules.trigger(slot, fire.at, h.turn)
+    assert h.ended(slot).reason == RunReason.PAUSED
+    value = metrics.registry.get_sample_value
+    assert value("shardcron_fires_skipped_total", {"reason": "PAUSED"}) == 1
+    assert value("shardcron_runs_final_total", {"state": "SKIPPED", "reason": "PAUSED"}) == 1
+
+
+def held_in(h: Held, phase: Phase, now: datetime, age: float, key: str) -> None:
+    """A run of a job due ``age`` seconds before ``now``, held in ``phase``."""
+    job = make_job()
+    run = make_run(job, due_at=now - timedelta(seconds=age), fire_key=key)
+    if phase == Phase.WAITING:
+        h.table.hold(run, job)
+    elif phase == Phase.LEASED:
+        leased = dataclasses.replace(run, state=RunState.LEASED, worker_id="w", lease_token=1)
+        h.table.adopt(leased, job, taken_at=now, now=now)
+    elif phase == Phase.READY:
+        h.table.make_ready(h.due(run, job))
+    else:
+        h.table.queue(h.due(run, job))
+    h.table.check()
+
+
 def test_shard_lag_is_the_age_of_the_oldest_due_run_not_on_a_worker() -> None:
     metrics = Metrics()
-    keeper = RunKeeper(
-        config=PollerConfig(), metrics=metrics, clock=SystemClock(), shard_count=SHARDS
-    )
-    job, now = make_job(), utcnow()
-    for phase, age, key in ((Phase.READY, 10, "a"), (Phase.LEASED, 60, "b")):
-        run = make_run(job, due_at=now - timedelta(seconds=age), fire_key=key)
-        keeper.track(Slot(run=run, job=job, phase=phase))
-    keeper.count_waiting([], now)
+    h = Held(metrics=metrics)
+    now = utcnow()
+    held_in(h, Phase.READY, now, 10, "a")
+    held_in(h, Phase.LEASED, now, 60, "b")
+    h.leasing.count_waiting([], now)
     assert metrics.registry.get_sample_value("shardcron_shard_lag_seconds") == 10
 
 
@@ -229,13 +266,10 @@ def test_shard_lag_counts_a_run_the_poller_is_behind_on_not_one_its_concurrency_
     (a queue behind a long run, by the job's policy) is not: it would page the operator
     about a healthy scheduler."""
     metrics = Metrics()
-    keeper = RunKeeper(
-        config=PollerConfig(), metrics=metrics, clock=SystemClock(), shard_count=SHARDS
-    )
-    job, now = make_job(), utcnow()
-    run = make_run(job, due_at=now - timedelta(seconds=30), fire_key="a")
-    keeper.track(Slot(run=run, job=job, phase=phase))
-    keeper.count_waiting([], now)
+    h = Held(metrics=metrics)
+    now = utcnow()
+    held_in(h, phase, now, 30, "a")
+    h.leasing.count_waiting([], now)
     assert metrics.registry.get_sample_value("shardcron_shard_lag_seconds") == lag
 
 

@@ -30,13 +30,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
 
+from shardcron.client.errors import Unavailable
 from shardcron.client.schedule import next_fire
 from shardcron.client.types import (
     ConcurrencyPolicy,
@@ -49,159 +48,33 @@ from shardcron.client.types import (
     Schedule,
 )
 from shardcron.coordinator.coordination import Assignment
-from shardcron.coordinator.ids import bucket_for, utcnow
-from shardcron.coordinator.metrics import Metrics
+from shardcron.coordinator.ids import bucket_for
 from shardcron.coordinator.poller import Phase, Poller, PollerConfig, fires
 from shardcron.coordinator.poller.config import JOB_ROW_GRACE, JOB_ROW_RETRY
 from shardcron.coordinator.sqlite.store import SqliteStore
 from shardcron.coordinator.store import NewJob
+from tests.support.pollers import (
+    RECHECK_INTERVAL,
+    SCAN_INTERVAL,
+    SHARDS,
+    TICK,
+    FakeClock,
+    PollerSetup,
+    connect,
+    turns,
+    turns_until,
+)
 from tests.support.store_builders import make_job, make_run
 
-SHARDS = 8
-# How long a test waits for what it expects (about a second when the machine is idle;
-# SQLite's fsyncs can stall for seconds while other servers write): not a speed check.
-WAIT = 30.0
-TICK = timedelta(microseconds=1)
-SCAN_INTERVAL = timedelta(milliseconds=100)
-RECHECK_INTERVAL = timedelta(milliseconds=200)
 
-
-class CountingStore:
-    """The poller's view of the store, counting its calls in flight. Every wait inside
-    a turn is a store call, so with none in flight the poller is between turns."""
-
-    def __init__(self, store: SqliteStore) -> None:
-        self._store = store
-        self.in_flight = 0
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._store, name)  # looked up per call: monkeypatches apply
-        if not inspect.iscoroutinefunction(attr):
-            return attr
-
-        async def call(*args: Any, **kwargs: Any) -> Any:
-            self.in_flight += 1
-            try:
-                return await attr(*args, **kwargs)
-            finally:
-                self.in_flight -= 1
-
-        return call
-
-
-class FakeClock:
-    """The poller's clock, moved by the test only, and only between turns (``move``):
-    a turn sees one time from its start, as it would with a real clock that moved on
-    in the meantime by less than a turn's work."""
-
-    def __init__(self, start: datetime) -> None:
-        self._now = start
-        self._monotonic = 1000.0
-        self.store: CountingStore | None = None  # the poller's, once it runs
-
-    def now(self) -> datetime:
-        return self._now
-
-    def monotonic(self) -> float:
-        return self._monotonic
-
-    def advance(self, by: timedelta) -> None:
-        """Moves the clock now, even in the middle of a turn."""
-        self._now += by
-        self._monotonic += by.total_seconds()
-
-    async def move(self, by: timedelta) -> None:
-        end = asyncio.get_running_loop().time() + WAIT
-        while self.store is not None and self.store.in_flight:
-            assert asyncio.get_running_loop().time() < end, "timed out"
-            await asyncio.sleep(0.001)
-        self.advance(by)
-
-    async def move_to(self, at: datetime) -> None:
-        await self.move(at - self._now)
+@pytest.fixture
+def poller_setup(fake_clock_setup: PollerSetup) -> PollerSetup:
+    return fake_clock_setup
 
 
 @pytest.fixture
 def store(sqlite_store: SqliteStore) -> SqliteStore:
     return sqlite_store
-
-
-@pytest.fixture
-def lease_ttl() -> timedelta:
-    return PollerConfig().lease_ttl
-
-
-@pytest.fixture
-def recheck_window() -> timedelta:
-    return PollerConfig().recheck_window
-
-
-@pytest.fixture
-def hint_grace() -> timedelta:
-    return PollerConfig().hint_grace
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(utcnow())
-
-
-@pytest.fixture
-async def poller(
-    store: SqliteStore,
-    lease_ttl: timedelta,
-    recheck_window: timedelta,
-    hint_grace: timedelta,
-    clock: FakeClock,
-) -> AsyncIterator[Poller]:
-    clock.store = CountingStore(store)
-    p = Poller(
-        clock.store,  # type: ignore[arg-type]
-        poller_id="p1",
-        # as in a cluster: the recent past is re-read (no hint comes from another node)
-        config=PollerConfig(
-            scan_interval=SCAN_INTERVAL,
-            recheck_interval=RECHECK_INTERVAL,
-            recheck_window=recheck_window,
-            hint_grace=hint_grace,
-            lease_ttl=lease_ttl,
-        ),
-        metrics=Metrics(),
-        clock=clock,
-    )
-    p.start()
-    await p.on_assignment(
-        Assignment(epoch=1, fencing_epoch=1, shards=frozenset(range(SHARDS)), active=True)
-    )
-    try:
-        yield p
-    finally:
-        await p.stop()
-
-
-async def turns(poller: Poller, n: int = 2) -> None:
-    """Waits for ``n`` more whole turns (the first may have begun at the old time)."""
-    target = poller.turns + n
-    end = asyncio.get_running_loop().time() + WAIT
-    while poller.turns < target:
-        assert asyncio.get_running_loop().time() < end, "timed out"
-        poller._wake.set()  # idle, the loop would sleep up to half a second per turn
-        await asyncio.sleep(0.005)
-
-
-async def turns_until(pred, poller: Poller) -> None:  # type: ignore[no-untyped-def]
-    """Drives the poller turn after turn (the fake clock stands still) until ``pred()``
-    holds: a coroutine function or a plain one. Waits that need no turns use
-    ``tests.support.waiting.until``."""
-    end = asyncio.get_running_loop().time() + WAIT
-    while True:
-        got = pred()
-        if isinstance(got, Awaitable):
-            got = await got
-        if got:
-            return
-        assert asyncio.get_running_loop().time() < end, "timed out"
-        await turns(poller, 1)
 
 
 async def rescan(poller: Poller, clock: FakeClock) -> None:
@@ -496,7 +369,8 @@ async def test_a_run_written_while_the_poller_was_held_up_is_found_without_its_h
         return entries
 
     monkeypatch.setattr(store, "scan_due", scan_due)
-    await asyncio.wait_for(held.wait(), WAIT)
+    await clock.move(SCAN_INTERVAL)  # the next scan is held up
+    await turns_until(held.is_set, poller)
     clock.advance(timedelta(seconds=2.5))  # held up longer than the recheck window (mid-scan)
     run = dataclasses.replace(make_run(job, due_at=clock.now()), created_at=clock.now())
     await store.create_jobs([NewJob(job=job, runs=[run])])  # its hint is lost: none is sent
@@ -625,3 +499,25 @@ async def test_a_run_whose_hint_is_lost_is_read_once_the_hint_grace_is_over(
     await clock.move(hint_grace)
     await rescan(poller, clock)
     await turns_until(lambda: poller.phase_of(run.id) == Phase.READY, poller)
+
+
+async def test_a_cancel_waiting_on_a_run_whose_shard_moves_is_answered_regression(
+    store: SqliteStore, poller: Poller, clock: FakeClock
+) -> None:
+    """Issue 33, probe 3: a CancelRun waiting for a leased run's worker to stop it was
+    never answered once the run's shard moved to another poller: the run was dropped
+    with the shard, and its waiter with it. It is told to try again (Unavailable)."""
+    link = connect(poller, "w", waits=False)
+    now = clock.now()
+    job = dataclasses.replace(make_job(), created_at=now, updated_at=now)
+    run = dataclasses.replace(make_run(job, due_at=now), created_at=now)
+    await store.create_jobs([NewJob(job=job, runs=[run])])
+    poller.runs_created([run], [job])
+    await turns_until(lambda: link.granted(run.id) is not None, poller)
+    answer = asyncio.ensure_future(poller.cancel(run, RunReason.CANCELLED_BY_USER))
+    await turns_until(lambda: bool(link.cancels), poller)  # its worker is told to stop
+    assert not answer.done()
+    moved = poller.on_assignment(Assignment(epoch=2, fencing_epoch=1, shards=frozenset()))
+    await turns_until(lambda: moved.done() and answer.done(), poller)
+    with pytest.raises(Unavailable):
+        answer.result()

@@ -3,14 +3,13 @@ hold up runs that can, owners take turns, and a waiting run says why."""
 
 from __future__ import annotations
 
-import dataclasses
 from datetime import timedelta
 
 from shardcron.client.types import CommandTask, HandlerTask, Resources
 from shardcron.coordinator.poller.placement import WaitReason, why_waiting
-from shardcron.coordinator.poller.state import Slot
+from shardcron.coordinator.poller.table import Slot
 from shardcron.coordinator.poller.workers import WorkerBook
-from tests.test_poller_admission import T0, Held, job, lease_all, worker
+from tests.support.held_runs import T0, Held, job, lease_all, worker
 
 
 class CountingWorker(WorkerBook):
@@ -31,9 +30,8 @@ def counting_worker(slots: int) -> CountingWorker:
     return counted
 
 
-def admit(h: Held, s: Slot, *, owner: str = "o") -> Slot:
-    s.run = dataclasses.replace(s.run, owner=owner)
-    h.admission.admit(s, fresh_fire=False)
+def admit(h: Held, s: Slot) -> Slot:
+    h.admit(s, fresh_fire=False)
     return s
 
 
@@ -44,13 +42,13 @@ def test_runs_nobody_can_take_never_delay_runs_that_can() -> None:
     h = Held()
     nobody = job("nobody", task=HandlerTask(name="nobody-serves-this"))
     for i in range(10_000):
-        admit(h, h.slot(nobody, priority=9, due=T0 - timedelta(seconds=i)), owner="poison")
-    victim = admit(h, h.slot(job("victim")), owner="victim")
+        admit(h, h.slot(nobody, priority=9, due=T0 - timedelta(seconds=i), owner="poison"))
+    victim = admit(h, h.slot(job("victim"), owner="victim"))
     w = counting_worker(slots=2)
     CountingWorker.fits_calls = 0
     assert lease_all(h, [w]) == [(victim.run.id, "w")]
     assert CountingWorker.fits_calls <= 4, "a pass looked at the runs one by one"
-    assert len(h.admission) == 10_000
+    assert len(h.table.ready) == 10_000
 
     # one look at each class after the lease changed capacity, then none while
     # nothing changes; a new run is placed at once
@@ -58,7 +56,7 @@ def test_runs_nobody_can_take_never_delay_runs_that_can() -> None:
     for _ in range(100):
         assert lease_all(h, [w]) == []
     assert CountingWorker.fits_calls == 1
-    late = admit(h, h.slot(job("late")), owner="victim")
+    late = admit(h, h.slot(job("late"), owner="victim"))
     assert lease_all(h, [w]) == [(late.run.id, "w")]
 
 
@@ -66,11 +64,11 @@ def test_owners_share_free_slots_round_robin() -> None:
     h = Held()
     j = job()
     hog = [
-        admit(h, h.slot(j, due=T0 - timedelta(hours=1, seconds=i)), owner="hog")
+        admit(h, h.slot(j, due=T0 - timedelta(hours=1, seconds=i), owner="hog"))
         for i in range(10_000)
     ]
-    small = admit(h, h.slot(j, due=T0), owner="small")
-    other = admit(h, h.slot(j, due=T0), owner="other")
+    small = admit(h, h.slot(j, due=T0, owner="small"))
+    other = admit(h, h.slot(j, due=T0, owner="other"))
     placed = lease_all(h, [worker(slots=4)])
     # one each in turn, each owner's own runs by due time
     assert [r for r, _ in placed] == [hog[-1].run.id, small.run.id, other.run.id, hog[-2].run.id]
@@ -80,10 +78,10 @@ def test_a_higher_priority_goes_first_whoever_owns_it() -> None:
     h = Held()
     j = job()
     for i in range(50):
-        admit(h, h.slot(j, due=T0 - timedelta(seconds=i)), owner="a")
-    urgent = admit(h, h.slot(j, priority=5, due=T0), owner="b")
+        admit(h, h.slot(j, due=T0 - timedelta(seconds=i), owner="a"))
+    urgent = admit(h, h.slot(j, priority=5, due=T0, owner="b"))
     cmd = job("cmd", task=CommandTask(argv=("true",)))
-    urgent_cmd = admit(h, h.slot(cmd, priority=7), owner="c")
+    urgent_cmd = admit(h, h.slot(cmd, priority=7, owner="c"))
     w = worker(slots=3, runs_commands=True)
     assert [r for r, _ in lease_all(h, [w])][:2] == [urgent_cmd.run.id, urgent.run.id]
 
@@ -93,7 +91,7 @@ def test_a_class_is_looked_at_again_when_a_worker_for_it_connects() -> None:
     gpu = admit(h, h.slot(job("gpu", resources=Resources(labels={"gpu": "a100"}))))
     plain = worker("plain")
     assert lease_all(h, [plain]) == []
-    assert not h.admission.has_ready()  # no pass is worth it until something changes
+    assert not h.table.ready.worth_a_pass()  # no pass is worth it until something changes
     assert lease_all(h, [plain, worker("gpu", labels={"gpu": "a100"})]) == [(gpu.run.id, "gpu")]
 
 
@@ -109,9 +107,7 @@ def test_a_waiting_run_says_why() -> None:
     for w in (gpus, plain):
         w.hold("elsewhere", Resources())
     workers = [gpus, plain]
-    reasons = {
-        s.run.id: h.admission.waiting_reason(s, workers) for s in (handler, cmd, gpu, big, busy)
-    }
+    reasons = h.leasing.waiting_reasons([s.run.id for s in (handler, cmd, gpu, big, busy)], workers)
     assert reasons == {
         handler.run.id: "no connected worker serves handler resize",
         cmd.run.id: "no connected worker runs commands",
@@ -133,10 +129,10 @@ def test_a_waiting_run_says_why() -> None:
     limited = job("limited", max_concurrent=2)
     running = [admit(h, h.slot(limited)) for _ in range(2)]
     queued = admit(h, h.slot(limited))
-    assert h.admission.waiting_reason(queued, workers) == (
-        "waiting for the job's concurrency limit (2 running)"
-    )
-    counts = h.admission.waiting_counts(workers)
+    assert h.leasing.waiting_reasons([queued.run.id], workers) == {
+        queued.run.id: "waiting for the job's concurrency limit (2 running)"
+    }
+    counts = h.leasing.waiting_counts(workers)
     assert counts == {
         WaitReason.NO_WORKER_FOR_OWNER: 0,
         WaitReason.NO_WORKER_FOR_HANDLER: 1,
@@ -151,8 +147,8 @@ def test_a_waiting_run_says_why() -> None:
 def test_a_worker_pool_takes_only_its_owners_runs() -> None:
     h = Held()
     j = job()
-    theirs = [admit(h, h.slot(j, due=T0 - timedelta(seconds=i)), owner="b") for i in range(3)]
-    ours = admit(h, h.slot(j, due=T0), owner="a")
+    theirs = [admit(h, h.slot(j, due=T0 - timedelta(seconds=i), owner="b")) for i in range(3)]
+    ours = admit(h, h.slot(j, due=T0, owner="a"))
     pool_a = worker("pool-a", slots=4, owners=frozenset({"a"}))
     assert lease_all(h, [pool_a]) == [(ours.run.id, "pool-a")]
     workers = [pool_a]
@@ -160,7 +156,7 @@ def test_a_worker_pool_takes_only_its_owners_runs() -> None:
         WaitReason.NO_WORKER_FOR_OWNER,
         "no connected worker takes runs of owner b",
     )
-    assert h.admission.waiting_counts(workers)[WaitReason.NO_WORKER_FOR_OWNER] == 3
+    assert h.leasing.waiting_counts(workers)[WaitReason.NO_WORKER_FOR_OWNER] == 3
     # a worker of every owner takes the rest
     anyone = worker("anyone", slots=4)
     assert sorted(r for r, _ in lease_all(h, [pool_a, anyone])) == sorted(s.run.id for s in theirs)

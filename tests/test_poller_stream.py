@@ -10,13 +10,10 @@ wrapping one rule to raise for one run; the store is never mocked."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -36,85 +33,30 @@ from shardcron.client.types import (
     RunState,
     Schedule,
 )
-from shardcron.coordinator.coordination import Assignment, ClusterView, Member
+from shardcron.coordinator.coordination import ClusterView, Member
 from shardcron.coordinator.ids import utcnow
-from shardcron.coordinator.metrics import Metrics
-from shardcron.coordinator.poller import Poller, PollerConfig, fires, keeper
-from shardcron.coordinator.poller.admission import Admission
+from shardcron.coordinator.poller import Poller, due, fires, overlap
 from shardcron.coordinator.poller.events import CancelRun
 from shardcron.coordinator.poller.workers import WorkerBook
 from shardcron.coordinator.router import PollerServiceServicer, ShardRouter
-from shardcron.coordinator.sqlite.store import SqliteStore
 from shardcron.coordinator.store import NewJob
-from shardcron.coordinator.worker_stream import WorkerStreamServicer
 from shardcron.v1 import cluster_pb2_grpc, types_pb2, worker_pb2, worker_pb2_grpc
 from shardcron.worker.outbox import MAX_HEARTBEAT_LEASES
+from tests.support.lease_streams import (
+    connect,
+    faults,
+    final_run,
+    hello,
+    lease_of,
+    next_of,
+    read,
+    result,
+    stored_run,
+    submit,
+)
+from tests.support.pollers import WAIT
 from tests.support.store_builders import SHARDS, make_job, make_run
 from tests.support.waiting import until
-
-WAIT = 30.0
-
-
-@pytest.fixture
-async def poller(tmp_path: Path) -> AsyncIterator[Poller]:
-    store = SqliteStore(tmp_path / "db", shard_count=SHARDS, bucket_seconds=60)
-    await store.open()
-    p = Poller(
-        store,
-        poller_id="p1",
-        config=PollerConfig(scan_interval=timedelta(milliseconds=100)),
-        metrics=Metrics(),
-    )
-    p.start()
-    await p.on_assignment(
-        Assignment(epoch=1, fencing_epoch=1, shards=frozenset(range(SHARDS)), active=True)
-    )
-    try:
-        yield p
-    finally:
-        await p.stop()
-        await store.close()
-
-
-@contextlib.asynccontextmanager
-async def serving(
-    servicer: WorkerStreamServicer,
-) -> AsyncIterator[worker_pb2_grpc.WorkerServiceStub]:
-    """A stub of ``servicer`` served on a free port."""
-    server = grpc.aio.server()
-    worker_pb2_grpc.add_WorkerServiceServicer_to_server(servicer, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-    try:
-        yield worker_pb2_grpc.WorkerServiceStub(channel)
-    finally:
-        await channel.close()
-        await server.stop(None)
-
-
-@pytest.fixture
-async def stub(poller: Poller) -> AsyncIterator[worker_pb2_grpc.WorkerServiceStub]:
-    async with serving(WorkerStreamServicer(poller.submit, poller.may_lease)) as served:
-        yield served
-
-
-def hello(worker_id: str) -> worker_pb2.WorkerMessage:
-    return worker_pb2.WorkerMessage(
-        hello=worker_pb2.Hello(worker_id=worker_id, slots=1, handlers=["noop"])
-    )
-
-
-async def read(call):  # type: ignore[no-untyped-def]
-    return await asyncio.wait_for(call.read(), WAIT)
-
-
-async def next_of(call, kind: str) -> worker_pb2.PollerMessage:  # type: ignore[no-untyped-def]
-    while True:
-        msg = await read(call)
-        assert msg is not grpc.aio.EOF, f"stream ended before a {kind}"
-        if msg.WhichOneof("body") == kind:
-            return msg
 
 
 async def test_a_malformed_worker_message_ends_only_its_stream(
@@ -248,47 +190,6 @@ async def test_the_first_message_must_be_a_hello_with_a_worker_id(
 POISON = timedelta(seconds=315576000000)  # ten thousand years: accepted before the bounds
 
 
-def faults(poller: Poller) -> dict[str, float]:
-    """shardcron_poller_faults_total by where, and shardcron_poller_resets_total."""
-    out: dict[str, float] = {}
-    for family in poller.metrics.registry.collect():
-        for sample in family.samples:
-            if sample.name == "shardcron_poller_faults_total":
-                out[sample.labels["where"]] = sample.value
-            elif sample.name == "shardcron_poller_resets_total":
-                out["resets"] = sample.value
-    return out
-
-
-async def submit(poller: Poller, owner: str, spec: JobSpec | None = None) -> tuple[Job, Run]:
-    """A one-off job written straight into the store (no validation on the way), hinted."""
-    now = utcnow()
-    job = dataclasses.replace(make_job(owner, spec=spec), created_at=now, updated_at=now)
-    run = dataclasses.replace(make_run(job, due_at=now), created_at=now)
-    await poller.store.create_jobs([NewJob(job=job, runs=[run])])
-    poller.runs_created([run], [job])
-    return job, run
-
-
-async def lease_of(call, run: Run) -> worker_pb2.LeaseGrant:  # type: ignore[no-untyped-def]
-    while True:
-        for lease in (await next_of(call, "leases")).leases.leases:
-            if lease.run_id == run.id:
-                return lease
-
-
-def result(lease: worker_pb2.LeaseGrant, state: int) -> worker_pb2.WorkerMessage:
-    done = worker_pb2.RunResult(run_id=lease.run_id, fencing_token=lease.fencing_token, state=state)
-    return worker_pb2.WorkerMessage(results=worker_pb2.Results(results=[done]))
-
-
-async def connect(stub: worker_pb2_grpc.WorkerServiceStub, worker_id: str):  # type: ignore[no-untyped-def]
-    call = stub.Connect()
-    await call.write(hello(worker_id))
-    await next_of(call, "welcome")
-    return call
-
-
 async def good_and_bad(poller: Poller, stub: worker_pb2_grpc.WorkerServiceStub):  # type: ignore[no-untyped-def]
     """Two workers: one holding a lease of another owner's run, one about to misbehave."""
     good = await connect(stub, "w-good")
@@ -303,17 +204,6 @@ async def still_served(poller: Poller, good, lease: worker_pb2.LeaseGrant) -> No
     [ack] = (await next_of(good, "acks")).acks.acks
     assert ack.accepted
     assert (await stored_run(poller, lease.run_id)).state == RunState.SUCCEEDED
-
-
-async def stored_run(poller: Poller, run_id: str) -> Run:
-    return (await poller.store.get_runs([run_id]))[run_id]
-
-
-async def eventually(read, check) -> None:  # type: ignore[no-untyped-def]
-    end = asyncio.get_running_loop().time() + WAIT
-    while not check(await read()):
-        assert asyncio.get_running_loop().time() < end, "timed out"
-        await asyncio.sleep(0.02)
 
 
 @pytest.mark.parametrize(
@@ -339,7 +229,7 @@ async def test_one_accepted_job_does_not_crash_loop_the_poller_for_every_owner(
     for _ in range(failures):  # the last one is retried ten thousand years on
         [lease] = (await next_of(worker, "leases")).leases.leases
         await worker.write(result(lease, types_pb2.RUN_STATE_FAILED))
-        await _final(poller, lease.run_id)
+        await final_run(poller, lease.run_id)
 
     submitted = asyncio.get_running_loop().time()
     _, victim = await submit(poller, "alice")
@@ -365,19 +255,19 @@ async def test_a_fault_in_a_jobs_fire_rules_pauses_that_job_alone(
     assert fire is not None
     first = fires.make_run(job, fire, shard_count=SHARDS, now=now)
     job = dataclasses.replace(job, next_fire_at=fire.at, next_fire_key=fire.key)
-    rules = keeper.on_fire_due
+    rules = due.on_fire_due
 
     def poisoned(job_: Job, run: Run, **kw: Any) -> fires.FireOutcome:
         if run.id == first.id:
             raise ValueError("the schedule broke")
         return rules(job_, run, **kw)
 
-    monkeypatch.setattr(keeper, "on_fire_due", poisoned)
+    monkeypatch.setattr(due, "on_fire_due", poisoned)
     worker = await connect(stub, "w1")
     await poller.store.create_jobs([NewJob(job=job, runs=[first])])
     poller.runs_created([first], [job])
 
-    failed = await _final(poller, first.id)
+    failed = await final_run(poller, first.id)
     assert (failed.state, failed.reason) == (RunState.FAILED, RunReason.INTERNAL_ERROR)
     assert failed.error == "ValueError: the schedule broke"
     paused = await poller.store.get_job("mallory", job.id)
@@ -387,11 +277,6 @@ async def test_a_fault_in_a_jobs_fire_rules_pauses_that_job_alone(
     await lease_of(worker, victim)
     assert faults(poller) == {"fire": 1.0, "resets": 0.0}
     worker.cancel()
-
-
-async def _final(poller: Poller, run_id: str) -> Run:
-    await eventually(lambda: stored_run(poller, run_id), lambda r: r.state.is_final)
-    return await stored_run(poller, run_id)
 
 
 async def test_a_fault_handling_one_run_fails_that_run_alone(
@@ -405,18 +290,18 @@ async def test_a_fault_handling_one_run_fails_that_run_alone(
     other = dataclasses.replace(make_job("alice"), created_at=now, updated_at=now)
     bad = dataclasses.replace(make_run(job, due_at=now), created_at=now)
     good = dataclasses.replace(make_run(other, due_at=now), created_at=now)
-    admit = Admission.admit
+    decide = overlap.decide
 
-    def poisoned(self: Admission, slot: Any, *, fresh_fire: bool) -> Any:
-        if slot.run.id == bad.id:
+    def poisoned(job_: Job, admitted: Any, **kw: Any) -> Any:
+        if job_.id == job.id:  # the job of the bad run
             raise KeyError("x" * 10_000)
-        return admit(self, slot, fresh_fire=fresh_fire)
+        return decide(job_, admitted, **kw)
 
-    monkeypatch.setattr(Admission, "admit", poisoned)
+    monkeypatch.setattr(overlap, "decide", poisoned)
     await poller.store.create_jobs([NewJob(job=job, runs=[bad]), NewJob(job=other, runs=[good])])
     poller.runs_created([bad, good], [job, other])  # one event, one turn
     await lease_of(worker, good)
-    failed = await _final(poller, bad.id)
+    failed = await final_run(poller, bad.id)
     assert (failed.state, failed.reason) == (RunState.FAILED, RunReason.INTERNAL_ERROR)
     assert failed.error.startswith("KeyError: 'xxx") and len(failed.error) < 600
     assert (await poller.store.get_job("mallory", job.id)).state == JobState.ACTIVE
@@ -430,7 +315,7 @@ async def test_a_cancel_waiting_on_a_turn_is_answered_when_the_commit_fails(
     """The store commit failing is the one reason left to reset; the cancel that turn
     carried is answered (with an error to retry on), not left hanging."""
     job, run = await submit(poller, "alice")
-    await eventually(lambda: asyncio.sleep(0, poller.phase_of(run.id)), lambda p: p is not None)
+    await until(lambda: poller.phase_of(run.id) is not None, WAIT, "the run held")
     commit = poller.store.commit
     failing = True
 
@@ -506,7 +391,7 @@ async def test_a_malformed_message_ends_its_stream_a_concurrent_cancel_returns_a
     good, kept_lease, bad = await good_and_bad(poller, stub)
     unserved = JobSpec(name="v", task=HandlerTask(name="unserved"))
     _, victim = await submit(poller, "mallory", unserved)  # no worker takes it: READY
-    await eventually(lambda: asyncio.sleep(0, poller.phase_of(victim.id)), lambda p: p)
+    await until(lambda: poller.phase_of(victim.id), WAIT, "the run held")
     ref = worker_pb2.LeaseRef(run_id=victim.id, fencing_token=1)
 
     cancel = asyncio.create_task(poller.cancel(victim, RunReason.CANCELLED_BY_USER))
@@ -568,10 +453,7 @@ async def test_a_huge_output_piece_is_held_in_memory_only_cut_to_the_cap(
         run_id=run.id, fencing_token=lease.fencing_token, data=piece, stream="stdout"
     )
     await worker.write(worker_pb2.WorkerMessage(output=worker_pb2.Output(chunks=[chunk])))
-    end = asyncio.get_running_loop().time() + WAIT
-    while not appended:
-        assert asyncio.get_running_loop().time() < end, "timed out"
-        await asyncio.sleep(0.02)
+    await until(lambda: appended, WAIT, "the output appended")
     assert appended == [cap + 1]
     worker.cancel()
 
@@ -653,13 +535,12 @@ async def test_output_without_the_lease_holders_stream_is_refused(
     await holder.write(output(lease, b"late\n"))
     # the holder's late output is in once it is appended; the forger's, sent before it
     # on a stream read in order, was dropped by then
-    kept = b""
-    end = asyncio.get_running_loop().time() + WAIT
-    while not kept.endswith(b"late\n"):
-        assert asyncio.get_running_loop().time() < end, f"timed out with {kept!r}"
-        await asyncio.sleep(0.02)
-        kept = b"".join(c.data for c in await poller.store.read_output(run.id))
-    assert kept == b"mine\nlate\n"
+
+    async def kept() -> bytes | None:
+        data = b"".join(c.data for c in await poller.store.read_output(run.id))
+        return data if data.endswith(b"late\n") else None
+
+    assert await until(kept, WAIT, "the late output kept") == b"mine\nlate\n"
     holder.cancel()
     forger.cancel()
 

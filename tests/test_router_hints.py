@@ -42,7 +42,7 @@ class HintedPoller:
 
 
 @pytest.fixture
-async def poller(tmp_path: Path) -> AsyncIterator[HintedPoller]:
+async def hinted(tmp_path: Path) -> AsyncIterator[HintedPoller]:
     store = SqliteStore(tmp_path / "db", shard_count=SHARDS, bucket_seconds=60)
     await store.open()
     try:
@@ -52,9 +52,9 @@ async def poller(tmp_path: Path) -> AsyncIterator[HintedPoller]:
 
 
 @pytest.fixture
-async def stub(poller: HintedPoller) -> AsyncIterator[cluster_pb2_grpc.PollerServiceStub]:
+async def stub(hinted: HintedPoller) -> AsyncIterator[cluster_pb2_grpc.PollerServiceStub]:
     server = grpc.aio.server()
-    servicer = PollerServiceServicer(poller)  # type: ignore[arg-type]
+    servicer = PollerServiceServicer(hinted)  # type: ignore[arg-type]
     cluster_pb2_grpc.add_PollerServiceServicer_to_server(servicer, server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
@@ -77,54 +77,54 @@ def by_id(hints: list[tuple[list[Run], list[Job]]]) -> tuple[set[str], set[str]]
 
 
 async def test_a_hint_naming_each_runs_job_hands_over_the_stored_pending_runs(
-    poller: HintedPoller, stub: cluster_pb2_grpc.PollerServiceStub
+    hinted: HintedPoller, stub: cluster_pb2_grpc.PollerServiceStub
 ) -> None:
-    job1, job2, r1, r2, done = await stored_runs(poller.store)
+    job1, job2, r1, r2, done = await stored_runs(hinted.store)
     await stub.NotifyRuns(
         cluster_pb2.NotifyRunsRequest(
             run_ids=[r1.id, r2.id, done.id], job_ids=[job1.id, job2.id, job1.id]
         )
     )
-    assert by_id(poller.hints) == ({r1.id, r2.id}, {job1.id, job2.id})
+    assert by_id(hinted.hints) == ({r1.id, r2.id}, {job1.id, job2.id})
 
 
 async def test_a_hint_from_a_sender_naming_no_jobs_still_hands_over_the_runs(
-    poller: HintedPoller, stub: cluster_pb2_grpc.PollerServiceStub
+    hinted: HintedPoller, stub: cluster_pb2_grpc.PollerServiceStub
 ) -> None:
-    job1, job2, r1, r2, done = await stored_runs(poller.store)
+    job1, job2, r1, r2, done = await stored_runs(hinted.store)
     await stub.NotifyRuns(cluster_pb2.NotifyRunsRequest(run_ids=[r1.id, r2.id, done.id]))
-    assert by_id(poller.hints) == ({r1.id, r2.id}, {job1.id, job2.id})
+    assert by_id(hinted.hints) == ({r1.id, r2.id}, {job1.id, job2.id})
 
 
 async def test_a_run_named_under_a_job_it_is_not_stored_under_is_ignored(
-    poller: HintedPoller, stub: cluster_pb2_grpc.PollerServiceStub
+    hinted: HintedPoller, stub: cluster_pb2_grpc.PollerServiceStub
 ) -> None:
-    job1, job2, r1, r2, _ = await stored_runs(poller.store)
+    job1, job2, r1, r2, _ = await stored_runs(hinted.store)
     await stub.NotifyRuns(
         cluster_pb2.NotifyRunsRequest(run_ids=[r1.id, r2.id], job_ids=[job2.id, job2.id])
     )
-    assert by_id(poller.hints) == ({r2.id}, {job2.id})
+    assert by_id(hinted.hints) == ({r2.id}, {job2.id})
 
 
 @pytest.mark.parametrize("named", [True, False])
 async def test_in_a_cluster_the_job_of_a_run_due_past_the_job_read_horizon_is_not_read(
-    poller: HintedPoller, stub: cluster_pb2_grpc.PollerServiceStub, named: bool
+    hinted: HintedPoller, stub: cluster_pb2_grpc.PollerServiceStub, named: bool
 ) -> None:
-    poller.config = PollerConfig(
+    hinted.config = PollerConfig(
         job_cache_ttl=timedelta(seconds=1), lease_lead=timedelta(milliseconds=500)
     )
     now = utcnow()
     soon, later = make_job(), make_job()
     near = make_run(soon, due_at=now + timedelta(seconds=1))
     far = make_run(later, due_at=now + timedelta(seconds=10))
-    await poller.store.create_jobs([NewJob(job=soon, runs=[near]), NewJob(job=later, runs=[far])])
+    await hinted.store.create_jobs([NewJob(job=soon, runs=[near]), NewJob(job=later, runs=[far])])
     runs = [near, far]
     await stub.NotifyRuns(
         cluster_pb2.NotifyRunsRequest(
             run_ids=[r.id for r in runs], job_ids=[r.job_id for r in runs] if named else []
         )
     )
-    assert by_id(poller.hints) == ({near.id, far.id}, {soon.id})
+    assert by_id(hinted.hints) == ({near.id, far.id}, {soon.id})
 
 
 @pytest.mark.parametrize(
@@ -135,7 +135,7 @@ async def test_in_a_cluster_the_job_of_a_run_due_past_the_job_read_horizon_is_no
     ],
 )
 async def test_a_hint_with_bad_job_ids_is_an_invalid_argument_naming_the_field(
-    poller: HintedPoller,
+    hinted: HintedPoller,
     stub: cluster_pb2_grpc.PollerServiceStub,
     job_ids: list[str],
     details: str,
@@ -145,4 +145,4 @@ async def test_a_hint_with_bad_job_ids_is_an_invalid_argument_naming_the_field(
         await stub.NotifyRuns(request)
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert refused.value.details().startswith(details)
-    assert poller.hints == []
+    assert hinted.hints == []

@@ -23,19 +23,19 @@ import pytest
 from shardcron.client.types import HandlerTask, JobSpec, Run, RunState
 from shardcron.coordinator.coordination import Assignment
 from shardcron.coordinator.ids import utcnow
-from shardcron.coordinator.metrics import Metrics
-from shardcron.coordinator.poller import Poller, PollerConfig
-from shardcron.coordinator.poller.state import Phase
+from shardcron.coordinator.poller import Phase, PollerConfig
+from shardcron.coordinator.poller.streams import WorkerStreams
 from shardcron.coordinator.sqlite.store import SqliteStore
 from shardcron.coordinator.store import NewJob
 from shardcron.coordinator.worker_stream import WorkerStreamServicer
 from shardcron.v1 import worker_pb2_grpc
 from shardcron.worker import HandlerRegistry, Worker
 from shardcron.worker.context import HandlerContext
+from tests.support.lease_streams import final_run
+from tests.support.pollers import WAIT, PollerSetup, build_poller, invariants_held
 from tests.support.store_builders import SHARDS, make_job, make_run
 from tests.support.waiting import until
 
-WAIT = 30.0
 LEASE_TTL = timedelta(seconds=2)  # the run outlives it: only renewals keep it going
 ALL = frozenset(range(SHARDS))
 
@@ -44,16 +44,12 @@ class Node:
     """A poller behind its own lease-stream server, on the shared store."""
 
     def __init__(self, store: SqliteStore, poller_id: str) -> None:
-        self.poller = Poller(
-            store,
-            poller_id=poller_id,
-            config=PollerConfig(
-                scan_interval=timedelta(milliseconds=100),
-                lease_ttl=LEASE_TTL,
-                heartbeat_interval=timedelta(milliseconds=200),
-            ),
-            metrics=Metrics(),
+        config = PollerConfig(
+            scan_interval=timedelta(milliseconds=100),
+            lease_ttl=LEASE_TTL,
+            heartbeat_interval=timedelta(milliseconds=200),
         )
+        self.poller = build_poller(store, PollerSetup(config=config, poller_id=poller_id))
         self.server = grpc.aio.server()
         servicer = WorkerStreamServicer(self.poller.submit, self.poller.may_lease)
         worker_pb2_grpc.add_WorkerServiceServicer_to_server(servicer, self.server)
@@ -73,6 +69,7 @@ class Node:
         """Gone at once: its streams end, nothing more is written or answered."""
         await self.server.stop(None)
         await self.poller.stop()
+        invariants_held(self.poller)
 
 
 class Executions:
@@ -130,22 +127,23 @@ async def stored(store: SqliteStore, run_id: str) -> Run:
     return (await store.get_runs([run_id]))[run_id]
 
 
+async def _state_is(store: SqliteStore, run_id: str, state: RunState) -> bool:
+    return (await stored(store, run_id)).state == state
+
+
 async def ends_once(store: SqliteStore, run: Run, handler: Executions, new: Node) -> None:
     """The run, held by ``new`` now, is renewed there past its first lease, then ends
     SUCCEEDED as attempt 1 under the first owner's token, executed once."""
     first = await stored(store, run.id)
+    assert first.lease_expires_at is not None
     await until(lambda: new.poller.phase_of(run.id) == Phase.LEASED, WAIT, "adopted")
     # past the deadline the first owner gave: only the new owner's renewals keep it
-    await asyncio.sleep(LEASE_TTL.total_seconds() * 2)
+    past = first.lease_expires_at + LEASE_TTL
+    await until(lambda: utcnow() >= past, WAIT, "a lease time past the first owner's deadline")
     assert handler.attempts == [(run.id, 1)], "the run was killed or executed again"
     handler.release.set()
 
-    ended = await stored(store, run.id)
-    for _ in range(int(WAIT / 0.05)):
-        if ended.state.is_final:
-            break
-        await asyncio.sleep(0.05)
-        ended = await stored(store, run.id)
+    ended = await final_run(new.poller, run.id)
     assert (ended.state, ended.attempt, ended.lease_token) == (
         RunState.SUCCEEDED,
         1,
@@ -203,14 +201,23 @@ async def test_a_shard_of_a_dead_poller_moves_without_a_second_execution(
         await new.kill()
 
 
+@pytest.mark.parametrize("applying_fails", [False, True], ids=["applied", "applying_fails"])
 async def test_a_shard_is_released_only_once_the_result_accepted_before_is_written(
-    store: SqliteStore, monkeypatch: pytest.MonkeyPatch
+    store: SqliteStore, monkeypatch: pytest.MonkeyPatch, applying_fails: bool
 ) -> None:
     """A result and the assignment taking its shard away, handled in one turn: the
     release was confirmed at once, before that turn's commit, so the next owner
     could read the run still RUNNING, adopt it, and record it WORKER_LOST over the
     success once its worker, told the result was accepted, stopped naming it. The
-    release now waits for that commit."""
+    release now waits for that commit. So it does when applying the assignment
+    fails (regression, issue 33: the poller reset and confirmed the release at once,
+    and its turn went on to write the result after it)."""
+    if applying_fails:
+
+        def fails(self: WorkerStreams) -> None:
+            raise RuntimeError("applying the assignment failed")
+
+        monkeypatch.setattr(WorkerStreams, "drop_unsent_leases", fails)
     node = Node(store, "p1")
     await node.start(ALL, fencing_epoch=1)
     handler = Executions()
@@ -232,8 +239,7 @@ async def test_a_shard_is_released_only_once_the_result_accepted_before_is_writt
             run = await leased_run(store, node)
             await until(lambda: handler.attempts, WAIT, "the run started")
             # its Started written first: the message queued below is its result
-            while (await stored(store, run.id)).state != RunState.RUNNING:
-                await asyncio.sleep(0.01)
+            await until(lambda: _state_is(store, run.id, RunState.RUNNING), WAIT, "started")
             gated = True
             await hinted_run(store, node)  # a turn that writes, held in its commit
             await until(lambda: entered == 1, WAIT, "a turn in its commit")

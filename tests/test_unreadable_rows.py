@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -17,46 +16,23 @@ import pytest
 from shardcron.client.types import RunReason, RunState
 from shardcron.coordinator.coordination import Assignment
 from shardcron.coordinator.ids import utcnow
-from shardcron.coordinator.metrics import Metrics, TimedStore
-from shardcron.coordinator.poller import Poller, PollerConfig
+from shardcron.coordinator.metrics import TimedStore
+from shardcron.coordinator.poller import Poller
 from shardcron.coordinator.sqlite.store import SqliteStore
-from shardcron.coordinator.store import JobStore, NewJob
+from shardcron.coordinator.store import NewJob
 from shardcron.v1 import jobs_pb2, jobs_pb2_grpc, types_pb2, worker_pb2_grpc
 from tests.support.bad_rows import spoil
+from tests.support.lease_streams import connect, faults, final_run, lease_of, submit
 from tests.support.local_node import sqlite_node
+from tests.support.pollers import WAIT, PollerSetup
 from tests.support.store_builders import SHARDS, make_job, make_run
-from tests.test_poller_stream import (  # stub: the worker stream fixture
-    WAIT,
-    connect,
-    faults,
-    lease_of,
-    stub,  # noqa: F401
-    submit,
-)
+from tests.support.waiting import until
 
 
 @pytest.fixture
-async def raw_store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
-    store = SqliteStore(tmp_path / "db", shard_count=SHARDS, bucket_seconds=60)
-    await store.open()
-    try:
-        yield store
-    finally:
-        await store.close()
-
-
-@pytest.fixture
-async def poller(raw_store: SqliteStore) -> AsyncIterator[Poller]:
-    """A poller on the store as a node wraps it (bad rows counted), not started yet;
-    ``stub`` (tests/test_poller_stream.py) serves its worker streams."""
-    metrics = Metrics()
-    store: JobStore = TimedStore(raw_store, metrics)  # type: ignore[assignment]
-    config = PollerConfig(scan_interval=timedelta(milliseconds=100))
-    p = Poller(store, poller_id="p1", config=config, metrics=metrics)
-    try:
-        yield p
-    finally:
-        await p.stop()
+def poller_setup() -> PollerSetup:
+    """A poller on the store as a node wraps it (bad rows counted), not started yet."""
+    return PollerSetup(store=TimedStore, start=False)
 
 
 def bad_rows_counted(poller: Poller) -> dict[str, float]:
@@ -69,9 +45,9 @@ def bad_rows_counted(poller: Poller) -> dict[str, float]:
 
 
 async def test_an_unreadable_row_does_not_reset_the_poller(
-    raw_store: SqliteStore,
+    sqlite_store: SqliteStore,
     poller: Poller,
-    stub: worker_pb2_grpc.WorkerServiceStub,  # noqa: F811
+    stub: worker_pb2_grpc.WorkerServiceStub,
 ) -> None:
     """A job row with a spec that is not JSON and a run row with a state name from a
     newer version, both due, made get_jobs/get_runs raise on every scan: the poller
@@ -83,11 +59,11 @@ async def test_an_unreadable_row_does_not_reset_the_poller(
     orphan = dataclasses.replace(make_run(orphaned, due_at=long_ago), created_at=long_ago)
     parked_job = dataclasses.replace(make_job("mallory"), created_at=long_ago)
     parked = dataclasses.replace(make_run(parked_job, due_at=long_ago), created_at=long_ago)
-    await raw_store.create_jobs(
+    await sqlite_store.create_jobs(
         [NewJob(job=orphaned, runs=[orphan]), NewJob(job=parked_job, runs=[parked])]
     )
-    await spoil(raw_store, "jobs", orphaned.id, "spec", "{not json")
-    await spoil(raw_store, "runs", parked.id, "state", "PARKED")
+    await spoil(sqlite_store, "jobs", orphaned.id, "spec", "{not json")
+    await spoil(sqlite_store, "runs", parked.id, "state", "PARKED")
 
     poller.start()
     await poller.on_assignment(
@@ -101,13 +77,11 @@ async def test_an_unreadable_row_does_not_reset_the_poller(
     print(f"victim leased {waited:.3f} s after submission")
     assert waited < 5.0
 
-    end = asyncio.get_running_loop().time() + WAIT
-    while (await raw_store.get_runs([orphan.id]))[orphan.id].state != RunState.CANCELLED:
-        assert asyncio.get_running_loop().time() < end, "the orphaned run never ended"
-        await asyncio.sleep(0.05)
-    ended = (await raw_store.get_runs([orphan.id]))[orphan.id]
-    assert ended.reason == RunReason.JOB_DELETED
-    await asyncio.sleep(0.5)  # several more scans meet both rows again
+    ended = await final_run(poller, orphan.id)
+    assert (ended.state, ended.reason) == (RunState.CANCELLED, RunReason.JOB_DELETED)
+    scanned = poller.turns
+    # several more scans (a tenth of a second apart) meet both rows again
+    await until(lambda: poller.turns >= scanned + 10, WAIT, "more turns")
     assert faults(poller) == {"resets": 0.0}
     assert bad_rows_counted(poller) == {"jobs": 1.0, "runs": 1.0}
     worker.cancel()

@@ -1,28 +1,34 @@
 """The poller role: from the due index of its shards to leases on workers.
 
-The parts that decide take ``now`` and return decisions; one part acts:
+Every run it holds is in the run table, in exactly one place; the rules move runs
+through the table's transitions, and one loop owns it all. A module a concept:
 
+- ``loop``: ``Poller``, the inbox, the turn and the group commit;
 - ``events``: what reaches the loop through its inbox (frozen values);
 - ``clock``, ``config``: the injected clock and the frozen settings;
-- ``fires``: what a due fire leads to (misfires, DST, the window, retries);
-- ``leases``: tokens, expiries, renewals and adopted orphans (never twice at once);
-- ``admission``: per-job concurrency, overlap policy, starting deadlines, and
-  placement of ready runs on workers;
-- ``endings``: what a run's end leads to (retry, dead letter, streak, completion);
-- ``windows``: which part of each shard's due index to read next, and its cursors;
-- ``ownership``: whether the poller may write and send now;
-- ``workers``: the book of each worker's capacity, and the ``WorkerLink`` the loop
-  sends through;
-- ``state``, ``turn``: a held run's phase, and one turn's write set;
-- ``keeper``: the runs held, with the deciders' answers applied to them;
-- ``streams``: what workers say, applied to the runs held;
-- ``loading``: a scan's store reads, beside the turns; what they found is held by
-  the loop;
-- ``ahead``: jobs read again for runs due, beside the turns; the runs coming due in
-  the demand; ``timers``: timer heaps read without taking entries out;
-- ``loop``: the inbox, the turn and the group commit; with ``loading`` and ``ahead``
-  the only part that calls the store, and it sends nothing that depends on a write
-  before the write is durable.
+- ``table``: the runs held (``Slot``), each in one ``Place``, and ``RunTable``, the
+  only writer of a run's place and record, its indexes kept in step (``check``);
+- ``timeline``: a keyed index by time (due times, expiries, deadlines, ready lanes);
+- ``due``: what happens to a run when it comes due (its trigger, starting deadlines);
+- ``fires``: what a due fire leads to (misfires, DST, the window, retries), pure;
+- ``overlap``: per-job concurrency and overlap policy, decided in one function;
+- ``placement``: ready runs by what they need, the worker each goes to, why a run
+  waits, demand;
+- ``leasing``: leases granted, sent and taken back when they expire; waiting gauges;
+- ``lease_book``: fencing tokens, expiries, renewals, orphans (never twice at once);
+- ``lease_grants``: what a lease carries to its worker;
+- ``ends``: ``Ends.end``, the one way a held run ends, and what every end leads to;
+- ``end_rules``: how a run ends and what follows (retry, dead letter, streak,
+  completion), pure;
+- ``faults``: a fault in the rules kept to its run;
+- ``crowded_instants``: instants many runs are due at, reached ahead of the lead;
+- ``streams``: what workers say, applied to the runs held; ``workers``: each
+  worker's book, and the ``WorkerLink`` the loop sends through;
+- ``shards``: the shards served (acquire, release), whether the poller may write
+  and send now; ``windows``: which part of each shard's due index to read next;
+- ``scans``, ``job_reads``: the store reads beside the turns (the due index and its
+  runs; the jobs of runs due); with ``loop`` the only parts that call the store;
+- ``turn``: what one turn writes, and what it sends once that is durable.
 
 Nothing here speaks gRPC: the lease stream's edge (``coordinator.worker_stream``)
 hands the loop typed events and sends what it is given.

@@ -45,16 +45,16 @@ class PollerConfig:
     job_cache_ttl: timedelta | None = None
     # Runs are triggered and leased this long ahead of their due instant to workers
     # that hold a lease until then (Hello.waits_for_due): the turn's work is done
-    # before the instant, so the run starts on it. Zero: at the due instant. The turn
-    # of a 2,000-job minute mark and its way to the worker took 0.2 s on a loaded
-    # 2-core machine; the rest is margin. A lease given ahead holds its worker's slot
-    # while it waits.
+    # before the instant, so the run starts on it. Zero: at the due instant. It covers
+    # the turn of a minute mark of a full batch and its way to the worker on a loaded
+    # small machine, with a margin. A lease given ahead holds its worker's slot while
+    # it waits.
     lease_lead: timedelta = timedelta(milliseconds=500)
     max_batch: int = 2000  # runs leased or triggered per turn
     secret_keys: KeyRing | None = None  # opens sealed secret env values for leases
     # An instant many runs are due at is reached this much earlier per run, up to
-    # crowd_lead_most ahead (``crowds``): on a 2-core machine a turn of 2,000 runs, its
-    # commit and its leases took 0.3 s, and up to 1 s while other processes were busy.
+    # crowd_lead_most ahead (``crowded_instants``): per run, what a full turn, its commit
+    # and its leases take on a small machine, with room for other processes.
     crowd_lead_per_run: timedelta = timedelta(microseconds=400)
     crowd_lead_most: timedelta = timedelta(seconds=10)
     max_loaded: int = 500_000  # runs held in memory before loading pauses
@@ -64,7 +64,7 @@ class PollerConfig:
         """Runs due by then have their jobs read as they are loaded (from a hint or a
         scan). A later run's job is read as the run triggers (``JobReads``): a copy read
         now would be older than ``job_cache_ttl`` by then, and read again. Such a run
-        counts in the demand for room (``ahead.coming``) from its trigger on, not ahead
+        counts in the demand for room (``job_reads.coming``) from its trigger on, not ahead
         of it: the room comes one round trip later, within the lease lead. Without a
         ``job_cache_ttl`` (the copies held never go stale) every run's job is read as it
         is loaded: the latest instant there is."""

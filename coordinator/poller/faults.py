@@ -1,5 +1,5 @@
 """A fault in the poller's rules for one run: what it says, and the context that
-keeps it to that run (``RunKeeper.isolated``)."""
+keeps it to that run (``Ends.isolated``)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from collections.abc import Callable
 from datetime import datetime
 
 from shardcron.client.limits import MAX_ERROR_MESSAGE, clip
-from shardcron.coordinator.poller.state import Slot
+from shardcron.coordinator.poller.table import Slot
 from shardcron.coordinator.poller.turn import Turn
 
-Fail = Callable[..., None]  # RunKeeper.fail(slot, error, turn, now, *, where)
+Fail = Callable[..., None]  # Ends.fault(slot, error, turn, now, *, where)
 
 
 def fault_text(error: BaseException) -> str:
@@ -21,7 +21,7 @@ def fault_text(error: BaseException) -> str:
 class Isolated:
     """Rules applied to one run: an ``Exception`` they raise fails that run alone
     (``fail``) and goes no further. A class, as it is entered for every run
-    triggered and every result: a generator-based context cost four times as much."""
+    triggered and every result: a generator-based context cost several times as much."""
 
     __slots__ = ("fail", "slot", "turn", "now", "where")
 

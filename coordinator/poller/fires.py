@@ -5,8 +5,8 @@ free of I/O so every rule (misfire policies, DST skips, the schedule window,
 retries with backoff) is tested without a clock or a store.
 
 Every nominal fire of a recurring job ends with a record: a run, or a run in
-state SKIPPED/MISSED with its reason (DESIGN.md §2, "every expected fire gets an
-outcome").
+state SKIPPED/MISSED with its reason. No fire passes silently: a user listing a
+job's runs sees every fire its schedule had, and why one did not run.
 """
 
 from __future__ import annotations

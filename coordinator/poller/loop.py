@@ -2,13 +2,16 @@
 
 One asyncio task owns all mutable state; everything else (worker streams, the
 api's hints and cancels, assignment changes) reaches it through an inbox of typed
-events. Each turn of the loop drains the inbox, loads what became due soon,
-triggers what is due, matches ready runs to worker slots, and writes everything
-the turn decided in ONE store commit (group commit) before it sends anything that
-depends on it: a lease is durable before the worker sees it, a result is durable
-before the worker is told it was accepted.
+events. Each turn of the loop drains the inbox, holds what the scans found, takes
+back expired leases and misses starting deadlines, triggers what is due (``due``),
+leases ready runs to worker slots (``leasing``), places the retries it decided,
+and writes everything the turn decided in ONE store commit (group commit) before
+it sends anything that depends on it: a lease is durable before the worker sees
+it, a result is durable before the worker is told it was accepted. Every run held
+is in the ``RunTable``; after each turn the table's invariants hold (the tests
+check them through ``after_turn``).
 
-This is, with the scan's and the jobs' reads (``loading``, ``ahead``: they go on
+This is, with the scan's and the jobs' reads (``scans``, ``job_reads``: they go on
 beside the turns, and the loop holds what they found), the part of the poller that
 calls the store, and its
 only place that reads the clock for the rules (each decider is given ``now``).
@@ -17,15 +20,15 @@ Never twice at once: a lease carries a fencing token (epoch << 32 | sequence);
 a worker holds a run only while it keeps renewing; a result or heartbeat whose
 token is not the current lease's is refused; a run that was leased under an
 earlier epoch (a crashed or deposed poller) is re-leased only one full TTL after
-this poller took the shard over (``leases``). A poller that cannot confirm its
-hold on its shards writes and sends nothing (``ownership``).
+this poller took the shard over (``lease_book``). A poller that cannot confirm its
+hold on its shards writes and sends nothing (``shards``).
 
 One failure stays one failure: a fault while handling an inbox event, a run or a
-job's rules fails that event, run or job alone (``RunKeeper.isolated``; a worker
+job's rules fails that event, run or job alone (``Ends.isolated``; a worker
 stream that faults is closed) and the turn goes on; each is counted in
 ``shardcron_poller_faults_total{where}``. Only a failure of the store itself (a
-read the turn needs, or the commit) resets the poller: it forgets what it holds and
-reloads its shards (``shardcron_poller_resets_total``). A cancel waiting on a turn
+read the turn needs, or the commit) resets the poller: it voids what it holds and
+reloads its shards (``Shards.void``, ``shardcron_poller_resets_total``). A cancel waiting on a turn
 always gets its answer: the run as it stands, or an error if the turn was not
 written, the poller reset or stopped.
 """
@@ -47,10 +50,11 @@ from shardcron.client.types import Job, Run, RunReason, RunState, ShardInfo, Wor
 from shardcron.coordinator.coordination import Assignment
 from shardcron.coordinator.ids import shard_for
 from shardcron.coordinator.metrics import Metrics
-from shardcron.coordinator.poller.admission import free_slots, lease_lead
-from shardcron.coordinator.poller.ahead import JobReads, coming
 from shardcron.coordinator.poller.clock import Clock, SystemClock
 from shardcron.coordinator.poller.config import MAX_DEFERRED, PollerConfig
+from shardcron.coordinator.poller.due import Due
+from shardcron.coordinator.poller.end_rules import Outcome
+from shardcron.coordinator.poller.ends import Ends
 from shardcron.coordinator.poller.events import (
     AssignmentChanged,
     CancelJob,
@@ -63,13 +67,14 @@ from shardcron.coordinator.poller.events import (
     WorkerMessage,
 )
 from shardcron.coordinator.poller.faults import fault_text
-from shardcron.coordinator.poller.keeper import RunKeeper
-from shardcron.coordinator.poller.loading import SCAN_WAIT, CursorSaves, ScanReads
-from shardcron.coordinator.poller.ownership import Ownership, Standing
-from shardcron.coordinator.poller.state import LAG_PHASES, Phase, Slot
+from shardcron.coordinator.poller.job_reads import JobReads, coming
+from shardcron.coordinator.poller.leasing import Leasing
+from shardcron.coordinator.poller.placement import free_slots, lease_lead
+from shardcron.coordinator.poller.scans import SCAN_WAIT, CursorSaves, ScanReads
+from shardcron.coordinator.poller.shards import Shards
 from shardcron.coordinator.poller.streams import WorkerStreams
+from shardcron.coordinator.poller.table import LAG_PHASES, Phase, Place, RunTable
 from shardcron.coordinator.poller.turn import Turn
-from shardcron.coordinator.poller.windows import ShardWindows
 from shardcron.coordinator.store import JobStore
 from shardcron.coordinator.store_lanes import mark_poller
 
@@ -88,37 +93,60 @@ class Poller:
         session_generation: Callable[[], int] = lambda: 0,
         clock: Clock | None = None,
         runs_ended: Callable[[list[Run]], object] | None = None,
+        after_turn: Callable[[RunTable], object] | None = None,
     ) -> None:
         self.store = store
         # told the runs each turn made final, once they are durable (WaitRun wakes on it)
         self._runs_ended = runs_ended
+        # called with the runs held after every turn that ran to its end (tests check
+        # the invariants of what is held there)
+        self._after_turn = after_turn
         self.poller_id = poller_id
         self.config = config
         self.metrics = metrics
         self._clock: Clock = clock or SystemClock()
-        self.epoch = 0
-        self.active = False
-        self._ownership = Ownership(
-            poller_id, ownership_valid=ownership_valid, session_generation=session_generation
+        self._table = table = RunTable(config=config, clock=self._clock)
+        self._ends = ends = Ends(table, metrics=metrics)
+        self._due = Due(
+            table,
+            ends,
+            config=config,
+            metrics=metrics,
+            clock=self._clock,
+            shard_count=store.shard_count,
         )
-        self._windows = ShardWindows(config)
-        self._runs = RunKeeper(
-            config=config, metrics=metrics, clock=self._clock, shard_count=store.shard_count
-        )
+        self._leasing = Leasing(table, ends, config=config, metrics=metrics, clock=self._clock)
         self._streams = WorkerStreams(
-            self._runs,
+            table,
+            ends,
+            config=config,
+            metrics=metrics,
             poller_id=poller_id,
-            settled=self._settled,
-            active=lambda: self.active,
-            serves=lambda job_id: self.owns(shard_for(job_id, store.shard_count)),
+            settled=lambda: self._shards.settled(),
+            active=lambda: self._shards.active,
+            serves=lambda job_id: self._shards.owns(shard_for(job_id, store.shard_count)),
             output_cap=store.output_cap_bytes,
         )
+        self._shards = Shards(
+            poller_id,
+            config=config,
+            metrics=metrics,
+            table=table,
+            streams=self._streams,
+            ownership_valid=ownership_valid,
+            session_generation=session_generation,
+            new_scans=self._new_scans,
+            forget_reads=self._forget_reads,
+        )
+        self._windows = self._shards.windows
         self._inbox: deque[InboxEvent] = deque()
         self._wake = asyncio.Event()
-        # the scan's reads, beside the turns (``loading``); what they found is held
+        # the scan's reads, beside the turns (``scans``); what they found is held
         # only if ``_generation`` (bumped on a reset or a new assignment) is unchanged
-        self._scans = ScanReads(store, self._windows, self._runs, wake=self._wake.set)
-        self._job_reads = JobReads(store, self._runs, wake=self._wake.set)  # ``ahead``
+        self._scans = ScanReads(store, self._windows, table, config=config, wake=self._wake.set)
+        self._job_reads = JobReads(  # ``job_reads``
+            store, table, stale_jobs=self._due.stale_jobs, wake=self._wake.set
+        )
         self._cursor_saves = CursorSaves(store)
         self._generation = 0
         self._early_hints: list[Run] = []  # hinted while its shard's first scan was read
@@ -160,15 +188,24 @@ class Poller:
     @property
     def fencing_epoch(self) -> int:
         """The fencing epoch this poller's lease tokens carry."""
-        return self._runs.leases.fencing_epoch
+        return self._table.leases.fencing_epoch
+
+    @property
+    def epoch(self) -> int:
+        return self._shards.epoch
+
+    @property
+    def active(self) -> bool:
+        """Coordination holds this poller's session: it may serve its shards."""
+        return self._shards.active
 
     def owns(self, shard: int) -> bool:
-        return shard in self._windows.shards
+        return self._shards.owns(shard)
 
     def may_lease(self) -> bool:
         """Leases may be written to workers now: active, ownership confirmed, not
         standing still (checked again as they go out)."""
-        return self.active and self._ownership.may_send_leases()
+        return self._shards.may_send_leases()
 
     # --- lifecycle -----------------------------------------------------------
 
@@ -181,13 +218,13 @@ class Poller:
         if self._task is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        self._drop_reads()
+        self._forget_reads()
         for event in self._inbox:
             if isinstance(event, AssignmentChanged) and not event.applied.done():
                 event.applied.set_result(None)
             elif isinstance(event, CancelRun) and not event.done.done():
                 event.done.set_exception(Unavailable("the poller stopped; try again"))
-        self._runs.clear()  # a cancel waiting for a run's worker is told to try again
+        self._table.clear()  # a cancel waiting for a run's worker is told to try again
         self._streams.close_all()
 
     async def _loop(self) -> None:
@@ -198,7 +235,7 @@ class Poller:
             except Exception:
                 # a store call failed (its other faults are isolated where they happen)
                 log.exception("poller turn failed; reloading its shards from the store")
-                self._reset()
+                self._shards.void(self._clock.now())
                 await asyncio.sleep(0.5)
                 continue
             timeout = self._sleep_for()
@@ -211,33 +248,27 @@ class Poller:
 
     def _stand_still(self) -> bool:
         """True while ownership is unconfirmed or the session was replaced: nothing is
-        written or sent, and what was held is forgotten once (``ownership``)."""
-        standing = self._ownership.standing(has_shards=bool(self._windows.shards))
-        if standing == Standing.RELOAD:
-            self._reset()
-        return standing != Standing.CONFIRMED
+        written or sent (``shards``)."""
+        return self._shards.stand_still(self._clock.now())
 
-    def _reset(self) -> None:
-        """Forgets everything held in memory; the next scan reloads it from the store,
-        as a poller taking the shards over would (leases are waited out or renewed)."""
-        self.metrics.poller_resets.inc()
-        self._drop_reads()
-        self._early_hints.clear()
-        self._runs.clear()
-        self._windows.reset(self._clock.now())
-        self._streams.forget_all()
+    def _new_scans(self) -> None:
+        """A scan begun for the shards of before is not held (a run waiting for its
+        job's read leaves the table if its shard is released)."""
+        self._generation += 1
+        self._scans.cancel()
 
-    def _drop_reads(self) -> None:
-        """Nothing read or saved beside the turns is held any more: the poller forgets
-        what it held (a reset) or stops (``loading``, ``ahead``)."""
+    def _forget_reads(self) -> None:
+        """Nothing read or saved beside the turns is held any more: the poller voids
+        what it held or stops (``scans``, ``job_reads``)."""
         self._generation += 1
         self._scans.cancel()
         self._job_reads.cancel()
         self._cursor_saves.cancel()
+        self._early_hints.clear()
 
     def _settled(self) -> bool:
         """Every owned shard was loaded once: a run not held now is not ours."""
-        return self.active and self._windows.all_loaded()
+        return self._shards.settled()
 
     def _sleep_for(self) -> float:
         now = self._clock.now()
@@ -245,20 +276,17 @@ class Poller:
         scan = None if self._scans.busy else self._windows.seconds_to_scan(self._clock.monotonic())
         if scan is not None:
             candidates.append(scan)
-        runs = self._runs
-        due = runs.next_due(self._lead())
-        if due is not None:
-            candidates.append((due - now).total_seconds())
-        admission = runs.admission
+        table = self._table
         for at in (
-            runs.next_at_instant(),
-            runs.leases.next_expiry(),
-            admission.next_deadline(),
-            admission.next_not_due(),
+            table.next_due(self._lead()),
+            table.next_at_instant(),
+            table.leases.next_expiry(),
+            table.next_deadline(),
+            table.next_not_due(),
         ):
             if at is not None:
                 candidates.append((at - now).total_seconds())
-        if runs.admission.has_ready() and free_slots(self._streams.workers.values()) > 0:
+        if table.ready.worth_a_pass() and free_slots(self._streams.workers.values()) > 0:
             candidates.append(0.05)
         return max(0.0, min(candidates))
 
@@ -268,6 +296,8 @@ class Poller:
         turn = Turn()
         try:
             await self._run_turn(turn)
+            if self._after_turn is not None:
+                self._after_turn(self._table)
         finally:
             for fut in turn.answers:  # not written, or failed: the caller tries again
                 if not fut.done():
@@ -277,7 +307,6 @@ class Poller:
                     fut.set_result(None)
 
     async def _run_turn(self, turn: Turn) -> None:
-        runs = self._runs
         now = self._clock.now()
         while self._inbox:
             event = self._inbox.popleft()
@@ -295,21 +324,21 @@ class Poller:
         self._hold_scanned()
         with self._isolated("replay"):
             self._streams.replay_deferred(turn, now)
-        runs.expire(now, turn)
-        runs.miss_deadlines(now, turn)
+        self._leasing.expire(now, turn)
+        self._due.miss_deadlines(now, turn)
         await self._trigger_due(now, turn)
         if self.active:
             with self._isolated("dispatch"):
-                runs.dispatch(self._streams.workers.values(), now, turn)
+                self._leasing.dispatch(self._streams.workers.values(), now, turn)
         with self._isolated("demand"):
-            soon = partial(coming, runs, now, self._lead())
+            soon = partial(coming, self._due, self._table, now, self._lead())
             self._streams.update_demand(active=self.active, coming=soon)
-        if turn.retries:
+        if self._table.retries:
             await self._place_retries(turn)
         if not turn.empty():
             if self._stand_still():
                 return  # nothing of this turn is written, nothing is sent
-            confirmed = self._ownership.write_time(self._clock.now())
+            confirmed = self._shards.write_time(self._clock.now())
             if turn.output:
                 await self.store.append_output(turn.output)
             await self.store.commit(
@@ -327,7 +356,7 @@ class Poller:
         sent_at = self._clock.now()
         for slot in turn.leases:
             if slot.run.id not in turn.leases_sent:
-                runs.send_lease(slot, sent_at)
+                self._leasing.send_lease(slot, sent_at)
         for action in turn.after:
             action()
         for link, ack in turn.acks:
@@ -350,7 +379,7 @@ class Poller:
         sent_at = self._clock.now()
         for slot in turn.leases:
             if slot.run.id in durable:
-                self._runs.send_lease(slot, sent_at)
+                self._leasing.send_lease(slot, sent_at)
                 turn.leases_sent.add(slot.run.id)
         self._streams.flush_leases()
 
@@ -379,13 +408,12 @@ class Poller:
                     done.set_exception(error)
                 else:
                     done.set_exception(Unavailable(f"cancel failed: {fault_text(error)}"))
-            case AssignmentChanged(applied=applied):
-                self._reset()
-                if not applied.done():
-                    applied.set_result(None)
+            case AssignmentChanged():
+                # applied again from the store; answered as the turn ends (``shards``)
+                self._shards.void(self._clock.now())
 
     async def _handle(self, event: InboxEvent, turn: Turn, now: datetime) -> None:
-        runs = self._runs
+        table = self._table
         match event:
             case WorkerMessage(link=link, event=message):
                 self._streams.message(link, message, turn, now)
@@ -393,11 +421,10 @@ class Poller:
                 for run in created:
                     self._admit_new(run, now)
                 for job in jobs:
-                    if runs.holds_job(job.id):
-                        runs.cache_job(job)
+                    table.cache_job(job)
             case JobChanged(job=job):
-                if job.id in runs.jobs:
-                    runs.cache_job(job)
+                if job.id in table.jobs:
+                    table.cache_job(job)
             case WorkerConnected() as connected:
                 self._streams.connected(connected, epoch=self.epoch, turn=turn, now=now)
             case WorkerClosed(link=link):
@@ -405,38 +432,16 @@ class Poller:
             case CancelRun(run=run, reason=reason, done=done):
                 await self._on_cancel(run, reason, done, turn, now)
             case CancelJob(job_id=job_id, reason=reason):
-                runs.cancel_job(job_id, reason, turn, now)
+                self._ends.cancel_job(job_id, reason, turn, now)
             case AssignmentChanged(assignment=assignment, applied=applied):
-                self._on_assignment(assignment, now)
-                if not turn.empty():
-                    # done once this turn's commit is over: what it decided before
-                    # (a result of a shard taken away) is in the store before the next
-                    # owner reads the shard, or was never acknowledged to its worker
-                    turn.applied.append(applied)
-                elif not applied.done():
-                    applied.set_result(None)
-
-    def _on_assignment(self, a: Assignment, now: datetime) -> None:
-        self._generation += 1  # a scan begun for the shards of before is not held
-        self._scans.cancel()  # (runs waiting for their job are checked when it is read)
-        if a.fencing_epoch != self.fencing_epoch:
-            self._ownership.new_fencing_epoch()
-        self.epoch = a.epoch
-        self._runs.leases.set_fencing_epoch(a.fencing_epoch)
-        self.active = a.active
-        lost = self._windows.assign(a.shards, now)
-        if lost:
-            self._runs.forget_shards(lost)
-            self._streams.drop_unsent_leases()
-        self.metrics.epoch.set(self.epoch)
-        self.metrics.owned_shards.set(len(a.shards))
+                self._shards.apply(assignment, applied, turn, now)
 
     def _admit_new(self, run: Run, now: datetime) -> None:
         """A hinted new run. The hint travels from another node's api and may come late:
         after a scan found the run and it ran and ended here (its copy is still PENDING)."""
         if (
             run.shard not in self._windows.shards
-            or self._runs.known(run.id)
+            or self._table.known(run.id)
             or run.state != RunState.PENDING
         ):
             return
@@ -449,17 +454,17 @@ class Poller:
         if run.due_at >= (edge or now) and (
             edge is None  # the shard's first scan will load it
             or run.due_at >= saturating_add(now, self.config.hint_horizon)
-            or len(self._runs.slots) >= self.config.max_loaded
+            or len(self._table) >= self.config.max_loaded
         ):
             return  # the scan will load it in time
         # held now, also beyond the loaded edge: the scan then skips it (known) instead
         # of reading it and its job back from the store
-        self._runs.add_waiting(Slot(run=run))
+        self._table.hold(run)
 
     # --- loading -----------------------------------------------------------------
 
     def _hold_scanned(self) -> None:
-        """Holds what the scan's reads found, once they are over (``loading``); then
+        """Holds what the scan's reads found, once they are over (``scans``); then
         looks again at the hints met while a shard's first scan was read."""
         if self._scans.hold(self._generation):
             early, self._early_hints = self._early_hints, []
@@ -468,25 +473,25 @@ class Poller:
                 self._admit_new(run, now)
 
     def _save_cursors(self, now: datetime) -> None:
-        """Saves each loaded shard's cursor, beside the turns (``loading``)."""
+        """Saves each loaded shard's cursor, beside the turns (``scans``)."""
         clock = self._clock.monotonic()
-        oldest = self._runs.oldest_due()
+        oldest = self._table.oldest_due()
         cursors = self._windows.cursors(oldest, now, self.store.bucket_seconds, clock)
         if cursors:
             self._cursor_saves.start(cursors)
         window = self.config.recheck_window + self.config.lookahead
-        self._runs.prune_ended(window.total_seconds() + 60)
+        self._table.prune_ended(window.total_seconds() + 60)
 
     # --- what needs the store in the middle of a turn --------------------------------
 
     async def _trigger_due(self, now: datetime, turn: Turn) -> None:
         """Triggers the runs due whose job copies are current; the others wait for
-        their jobs to be read beside the turns (``ahead``)."""
-        due = self._runs.pop_due(now, lead=self._lead())
+        their jobs to be read beside the turns (``job_reads``)."""
+        due = self._due.take(now, self._lead())
         ready = await self._job_reads.ready(due, self._clock.monotonic(), wait=turn.empty())
         for slot in ready:
-            with self._runs.isolated(slot, turn, now, where="trigger"):
-                self._runs.trigger(slot, now, turn)
+            with self._ends.isolated(slot, turn, now, where="trigger"):
+                self._due.trigger(slot, now, turn)
 
     def _lead(self) -> timedelta:
         return lease_lead(self._streams.workers.values(), self.config.lease_lead)
@@ -499,34 +504,31 @@ class Poller:
         before, in a commit that landed only in part (the retry, not the failed run's
         end), and then the failed run is taken over and ends once more. Written again,
         the retry would be PENDING again and run a second time."""
-        slots, turn.retries = turn.retries, []
-        stored = await self.store.get_runs([s.run.id for s in slots])
-        held = self._runs
-        for slot in slots:
-            if held.slots.get(slot.run.id) is not slot:
-                continue  # forgotten meanwhile (its job cancelled)
+        table = self._table
+        retries = table.retries
+        stored = await self.store.get_runs([s.run.id for s in retries])
+        for slot in retries:
             have = stored.get(slot.run.id)
             if have is None:
                 turn.runs[slot.run.id] = slot.run
                 turn.due.append(slot.run)
+                table.place_retry(slot)
             elif have.state == RunState.PENDING:
-                slot.run = have  # its due row may be what did not land: index it again
-                turn.due.append(have)
+                turn.due.append(have)  # its due row may be what did not land: index it again
+                table.place_retry(slot, have)
             else:
                 log.info("retry %s of run stored already (%s)", have.id, have.state.value)
-                held.forget(slot)
+                table.drop(slot, "the retry was stored already")
                 if have.state.is_final:
-                    held.ended_here(have.id)
-                continue
-            held.add_waiting(slot)
+                    table.remember_ended(have.id)
 
     async def _on_cancel(
         self, run: Run, reason: RunReason, fut: asyncio.Future[Run], turn: Turn, now: datetime
     ) -> None:
-        slot = self._runs.slots.get(run.id)
+        slot = self._table.slots.get(run.id)
         if slot is not None:
-            self._runs.cancel(slot, reason, turn, now)
-            if slot.phase == Phase.LEASED and slot.run.state != RunState.CANCELLED:
+            self._ends.cancel(slot, reason, turn, now)
+            if slot.place is Place.LEASED:  # told to stop: answered at its end
                 slot.cancel_waiters.append(fut)
             else:
                 final = turn.runs.get(run.id, slot.run)
@@ -542,22 +544,16 @@ class Poller:
         elif stored.state.is_final:
             fut.set_exception(FailedPrecondition(f"run {run.id} is already {stored.state.value}"))
         else:
-            final = dataclasses.replace(
-                stored, state=RunState.CANCELLED, reason=reason, ended_at=now
-            )
-            turn.runs[final.id] = final
-            self._runs.ended_here(final.id)
-            self.metrics.run_ended(final)
-            turn.answers.append(fut)
-            turn.after.append(lambda: fut.done() or fut.set_result(final))
+            cancelled = Outcome(state=RunState.CANCELLED, reason=reason)
+            self._ends.end_unheld(stored, cancelled, turn, now, waiter=fut)
 
     # --- status ------------------------------------------------------------------------
 
     def _update_gauges(self) -> None:
         workers = self._streams.workers.values()
         self.metrics.active_leases.set(sum(len(w.leases) for w in workers))
-        self.metrics.ready_runs.set(len(self._runs.admission))
-        self._runs.count_waiting(workers, self._clock.now())
+        self.metrics.ready_runs.set(len(self._table.ready))
+        self._leasing.count_waiting(workers, self._clock.now())
         used = sum(w.used for w in workers)
         total = sum(w.slots for w in workers)
         self.metrics.worker_slots.labels(use="used").set(used)
@@ -569,11 +565,11 @@ class Poller:
     def reasons_for(self, run_ids: Sequence[str]) -> dict[str, str]:
         """Why each of these runs, held here and due, is not on a worker yet, by run id
         (read between turns, on the loop that owns the state: nothing is awaited)."""
-        return self._runs.waiting_reasons(run_ids, self._streams.workers.values())
+        return self._leasing.waiting_reasons(run_ids, self._streams.workers.values())
 
     def phase_of(self, run_id: str) -> Phase | None:
         """Where a run held here stands (None: not held)."""
-        slot = self._runs.slots.get(run_id)
+        slot = self._table.slots.get(run_id)
         return None if slot is None else slot.phase
 
     def workers(self) -> list[WorkerInfo]:
@@ -584,7 +580,7 @@ class Poller:
 
     def shard_lag(self, now: datetime | None = None) -> list[ShardInfo]:
         now = now or self._clock.now()
-        oldest = self._runs.oldest_due(LAG_PHASES)
+        oldest = self._table.oldest_due(LAG_PHASES)
         return [
             ShardInfo(
                 shard=s,

@@ -1,4 +1,5 @@
-"""Ready runs grouped by what they need, and why a run waits.
+"""Who a ready run goes to: ready runs grouped by what they need, the worker chosen,
+why a run waits, and the room asked of workers that share their slots.
 
 A **placement class** is what decides whether a worker could take a run: its task
 kind (commands, or the handler's name), the labels it requires, the slots, cpu
@@ -21,22 +22,32 @@ and for the ``shardcron_waiting_runs`` gauge, never stored: the reason changes
 with every worker that comes and goes, and writing it would cost a store write on
 the hot path. ``WaitReason`` names the gauge's label values, a fixed set (never a
 handler name or a label value).
+
+**The worker** (``pick_worker``): the one with the most free slots among those of
+the run's owner's pool whose unused capacity covers it. A run triggered ahead of its
+due instant (``lease_lead``: only while some worker holds a lease until its run's
+instant, ``Hello.waits_for_due``) goes only to such a worker; a run past its
+starting deadline (``past_deadline``: strictly past; exactly at it, it is on time)
+goes nowhere.
+
+**Demand** (``demand``): for a worker that shares its slots among pollers, how many
+slots of ready runs, and of runs coming due, it could take from this one.
+
+Pure: nothing here reads a clock or calls the store.
 """
 
 from __future__ import annotations
 
-import heapq
 from collections import deque
-from collections.abc import Collection, Iterator
-from datetime import datetime
+from collections.abc import Collection, Iterable, Iterator
+from datetime import datetime, timedelta
 from enum import StrEnum
 
-from shardcron.client.types import CommandTask, JobSpec, Resources
-from shardcron.coordinator.poller.state import Phase, Slot
+from shardcron.client.types import CommandTask, Job, JobSpec, Resources, Run
+from shardcron.coordinator.poller.timeline import Timeline
 from shardcron.coordinator.poller.workers import WorkerBook
 
 ClassKey = tuple[str, tuple[tuple[str, str], ...], int, int, int, str]
-_Entry = tuple[datetime, str]  # (due, run id)
 _Place = tuple[ClassKey, int, str]  # (class, priority, owner): where a run is queued
 
 
@@ -112,6 +123,55 @@ def why_waiting(
     return WaitReason.NO_FREE_SLOT, "waiting for a free slot"
 
 
+def past_deadline(job: Job, run: Run, now: datetime) -> bool:
+    """The run can no longer start: its starting deadline passed (strictly)."""
+    deadline = job.spec.starting_deadline
+    return deadline is not None and now - run.due_at > deadline
+
+
+def lease_lead(workers: Iterable[WorkerBook], configured: timedelta) -> timedelta:
+    """How far ahead of their due instant runs are triggered: the configured lead while
+    some connected worker holds leases until their due instant, else none (every run
+    would wait for its instant anyway, set aside)."""
+    return configured if any(w.waits_for_due for w in workers) else timedelta(0)
+
+
+def pick_worker(
+    job: Job, owner: str, workers: Iterable[WorkerBook], *, early: bool = False
+) -> WorkerBook | None:
+    """The worker with the most free slots among those that have room for a run of the
+    job, of ``owner``; for a run not due yet (``early``), only among the workers that
+    hold a lease until its due instant."""
+    best: WorkerBook | None = None
+    for w in workers:
+        if early and not w.waits_for_due:
+            continue
+        if w.fits(job.spec, owner) and (best is None or w.free > best.free):
+            best = w
+    return best
+
+
+def free_slots(workers: Iterable[WorkerBook]) -> int:
+    return sum(w.free for w in workers)
+
+
+def demand(
+    ready: ReadyRuns,
+    workers: Collection[WorkerBook],
+    coming: Iterable[tuple[JobSpec, str]] = (),
+) -> dict[WorkerBook, int]:
+    """For each worker given, the slots of ``ready`` runs, and of runs ``coming`` due
+    ((spec, owner) each), it could take (at most its slots)."""
+    want = dict.fromkeys(workers, 0)
+    needs = [(c.spec, c.owner, c.count) for c in ready.classes()]
+    for spec, owner, count in (*needs, *((spec, owner, 1) for spec, owner in coming)):
+        need = count * (spec.resources.slots or 1)
+        for w in workers:
+            if want[w] < w.slots and w.could_run(spec, owner):
+                want[w] += need
+    return {w: min(n, w.slots) for w, n in want.items()}
+
+
 class _Class:
     """The ready runs of one placement class: per priority, per owner, by due time."""
 
@@ -120,36 +180,33 @@ class _Class:
     def __init__(self, spec: JobSpec, owner: str) -> None:
         self.spec = spec  # any run's spec of the class: placement reads only task and resources
         self.owner = owner
-        self.count = 0  # runs queued (live entries)
-        self.lanes: dict[int, dict[str, list[_Entry]]] = {}  # priority -> owner -> heap
-        self.rotations: dict[int, deque[str]] = {}  # priority -> owners, next first
+        self.count = 0  # runs queued
+        # priority -> owner -> its runs by due time; no lane is empty
+        self.lanes: dict[int, dict[str, Timeline]] = {}
+        self.rotations: dict[int, deque[str]] = {}  # priority -> the lanes' owners, next first
 
     def top(self) -> int:
         return max(self.lanes)
 
 
 class ReadyRuns:
-    """READY runs by placement class. A run is queued once (``push``) and leaves when
-    it is placed or missed (``place``) or no longer held (``discard``); entries of runs
-    that left are dropped when met, or all at once when they outnumber the live."""
+    """READY runs (by id) by placement class. A run is queued once (``push``) and leaves when
+    it is placed or missed (``take``) or no longer ready (``discard``), at once: a
+    class, priority or owner left with no run is dropped with its last one."""
 
     __slots__ = (
         "_classes",
-        "_entries",
         "_idle_at",
         "_more",
         "_open",
-        "_slots",
         "_taken",
         "_version",
         "_where",
     )
 
-    def __init__(self, slots: dict[str, Slot]) -> None:
-        self._slots = slots
+    def __init__(self) -> None:
         self._classes: dict[ClassKey, _Class] = {}
         self._where: dict[str, _Place] = {}  # run id -> where it is queued
-        self._entries = 0  # heap entries, live or not
         self._version = 0  # bumped by every push
         self._idle_at: tuple[object, ...] | None = None  # a pass placed nothing in this state
         self._more = False  # the last pass stopped at its batch limit
@@ -162,10 +219,13 @@ class ReadyRuns:
     def __contains__(self, run_id: str) -> bool:
         return run_id in self._where
 
+    def __iter__(self) -> Iterator[str]:
+        """The run ids queued, in no order."""
+        return iter(self._where)
+
     def clear(self) -> None:
         self._classes.clear()
         self._where.clear()
-        self._entries = 0
         self._idle_at = None
         self._more = False
 
@@ -173,82 +233,70 @@ class ReadyRuns:
         """Something may be placeable that the last pass did not place."""
         return bool(self._where) and (self._more or self._idle_at is None)
 
-    def push(self, slot: Slot) -> None:
-        assert slot.job is not None
-        run = slot.run
-        key = class_key(slot.job.spec, run.owner)
+    def push(self, run_id: str, spec: JobSpec, owner: str, priority: int, due: datetime) -> None:
+        """Queues a run of ``spec`` and ``owner`` at ``priority``, due at ``due``."""
+        if run_id in self._where:
+            self.discard(run_id)
+        key = class_key(spec, owner)
         cls = self._classes.get(key)
         if cls is None:
-            cls = self._classes[key] = _Class(slot.job.spec, run.owner)
-        if run.id in self._where:
-            self.discard(run.id)
-        owners = cls.lanes.setdefault(run.priority, {})
-        queue = owners.get(run.owner)
-        if queue is None:
-            queue = owners[run.owner] = []
-            cls.rotations.setdefault(run.priority, deque()).append(run.owner)
-        heapq.heappush(queue, (run.due_at, run.id))
-        self._where[run.id] = (key, run.priority, run.owner)
+            cls = self._classes[key] = _Class(spec, owner)
+        owners = cls.lanes.setdefault(priority, {})
+        lane = owners.get(owner)
+        if lane is None:
+            lane = owners[owner] = Timeline()
+            cls.rotations.setdefault(priority, deque()).append(owner)
+        lane.push(run_id, due)
+        self._where[run_id] = (key, priority, owner)
         cls.count += 1
-        self._entries += 1
         self._version += 1
         self._idle_at = None
-        if self._entries > 2 * len(self._where) + 1024:
-            self._compact()
 
     def discard(self, run_id: str) -> None:
-        """The run is no longer READY here (its heap entry goes when met)."""
+        """The run is no longer READY here."""
         place = self._where.pop(run_id, None)
-        if place is not None:
-            self._classes[place[0]].count -= 1
+        if place is None:
+            return
+        key, priority, owner = place
+        cls = self._classes[key]
+        cls.count -= 1
+        owners = cls.lanes[priority]
+        lane = owners[owner]
+        lane.remove(run_id)
+        if not lane:
+            del owners[owner]
+            cls.rotations[priority].remove(owner)
+            if not owners:
+                del cls.lanes[priority]
+                del cls.rotations[priority]
+        if cls.count == 0:
+            del self._classes[key]
 
     def class_of(self, run_id: str) -> _Class | None:
         place = self._where.get(run_id)
         return None if place is None else self._classes[place[0]]
 
     def classes(self) -> Iterator[_Class]:
-        return (c for c in self._classes.values() if c.count > 0)
+        return iter(self._classes.values())
 
     # --- placement --------------------------------------------------------------------
 
-    def _head(self, cls: _Class, key: ClassKey, priority: int) -> tuple[str, Slot] | None:
-        """The next owner's earliest live run at ``priority`` (stale entries dropped,
-        owners and priorities with nothing left removed); None: none left there."""
-        owners = cls.lanes.get(priority)
-        rotation = cls.rotations.get(priority)
-        while owners and rotation:
-            owner = rotation[0]
-            queue = owners.get(owner)
-            while queue:
-                _, rid = queue[0]
-                if self._where.get(rid) == (key, priority, owner):
-                    slot = self._slots.get(rid)
-                    if slot is not None and slot.phase == Phase.READY:
-                        return owner, slot
-                    self.discard(rid)  # no longer READY here: its entry goes now
-                heapq.heappop(queue)
-                self._entries -= 1
-            owners.pop(owner, None)
-            rotation.popleft()
-        cls.lanes.pop(priority, None)
-        cls.rotations.pop(priority, None)
-        return None
-
-    def _take(self, cls: _Class, priority: int, owner: str) -> None:
-        """Dequeues the head ``_head`` returned; its owner goes to the back."""
-        _, rid = heapq.heappop(cls.lanes[priority][owner])
-        self._entries -= 1
-        self.discard(rid)
-        cls.rotations[priority].rotate(-1)
+    def _head(self, cls: _Class, priority: int) -> tuple[str, str]:
+        """The next owner's earliest run at ``priority``: (owner, run id)."""
+        owner = cls.rotations[priority][0]
+        first = cls.lanes[priority][owner].first()
+        assert first is not None
+        return owner, first[1]
 
     def heads(
         self, workers: Collection[WorkerBook], max_batch: int
-    ) -> Iterator[tuple[Slot, _Class, ClassKey, int, str]]:
-        """Candidates in placement order, each with where it is queued: the highest
-        priority first over every class some worker has room for now; within one
-        priority, classes and owners in turn. The caller dequeues a candidate it
-        places or ends (``take``), or closes its class for the pass (``close``) —
-        either way the next candidate differs. Stops after ``max_batch`` taken."""
+    ) -> Iterator[tuple[str, _Class, ClassKey, int, str]]:
+        """Candidates (run ids) in placement order, each with where it is queued: the
+        highest priority first over every class some worker has room for now; within
+        one priority, classes and owners in turn. For each, the caller says it was dealt
+        with (``passed``) and takes the run out (it is placed, ended or set aside), or
+        closes its class for the pass (``close``): either way the next candidate
+        differs. Stops after ``max_batch`` placed."""
         self._more = False
         state = _capacity(workers, self._version)
         if state == self._idle_at:
@@ -257,44 +305,36 @@ class ReadyRuns:
         self._open = {
             key: cls
             for key, cls in self._classes.items()
-            if cls.count > 0 and any(w.fits(cls.spec, cls.owner) for w in workers)
+            if any(w.fits(cls.spec, cls.owner) for w in workers)
         }
         while True:
-            self._open = {k: c for k, c in self._open.items() if c.count > 0 and c.lanes}
+            self._open = {k: c for k, c in self._open.items() if c.count > 0}
             if not self._open:
                 break
             top = max(cls.top() for cls in self._open.values())
             for key, cls in [(k, c) for k, c in self._open.items() if c.top() == top]:
-                if key not in self._open:
-                    continue  # closed meanwhile
-                head = self._head(cls, key, top)
-                if head is not None:
-                    owner, slot = head
-                    yield slot, cls, key, top, owner
-                    if self._taken >= max_batch:
-                        self._more = True
-                        return
+                if key not in self._open or top not in cls.lanes:
+                    continue  # closed, or emptied, meanwhile
+                owner, run_id = self._head(cls, top)
+                yield run_id, cls, key, top, owner
+                if self._taken >= max_batch:
+                    self._more = True
+                    return
         if self._taken == 0:
             self._idle_at = _capacity(workers, self._version)
 
-    def take(self, cls: _Class, priority: int, owner: str, *, placed: bool) -> None:
-        self._take(cls, priority, owner)
+    def passed(self, cls: _Class, priority: int, owner: str, *, placed: bool) -> None:
+        """The head ``heads`` yielded is dealt with (the caller takes it out): its owner
+        goes to the back of its priority's turn."""
+        rotation = cls.rotations.get(priority)
+        if rotation and rotation[0] == owner:
+            rotation.rotate(-1)
         if placed:
             self._taken += 1
 
     def close(self, key: ClassKey) -> None:
         """No worker has room for this class any more in this pass."""
         self._open.pop(key, None)
-
-    def _compact(self) -> None:
-        for key, cls in self._classes.items():
-            for priority, owners in cls.lanes.items():
-                for owner, queue in owners.items():
-                    live = [e for e in queue if self._where.get(e[1]) == (key, priority, owner)]
-                    heapq.heapify(live)
-                    owners[owner] = live
-        self._entries = len(self._where)
-        self._classes = {k: c for k, c in self._classes.items() if c.count > 0}
 
 
 def _capacity(workers: Collection[WorkerBook], version: int) -> tuple[object, ...]:

@@ -1,7 +1,7 @@
 """The workers' lease streams, as the poller's loop meets them.
 
 ``WorkerStreams`` keeps a ``WorkerBook`` per open stream and applies what a
-worker says to the runs held (``RunKeeper``):
+worker says to the runs held (through the ``RunTable``'s transitions, and ``Ends``):
 
 - Hello: the worker is booked, welcomed, its held leases answered as a heartbeat
   and its pending results handled as results. A Hello naming a connected worker
@@ -32,11 +32,11 @@ worker says to the runs held (``RunKeeper``):
   ``not_owner`` — neither renewed nor revoked, nor refused as stale — and the worker
   offers it to its other pollers; so is a renewal while this poller is suspended.
   The new owner adopted the run from the store under the previous owner's token
-  (``RunKeeper.adopt_orphan``), and renews it and records its result for the worker
+  (``RunTable.adopt``), and renews it and records its result for the worker
   it was granted to (``_holds``). A lease truly stale (re-leased, or ended) is still
   refused by the shard's owner.
 
-A result whose handling raises fails its run alone (``RunKeeper.isolated``) and is
+A result whose handling raises fails its run alone (``Ends.isolated``) and is
 acknowledged; anything else that raises while applying a message is a fault of
 that stream: the loop counts it and closes the stream, and nothing else changes.
 """
@@ -47,7 +47,6 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 
 from shardcron.client.errors import AlreadyExists, PermissionDenied
-from shardcron.client.frozen import copy_with
 from shardcron.client.stream import (
     CancelOrder,
     Credits,
@@ -64,10 +63,13 @@ from shardcron.client.stream import (
     WorkerEvent,
 )
 from shardcron.client.types import JobSpec, OutputChunk, RunState
-from shardcron.coordinator.poller.config import MAX_DEFERRED
+from shardcron.coordinator.metrics import Metrics
+from shardcron.coordinator.poller.config import MAX_DEFERRED, PollerConfig
+from shardcron.coordinator.poller.end_rules import Outcome
+from shardcron.coordinator.poller.ends import Ends
 from shardcron.coordinator.poller.events import WorkerConnected
-from shardcron.coordinator.poller.keeper import RunKeeper
-from shardcron.coordinator.poller.state import Phase, Slot
+from shardcron.coordinator.poller.placement import demand
+from shardcron.coordinator.poller.table import RunTable, Slot
 from shardcron.coordinator.poller.turn import Turn
 from shardcron.coordinator.poller.workers import WorkerBook, WorkerLink
 from shardcron.coordinator.store_rules import keep_tail
@@ -80,18 +82,22 @@ MAX_BOUND_WORKER_IDS = 100_000
 class WorkerStreams:
     def __init__(
         self,
-        keeper: RunKeeper,
+        table: RunTable,
+        ends: Ends,
         *,
+        config: PollerConfig,
+        metrics: Metrics,
         poller_id: str,
         settled: Callable[[], bool],
         active: Callable[[], bool],
         serves: Callable[[str], bool],
         output_cap: int,
     ) -> None:
-        self._keeper = keeper
+        self._table = table
+        self._ends = ends
         self._poller_id = poller_id
-        self._config = keeper.config
-        self._metrics = keeper.metrics
+        self._config = config
+        self._metrics = metrics
         self._settled = settled  # every owned shard loaded: a run not held is not ours
         self._active = active  # the poller holds its shards (renewals may be granted)
         self._serves = serves  # the shard of this job id is one of this poller's
@@ -215,11 +221,11 @@ class WorkerStreams:
                 for outcome in outcomes:
                     self._on_result(book, outcome, turn, now)
             case Output(pieces=pieces):
-                ended = self._keeper.recent_final
+                ended = self._table.recent_final
                 for piece in pieces:
                     run_id, token = piece.run_id, piece.fencing_token
-                    slot = self._keeper.held_slot(run_id, token)
-                    if slot is not None and slot.phase == Phase.LEASED:
+                    slot = self._table.held_slot(run_id, token)
+                    if slot is not None:
                         if not self._holds(book, slot):
                             continue  # another stream's lease
                         slot.output_bytes += len(piece.data)
@@ -268,7 +274,7 @@ class WorkerStreams:
         if not sharing:
             return
         if active:
-            for w, slots in self._keeper.admission.demand(sharing, coming()).items():
+            for w, slots in demand(self._table.ready, sharing, coming()).items():
                 w.link.demand(slots)
         else:
             for w in sharing:
@@ -294,24 +300,23 @@ class WorkerStreams:
         self, book: WorkerBook, refs: Sequence[LeaseRef], at: datetime, turn: Turn
     ) -> None:
         for ref in refs:
-            slot = self._keeper.held_slot(ref.run_id, ref.fencing_token)
+            slot = self._table.held_slot(ref.run_id, ref.fencing_token)
             if slot is None or slot.run.state != RunState.LEASED or not self._holds(book, slot):
                 continue
-            slot.run = copy_with(slot.run, state=RunState.RUNNING, started_at=at)
-            turn.runs[slot.run.id] = slot.run
-            self._metrics.schedule_lag.observe(max(0.0, (at - slot.run.due_at).total_seconds()))
+            run = self._table.start(slot, at)
+            turn.runs[run.id] = run
+            self._metrics.schedule_lag.observe(max(0.0, (at - run.due_at).total_seconds()))
 
     def _on_refused(self, book: WorkerBook, ref: LeaseRef, turn: Turn, now: datetime) -> None:
-        slot = self._keeper.held_slot(ref.run_id, ref.fencing_token)
+        slot = self._table.held_slot(ref.run_id, ref.fencing_token)
         if slot is None or slot.worker is not book or slot.run.state != RunState.LEASED:
             return
         self._metrics.leases_refused.inc()
         if slot.cancel_reason is not None:
-            self._keeper.finish(slot, RunState.CANCELLED, slot.cancel_reason, turn, now)
+            cancelled = Outcome(state=RunState.CANCELLED, reason=slot.cancel_reason)
+            self._ends.end(slot, cancelled, turn, now)
             return
-        # nothing of it ran: lease it again (the stored LEASED row is superseded
-        # by the next lease's token)
-        self._keeper.requeue(slot)
+        self._table.refuse(slot)  # nothing of it ran: it is leased again
 
     def _renew(self, book: WorkerBook, refs: Sequence[LeaseRef], turn: Turn, now: datetime) -> None:
         if not refs:
@@ -319,10 +324,10 @@ class WorkerStreams:
         answers = []
         settled = self._settled()
         active = self._active()
-        keeper = self._keeper
+        table = self._table
         for ref in refs:
             run_id, token = ref.run_id, ref.fencing_token
-            slot = keeper.held_slot(run_id, token)
+            slot = table.held_slot(run_id, token)
             if (slot is None and self._elsewhere(ref.job_id)) or (slot is not None and not active):
                 # not this poller's to renew or revoke now: its shard moved (the new
                 # owner adopts the lease), or this poller is suspended
@@ -334,26 +339,13 @@ class WorkerStreams:
                 # maybe a lease of a shard not loaded yet: answer once it is
                 self._deferred.append((book, ref))
                 continue
-            expires = (
-                None
-                if slot is None or not self._holds(book, slot)
-                else keeper.leases.renew(run_id, token, book.id, now, active=active)
-            )
-            if slot is not None and expires is not None:
-                if slot.worker is not book:
-                    claimed = slot.worker is None  # an orphan's worker: the run goes on
-                    if slot.worker is not None:
-                        slot.worker.release(run_id)
-                    assert slot.job is not None
-                    book.hold(run_id, slot.job.spec.resources)
-                    slot.worker = book
-                    if claimed:
-                        keeper.reconsider_held(slot.run.job_id, turn, now)
-                slot.run = copy_with(slot.run, lease_expires_at=expires)
-                if slot.cancel_reason is not None:
-                    book.link.cancel(
-                        CancelOrder(run_id=run_id, fencing_token=token, reason=slot.cancel_reason)
-                    )
+            expires = None
+            if slot is not None and self._holds(book, slot):
+                expires, claimed = table.renew(slot, book, token, now, active=active)
+                if claimed:  # an orphan's worker renewed it: the run goes on
+                    self._ends.overlap.claimed(slot.run.job_id, turn, now)
+                if expires is not None and (reason := slot.cancel_reason) is not None:
+                    book.link.cancel(CancelOrder(run_id=run_id, fencing_token=token, reason=reason))
             answers.append(
                 Renewal(
                     run_id=run_id, fencing_token=token, ok=expires is not None, expires_at=expires
@@ -363,7 +355,7 @@ class WorkerStreams:
             book.link.renewals(answers, self._config.lease_ttl)
 
     def _on_result(self, book: WorkerBook, outcome: RunOutcome, turn: Turn, now: datetime) -> None:
-        slot = self._keeper.held_slot(outcome.run_id, outcome.fencing_token)
+        slot = self._table.held_slot(outcome.run_id, outcome.fencing_token)
         if slot is None and self._elsewhere(outcome.job_id):
             # its shard moved: the worker offers the result to the new owner
             book.link.ack(
@@ -397,20 +389,19 @@ class WorkerStreams:
         reason = outcome.reason
         if slot.cancel_reason is not None and outcome.state == RunState.CANCELLED:
             reason = slot.cancel_reason
-        with self._keeper.isolated(slot, turn, now, where="result"):
-            self._keeper.finish(
-                slot,
-                outcome.state,
-                reason,
-                turn,
-                now,
-                exit_code=outcome.exit_code,
-                error=outcome.error,
-                # CANCELLED with no start anywhere: stopped before it started (while
-                # its worker waited for its due instant)
-                started_at=started or slot.run.started_at or _start_unless_cancelled(outcome, now),
-                ended_at=outcome.ended_at or now,
-            )
+        ended = Outcome(
+            state=outcome.state,
+            reason=reason,
+            exit_code=outcome.exit_code,
+            error=outcome.error,
+            # CANCELLED with no start anywhere: stopped before it started (while its
+            # worker waited for its due instant)
+            started_at=started or slot.run.started_at or _start_unless_cancelled(outcome, now),
+            ended_at=outcome.ended_at or now,
+            reported=True,
+        )
+        with self._ends.isolated(slot, turn, now, where="result"):
+            self._ends.end(slot, ended, turn, now)
         self._ended_by(book, outcome)
         ack = ResultAck(run_id=outcome.run_id, fencing_token=outcome.fencing_token, accepted=True)
         turn.acks.append((book.link, ack))
@@ -419,7 +410,7 @@ class WorkerStreams:
         """Remembers whose result ended the run, for its late output; entries whose run
         left ``recent_final`` are dropped whenever they outnumber it twice over."""
         self._ended[outcome.run_id] = (outcome.fencing_token, book.id, book.instance_id)
-        recent = self._keeper.recent_final
+        recent = self._table.recent_final
         if len(self._ended) > 2 * len(recent) + 1024:
             self._ended = {k: v for k, v in self._ended.items() if k in recent}
 

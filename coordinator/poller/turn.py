@@ -19,7 +19,7 @@ from typing import Any
 from shardcron.client.frozen import copy_with
 from shardcron.client.stream import ResultAck
 from shardcron.client.types import OutputChunk, Run
-from shardcron.coordinator.poller.state import Slot
+from shardcron.coordinator.poller.table import Slot
 from shardcron.coordinator.poller.workers import WorkerLink
 from shardcron.coordinator.store import JobProgress
 
@@ -34,7 +34,6 @@ class Turn:
     leases_sent: set[str] = field(default_factory=set)  # run ids of those sent before its end
     acks: list[tuple[WorkerLink, ResultAck]] = field(default_factory=list)  # sent after it
     after: list[Callable[[], object]] = field(default_factory=list)  # run after it
-    retries: list[Slot] = field(default_factory=list)  # decided, not yet placed
     answers: list[asyncio.Future[Any]] = field(default_factory=list)  # answered after it
     # assignments applied in the turn: done once its commit is over (or failed)
     applied: list[asyncio.Future[None]] = field(default_factory=list)
@@ -46,4 +45,4 @@ class Turn:
 
     def empty(self) -> bool:
         """Nothing to write (what is only sent, such as renewals, goes out anyway)."""
-        return not (self.runs or self.due or self.progress or self.output or self.retries)
+        return not (self.runs or self.due or self.progress or self.output)

@@ -33,19 +33,21 @@ class ShardWindows:
         self._next_recheck = 0.0
         self._next_cursor_save = 0.0
 
-    def assign(self, shards: frozenset[int], now: datetime) -> frozenset[int]:
-        """The shards owned from now on; returns those lost."""
-        lost = self.shards - shards
-        for shard in shards - self.shards:
+    def take(self, shards: frozenset[int], now: datetime) -> None:
+        """These shards are owned from ``now``: read from their cursors, at once."""
+        for shard in shards:
             self.taken_at[shard] = now
             self._loaded_until.pop(shard, None)
-        for shard in lost:
+        self.shards |= shards
+        self._next_scan = 0.0
+
+    def leave(self, shards: frozenset[int]) -> None:
+        """These shards are owned no more."""
+        for shard in shards:
             self.taken_at.pop(shard, None)
             self._loaded_until.pop(shard, None)
             self._rechecked_at.pop(shard, None)
-        self.shards = shards
-        self._next_scan = 0.0
-        return lost
+        self.shards -= shards
 
     def reset(self, now: datetime) -> None:
         """Everything is read again, as by a poller taking every shard over now."""

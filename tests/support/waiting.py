@@ -1,7 +1,7 @@
 """Waiting for a condition in a test: poll it until it holds, or fail saying what was awaited.
 
-One rule for every test: the condition is a callable polled at a fixed interval
-(on an event loop it may be a coroutine function: what it returns is awaited); the
+One rule for every test: the condition is a callable polled at a fixed interval (in
+``until`` it may return an awaitable, such as a store read, which is awaited); the
 first truthy value it returns is the result; past the timeout the test fails
 with an ``AssertionError`` naming ``what`` and the last value seen. Timeouts are
 generous by default because the suite runs on busy machines: they only cost time
@@ -28,17 +28,16 @@ async def until(
     interval: float = 0.01,
 ) -> T:
     """Polls ``pred`` on the running event loop (sleeping ``interval`` between calls, so
-    the code under test runs) until it returns something truthy, or a coroutine that
-    gives something truthy; returns that."""
+    the code under test runs) until it returns something truthy; returns that."""
     deadline = time.monotonic() + timeout
-    while True:
-        value = pred()
-        if inspect.isawaitable(value):
-            value = await value
-        if value:
-            return value  # type: ignore[return-value]
+    while not (value := await _value(pred())):
         _fail_past(deadline, timeout, what, value)
         await asyncio.sleep(interval)
+    return value
+
+
+async def _value(got: T | Awaitable[T]) -> T:
+    return await got if inspect.isawaitable(got) else got  # type: ignore[return-value]
 
 
 def wait_until(

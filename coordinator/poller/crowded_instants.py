@@ -2,16 +2,16 @@
 
 A turn triggers and leases at most ``max_batch`` runs and writes them in one commit,
 so runs due at one instant beyond what the lease lead covers (a cron fleet's minute, a
-storm of one-off runs) were still being leased after their instant: 10,000 runs due
-on one minute were leased 1.4 s late at the median, 2.5 s for the last, with a 500 ms
-lead. Such an instant is reached earlier: ``per_run`` more for each run due at it, up
-to ``most`` in all (``DueCrowds.lead``), so its last lease goes out before it. Only
+storm of one-off runs) were still being leased after their instant, seconds late for
+the last ones of a large fleet. Such an instant is reached earlier: ``per_run`` more for each run due at it, up
+to ``most`` in all (``CrowdedInstants.lead``), so its last lease goes out before it. Only
 runs already held are counted; the lead is used only while it is not zero (a worker
 holds leases until their due instant), and a run whose job has runs admitted is still
-decided at its very instant (``RunKeeper.pop_due``).
+decided at its very instant (``overlap.waits_for_instant``).
 
-The counts follow the poller's timer heap entry by entry (``add`` on a push, ``remove``
-on a pop), so they hold what the heap holds. Pure: times come in as arguments.
+The counts follow the runs waiting for their due instant (``add`` as one starts to
+wait, ``remove`` as it is triggered or leaves), so a run cancelled or forgotten
+before its instant no longer counts. Pure: times come in as arguments.
 """
 
 from __future__ import annotations
@@ -24,14 +24,14 @@ from shardcron.client.saturating import saturating_add
 CROWD = 64  # runs due at one instant from which it is reached ahead of the lead
 
 
-class DueCrowds:
+class CrowdedInstants:
     __slots__ = ("_counts", "_crowded", "_most", "_per_run", "_reached")
 
     def __init__(self, *, per_run: timedelta, most: timedelta) -> None:
         self._per_run = per_run
         self._most = most
-        self._counts: dict[datetime, int] = {}  # due instant -> timer entries for it
-        self._crowded: list[datetime] = []  # instants with CROWD entries or more, sorted
+        self._counts: dict[datetime, int] = {}  # due instant -> runs waiting for it
+        self._crowded: list[datetime] = []  # instants with CROWD runs or more, sorted
         self._reached: datetime | None = None  # runs due up to it are triggered at once
 
     def clear(self) -> None:
@@ -54,6 +54,10 @@ class DueCrowds:
         i = bisect.bisect_left(self._crowded, at)
         if i < len(self._crowded) and self._crowded[i] == at:
             del self._crowded[i]
+
+    def counts(self) -> dict[datetime, int]:
+        """Runs waiting, by due instant."""
+        return dict(self._counts)
 
     def lead(self, at: datetime, base: timedelta) -> timedelta:
         """How far ahead of ``at`` its runs are triggered: ``base``, and more for a

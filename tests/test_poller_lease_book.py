@@ -1,4 +1,4 @@
-"""The lease book (coordinator/poller/leases.py) driven by hand-set times, no clock."""
+"""The lease book (coordinator/poller/lease_book.py) driven by hand-set times, no clock."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shardcron.coordinator.poller.leases import LeaseBook
+from shardcron.coordinator.poller.lease_book import LeaseBook
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 TTL = timedelta(seconds=10)

@@ -1,4 +1,4 @@
-"""Crowded instants (``coordinator/poller/crowds.py``): an instant many runs are due at
+"""Crowded instants (``coordinator/poller/crowded_instants.py``): an instant many runs are due at
 is reached ahead of the lease lead, further the more runs it has, never beyond the
 most, and stays reached while its runs are triggered."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from shardcron.coordinator.poller.crowds import CROWD, DueCrowds
+from shardcron.coordinator.poller.crowded_instants import CROWD, CrowdedInstants
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 BASE = timedelta(milliseconds=500)
@@ -15,8 +15,8 @@ MOST = timedelta(seconds=10)
 S = timedelta(seconds=1)
 
 
-def crowds_at(at: datetime, runs: int) -> DueCrowds:
-    crowds = DueCrowds(per_run=PER_RUN, most=MOST)
+def crowds_at(at: datetime, runs: int) -> CrowdedInstants:
+    crowds = CrowdedInstants(per_run=PER_RUN, most=MOST)
     for _ in range(runs):
         crowds.add(at)
     return crowds

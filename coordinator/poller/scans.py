@@ -3,9 +3,9 @@
 A scan reads each owned shard's due index over its window (``ShardWindows``), and
 the runs the index names that the poller does not hold yet, with the jobs of those
 due by ``PollerConfig.job_read_until`` (a later one's job is read as it triggers). With a
-Cassandra store those reads took 0.4-0.7 s per scan for the ~20 shards of a node
-read one after another, and over 10 s under a burst of creates; while the loop's
-turn waited for them, no run was leased, started or ended. So a scan's reads go:
+Cassandra store, and worse under a burst of creates, those reads took longer than
+many turns, the shards of a node read one after another; while the loop's turn
+waited for them, no run was leased, started or ended. So a scan's reads go:
 
 - in a task of their own (``ScanReads``), while the loop's turns go on; the turn
   that starts them waits ``SCAN_WAIT`` for them, so a fast store (SQLite) loads
@@ -34,8 +34,8 @@ from typing import Any
 
 from shardcron.client.saturating import saturating_add
 from shardcron.client.types import Job, Run, RunState
-from shardcron.coordinator.poller.keeper import RunKeeper
-from shardcron.coordinator.poller.state import Slot
+from shardcron.coordinator.poller.config import PollerConfig
+from shardcron.coordinator.poller.table import RunTable
 from shardcron.coordinator.poller.windows import ShardWindows
 from shardcron.coordinator.store import JobStore
 
@@ -74,13 +74,15 @@ class ScanReads:
         self,
         store: JobStore,
         windows: ShardWindows,
-        keeper: RunKeeper,
+        table: RunTable,
         *,
+        config: PollerConfig,
         wake: Callable[[], None],
     ) -> None:
         self._store = store
         self._windows = windows
-        self._keeper = keeper
+        self._table = table
+        self._config = config
         self._wake = wake  # the loop goes on once the reads are over
         self._task: asyncio.Task[list[ShardFound]] | None = None
         self.plan: ScanPlan | None = None
@@ -92,17 +94,17 @@ class ScanReads:
     def begin(self, now: datetime, monotonic: float, generation: int) -> None:
         """Starts reading the runs that come due before now + lookahead from every owned
         shard; runs held or ended here are not read, nor more than memory has room for."""
-        windows, keeper = self._windows, self._keeper
+        windows, table = self._windows, self._table
         plan = self.plan = ScanPlan(
             starts={s: windows.loaded_until(s) for s in sorted(windows.shards)},
-            until=saturating_add(now, keeper.config.lookahead),
+            until=saturating_add(now, self._config.lookahead),
             now=now,
             read_at=monotonic,
             recheck=windows.recheck_due(monotonic),
             generation=generation,
         )
-        room = keeper.config.max_loaded - len(keeper.slots)
-        self._task = asyncio.create_task(self._read(plan, keeper.known, room), name="poller-scan")
+        room = self._config.max_loaded - len(table)
+        self._task = asyncio.create_task(self._read(plan, table.known, room), name="poller-scan")
         self._task.add_done_callback(lambda _: self._wake())
 
     async def settle(self, timeout: float) -> bool:
@@ -123,7 +125,7 @@ class ScanReads:
         found = task.result()
         if plan.generation != generation:
             return False
-        hold_found(plan, found, self._keeper, self._windows)
+        hold_found(plan, found, self._table, self._windows)
         # the next scan is an interval after this one began: a run written before the
         # clock moved on is read by then however long these reads took
         self._windows.scanned(plan.read_at, rechecked=plan.recheck)
@@ -162,7 +164,7 @@ class ScanReads:
         if start is None:
             start = await self._shard_start(shard, plan.now)
         start = self._windows.window_start(shard, start, plan.now, recheck=plan.recheck)
-        read_until = self._keeper.config.job_read_until(plan.now)
+        read_until = self._config.job_read_until(plan.now)
         after: tuple[datetime, str] | None = None
         while True:
             entries = await self._store.scan_due(
@@ -206,7 +208,7 @@ def _job_wanted(run: Run, read_until: datetime) -> bool:
 def hold_found(
     plan: ScanPlan,
     found: Iterable[ShardFound],
-    keeper: RunKeeper,
+    table: RunTable,
     windows: ShardWindows,
 ) -> None:
     """Holds what a scan found (on the loop's task), and marks each shard read in whole
@@ -214,25 +216,24 @@ def hold_found(
     for shard in found:
         taken = windows.taken_at.get(shard.shard, plan.now)
         for run in shard.runs:
-            if keeper.known(run.id):
+            if table.known(run.id):
                 continue
             job = shard.jobs.get(run.job_id)
             if run.state.is_final:
-                keeper.ended_here(run.id)
+                table.remember_ended(run.id)
             elif run.state == RunState.PENDING:
-                keeper.add_waiting(Slot(run=run, job=job))
+                table.hold(run, job)
             else:
-                keeper.adopt_orphan(run, job, taken_at=taken, now=plan.now)
+                table.adopt(run, job, taken_at=taken, now=plan.now)
         for job in shard.jobs.values():
-            if keeper.holds_job(job.id):
-                keeper.cache_job(job, read_at=plan.read_at)
+            table.cache_job(job, read_at=plan.read_at)
         if shard.complete:
             windows.loaded(shard.shard, plan.until, plan.now, recheck=plan.recheck)
 
 
 class CursorSaves:
-    """At most one save of the shards' cursors in flight, beside the turns: it took up
-    to 1 s of a turn every 5 s on Cassandra under load. A cursor is never past a run
+    """At most one save of the shards' cursors in flight, beside the turns: in the turn,
+    it held up whole turns on a loaded Cassandra. A cursor is never past a run
     that is not final (``ShardWindows.cursors``), and runs written later are due later
     still, so a save that lands late is still safe for whoever reads it."""
 

@@ -1,10 +1,12 @@
-"""What a run's end leads to (coordinator/poller/endings.py), with hand-set times."""
+"""What a run's end leads to (coordinator/poller/end_rules.py), and a fire's own end as
+the poller's rules apply it, with hand-set times."""
 
 from __future__ import annotations
 
 import dataclasses
 from datetime import UTC, datetime, timedelta
 
+from shardcron.client.schedule import next_fire
 from shardcron.client.types import (
     HandlerTask,
     Job,
@@ -16,7 +18,9 @@ from shardcron.client.types import (
     RunState,
     Schedule,
 )
-from shardcron.coordinator.poller.endings import final_run, follow_up
+from shardcron.coordinator.poller import fires
+from shardcron.coordinator.poller.end_rules import final_run, follow_up
+from tests.support.held_runs import Held
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 
@@ -145,3 +149,28 @@ def test_a_deleted_jobs_failure_is_neither_retried_nor_a_dead_letter() -> None:
     j = dataclasses.replace(job(retry=RetryPolicy(max_attempts=5)), state=JobState.DELETED)
     out = follow_up(j, ended(j, RunState.FAILED), T0, current=j, runs_left=0)
     assert out.retry is None and not out.final.dead_letter
+
+
+# --- a fire's own end ---------------------------------------------------------------
+
+
+def test_the_copy_of_a_job_whose_last_fire_was_skipped_is_not_kept_regression() -> None:
+    """Issue 33, probe 1: the last fire of an exhausted schedule, skipped by its rules
+    (its job paused), left its job's copy held with no run of it, for good."""
+    schedule = Schedule.cron_expr("* * * * *", end_at=T0)
+    fire = next_fire(schedule, T0 - timedelta(microseconds=1))
+    assert fire is not None and fire.at == T0
+    paused = dataclasses.replace(
+        job(schedule),
+        state=JobState.PAUSED,
+        schedule_version=1,
+        next_fire_at=fire.at,
+        next_fire_key=fire.key,
+    )
+    h = Held()
+    slot = h.due(fires.make_run(paused, fire, shard_count=8, now=T0), paused)
+    h.table.cache_job(paused)
+    h.due_rules.trigger(slot, T0, h.turn)
+    assert (h.ended(slot).state, h.ended(slot).reason) == (RunState.SKIPPED, RunReason.PAUSED)
+    assert h.table.jobs == {}
+    h.table.check()

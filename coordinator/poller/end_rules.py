@@ -1,5 +1,8 @@
-"""What the end of a run leads to: its final record, a retry, the job's streak,
-auto-pause and completion. Pure functions of the run, its job and ``now``.
+"""How a run ends and what its end leads to: its final record, a retry, the job's
+streak, auto-pause and completion. Pure functions of the run, its job and ``now``.
+
+- ``Outcome``: how a held run ends (its state and reason, what its worker said of it,
+  whether anything follows), as the rules decide it; ``final_run`` makes the record.
 
 - A FAILED or TIMED_OUT run of a job not deleted is retried while the retry policy
   has attempts left (``fires.retry_run``: backoff from ``now``); otherwise it is a
@@ -8,7 +11,8 @@ auto-pause and completion. Pure functions of the run, its job and ``now``.
   job's failure streak (0 on success); at ``pause_after_failures`` an ACTIVE job is
   paused.
 - A one-off job (immediate, at) is COMPLETED when its run ends for good, a recurring
-  one when its schedule is exhausted and none of its runs is left.
+  one when its schedule is exhausted and none of its runs is left; so is a recurring
+  job whose last fire its own rules skipped (``completed_by_fire``), paused or not.
 """
 
 from __future__ import annotations
@@ -18,10 +22,27 @@ from datetime import datetime
 from typing import Any
 
 from shardcron.client.frozen import copy_with
-from shardcron.client.types import Job, JobState, Run, RunReason, RunState, ScheduleKind
+from shardcron.client.types import Fire, Job, JobState, Run, RunReason, RunState, ScheduleKind
 from shardcron.coordinator.poller.fires import is_extra_run, retry_run
 
 _COUNTED = (RunState.SUCCEEDED, RunState.FAILED, RunState.TIMED_OUT)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Outcome:
+    """How a held run ends."""
+
+    state: RunState
+    reason: RunReason
+    exit_code: int | None = None
+    error: str = ""
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    # False: nothing follows (no retry, streak, completion): a fault in the rules, which
+    # deciding again would only repeat, or a fire whose own rules skipped it
+    follow_up: bool = True
+    reported: bool = False  # its worker reported this end (a result)
+    record: Run | None = None  # the final record, made by the fire rules already
 
 
 def final_run(
@@ -103,3 +124,10 @@ def follow_up(job: Job, final: Run, now: datetime, *, current: Job, runs_left: i
     if (one_off or (exhausted and runs_left == 0)) and state == JobState.ACTIVE:
         progress["state"] = JobState.COMPLETED
     return out
+
+
+def completed_by_fire(next_fire: Fire | None, *, runs_left: int) -> bool:
+    """A fire of a recurring job that its own rules skipped (paused, misfired) leaves its
+    job COMPLETED when the schedule has no fire after it and none of its runs is left,
+    whatever the job's state: no fire will ever come."""
+    return next_fire is None and runs_left == 0

@@ -1,4 +1,4 @@
-"""The poller's reads go on beside its turns (``coordinator.poller.loading``, ``ahead``).
+"""The poller's reads go on beside its turns (``coordinator.poller.scans``, ``job_reads``).
 
 Over a real SQLite store whose reads of one kind the test holds up: a scan held up in
 the store must not hold up the turns (a hinted run comes due and is triggered
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
@@ -24,7 +23,8 @@ from shardcron.coordinator.ids import utcnow
 from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.poller import Phase, Poller, PollerConfig
 from shardcron.coordinator.sqlite.store import SqliteStore
-from shardcron.coordinator.store import NewJob
+from shardcron.coordinator.store import JobStore, NewJob
+from tests.support.pollers import ALL_SHARDS, PollerSetup, assign
 from tests.support.store_builders import SHARDS, make_job, make_run
 from tests.support.waiting import until
 
@@ -34,13 +34,18 @@ class HeldReads:
     ``save_cursors``) held back: each is made at once (a read sees the store as it is
     then), and answered once released."""
 
-    def __init__(self, store: SqliteStore) -> None:
-        self._store = store
+    def __init__(self) -> None:
+        self._store: JobStore | None = None
         self.released = asyncio.Event()
         self.released.set()
         self.held_kind = ""
         self.held = 0  # reads made and not answered yet
         self.jobs_read: list[str] = []  # the job ids of every get_jobs, in order
+
+    def wrap(self, store: JobStore, metrics: Metrics) -> HeldReads:
+        """A ``PollerSetup.store``: the poller's store, its reads held as told."""
+        self._store = store
+        return self
 
     def hold(self, kind: str) -> None:
         self.held_kind = kind
@@ -67,8 +72,8 @@ class HeldReads:
 
 
 @pytest.fixture
-def scans(sqlite_store: SqliteStore) -> HeldReads:
-    return HeldReads(sqlite_store)
+def scans() -> HeldReads:
+    return HeldReads()
 
 
 @pytest.fixture
@@ -77,27 +82,14 @@ def job_cache_ttl() -> timedelta | None:
 
 
 @pytest.fixture
-async def poller(scans: HeldReads, job_cache_ttl: timedelta | None) -> AsyncIterator[Poller]:
-    p = Poller(
-        scans,  # type: ignore[arg-type]
-        poller_id="p1",
-        config=PollerConfig(
-            scan_interval=timedelta(milliseconds=50),
-            cursor_save_interval=timedelta(milliseconds=50),
-            job_cache_ttl=job_cache_ttl,
-        ),
-        metrics=Metrics(),
+def poller_setup(scans: HeldReads, job_cache_ttl: timedelta | None) -> PollerSetup:
+    """Started, assigned no shard yet (``_settled`` assigns them)."""
+    config = PollerConfig(
+        scan_interval=timedelta(milliseconds=50),
+        cursor_save_interval=timedelta(milliseconds=50),
+        job_cache_ttl=job_cache_ttl,
     )
-    p.start()
-    yield p
-    scans.released.set()
-    await p.stop()
-
-
-async def _assign(poller: Poller) -> None:
-    await poller.on_assignment(
-        Assignment(epoch=1, fencing_epoch=1, shards=frozenset(range(SHARDS)), active=True)
-    )
+    return PollerSetup(config=config, store=scans.wrap, shards=None, stopping=scans.released.set)
 
 
 async def _new_run(store: SqliteStore, poller: Poller, *, due_in: timedelta) -> str:
@@ -111,7 +103,7 @@ async def _new_run(store: SqliteStore, poller: Poller, *, due_in: timedelta) -> 
 
 
 async def _settled(poller: Poller) -> None:
-    await _assign(poller)
+    await assign(poller)
     await until(lambda: poller._settled(), what="the first scan is over")
 
 
@@ -137,7 +129,7 @@ async def test_a_run_hinted_while_its_shards_first_scan_is_read_is_held_after_it
     sqlite_store: SqliteStore, scans: HeldReads, poller: Poller
 ) -> None:
     scans.hold("scan_due")
-    await _assign(poller)
+    await assign(poller)
     await until(lambda: scans.held, what="the first scan's reads made")
     # written after the scan read the due index: that scan does not find it
     run_id = await _new_run(sqlite_store, poller, due_in=timedelta(seconds=2))
@@ -180,7 +172,7 @@ async def test_a_scanned_run_due_past_the_job_read_horizon_has_its_job_read_as_i
     assert soon.id in scans.jobs_read and later.id not in scans.jobs_read
     await until(lambda: poller.phase_of(far.id) == Phase.READY, what="the later run triggered")
     assert later.id in scans.jobs_read
-    assert poller._runs.slots[far.id].job is not None  # triggered with its job as read
+    assert poller._table.slots[far.id].job is not None  # triggered with its job as read
 
 
 async def test_a_save_of_the_cursors_held_up_in_the_store_does_not_hold_up_the_turns(
@@ -206,8 +198,6 @@ async def test_a_run_waiting_for_its_jobs_read_triggers_after_an_assignment_chan
     scans.hold("get_jobs")
     run_id = await _new_run(sqlite_store, poller, due_in=timedelta(milliseconds=200))
     await until(lambda: scans.held, what="its job read held up")
-    await poller.on_assignment(
-        Assignment(epoch=2, fencing_epoch=1, shards=frozenset(range(SHARDS)), active=True)
-    )
+    await poller.on_assignment(Assignment(epoch=2, fencing_epoch=1, shards=ALL_SHARDS, active=True))
     scans.released.set()
     await until(lambda: poller.phase_of(run_id) == Phase.READY, what="the run triggered")

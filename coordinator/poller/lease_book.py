@@ -22,11 +22,11 @@ Pure: every method takes ``now``; the book reads no clock and writes nothing.
 
 from __future__ import annotations
 
-import heapq
 from datetime import datetime, timedelta
 
 from shardcron.client.saturating import saturating_add
 from shardcron.coordinator.poller.config import EPOCH_SHIFT
+from shardcron.coordinator.poller.timeline import Timeline
 
 
 class LeaseBook:
@@ -39,8 +39,7 @@ class LeaseBook:
         self._seq = 0
         # run id -> (token, worker id, expires at): the current lease of each held run
         self._held: dict[str, tuple[int, str, datetime]] = {}
-        # (expires at, run id, token), stale entries included: skipped when they come up
-        self._expiries: list[tuple[datetime, str, int]] = []
+        self._expiries = Timeline()  # run id -> when its current lease expires
 
     def __len__(self) -> int:
         return len(self._held)
@@ -94,9 +93,13 @@ class LeaseBook:
 
     def _hold(self, run_id: str, token: int, worker_id: str, expires: datetime) -> None:
         self._held[run_id] = (token, worker_id, expires)
-        heapq.heappush(self._expiries, (expires, run_id, token))
+        self._expiries.push(run_id, expires)
 
     # --- holding them -----------------------------------------------------------------
+
+    def held(self) -> set[str]:
+        """The runs leased here."""
+        return set(self._held)
 
     def holds(self, run_id: str, token: int) -> bool:
         """The run is leased here under exactly this token."""
@@ -125,23 +128,19 @@ class LeaseBook:
     def release(self, run_id: str) -> None:
         """The run is no longer leased here (it ended, was refused or forgotten)."""
         self._held.pop(run_id, None)
+        self._expiries.remove(run_id)
 
     # --- taking them back ---------------------------------------------------------------
 
     def expired(self, now: datetime) -> list[str]:
         """Runs whose lease ran out, grace included; released from the book."""
         cutoff = saturating_add(now, -self.expiry_grace)
-        out: list[str] = []
-        expiries, held = self._expiries, self._held
-        while expiries and expiries[0][0] <= cutoff:
-            _, run_id, token = heapq.heappop(expiries)
-            current = held.get(run_id)
-            if current is None or current[0] != token or current[2] > cutoff:
-                continue  # ended, leased again, or renewed since: a later entry covers it
-            del held[run_id]
-            out.append(run_id)
+        out = [run_id for _, run_id in self._expiries.pop_until(cutoff, len(self._expiries))]
+        for run_id in out:
+            del self._held[run_id]
         return out
 
     def next_expiry(self) -> datetime | None:
-        """When the earliest lease may be taken back (a renewed one may end later)."""
-        return saturating_add(self._expiries[0][0], self.expiry_grace) if self._expiries else None
+        """When the earliest lease may be taken back."""
+        first = self._expiries.first_at()
+        return None if first is None else saturating_add(first, self.expiry_grace)
