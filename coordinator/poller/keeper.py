@@ -27,7 +27,7 @@ from shardcron.client.errors import Unavailable
 from shardcron.client.frozen import copy_with
 from shardcron.client.saturating import saturating_add
 from shardcron.client.stream import CancelOrder
-from shardcron.client.types import Job, JobState, Run, RunReason, RunState
+from shardcron.client.types import Job, JobState, Run, RunReason, RunState, RunUsage
 from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.poller.admission import Admission, Verdict, past_deadline
 from shardcron.coordinator.poller.clock import Clock
@@ -480,6 +480,7 @@ class RunKeeper:
         error: str = "",
         started_at: datetime | None = None,
         ended_at: datetime | None = None,
+        usage: RunUsage | None = None,
     ) -> None:
         """The run ends here: its final record, and what that leads to (endings)."""
         job = slot.job
@@ -494,6 +495,7 @@ class RunKeeper:
             ended_at=ended_at,
             output_bytes=slot.output_bytes,
             lease_expires_at=self.leases.expires_at(slot.run.id),
+            usage=usage,
         )
         self.forget(slot)
         self.ended_here(final.id)

@@ -410,6 +410,7 @@ class WorkerStreams:
                 # its worker waited for its due instant)
                 started_at=started or slot.run.started_at or _start_unless_cancelled(outcome, now),
                 ended_at=outcome.ended_at or now,
+                usage=outcome.usage,
             )
         self._ended_by(book, outcome)
         ack = ResultAck(run_id=outcome.run_id, fencing_token=outcome.fencing_token, accepted=True)
