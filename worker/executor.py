@@ -177,7 +177,8 @@ class CommandExecutor:
             raise
         finally:
             run.on_lease_extended = None
-            supervised.close()
+            if not ended.done():  # its supervisor kills the run at the socket's end
+                supervised.close()
             # every process of the run is gone once it ended: its pipes are at EOF
             _, pending = await asyncio.wait(pumps, timeout=1.0)
             for p in pending:

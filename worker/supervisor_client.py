@@ -62,6 +62,8 @@ class Supervised(asyncio.Protocol):
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.started: asyncio.Future[int] = loop.create_future()
         self.ended: asyncio.Future[dict[str, Any] | None] = loop.create_future()
+        # done once the supervisor exited (its run's cage and directory removed)
+        self.gone: asyncio.Future[None] = loop.create_future()
         self.stdout = asyncio.StreamReader(limit=CHUNK_SIZE, loop=loop)
         self.stderr = asyncio.StreamReader(limit=CHUNK_SIZE, loop=loop)
         self._transport: asyncio.Transport | None = None
@@ -93,6 +95,8 @@ class Supervised(asyncio.Protocol):
             self.started.set_exception(SpawnFailed("supervise", 0, "its supervisor ended"))
         if not self.ended.done():
             self.ended.set_result(None)
+        if not self.gone.done():
+            self.gone.set_result(None)
         self._transport = None
 
     def _send(self, line: bytes) -> None:
@@ -138,6 +142,7 @@ class Supervisors:
         self._proc: _ServerProtocol | None = None
         self._transport: asyncio.SubprocessTransport | None = None
         self._lock: asyncio.Lock | None = None
+        self._live: set[Supervised] = set()  # whose supervisor has not exited yet
         self.starts = 0
 
     @property
@@ -163,6 +168,8 @@ class Supervisors:
             os.close(out_w)
             os.close(err_w)
         supervised = Supervised(loop)
+        self._live.add(supervised)
+        supervised.gone.add_done_callback(lambda _: self._live.discard(supervised))
         await loop.create_unix_connection(lambda: supervised, sock=ours)
         supervised._send(json.dumps(config, separators=(",", ":")).encode() + b"\n")
         for fd, reader in ((out_r, supervised.stdout), (err_r, supervised.stderr)):
@@ -233,7 +240,10 @@ class Supervisors:
             self._transport = None
 
     async def close(self, timeout: float = CLOSE_TIMEOUT) -> None:
-        """Ends the fork server (its runs' supervisors go on until their runs end)."""
+        """Waits (up to ``timeout``) for the supervisors still finishing (their runs are
+        over: they remove their cages), then ends the fork server."""
+        if self._live:
+            await asyncio.wait([s.gone for s in self._live], timeout=timeout)
         proc, transport = self._proc, self._transport
         self._proc = None  # its exit, now, is no news
         if self._sock is not None:
