@@ -437,3 +437,16 @@ def _children_before() -> set[int]:
 def test_no_stray_children(_children_before: set[int]) -> None:
     """Every test above must leave no child processes behind."""
     assert [c for c in _children() - _children_before if alive(c)] == []
+
+
+async def test_a_command_with_the_largest_environment_and_argv_gets_them_whole(
+    executors: Executors,
+) -> None:
+    """The run's configuration goes to its supervisor over a socket: one larger than the
+    socket's buffer still arrives whole."""
+    value, word = "v" * (120 << 10), "a" * (120 << 10)
+    out = Out()
+    run = command(["sh", "-c", "echo ${#BIG} ${#0}", word], out, env={"BIG": value})
+    res = await executors().execute(run)
+    assert res.state == RunState.SUCCEEDED
+    assert out.text("stdout") == f"{len(value)} {len(word)}\n"

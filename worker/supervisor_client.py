@@ -154,6 +154,11 @@ class Supervisors:
         cannot (no fork server)."""
         loop = asyncio.get_running_loop()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        ours.setblocking(False)
+        # Written before the hand-over: the supervisor finds it waiting as it starts
+        # (what the socket's buffer does not take goes once the transport is made).
+        line = json.dumps(config, separators=(",", ":")).encode() + b"\n"
+        sent = ours.send(line)
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         try:
@@ -171,7 +176,8 @@ class Supervisors:
         self._live.add(supervised)
         supervised.gone.add_done_callback(lambda _: self._live.discard(supervised))
         await loop.create_unix_connection(lambda: supervised, sock=ours)
-        supervised._send(json.dumps(config, separators=(",", ":")).encode() + b"\n")
+        if sent < len(line):
+            supervised._send(line[sent:])
         for fd, reader in ((out_r, supervised.stdout), (err_r, supervised.stderr)):
             pipe = os.fdopen(fd, "rb", buffering=0)
             await loop.connect_read_pipe(
