@@ -1,4 +1,5 @@
-"""Prometheus plumbing the node and the worker share: a registry, build info, /metrics.
+"""Prometheus plumbing the node and the worker share: a registry, build info, /metrics,
+and ``Buckets``, a histogram kept in plain numbers and read when scraped.
 
 Every registry comes from ``new_registry``, which also turns off the ``_created``
 series prometheus-client adds beside each counter and histogram by default (a
@@ -10,9 +11,13 @@ dashboard can tell which version every scraped process runs.
 
 from __future__ import annotations
 
+import math
 import platform
+from bisect import bisect_left
+from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry, Gauge, disable_created_metrics, start_http_server
+from prometheus_client.utils import floatToGoString
 
 import shardcron
 
@@ -37,3 +42,30 @@ def serve_metrics(registry: CollectorRegistry, listen: str) -> int:
     host, _, port = listen.rpartition(":")
     server, _thread = start_http_server(int(port), addr=host or "127.0.0.1", registry=registry)
     return int(server.server_port)
+
+
+class Buckets:
+    """One histogram series: a count per bucket (the last one +Inf) and the sum. A value
+    goes in the first bucket whose upper bound it does not exceed, as prometheus-client
+    places it."""
+
+    __slots__ = ("bounds", "counts", "total")
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self.bounds = tuple(bounds)
+        self.counts = [0] * (len(self.bounds) + 1)
+        self.total = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.total += value
+
+    def cumulative(self) -> tuple[list[tuple[str, float]], float]:
+        """(le, cumulative count) per bucket, +Inf last, and the sum, as copied now."""
+        counts, total = list(self.counts), self.total
+        out: list[tuple[str, float]] = []
+        running = 0
+        for bound, n in zip((*self.bounds, math.inf), counts, strict=True):
+            running += n
+            out.append((floatToGoString(bound), running))
+        return out, total

@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 from shardcron.client import limits
 from shardcron.client.errors import InvalidArgument
 from shardcron.client.frozen import fast_init
-from shardcron.client.types import Resources, RunReason, RunState, Task
+from shardcron.client.types import Resources, RunReason, RunState, RunUsage, Task
 
 
 @fast_init
@@ -52,6 +52,7 @@ class RunOutcome:
     started_at: datetime | None = None
     ended_at: datetime | None = None
     job_id: str = ""  # the run's job, as in ``LeaseRef``
+    usage: RunUsage | None = None  # what its command used; None for a handler
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

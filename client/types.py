@@ -145,6 +145,7 @@ class RunReason(StrEnum):
     DEADLINE = "DEADLINE"  # missed: not started before starting_deadline
     SUPERSEDED = "SUPERSEDED"  # cancelled: the job's schedule changed before this fire ran
     INTERNAL_ERROR = "INTERNAL_ERROR"  # failed: the scheduler failed handling it (see error)
+    OOM_KILLED = "OOM_KILLED"  # failed: killed at its memory limit (the error names it)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -263,6 +264,7 @@ class Resources:
     cpu_millis: int = 0
     memory_mb: int = 0
     labels: dict[str, str] = field(default_factory=dict)  # the worker must have all of them
+    pids_limit: int = 0  # processes a command's run may have at once; 0: the worker's default
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -304,6 +306,17 @@ class Job:
     schedule_version: int = 1  # the version at which the schedule last changed
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunUsage:
+    """What one command run used, as its worker measured it from the run's cgroup.
+    ``limits_enforced`` False: the worker had no cgroups to contain it, so its limits
+    were not enforced and the figures are estimates."""
+
+    peak_memory_bytes: int = 0
+    cpu_seconds: float = 0.0
+    limits_enforced: bool = True
+
+
 @fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Run:
@@ -335,6 +348,7 @@ class Run:
     # Why a due run is not on a worker yet, as its poller says when the run is read;
     # never stored (stores neither write nor read it).
     waiting_reason: str = ""
+    usage: RunUsage | None = None  # what its command used; None: no command ran
 
     @property
     def is_final(self) -> bool:

@@ -9,8 +9,9 @@ run twice. What it guarantees:
 - the kernel drops the lock when the process dies, however it dies (SIGKILL too), so a
   stale lock file never keeps the next process out: the file's content is only
   informative;
-- the descriptor is not inherited by child processes (commands a worker runs, the
-  reaper helper), so none of them can keep the lock after its holder died;
+- the descriptor is not inherited by child processes (commands a worker runs, its
+  fork server and their supervisors), so none of them can keep the lock after its
+  holder died;
 - a second process gets ``DataDirInUse`` naming the holder's pid, before it has
   opened the store or served anything.
 """

@@ -27,7 +27,7 @@ from enum import Enum
 from typing import Any, TypeVar
 
 from shardcron.client.errors import FailedPrecondition
-from shardcron.client.types import Job, JobSpec, JobState, Run, RunReason, RunState
+from shardcron.client.types import Job, JobSpec, JobState, Run, RunReason, RunState, RunUsage
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -154,8 +154,10 @@ _JOB_COLS = (
 _RUN_COLS = (
     "id, job_id, owner, shard, state, dead_letter, due_at, fire_key, fire_at, attempt,"
     " priority, worker_id, lease_token, lease_expires_at, created_at, started_at, ended_at,"
-    " exit_code, reason, error, output_bytes, replayed_from, schedule_version"
+    " exit_code, reason, error, output_bytes, replayed_from, schedule_version,"
+    " peak_memory_bytes, cpu_micros, limits_enforced"
 )
+_RUN_COL_COUNT = _RUN_COLS.count(",") + 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,12 +211,13 @@ class RowCodec:
 
     def run_row(self, r: Run) -> tuple[Any, ...]:
         # ``_time`` written out: a run row is written at each of a run's state changes
-        null, lease, created, started, ended = (
+        null, lease, created, started, ended, used = (
             self.null,
             r.lease_expires_at,
             r.created_at,
             r.started_at,
             r.ended_at,
+            r.usage,
         )
         return (
             r.id, r.job_id, r.owner, r.shard, str(r.state), bool(r.dead_letter),
@@ -223,6 +226,9 @@ class RowCodec:
             null if created is None else _us(created), null if started is None else _us(started),
             null if ended is None else _us(ended), null if r.exit_code is None else r.exit_code,
             str(r.reason), r.error, r.output_bytes, r.replayed_from, r.schedule_version,
+            null if used is None else used.peak_memory_bytes,
+            null if used is None else round(used.cpu_seconds * 1e6),
+            used is not None and used.limits_enforced,
         )  # fmt: skip
 
     def row_run(self, r: Sequence[Any]) -> Run:
@@ -238,7 +244,17 @@ class RowCodec:
             lease_expires_at=t(r[13]), created_at=t(r[14]), started_at=t(r[15]),
             ended_at=t(r[16]), exit_code=self._opt(r[17]), reason=RunReason(r[18]),
             error=r[19], output_bytes=r[20], replayed_from=r[21], schedule_version=r[22],
+            usage=self._usage(r[23], r[24], r[25]),
         )  # fmt: skip
+
+    def _usage(self, peak: Any, cpu_micros: Any, enforced: Any) -> RunUsage | None:
+        """A run's usage from its three columns; none where ``peak`` is null (a handler
+        run, or a run written before the columns existed)."""
+        if peak is None or peak == self.null:
+            return None
+        return RunUsage(
+            peak_memory_bytes=peak, cpu_seconds=cpu_micros / 1e6, limits_enforced=bool(enforced)
+        )
 
 
 # --------------------------------------------------------------------------- unreadable rows

@@ -15,13 +15,12 @@ worker's metrics are read the same way (``worker/metrics.py``).
 
 from __future__ import annotations
 
-import math
-from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
-from prometheus_client.utils import floatToGoString
+
+from shardcron.client.exposition import Buckets
 
 FINAL = "shardcron_runs_final"
 FINAL_HELP = "Runs that reached a final state, by state and reason (NONE when it has none)"
@@ -29,33 +28,6 @@ RAN = "shardcron_run_seconds"
 RAN_HELP = "How long runs ran, start to end, by final state"
 LAG = "shardcron_schedule_lag_seconds"
 LAG_HELP = "Start of a run minus its due time (start lag)"
-
-
-class Buckets:
-    """One histogram series: a count per bucket (the last one +Inf) and the sum. A value
-    goes in the first bucket whose upper bound it does not exceed, as prometheus-client
-    places it."""
-
-    __slots__ = ("bounds", "counts", "total")
-
-    def __init__(self, bounds: Sequence[float]) -> None:
-        self.bounds = tuple(bounds)
-        self.counts = [0] * (len(self.bounds) + 1)
-        self.total = 0.0
-
-    def observe(self, value: float) -> None:
-        self.counts[bisect_left(self.bounds, value)] += 1
-        self.total += value
-
-    def cumulative(self) -> tuple[list[tuple[str, float]], float]:
-        """(le, cumulative count) per bucket, +Inf last, and the sum, as copied now."""
-        counts, total = list(self.counts), self.total
-        out: list[tuple[str, float]] = []
-        running = 0
-        for bound, n in zip((*self.bounds, math.inf), counts, strict=True):
-            running += n
-            out.append((floatToGoString(bound), running))
-        return out, total
 
 
 class RunCounts(Collector):

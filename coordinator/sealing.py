@@ -74,6 +74,7 @@ class KeyRing:
 
     keys: dict[str, AESGCM]
     sealing_id: str
+    path: str = ""  # the file it was read from
 
     def seal(self, name: str, value: str) -> str:
         nonce = os.urandom(_NONCE_BYTES)
@@ -177,4 +178,4 @@ def load_key_ring(path: str) -> KeyRing:
         first = first or key_id
     if not keys:
         raise KeyFileError(f"{path}: no key (want lines of 'KEY_ID BASE64_KEY')")
-    return KeyRing(keys=keys, sealing_id=first)
+    return KeyRing(keys=keys, sealing_id=first, path=path)

@@ -158,8 +158,8 @@ class WorkerStreamServicer(worker_pb2_grpc.WorkerServiceServicer):
     ``silence_timeout`` is taken for frozen (SIGSTOP, a stalled machine) while its
     connection stays open: its stream is closed, so the poller leases it nothing more
     and the retry of a run it held goes to another worker. Its commands are killed by
-    its reaper at their lease deadline; if it wakes up it connects again and is told
-    its leases are gone."""
+    their supervisors at their lease deadline; if it wakes up it connects again and is
+    told its leases are gone."""
 
     def __init__(
         self,

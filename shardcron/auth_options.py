@@ -7,8 +7,12 @@
 - ``--node-token`` (``node``; env ``SHARDCRON_NODE_TOKEN``): the token this node sends
   on its calls to other nodes; other nodes' auth files must hold it as a ``node``
   principal. A node with an auth file needs one, and checks its own file accepts it.
-- ``--token`` (``worker``; env ``SHARDCRON_TOKEN``; or the root ``--token``): the
-  worker's bearer token; its principal's owners are the runs it is given.
+- ``--token-file FILE`` (``worker``; env ``SHARDCRON_TOKEN_FILE``), or ``--token`` (env
+  ``SHARDCRON_TOKEN``; or the root ``--token``): the worker's bearer token; its
+  principal's owners are the runs it is given. A token typed on the command line is
+  readable by every process of the host (``/proc/PID/cmdline``): the worker says so,
+  and the file or the environment is the way to give it. No command a worker runs
+  gets either (``executor.CREDENTIAL_ENV_KEYS``).
 
 ``dev``'s in-process workers are trusted as before: they get a random token of a
 principal of every owner that only this process knows and no reload removes.
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import secrets
 import signal
 from collections.abc import Callable
@@ -71,6 +76,44 @@ def worker_token_option(f: F) -> F:
         help="Bearer token of this worker's principal, for nodes with an auth file "
         "[env SHARDCRON_TOKEN].",
     )(f)
+
+
+def worker_token_file_option(f: F) -> F:
+    return click.option(
+        "--token-file",
+        "worker_token_file",
+        envvar="SHARDCRON_TOKEN_FILE",
+        default=None,
+        type=click.Path(dir_okay=False, exists=True),
+        help="File holding the bearer token of this worker's principal (first line) "
+        "[env SHARDCRON_TOKEN_FILE].",
+    )(f)
+
+
+def worker_token(token: str, token_file: str | None) -> str | None:
+    """The worker's token: ``--token-file``'s, else ``--token`` (or ``SHARDCRON_TOKEN``),
+    else the root ``--token``; None without one. A token typed on the command line is
+    taken, with a warning that every process of the host can read it there."""
+    if token_file:
+        with open(token_file, encoding="utf-8") as f:
+            text = f.readline().strip()
+        if not text:
+            raise click.ClickException(f"cannot start: {token_file} holds no token")
+        return text
+    ctx = click.get_current_context()
+    typed = bool(token) and (
+        ctx.get_parameter_source("worker_token") == click.core.ParameterSource.COMMANDLINE
+    )
+    if not token:
+        token = root_token()
+        typed = bool(token) and token != os.environ.get("SHARDCRON_TOKEN")
+    if typed:
+        click.echo(
+            "shardcron worker: warning: a token on the command line can be read by every "
+            "process of this host; give it with --token-file or SHARDCRON_TOKEN",
+            err=True,
+        )
+    return token or None
 
 
 def root_token() -> str:

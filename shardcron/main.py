@@ -18,13 +18,14 @@ from typing import TYPE_CHECKING
 
 import click
 
+from shardcron import auth_options
 from shardcron.auth_options import (
     auth_file_option,
     dev_auth,
     node_auth,
     node_token_option,
     reload_on_sighup,
-    root_token,
+    worker_token_file_option,
     worker_token_option,
 )
 from shardcron.client.cli import cli
@@ -47,9 +48,11 @@ from shardcron.role_commands import (
     setup_logging,
     until_signalled,
 )
+from shardcron.sandbox_options import check_private, sandbox_options
 
 if TYPE_CHECKING:
     from shardcron.coordinator.node import Node
+    from shardcron.worker.sandbox import SandboxConfig
 
 
 @cli.command()
@@ -106,6 +109,7 @@ if TYPE_CHECKING:
 @server_tls_options
 @store_policy_options
 @inherit_env_option
+@sandbox_options(dev=True)
 @click.option("--log-level", default="info", show_default=True)
 def dev(
     listen: str,
@@ -128,11 +132,17 @@ def dev(
     inherit_env: bool,
     log_level: str,
     edge: EdgeOptions,
+    sandbox: SandboxConfig,
 ) -> None:
     """Run every role in one process on the embedded SQLite store."""
     from shardcron.coordinator.data_dir_lock import DataDirInUse, lock_data_dir
 
     setup_logging(log_level)
+    if worker_count:  # its commands may run as other users: nothing secret of it readable
+        check_private(
+            sandbox,
+            {"auth file": auth_file, "secrets key file": secret_keys and secret_keys.path},
+        )
     auth, in_process_token = dev_auth(auth_file)
     poller = PollerConfig(
         lease_ttl=lease_ttl,
@@ -152,6 +162,9 @@ def dev(
     from shardcron.coordinator.sqlite.store import SqliteStore
 
     data = Path(data_dir)
+    if worker_count and (sandbox.run_as or sandbox.run_as_range):
+        data.mkdir(parents=True, exist_ok=True)
+        data.chmod(0o700)  # the store: none of the users commands run as may read it
     store = SqliteStore(
         data / "shardcron.db", shard_count=shards, retention=retention, writer_process=True
     )
@@ -179,6 +192,7 @@ def dev(
             handler_modules=list(handler_modules),
             token=in_process_token,
             inherit_env=inherit_env,
+            sandbox=sandbox,
         )
         asyncio.run(_dev(node, auth, workers, data))
     except ShardcronError as e:
@@ -196,6 +210,7 @@ class InProcessWorkers:
     handler_modules: list[str]
     token: str | None  # the in-process workers' own token, with an auth file
     inherit_env: bool
+    sandbox: SandboxConfig  # how their commands are contained, and as whom they run
 
 
 async def _dev(node: Node, auth: AuthSource | None, spec: InProcessWorkers, data_dir: Path) -> None:
@@ -207,23 +222,31 @@ async def _dev(node: Node, auth: AuthSource | None, spec: InProcessWorkers, data
     config = node.config
     data_dir.mkdir(parents=True, exist_ok=True)
     load_handler_modules(spec.handler_modules)
-    await node.start()
-    reload_on_sighup(auth)
     # the in-process workers connect as the node's own calls to other nodes do
     tls = config.tls
     credentials = tls.peer_tls().credentials() if tls is not None else None
     workers = [
         Worker(
-            node.address,
+            "",  # the node's address, once it serves
             worker_id=f"dev-worker-{i}",
             slots=spec.slots,
             registry=registry,
             token=spec.token,
             credentials=credentials,
             inherit_env=spec.inherit_env,
+            sandbox=spec.sandbox,
         )
         for i in range(spec.count)
     ]
+    try:  # before serving: a host that cannot contain them as asked stops the start
+        for w in workers:
+            w.sandbox.open()
+    except ValueError as e:
+        raise click.ClickException(f"cannot start: {e}") from e
+    await node.start()
+    reload_on_sighup(auth)
+    for w in workers:
+        w.target = node.address
     node.metrics.registry.register(WorkerCollector(lambda: workers))
     tasks = [asyncio.create_task(w.run()) for w in workers]
     served = ""
@@ -281,11 +304,13 @@ async def _dev(node: Node, auth: AuthSource | None, spec: InProcessWorkers, data
 )
 @click.option("--no-commands", is_flag=True, help="Serve handlers only, never run command jobs.")
 @worker_token_option
+@worker_token_file_option
 @client_tls_options
 @click.option(
     "--metrics-listen", default="", help="Prometheus /metrics address (host:port); '' = off."
 )
 @inherit_env_option
+@sandbox_options(dev=False)
 @click.option("--log-level", default="info", show_default=True)
 def worker_cmd(
     worker_target: str,
@@ -299,10 +324,12 @@ def worker_cmd(
     handler_modules: tuple[str, ...],
     no_commands: bool,
     worker_token: str,
+    worker_token_file: str | None,
     client_tls: ClientTls,
     metrics_listen: str,
     inherit_env: bool,
     log_level: str,
+    sandbox: SandboxConfig,
 ) -> None:
     """Run a worker that takes leases from a node, or from every poller of a cluster (--zk)."""
     setup_logging(log_level)
@@ -320,6 +347,9 @@ def worker_cmd(
     load_handler_modules(list(handler_modules))
     addresses: list[str] = []
     label_map = parse_labels(labels)
+    if not no_commands:  # its commands may run as other users: its token unreadable to them
+        check_private(sandbox, {"token file": worker_token_file, "TLS key": client_tls.key})
+    token = auth_options.worker_token(worker_token, worker_token_file)
     try:
         worker = Worker(
             (lambda: list(addresses)) if zk else worker_target,
@@ -330,12 +360,18 @@ def worker_cmd(
             runs_commands=not no_commands,
             cpu_millis=cpu_millis,
             memory_mb=memory_mb,
-            token=worker_token or root_token() or None,
+            token=token,
             credentials=credentials,
             inherit_env=inherit_env,
+            sandbox=sandbox,
         )
     except ShardcronError as e:  # a --label or --id past what a node takes
         raise click.ClickException(f"cannot start: {e.message}") from e
+    if not no_commands:
+        try:
+            worker.sandbox.open()
+        except ValueError as e:
+            raise click.ClickException(f"cannot start: {e}") from e
 
     async def main() -> None:
         coordination = None

@@ -21,6 +21,7 @@ from shardcron.client.types import (
     Run,
     RunReason,
     RunState,
+    RunUsage,
     WorkerInfo,
 )
 from tests.support.cli import T0, FakeClient, invoke, make_run
@@ -254,6 +255,22 @@ def test_a_finished_run_shows_no_lease() -> None:
     assert "lease" not in fields and fields["took"].strip() == "345ms"
     running = Runs([dataclasses.replace(ran("run-1", RunState.RUNNING), ended_at=None)])
     assert "lease" in invoke(["run", "get", "run-1"], obj=running).stdout
+
+
+def test_run_get_shows_what_its_command_used_and_whether_limits_held() -> None:
+    used = RunUsage(peak_memory_bytes=3 * 1024 * 1024, cpu_seconds=1.5)
+    oom = dataclasses.replace(
+        ran("run-1", RunState.FAILED), reason=RunReason.OOM_KILLED, usage=used
+    )
+    out = invoke(["run", "get", "run-1"], obj=Runs([oom])).stdout
+    assert "OOM_KILLED" in out and "used           peak memory 3.0 MiB, CPU 1.500s\n" in out
+    loose = dataclasses.replace(oom, usage=dataclasses.replace(used, limits_enforced=False))
+    assert (
+        "(limits not enforced on its worker)"
+        in invoke(["run", "get", "run-1"], obj=Runs([loose])).stdout
+    )
+    handler = ran("run-1", RunState.SUCCEEDED)
+    assert "used           -\n" in invoke(["run", "get", "run-1"], obj=Runs([handler])).stdout
 
 
 # --------------------------------------------------------------------------- jobs

@@ -48,7 +48,14 @@ from shardcron.client.stream import (
     Started,
     Welcome,
 )
-from shardcron.client.types import CommandTask, HandlerTask, Resources, RunReason, RunState
+from shardcron.client.types import (
+    CommandTask,
+    HandlerTask,
+    Resources,
+    RunReason,
+    RunState,
+    RunUsage,
+)
 from shardcron.v1 import types_pb2, worker_pb2
 
 T0 = datetime(2026, 11, 26, 11, 30, 15, 123456, tzinfo=UTC)
@@ -59,11 +66,12 @@ OUTCOME = RunOutcome(
     run_id="r-1",
     fencing_token=TOKEN,
     state=RunState.FAILED,
-    reason=RunReason.NON_ZERO_EXIT,
-    exit_code=-3,
-    error="exit status 253",
+    reason=RunReason.OOM_KILLED,
+    exit_code=-9,
+    error="killed at its memory limit of 64 MiB",
     started_at=T0,
     ended_at=T0 + timedelta(seconds=2),
+    usage=RunUsage(peak_memory_bytes=67_108_864, cpu_seconds=0.75, limits_enforced=True),
 )
 GRANT = LeaseGrant(
     run_id="r-1",
@@ -342,8 +350,25 @@ def _started_at(ts: Any) -> worker_pb2.WorkerMessage:
     return _w(started=started)
 
 
+def _result_using(**usage: Any) -> worker_pb2.WorkerMessage:
+    result = worker_pb2.RunResult(
+        run_id="r", state=types_pb2.RUN_STATE_SUCCEEDED, usage=types_pb2.RunUsage(**usage)
+    )
+    return _w(results=worker_pb2.Results(results=[result]))
+
+
 MALFORMED_WORKER: list[tuple[str, Callable[[], worker_pb2.WorkerMessage], str]] = [
     ("no body", lambda: _w(), "body"),
+    (
+        "result using negative memory",
+        lambda: _result_using(peak_memory_bytes=-1),
+        "results.results[0].usage.peak_memory_bytes",
+    ),
+    (
+        "result using NaN CPU seconds",
+        lambda: _result_using(cpu_seconds=float("nan")),
+        "results.results[0].usage.cpu_seconds",
+    ),
     ("hello without worker_id", lambda: _w(hello=worker_pb2.Hello(slots=2)), "hello.worker_id"),
     (
         "hello with negative slots",

@@ -8,7 +8,9 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,6 +48,23 @@ class Out:
         return b"".join(d for s, d in self.chunks if s == stream).decode()
 
 
+Executors = Callable[..., CommandExecutor]
+
+
+@pytest.fixture
+async def executors() -> AsyncIterator[Executors]:
+    """Makes command executors, each closed (its sandbox with it) after the test."""
+    made: list[CommandExecutor] = []
+
+    def make(**kw: Any) -> CommandExecutor:
+        made.append(CommandExecutor(**kw))
+        return made[-1]
+
+    yield make
+    for executor in made:
+        await executor.close()
+
+
 def command(argv: list[str], out: Out | None = None, **kw) -> RunContext:
     task = CommandTask(argv=tuple(argv), env=kw.pop("env", {}), cwd=kw.pop("cwd", ""))
     defaults = dict(run_id="r1", job_id="j1", attempt=2, fencing_token=77, on_output=out)
@@ -55,14 +74,14 @@ def command(argv: list[str], out: Out | None = None, **kw) -> RunContext:
 # -- commands -------------------------------------------------------------------------
 
 
-async def test_command_success_env_cwd_and_output(tmp_path: Path) -> None:
+async def test_command_success_env_cwd_and_output(executors: Executors, tmp_path: Path) -> None:
     out = Out()
     script = (
         'echo "$SHARDCRON_RUN_ID $SHARDCRON_JOB_ID $SHARDCRON_ATTEMPT '
         '$SHARDCRON_FENCING_TOKEN $FOO"; pwd; echo oops >&2'
     )
     run = command(["sh", "-c", script], out, env={"FOO": "bar"}, cwd=str(tmp_path))
-    res = await CommandExecutor().execute(run)
+    res = await executors().execute(run)
     assert res.state == RunState.SUCCEEDED
     assert res.exit_code == 0
     assert res.started_at is not None and res.ended_at is not None
@@ -72,43 +91,43 @@ async def test_command_success_env_cwd_and_output(tmp_path: Path) -> None:
     assert out.text("stderr") == "oops\n"
 
 
-async def test_command_non_zero_exit() -> None:
-    res = await CommandExecutor().execute(command(["sh", "-c", "exit 3"]))
+async def test_command_non_zero_exit(executors: Executors) -> None:
+    res = await executors().execute(command(["sh", "-c", "exit 3"]))
     assert res.state == RunState.FAILED
     assert res.reason == RunReason.NON_ZERO_EXIT
     assert res.exit_code == 3
     assert "3" in res.error
 
 
-async def test_large_output_arrives_in_bounded_chunks() -> None:
+async def test_large_output_arrives_in_bounded_chunks(executors: Executors) -> None:
     out = Out()
-    res = await CommandExecutor().execute(command(["head", "-c", "300000", "/dev/zero"], out))
+    res = await executors().execute(command(["head", "-c", "300000", "/dev/zero"], out))
     assert res.state == RunState.SUCCEEDED
     assert sum(len(d) for _, d in out.chunks) == 300000
     assert all(len(d) <= 64 * 1024 for _, d in out.chunks)
 
 
-async def test_missing_executable_is_spawn_failed() -> None:
-    res = await CommandExecutor().execute(command(["/no/such/binary-xyz", "a"]))
+async def test_missing_executable_is_spawn_failed(executors: Executors) -> None:
+    res = await executors().execute(command(["/no/such/binary-xyz", "a"]))
     assert res.state == RunState.FAILED
     assert res.reason == RunReason.SPAWN_FAILED
     assert "/no/such/binary-xyz" in res.error and "not found" in res.error
 
 
-async def test_missing_cwd_is_spawn_failed(tmp_path: Path) -> None:
+async def test_missing_cwd_is_spawn_failed(executors: Executors, tmp_path: Path) -> None:
     missing = tmp_path / "nope"
-    res = await CommandExecutor().execute(command(["true"], cwd=str(missing)))
+    res = await executors().execute(command(["true"], cwd=str(missing)))
     assert res.state == RunState.FAILED
     assert res.reason == RunReason.SPAWN_FAILED
     assert str(missing) in res.error and "working directory" in res.error
 
 
-async def test_timeout_kills_whole_process_group(tmp_path: Path) -> None:
+async def test_timeout_kills_whole_process_group(executors: Executors, tmp_path: Path) -> None:
     pidfile = tmp_path / "gc.pid"
     script = f"sleep 300 & echo $! > {pidfile}; sleep 300"
     run = command(["sh", "-c", script], timeout=0.5)
     t0 = time.monotonic()
-    res = await CommandExecutor(kill_grace=3).execute(run)
+    res = await executors(kill_grace=3).execute(run)
     elapsed = time.monotonic() - t0
     assert res.state == RunState.TIMED_OUT
     assert res.reason == RunReason.TIMEOUT
@@ -117,12 +136,14 @@ async def test_timeout_kills_whole_process_group(tmp_path: Path) -> None:
     assert await gone(grandchild)
 
 
-async def test_sigterm_ignored_escalates_to_sigkill_after_grace(tmp_path: Path) -> None:
+async def test_sigterm_ignored_escalates_to_sigkill_after_grace(
+    executors: Executors, tmp_path: Path
+) -> None:
     pidfile = tmp_path / "gc.pid"
     script = f"trap '' TERM; sleep 300 & echo $! > {pidfile}; wait"
     run = command(["sh", "-c", script], timeout=0.3)
     t0 = time.monotonic()
-    res = await CommandExecutor(kill_grace=0.5).execute(run)
+    res = await executors(kill_grace=0.5).execute(run)
     elapsed = time.monotonic() - t0
     assert res.state == RunState.TIMED_OUT
     assert elapsed >= 0.3 + 0.5 - 0.05  # it waited the grace before SIGKILL
@@ -130,18 +151,22 @@ async def test_sigterm_ignored_escalates_to_sigkill_after_grace(tmp_path: Path) 
     assert await gone(int(pidfile.read_text()))
 
 
-async def test_background_child_does_not_outlive_successful_run(tmp_path: Path) -> None:
+async def test_background_child_does_not_outlive_successful_run(
+    executors: Executors, tmp_path: Path
+) -> None:
     pidfile = tmp_path / "gc.pid"
     run = command(["sh", "-c", f"sleep 300 & echo $! > {pidfile}; echo done"])
-    res = await asyncio.wait_for(CommandExecutor().execute(run), 5)
+    res = await asyncio.wait_for(executors().execute(run), 5)
     assert res.state == RunState.SUCCEEDED
     assert await gone(int(pidfile.read_text()))
 
 
-async def test_cancel_terminates_group_and_reports_cancelled(tmp_path: Path) -> None:
+async def test_cancel_terminates_group_and_reports_cancelled(
+    executors: Executors, tmp_path: Path
+) -> None:
     pidfile = tmp_path / "gc.pid"
     run = command(["sh", "-c", f"sleep 300 & echo $! > {pidfile}; sleep 300"])
-    job = asyncio.create_task(CommandExecutor(kill_grace=3).execute(run))
+    job = asyncio.create_task(executors(kill_grace=3).execute(run))
     grandchild = int(await wait_for_file(pidfile))
     assert alive(grandchild)
     run.cancel(RunReason.REPLACED)
@@ -151,10 +176,12 @@ async def test_cancel_terminates_group_and_reports_cancelled(tmp_path: Path) -> 
     assert await gone(grandchild)
 
 
-async def test_kill_is_immediate_even_when_sigterm_is_ignored(tmp_path: Path) -> None:
+async def test_kill_is_immediate_even_when_sigterm_is_ignored(
+    executors: Executors, tmp_path: Path
+) -> None:
     pidfile = tmp_path / "pid"
     run = command(["sh", "-c", f"trap '' TERM; echo $$ > {pidfile}; sleep 300 & wait"])
-    job = asyncio.create_task(CommandExecutor(kill_grace=30).execute(run))
+    job = asyncio.create_task(executors(kill_grace=30).execute(run))
     pid = int(await wait_for_file(pidfile))
     t0 = time.monotonic()
     run.kill()
@@ -410,3 +437,16 @@ def _children_before() -> set[int]:
 def test_no_stray_children(_children_before: set[int]) -> None:
     """Every test above must leave no child processes behind."""
     assert [c for c in _children() - _children_before if alive(c)] == []
+
+
+async def test_a_command_with_the_largest_environment_and_argv_gets_them_whole(
+    executors: Executors,
+) -> None:
+    """The run's configuration goes to its supervisor over a socket: one larger than the
+    socket's buffer still arrives whole."""
+    value, word = "v" * (120 << 10), "a" * (120 << 10)
+    out = Out()
+    run = command(["sh", "-c", "echo ${#BIG} ${#0}", word], out, env={"BIG": value})
+    res = await executors().execute(run)
+    assert res.state == RunState.SUCCEEDED
+    assert out.text("stdout") == f"{len(value)} {len(word)}\n"

@@ -1,10 +1,11 @@
 """A frozen worker's commands die with their lease, and its stream is closed.
 
-The lease carries an absolute deadline set by the poller (``expires_at``); the
-worker's reaper helper kills a command's group at it on its own clock, so a worker
-that is SIGSTOPped cannot keep the command alive while the run is retried
-elsewhere; renewals move that deadline; a lease that arrives past it is refused;
-the poller closes the stream of a worker gone silent and leases it nothing more.
+The lease carries an absolute deadline set by the poller (``expires_at``); each
+command's supervisor, in the run's cage, kills the command at it on its own clock, so
+a worker that is SIGSTOPped (with its whole process group) cannot keep the command
+alive while the run is retried elsewhere; renewals move that deadline, only later; a
+lease that arrives past it is refused; the poller closes the stream of a worker gone
+silent and leases it nothing more.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import os
 import signal
 import subprocess
 import sys
@@ -25,11 +27,13 @@ import grpc
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from shardcron.client.types import CommandTask, RunReason, RunState
 from shardcron.coordinator.ids import utcnow
 from shardcron.coordinator.poller import Poller
 from shardcron.coordinator.store import NewJob
 from shardcron.coordinator.worker_stream import WorkerStreamServicer
 from shardcron.v1 import worker_pb2, worker_pb2_grpc
+from shardcron.worker import CommandExecutor, RunContext
 from shardcron.worker.held import LEASE_SAFETY_MARGIN
 from tests.support.lease_streams import connect, next_of, read, serving
 from tests.support.processes import alive, read_int
@@ -52,42 +56,42 @@ def stamp(at: datetime) -> Timestamp:
     return ts
 
 
-# -- the reaper, with the worker frozen ------------------------------------------------
+# -- the supervisor, with the worker's whole process group frozen -----------------------
 
 FROZEN_WORKER_SCRIPT = textwrap.dedent(
     """
     import asyncio, os, sys, time
     from shardcron.client.types import CommandTask
     from shardcron.worker import CommandExecutor, RunContext
-    from shardcron.worker.reaper_client import Reaper
 
     pidfile, info, ttl = sys.argv[1], sys.argv[2], float(sys.argv[3])
 
     async def main():
-        executor = CommandExecutor(reaper=Reaper())
+        executor = CommandExecutor()
         deadline = time.monotonic() + ttl
         argv = ("sh", "-c", "echo $$ > %s; exec sleep 300" % pidfile)
         run = RunContext(run_id="r1", task=CommandTask(argv=argv), lease_deadline=deadline)
         task = asyncio.create_task(executor.execute(run))
-        while not executor.reaper.deadlines and not task.done():
+        while not os.path.exists(pidfile) and not task.done():
             await asyncio.sleep(0.005)
         with open(info + ".tmp", "w") as f:
             f.write(repr(deadline))
         os.rename(info + ".tmp", info)
         result = await task
         print(result.state, result.error, flush=True)
-        await executor.reaper.close()
+        await executor.close()
 
     asyncio.run(main())
     """
 )
 
 
-def test_the_reaper_kills_a_command_at_its_lease_deadline_while_the_worker_is_frozen(
+def test_the_supervisor_kills_a_command_at_its_lease_deadline_while_the_worker_is_frozen(
     tmp_path: Path,
 ) -> None:
-    """The worker process is SIGSTOPped: no watchdog of its own runs, yet its command
-    dies at the lease deadline (and not before), killed by the reaper helper."""
+    """The worker's whole process group (the worker and its fork server) is SIGSTOPped:
+    nothing of the worker runs, yet its command dies at the lease deadline (and not
+    before), killed by the run's supervisor, which is frozen only with its command."""
     script, pidfile, info = tmp_path / "worker.py", tmp_path / "pid", tmp_path / "info"
     script.write_text(FROZEN_WORKER_SCRIPT)
     proc = subprocess.Popen(
@@ -95,38 +99,53 @@ def test_the_reaper_kills_a_command_at_its_lease_deadline_while_the_worker_is_fr
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=True,  # a group of its own: the worker's, to freeze whole
     )
     try:
         command = read_int(pidfile)
         wait_until(info.exists, 10, "info")
         deadline = float(info.read_text())
-        proc.send_signal(signal.SIGSTOP)
+        os.killpg(proc.pid, signal.SIGSTOP)
         time.sleep(max(0.0, deadline - 0.3 - time.monotonic()))
         assert alive(command), "killed before its deadline"
         wait_until(lambda: not alive(command), deadline + 2.0 - time.monotonic(), "the kill")
         late = time.monotonic() - deadline
         print(f"command died {late * 1000:.0f} ms after its lease deadline")
         assert late < 0.5
-        proc.send_signal(signal.SIGCONT)
+        os.killpg(proc.pid, signal.SIGCONT)
         out, err = proc.communicate(timeout=20)
-        assert "killed by signal SIGKILL" in out
-        assert "lease deadline of k1 passed" in err
+        assert "CANCELLED killed: the lease deadline passed without renewal" in out
+        assert "the lease deadline passed without renewal; killing every process" in err
     finally:
-        proc.send_signal(signal.SIGCONT)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGCONT)
         proc.kill()
         proc.communicate()
 
 
-def test_the_reaper_kills_at_the_latest_deadline_it_was_given() -> None:
-    """The helper's "@KEY T" line: T only grows; a group forgotten ("-KEY") is spared."""
-    from shardcron.worker.reaper import State
-
-    state = State()
-    state.feed(b"+4242 k1\n@k1 10.5\n@k1 12.0\n@k1 11.0\n+4343 k2\n@k2 9.0\n-k2\n")
-    assert state.next_deadline() == 12.0
-    assert state.due(11.9) == []
-    assert state.due(12.0) == [(b"k1", 4242)]
-    assert state.groups == {} and state.next_deadline() is None
+async def test_the_supervisor_kills_at_the_latest_deadline_it_was_given(tmp_path: Path) -> None:
+    """Renewals only move a deadline later: one told after a later one changes nothing,
+    and the command lives until the latest."""
+    executor = CommandExecutor()
+    pidfile = tmp_path / "pid"
+    now = time.monotonic()
+    argv = ("sh", "-c", f"echo $$ > {pidfile}; exec sleep 300")
+    run = RunContext(run_id="latest", task=CommandTask(argv=argv), lease_deadline=now + 1.0)
+    task = asyncio.create_task(executor.execute(run))
+    try:
+        pid = await read_pid(pidfile)
+        run.extend_lease(now + 3.0)
+        run.extend_lease(now + 2.0)  # earlier than the last: ignored
+        await asyncio.sleep(max(0.0, now + 2.5 - time.monotonic()))
+        assert alive(pid), "killed at a deadline that was moved later"
+        await until(lambda: not alive(pid), 3.0, "the kill at the latest deadline")
+        assert time.monotonic() - (now + 3.0) < 0.5
+        result = await asyncio.wait_for(task, 5)
+        assert (result.state, result.reason) == (RunState.CANCELLED, RunReason.WORKER_LOST)
+    finally:
+        run.kill()
+        await asyncio.wait_for(task, 5)
+        await executor.close()
 
 
 # -- the worker: deadlines from the lease, moved by renewals -----------------------------
@@ -172,9 +191,9 @@ async def test_a_late_duplicate_of_a_running_lease_is_ignored_not_refused(
             assert worker.running == ["dup"]
 
 
-async def test_renewals_move_the_deadline_the_reaper_holds(tmp_path: Path) -> None:
-    """Each ok Renewal carries the lease's new expires_at: the worker and its reaper
-    move the command's deadline to it; once renewals stop, the command dies by then."""
+async def test_renewals_move_the_deadline_the_supervisor_holds(tmp_path: Path) -> None:
+    """Each ok Renewal carries the lease's new expires_at: the worker and the run's
+    supervisor move the command's deadline to it; once renewals stop, it dies by then."""
     renewing = {"on": True}
     scripted = ScriptedPoller(
         lease_ttl=1.0,
@@ -190,12 +209,12 @@ async def test_renewals_move_the_deadline_the_reaper_holds(tmp_path: Path) -> No
             expires = stamp(datetime.now(UTC) + timedelta(seconds=1.0))
             scripted.lease(command_lease("long", pid_command(pidfile), expires_at=expires))
             pid = await read_pid(pidfile)
-            await until(lambda: worker._reaper.deadlines, 5, "the deadline told to the reaper")
-            [first] = worker._reaper.deadlines.values()
+            held = worker._runs["long"].ctx
+            first = held.lease_deadline
+            assert first is not None and held.on_lease_extended is not None  # its supervisor
             await asyncio.sleep(2.0)
             assert alive(pid), "renewed, yet killed"
-            [moved] = worker._reaper.deadlines.values()
-            assert moved > first + 1.0
+            assert held.lease_deadline is not None and held.lease_deadline > first + 1.0
             renewing["on"] = False
             stopped = time.monotonic()
             await until(lambda: not alive(pid), 3.0, "the kill once renewals stopped")

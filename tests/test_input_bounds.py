@@ -195,6 +195,8 @@ OUT_OF_BOUNDS = [
     (_scalar("resources.slots", limits.MAX_SLOTS + 1), "spec.resources.slots"),
     (_scalar("resources.cpu_millis", limits.MAX_CPU_MILLIS + 1), "spec.resources.cpu_millis"),
     (_scalar("resources.memory_mb", limits.MAX_MEMORY_MB + 1), "spec.resources.memory_mb"),
+    (_scalar("resources.pids_limit", limits.MAX_PIDS_LIMIT + 1), "spec.resources.pids_limit"),
+    (_scalar("resources.pids_limit", -1), "spec.resources.pids_limit"),
     (
         _scalar("concurrency.max_concurrent", limits.MAX_CONCURRENT + 1),
         "spec.concurrency.max_concurrent",

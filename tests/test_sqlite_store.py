@@ -32,6 +32,36 @@ async def test_sqlite_schema_and_pragmas(tmp_path: Path) -> None:
     await again.close()
 
 
+async def test_a_file_made_before_runs_recorded_usage_gets_the_columns_on_open(
+    tmp_path: Path,
+) -> None:
+    """The usage columns came after files were made: opening such a file adds them; its
+    runs read with no usage, and new ones keep theirs."""
+    from shardcron.client.types import RunState, RunUsage
+    from shardcron.coordinator.store import NewJob
+
+    path = tmp_path / "old.db"
+    store = SqliteStore(path, **CONTRACT_CONFIG)
+    await store.open()
+    job = make_job()
+    old = make_run(job, state=RunState.SUCCEEDED)
+    await store.create_jobs([NewJob(job=job, runs=[old])])
+    await store.close()
+    with sqlite3.connect(path) as conn:  # the runs table as files had it then
+        for column in ("peak_memory_bytes", "cpu_micros", "limits_enforced"):
+            conn.execute(f"ALTER TABLE runs DROP COLUMN {column}")
+
+    reopened = SqliteStore(path, **CONTRACT_CONFIG)
+    await reopened.open()
+    try:
+        assert (await reopened.get_run(job.owner, old.id)).usage is None
+        used = make_run(job, attempt=2, state=RunState.FAILED, usage=RunUsage(cpu_seconds=0.5))
+        await reopened.commit(runs=[used])
+        assert (await reopened.get_run(job.owner, used.id)).usage == used.usage
+    finally:
+        await reopened.close()
+
+
 async def test_sqlite_group_commit_shares_transactions(tmp_path: Path) -> None:
     import asyncio
 

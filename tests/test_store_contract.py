@@ -35,6 +35,7 @@ from shardcron.client.types import (
     Run,
     RunReason,
     RunState,
+    RunUsage,
 )
 from shardcron.coordinator.ids import new_job_id, run_id, utcnow
 from shardcron.coordinator.rows import UnreadableRow
@@ -206,9 +207,15 @@ async def test_run_round_trips_every_field(store: JobStore) -> None:
         lease_expires_at=T0 + 30 * S, started_at=T0 + S, ended_at=T0 + 2 * S, exit_code=-9,
         reason=RunReason.TIMEOUT, error="killed\nafter 2s", output_bytes=12345,
         replayed_from="r-0", dead_letter=True, schedule_version=4, priority=9,
+        usage=RunUsage(peak_memory_bytes=67_108_864, cpu_seconds=1.25, limits_enforced=False),
     )  # fmt: skip
     await store.commit(runs=[run])
     assert await store.get_run(ALICE, run.id) == run
+    measured = make_run(job, attempt=4, state=RunState.SUCCEEDED, usage=RunUsage())
+    unmeasured = make_run(job, attempt=5, state=RunState.SUCCEEDED)  # a handler's: None
+    await store.commit(runs=[measured, unmeasured])
+    assert await store.get_run(ALICE, measured.id) == measured
+    assert await store.get_run(ALICE, unmeasured.id) == unmeasured
 
 
 async def test_a_runs_waiting_reason_is_never_stored(store: JobStore) -> None:

@@ -18,7 +18,14 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from shardcron.client.frozen import fast_init
-from shardcron.client.types import CommandTask, HandlerTask, RunReason, RunState
+from shardcron.client.types import (
+    CommandTask,
+    HandlerTask,
+    Resources,
+    RunReason,
+    RunState,
+    RunUsage,
+)
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +64,8 @@ class RunContext:
     ``timeout`` is in seconds (None = none). ``on_output(stream, data)`` receives
     output as it arrives. ``cancel(reason)`` stops the run gracefully (SIGTERM, grace,
     SIGKILL) and ends it CANCELLED; ``kill()`` stops it at once (the lease is lost).
+    ``owner`` and ``resources`` (its job's) say as whom and within what limits a
+    command runs.
     """
 
     run_id: str
@@ -66,10 +75,13 @@ class RunContext:
     fencing_token: int = 0
     timeout: float | None = None
     on_output: OutputCallback | None = None
-    # time.monotonic() by which a command must be dead unless its lease is renewed: the
-    # reaper helper kills it then (None: never); the worker moves it at each renewal
+    # time.monotonic() by which a command must be dead unless its lease is renewed: its
+    # supervisor kills it then (None: never); moved by each renewal (``extend_lease``)
     lease_deadline: float | None = None
-    reaper_key: bytes = field(default=b"", init=False)  # the command's key with the reaper
+    owner: str = ""
+    resources: Resources | None = None
+    # told of each renewal: the command's supervisor, once it runs
+    on_lease_extended: Callable[[float], None] | None = field(default=None, init=False, repr=False)
     cancel_reason: RunReason = field(default=RunReason.NONE, init=False)
     stopping: bool = field(default=False, init=False)  # cancel() or kill() was called
     killed: bool = field(default=False, init=False)
@@ -92,6 +104,12 @@ class RunContext:
             if self.killed:
                 self._kill_fut.set_result(None)
         return self._kill_fut
+
+    def extend_lease(self, deadline: float) -> None:
+        """A renewal moved the lease's deadline (``time.monotonic()``)."""
+        self.lease_deadline = deadline
+        if self.on_lease_extended is not None:
+            self.on_lease_extended(deadline)
 
     def cancel(self, reason: RunReason = RunReason.CANCELLED_BY_USER) -> None:
         if not self.stopping:
@@ -129,6 +147,7 @@ class ExecResult:
     error: str = ""
     started_at: datetime | None = None
     ended_at: datetime | None = None
+    usage: RunUsage | None = None  # what a command used; None for a handler
 
 
 class Executor(Protocol):

@@ -1,18 +1,19 @@
 """Executors: how a worker runs one leased run, a command or a Python handler.
 
-``CommandExecutor`` runs argv in its own session and process group and always ends
-the whole group (timeout and cancel: SIGTERM, grace, SIGKILL; kill: SIGKILL at once).
-Given a ``Reaper`` (the ``Worker`` gives one) each group is registered with its helper
-process until the group is killed, so that it dies with the worker too.
-``HandlerExecutor`` calls a registered callable: async ones as tasks, sync ones in a
-bounded thread pool. Neither knows about gRPC. The run/outcome types live in
-``context`` and are re-exported here.
+``CommandExecutor`` runs argv under a supervisor of its own, in the run's cage and as
+its user (``sandbox``, ``containment.supervisor``), and always ends every process of
+it (timeout and cancel: SIGTERM, grace, SIGKILL; kill: SIGKILL at once), even those
+that left its process group or session; the supervisor kills it at its lease
+deadline on its own, and when the worker dies. ``HandlerExecutor`` calls a
+registered callable: async ones as tasks, sync ones in a bounded thread pool. Neither
+knows about gRPC. The run/outcome types live in ``context`` and are re-exported here.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import dataclasses
+import errno
 import inspect
 import logging
 import os
@@ -26,7 +27,7 @@ from datetime import datetime
 from functools import partial
 from typing import Any
 
-from shardcron.client.types import CommandTask, HandlerTask, RunReason, RunState
+from shardcron.client.types import CommandTask, HandlerTask, RunReason, RunState, RunUsage
 from shardcron.worker.handlers import HandlerRegistry
 
 from .context import (
@@ -36,11 +37,11 @@ from .context import (
     OutputCallback,
     RunContext,
     failed_result,
-    resolve_future,
     stopped_result,
     utcnow,
 )
-from .reaper_client import Reaper
+from .sandbox import RunPlace, Sandbox, SandboxConfig
+from .supervisor_client import CHUNK_SIZE, SpawnFailed, Supervised
 
 __all__ = [
     "CommandExecutor",
@@ -54,40 +55,46 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 Launch = Callable[[], Coroutine[Any, Any, ExecResult]]  # starts a run; awaited, its result
-CHUNK_SIZE = 64 * 1024
-
-
-def _killpg(pgid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
 
 # What a command gets of the worker's own environment, unless the worker inherits it
 # all: enough to find programs and speak the locale, nothing the worker holds (its
 # credentials, its SHARDCRON_* settings, another tenant's variables).
 BASE_ENV_KEYS = ("PATH", "HOME", "LANG")
+# What a command never gets of the worker's environment, even when it inherits it all:
+# the worker's token, and where a node's keys, auth file and TLS key are.
+CREDENTIAL_ENV_KEYS = frozenset(
+    {
+        "SHARDCRON_TOKEN",
+        "SHARDCRON_TOKEN_FILE",
+        "SHARDCRON_NODE_TOKEN",
+        "SHARDCRON_SECRETS_KEY_FILE",
+        "SHARDCRON_AUTH_FILE",
+        "SHARDCRON_TLS_KEY",
+    }
+)
 
 
 def command_base_env(environ: Mapping[str, str], *, inherit: bool = False) -> dict[str, str]:
     """The environment a command starts from, before its job's env: all of ``environ``
-    when ``inherit``, else only ``BASE_ENV_KEYS`` (PATH defaults to ``os.defpath``)."""
+    but ``CREDENTIAL_ENV_KEYS`` when ``inherit``, else only ``BASE_ENV_KEYS`` (PATH
+    defaults to ``os.defpath``)."""
     if inherit:
-        return dict(environ)
+        return {k: v for k, v in environ.items() if k not in CREDENTIAL_ENV_KEYS}
     base = {key: environ[key] for key in BASE_ENV_KEYS if key in environ}
     base.setdefault("PATH", os.defpath)
     return base
 
 
 class CommandExecutor:
-    """Runs a ``CommandTask`` as a subprocess in its own session and process group.
+    """Runs a ``CommandTask`` under its supervisor, in ``sandbox`` (module docstring).
 
     The command's environment is ``command_base_env`` of ``base_env`` (default: this
-    process's environment at each run), then the job's ``env`` and ``secret_env``, then
-    the run's ``SHARDCRON_*`` variables.
+    process's environment at each run), then what its sandbox adds (``HOME``, ``TMPDIR``,
+    ``SHARDCRON_SECRETS_DIR``), then the job's ``env`` and ``secret_env``, then the run's
+    ``SHARDCRON_*`` variables.
 
-    With a ``reaper`` every group is registered with its helper process, which
-    SIGKILLs the groups still registered when this process dies; the caller owns the
-    reaper (``await reaper.close()`` when done)."""
+    Without a ``sandbox`` it opens one of its own at its first command (the containment
+    this host gives, the worker's own user); ``close()`` then ends it."""
 
     def __init__(
         self,
@@ -95,16 +102,23 @@ class CommandExecutor:
         kill_grace: float = 5.0,
         base_env: Mapping[str, str] | None = None,
         inherit_env: bool = False,
-        reaper: Reaper | None = None,
+        sandbox: Sandbox | None = None,
     ) -> None:
         self.kill_grace = kill_grace
         self.base_env = base_env
         self.inherit_env = inherit_env
-        self.reaper = reaper
+        self._own_sandbox = sandbox is None
+        self.sandbox = sandbox or Sandbox(SandboxConfig(), f"executor-{os.getpid()}")
 
-    def _env(self, run: RunContext, task: CommandTask) -> dict[str, str]:
+    async def close(self) -> None:
+        """Ends the sandbox this executor opened itself (none given)."""
+        if self._own_sandbox and self.sandbox.opened:
+            await self.sandbox.close()
+
+    def _env(self, run: RunContext, task: CommandTask, place: RunPlace) -> dict[str, str]:
         environ = os.environ if self.base_env is None else self.base_env
         env = command_base_env(environ, inherit=self.inherit_env)
+        env.update(place.env)
         env.update(task.env)
         env.update(task.secret_env)
         env.update(
@@ -119,146 +133,145 @@ class CommandExecutor:
         task = run.task
         if not isinstance(task, CommandTask):
             return failed_result(RunReason.SPAWN_FAILED, "not a command task")
-        argv = list(task.argv)
-        if not argv:
+        if not task.argv:
             return failed_result(RunReason.SPAWN_FAILED, "empty argv")
-        cwd = task.cwd or None
-        if cwd is not None and not os.path.isdir(cwd):
-            return failed_result(
-                RunReason.SPAWN_FAILED, f"working directory {cwd!r} does not exist"
-            )
         if run.stopping:
             return stopped_result(run, False, utcnow())
         started = utcnow()
-        reaper = self.reaper
-        env = self._env(run, task)
-        key = b""
-        if reaper is not None:
-            key = await reaper.prepare()
-            name, value = reaper.env_entry(key)
-            env[name] = value
+        sandbox = self.sandbox
         try:
-            transport, protocol = await self._spawn(argv, cwd, env, key)
-        except FileNotFoundError:
-            return failed_result(
-                RunReason.SPAWN_FAILED, f"executable {argv[0]!r} not found", started
+            if not sandbox.opened:
+                sandbox.open()
+            place = sandbox.place(run.run_id, run.fencing_token, run.owner, task)
+            supervised = await sandbox.launch(
+                place, task, self._env(run, task, place), run.resources, run.lease_deadline
             )
-        except PermissionError:
-            return failed_result(
-                RunReason.SPAWN_FAILED, f"cannot execute {argv[0]!r}: permission denied", started
-            )
-        except OSError as e:
-            return failed_result(RunReason.SPAWN_FAILED, f"cannot start {argv[0]!r}: {e}", started)
-        pgid = transport.get_pid()  # start_new_session: the child leads its own group
-        if reaper is not None:
-            reaper.register(key, pgid, run.lease_deadline)
-            run.reaper_key = key
-        return await self._supervise(run, transport, protocol, started, pgid, key)
-
-    async def _spawn(
-        self, argv: list[str], cwd: str | None, env: dict[str, str], key: bytes
-    ) -> tuple[asyncio.SubprocessTransport, _Protocol]:
-        loop = asyncio.get_running_loop()
+        except (OSError, ValueError) as e:
+            return failed_result(RunReason.SPAWN_FAILED, f"cannot contain the run: {e}", started)
+        run.on_lease_extended = supervised.extend
         try:
-            # No preexec_fn: it would turn the spawn's vfork() into a fork() of the
-            # whole worker (slower, and unsafe with gRPC's fork handlers).
-            return await loop.subprocess_exec(
-                lambda: _Protocol(loop),
-                *argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                cwd=cwd,
-                env=env,
-                start_new_session=True,
-            )
+            await supervised.started
+        except SpawnFailed as e:
+            supervised.close()
+            return failed_result(RunReason.SPAWN_FAILED, _spawn_error(task, e), started)
         except BaseException:
-            if self.reaper is not None:
-                self.reaper.release(key)
+            supervised.close()  # its supervisor kills the run at the socket's end
             raise
+        return await self._supervise(run, supervised, place, started)
 
     async def _supervise(
-        self,
-        run: RunContext,
-        transport: asyncio.SubprocessTransport,
-        protocol: _Protocol,
-        started: datetime,
-        pgid: int,
-        key: bytes,
+        self, run: RunContext, supervised: Supervised, place: RunPlace, started: datetime
     ) -> ExecResult:
-        assert protocol.stdout is not None and protocol.stderr is not None
         pumps = [
-            asyncio.create_task(_pump(protocol.stdout, "stdout", run)),
-            asyncio.create_task(_pump(protocol.stderr, "stderr", run)),
+            asyncio.create_task(_pump(supervised.stdout, "stdout", run)),
+            asyncio.create_task(_pump(supervised.stderr, "stderr", run)),
         ]
-        # Not proc.wait(): on 3.11 it also waits for the pipes to close, which a
-        # leftover background child can hold open forever.
-        waiter = protocol.exited
+        ended = supervised.ended
         ended_early = False
         try:
-            if not await ended_first(waiter, run.stopped(), run.timeout):
+            if not await ended_first(ended, run.stopped(), run.timeout):
                 ended_early = True
-                await self._terminate(run, pgid, waiter)
+                await self._terminate(run, supervised)
         except BaseException:
-            _killpg(pgid, signal.SIGKILL)
+            supervised.kill()
             raise
         finally:
-            # The run is over: nothing of its group may outlive it (and a leftover
-            # background child would hold the pipes open forever).
-            _killpg(pgid, signal.SIGKILL)
-            if self.reaper is not None:
-                self.reaper.release(key)  # the whole group is dead or dying now
+            run.on_lease_extended = None
+            if not ended.done():  # its supervisor kills the run at the socket's end
+                supervised.close()
+            # every process of the run is gone once it ended: its pipes are at EOF
             _, pending = await asyncio.wait(pumps, timeout=1.0)
-            for p in pending:  # a process that left the group holds the pipes
+            for p in pending:
                 p.cancel()
-            if pending:
-                transport.close()
-        rc = transport.get_returncode()
-        if ended_early:
-            return stopped_result(run, True, started, rc)
-        if rc == 0:
-            return ExecResult(
-                state=RunState.SUCCEEDED, exit_code=0, started_at=started, ended_at=utcnow()
+        report = ended.result()
+        if report is None:
+            self.sandbox.abandoned(place)
+            return failed_result(
+                RunReason.WORKER_LOST,
+                "its supervisor ended without a report; the run's processes were killed",
+                started,
             )
-        if rc is not None and rc < 0:
-            try:
-                error = f"killed by signal {signal.Signals(-rc).name}"
-            except ValueError:
-                error = f"killed by signal {-rc}"
-        else:
-            error = f"exit code {rc}"
-        return ExecResult(
-            state=RunState.FAILED,
-            reason=RunReason.NON_ZERO_EXIT,
-            exit_code=rc,
-            error=error,
-            started_at=started,
-            ended_at=utcnow(),
-        )
+        return _outcome(run, report, ended_early, started)
 
-    async def _terminate(self, run: RunContext, pgid: int, waiter: asyncio.Future) -> None:
-        """SIGTERM the group, wait the grace (cut short by a kill), then SIGKILL it."""
+    async def _terminate(self, run: RunContext, supervised: Supervised) -> None:
+        """SIGTERM the run, wait the grace (cut short by a kill), then SIGKILL it."""
+        ended = supervised.ended
         if not run.killed:
-            _killpg(pgid, signal.SIGTERM)
+            supervised.stop()
             await asyncio.wait(
-                {waiter, run.killed_future()},
+                {ended, run.killed_future()},
                 timeout=self.kill_grace,
                 return_when=asyncio.FIRST_COMPLETED,
             )
-        _killpg(pgid, signal.SIGKILL)
-        await asyncio.shield(waiter)
+        supervised.kill()
+        await asyncio.shield(ended)
 
 
-class _Protocol(asyncio.subprocess.SubprocessStreamProtocol):
-    """The stock protocol plus a future done as soon as the process has exited."""
+def _outcome(
+    run: RunContext, report: dict[str, Any], ended_early: bool, started: datetime
+) -> ExecResult:
+    """The run's result from its supervisor's report of its end."""
+    rc = os.waitstatus_to_exitcode(report["status"])
+    usage = RunUsage(
+        peak_memory_bytes=int(report["peak_memory_bytes"]),
+        cpu_seconds=float(report["cpu_seconds"]),
+        limits_enforced=bool(report["enforced"]),
+    )
+    if ended_early:
+        return dataclasses.replace(stopped_result(run, True, started, rc), usage=usage)
+    if report["killed"]:  # by its supervisor alone: the worker lost the lease meanwhile
+        state, reason, error = (
+            RunState.CANCELLED,
+            RunReason.WORKER_LOST,
+            f"killed: {report['killed']}",
+        )
+    elif rc == 0:
+        state, reason, error = RunState.SUCCEEDED, RunReason.NONE, ""
+    elif report["oom_kills"]:
+        memory = run.resources.memory_mb if run.resources is not None else 0
+        state, reason = RunState.FAILED, RunReason.OOM_KILLED
+        error = (
+            f"killed at its memory limit of {memory} MiB "
+            f"(peak {usage.peak_memory_bytes / (1 << 20):.1f} MiB; {_exit_text(rc)})"
+        )
+    else:
+        state, reason, error = RunState.FAILED, RunReason.NON_ZERO_EXIT, _exit_text(rc)
+    return ExecResult(
+        state=state,
+        reason=reason,
+        exit_code=rc,
+        error=error,
+        started_at=started,
+        ended_at=utcnow(),
+        usage=usage,
+    )
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(limit=CHUNK_SIZE, loop=loop)
-        self.exited: asyncio.Future = loop.create_future()
 
-    def process_exited(self) -> None:
-        super().process_exited()
-        resolve_future(self.exited)
+def _exit_text(rc: int) -> str:
+    if rc >= 0:
+        return f"exit code {rc}"
+    try:
+        return f"killed by signal {signal.Signals(-rc).name}"
+    except ValueError:
+        return f"killed by signal {-rc}"
+
+
+def _spawn_error(task: CommandTask, failure: SpawnFailed) -> str:
+    """Why the command did not start, in the words the worker has always used."""
+    program, cwd = task.argv[0], task.cwd
+    if failure.stage == "exec":
+        if failure.errno == errno.ENOENT:
+            return f"executable {program!r} not found"
+        if failure.errno == errno.EACCES:
+            return f"cannot execute {program!r}: permission denied"
+        return f"cannot start {program!r}: {failure.error}"
+    if failure.stage == "cwd":
+        if failure.errno == errno.ENOENT:
+            return f"working directory {cwd!r} does not exist"
+        return f"working directory {cwd!r}: {failure.error}"
+    if failure.stage == "user":
+        return f"cannot run as the run's user: {failure.error}"
+    return f"cannot contain the run ({failure.stage}): {failure.error}"
 
 
 async def _pump(stream: asyncio.StreamReader, name: str, run: RunContext) -> None:

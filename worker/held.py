@@ -69,6 +69,7 @@ class HeldRun:
             error=bounded_error(res.error),
             started_at=res.started_at,
             ended_at=res.ended_at,
+            usage=res.usage,
         )
 
 

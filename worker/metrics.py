@@ -15,10 +15,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from shardcron.client import exposition
+from shardcron.client.exposition import Buckets
 from shardcron.client.types import RunState
 
 from .worker import Worker
@@ -40,7 +41,7 @@ class WorkerCollector(Collector):
     def __init__(self, workers: Callable[[], Sequence[Worker]]) -> None:
         self._workers = workers
 
-    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
         workers = list(self._workers())
         stats = [dict(w.stats) for w in workers]
 
@@ -92,10 +93,37 @@ class WorkerCollector(Collector):
             "Pollers this worker has an open lease stream to",
             value=sum(1 for w in workers for link in w.links if link.connected),
         )
+        yield _histogram(
+            "shardcron_worker_run_peak_memory_bytes",
+            "Peak memory of each command run, from its cgroup when it ended (estimated on a worker without cgroups)",
+            [w.usage.peak_memory for w in workers],
+        )
+        yield _histogram(
+            "shardcron_worker_run_cpu_seconds",
+            "CPU seconds, user and system, of each command run, from its cgroup (estimated on a worker without cgroups)",
+            [w.usage.cpu_seconds for w in workers],
+        )
 
 
 def _counter(name: str, documentation: str, value: int) -> CounterMetricFamily:
     return CounterMetricFamily(name, documentation, value=value)
+
+
+def _histogram(name: str, documentation: str, series: list[Buckets]) -> HistogramMetricFamily:
+    """One histogram of the buckets of every worker, summed."""
+    buckets: list[tuple[str, float]] = []
+    total = 0.0
+    for one in series:
+        counts, one_sum = one.cumulative()
+        total += one_sum
+        buckets = (
+            counts
+            if not buckets
+            else [(le, a + b) for (le, a), (_, b) in zip(buckets, counts, strict=True)]
+        )
+    if not buckets:  # no worker: the family, with no series
+        return HistogramMetricFamily(name, documentation)
+    return HistogramMetricFamily(name, documentation, buckets=buckets, sum_value=total)
 
 
 def worker_registry(workers: Callable[[], Sequence[Worker]]) -> CollectorRegistry:

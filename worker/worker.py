@@ -7,9 +7,10 @@ without renewal: no run outlives its lease ("never twice at once").
 
 The deadline is the lease's ``expires_at`` (set by the poller, moved by each granted
 renewal) on this machine's clock less ``LEASE_SAFETY_MARGIN`` (clock skew: proto/README.md);
-a lease already past it is refused, never started. The reaper helper process kills each
-command's group at its deadline on its own clock: a frozen worker (SIGSTOP) cannot keep a
-command alive past its lease. A lease given ahead of its due instant waits (``due_gate``).
+a lease already past it is refused, never started. Each command's supervisor, in the
+command's own cage, kills it at that deadline on its own clock (``sandbox``): a frozen
+worker (SIGSTOP) cannot keep a command alive past its lease. A lease given ahead of its
+due instant waits (``due_gate``).
 
 A shard move costs no re-execution: a lease whose poller answers ``not_owner`` (the
 run's shard moved) or whose stream is down is named to every connected poller until
@@ -61,9 +62,10 @@ from .handlers import registry as default_registry
 from .held import HeldRun, lapsed, lease_deadline
 from .link import PollerLink
 from .outbox import MAX_HEARTBEAT_LEASES
-from .reaper_client import Reaper
+from .sandbox import Sandbox, SandboxConfig
 from .shares import shared_limits
 from .targets import Target, next_reading, read_targets
+from .usage_counts import UsageCounts
 
 if TYPE_CHECKING:
     import grpc
@@ -87,6 +89,9 @@ class Worker:
     node with an auth file (its principal's owners are the runs it is leased);
     ``metadata`` goes with each. Labels, a worker id or a registry past what a node
     takes in a Hello (``client.stream.check_hello``) raise ``InvalidArgument`` here.
+    ``sandbox`` says how commands are contained and as whom they run (``SandboxConfig``:
+    by default in a cgroup per run where the host gives one, as this process's user);
+    ``run()`` sets it up and raises ValueError when the host cannot give what it asks.
 
     To its links it is a ``StreamOwner``: they call ``hello_for``, ``heartbeat_for``,
     the ``on_*`` handlers, ``rebalance`` and ``slots_to_spare``, not for other callers.
@@ -107,7 +112,8 @@ class Worker:
         metadata: Sequence[tuple[str, str]] | dict[str, str] | None = None,
         token: str | None = None,
         credentials: grpc.ChannelCredentials | None = None,
-        inherit_env: bool = False,  # commands get this process's whole environment
+        inherit_env: bool = False,  # commands get this process's environment, but credentials
+        sandbox: SandboxConfig | None = None,
     ) -> None:
         if slots < 1:
             raise ValueError("slots must be at least 1")
@@ -129,6 +135,7 @@ class Worker:
         self.metadata = tuple(pairs) + call_metadata(None, token)
         self.credentials = credentials
         self.stats: Counter[str] = Counter()
+        self.usage = UsageCounts()  # what its command runs used
         self._runs: dict[str, HeldRun] = {}
         self._slots_used = 0
         self._links: dict[str, PollerLink] = {}
@@ -139,11 +146,11 @@ class Worker:
         self._stop_event = asyncio.Event()
         self._targets_changed = asyncio.Event()
         self._done = asyncio.Event()
-        # One reaper helper per worker, started with the first command: it kills the
-        # commands' process groups if this process dies (they run in their own sessions).
-        self._reaper = Reaper()
+        # Where and as whom commands run: a cage and a supervisor per run, which kills it
+        # at its lease deadline and when this process dies.
+        self.sandbox = Sandbox(sandbox or SandboxConfig(), self.worker_id, self.instance_id)
         self._commands = CommandExecutor(
-            kill_grace=kill_grace, reaper=self._reaper, inherit_env=inherit_env
+            kill_grace=kill_grace, sandbox=self.sandbox, inherit_env=inherit_env
         )
         self._handlers: HandlerExecutor | None = None
         self._due_gate = DueGate()  # leases given ahead, held until their due instant
@@ -170,6 +177,8 @@ class Worker:
         """Connect and serve leases until ``stop()``."""
         if self._started:
             raise RuntimeError("Worker.run() is already running or has run")
+        if self.runs_commands:
+            self.sandbox.open()  # a host that cannot contain commands as asked: ValueError
         self._started = True
         self._handlers = HandlerExecutor(
             self.registry, max_threads=self.slots, kill_grace=self.kill_grace
@@ -185,10 +194,10 @@ class Worker:
             tasks = [r.task for r in self._runs.values() if r.task is not None]
             if tasks:
                 await asyncio.wait(tasks, timeout=self.kill_grace + 1)
-            try:  # the runs ended: EOF with nothing registered, the helper just exits
-                await self._reaper.close()
+            try:  # the runs ended: their supervisors are done or finishing
+                await self.sandbox.close()
             except Exception:
-                log.exception("stopping the reaper helper failed")
+                log.exception("closing the sandbox failed")
             for link in list(self._links.values()):
                 await link.close()
             self._links.clear()
@@ -422,6 +431,8 @@ class Worker:
                 timeout=lease.timeout.total_seconds() if lease.timeout else None,
                 on_output=partial(self._on_output, link, lease.run_id, lease.fencing_token),
                 lease_deadline=deadline,
+                owner=lease.owner,
+                resources=lease.resources,
             )
             run = HeldRun(
                 ctx=ctx, link=link, token=lease.fencing_token, slots=slots, deadline=deadline
@@ -492,13 +503,12 @@ class Worker:
         self.rebalance()
 
     def _extend(self, run: HeldRun, deadline: float) -> None:
-        """A renewal moves the run's deadline (never back), here and in the reaper."""
+        """A renewal moves the run's deadline (never back), here and in its supervisor."""
         self.stats["renewed"] += 1
         if deadline <= run.deadline:
             return
-        run.deadline = run.ctx.lease_deadline = deadline
-        if run.ctx.reaper_key:
-            self._reaper.extend(run.ctx.reaper_key, deadline)
+        run.deadline = deadline
+        run.ctx.extend_lease(deadline)
 
     def on_cancels(self, link: PollerLink, orders: Sequence[CancelOrder]) -> None:
         for c in orders:
@@ -580,7 +590,7 @@ class Worker:
     def _release(self, run: HeldRun) -> None:
         """The run's slots and place given back: it ended, or will never be reported."""
         if not run.lost and run.deadline <= time.monotonic():
-            # it ended (maybe killed by the reaper) while this process was frozen
+            # it ended (maybe killed by its supervisor) while this process was frozen
             self._lose(run, "lease expired without renewal")
         self._slots_used -= run.slots
         if not run.lost:
@@ -591,6 +601,8 @@ class Worker:
 
     def _report(self, run: HeldRun, res: ExecResult) -> None:
         """Sends the run's result to its poller (or, seeking one, to every poller)."""
+        if res.usage is not None:
+            self.usage.observe(res.usage)
         if run.lost or run.abandoned:
             self.stats["dropped_results"] += 1
             return

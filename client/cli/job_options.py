@@ -77,6 +77,7 @@ class JobOptions:
     slots: int | None = None
     cpu: int | None = None
     memory: int | None = None
+    pids_limit: int | None = None
     require_labels: tuple[tuple[str, str], ...] = ()
     labels: tuple[tuple[str, str], ...] = ()
     pause_after_failures: int | None = None
@@ -154,6 +155,11 @@ JOB_FLAGS = [
     ),
     click.option(
         "--memory", type=click.IntRange(0, limits.MAX_MEMORY_MB), help="Memory a run needs, in MB."
+    ),
+    click.option(
+        "--pids-limit",
+        type=click.IntRange(0, limits.MAX_PIDS_LIMIT),
+        help=f"Processes a command's run may have at once [{limits.DEFAULT_PIDS_LIMIT}].",
     ),
     click.option(
         "--require-label",
@@ -250,6 +256,7 @@ def apply_options(spec: JobSpec | None, o: JobOptions) -> JobSpec:
         slots=o.slots,
         cpu_millis=o.cpu,
         memory_mb=o.memory,
+        pids_limit=o.pids_limit,
         labels=dict(o.require_labels) if o.require_labels else None,
     )
     spec = _given(

@@ -32,6 +32,7 @@ from shardcron.client.types import (
     Job,
     Run,
     RunState,
+    RunUsage,
     Schedule,
     ScheduleKind,
     Task,
@@ -175,7 +176,7 @@ def print_job(job: Job, last: Run | None = None, *, utc: bool = False) -> None:
         (
             "resources",
             f"{res.slots} slots, {res.cpu_millis}m cpu, {res.memory_mb}MB, "
-            f"worker labels {_labels(res.labels)}",
+            f"{res.pids_limit or 'default'} pids, worker labels {_labels(res.labels)}",
         ),
         (
             "pause after",
@@ -285,6 +286,7 @@ def print_run(run: Run, tv: TimeView) -> None:
     if run.state in (RunState.LEASED, RunState.RUNNING):
         pairs.append(("lease", f"token {run.lease_token} until {at(run.lease_expires_at)}"))
     pairs += [
+        ("used", usage_text(run.usage)),
         ("output", f"{run.output_bytes} bytes"),
         ("priority", run.priority),
         ("shard", run.shard),
@@ -292,6 +294,23 @@ def print_run(run: Run, tv: TimeView) -> None:
         ("dead letter", "yes" if run.dead_letter else "no"),
     ]
     print_fields(pairs)
+
+
+def usage_text(usage: RunUsage | None) -> str:
+    """What a run's command used, as ``run get`` shows it."""
+    if usage is None:
+        return "-"
+    text = f"peak memory {_bytes(usage.peak_memory_bytes)}, CPU {usage.cpu_seconds:.3f}s"
+    return text if usage.limits_enforced else f"{text} (limits not enforced on its worker)"
+
+
+def _bytes(n: int) -> str:
+    size, unit = float(n), "B"
+    for bigger in ("KiB", "MiB", "GiB", "TiB"):
+        if size < 1024:
+            break
+        size, unit = size / 1024, bigger
+    return f"{n} B" if unit == "B" else f"{size:.1f} {unit}"
 
 
 def print_runs(runs: Sequence[Run], tv: TimeView) -> None:

@@ -32,6 +32,7 @@ from shardcron.client.types import (
     OverlapPolicy,
     RunReason,
     RunState,
+    RunUsage,
     ScheduleKind,
 )
 from shardcron.v1 import types_pb2
@@ -174,6 +175,30 @@ def fencing_token(value: int, path: str, index: int | None = None) -> int:
         return value
     where = path if index is None else f"{path}[{index}]"
     return non_negative(value, f"{where}.fencing_token")
+
+
+def usage_to_proto(usage: RunUsage) -> types_pb2.RunUsage:
+    return types_pb2.RunUsage(
+        peak_memory_bytes=usage.peak_memory_bytes,
+        cpu_seconds=usage.cpu_seconds,
+        limits_enforced=usage.limits_enforced,
+    )
+
+
+def usage_from_proto(msg: Any, path: str) -> RunUsage | None:
+    """The ``usage`` of a run or a run's result (``path`` names the message holding it),
+    None when unset; a negative or non-finite figure is InvalidArgument naming it."""
+    if not msg.HasField("usage"):
+        return None
+    usage = msg.usage
+    cpu = usage.cpu_seconds
+    if not 0.0 <= cpu < float("inf"):  # NaN fails too
+        raise InvalidArgument(f"{path}.usage.cpu_seconds", "must be a finite number, not negative")
+    return RunUsage(
+        peak_memory_bytes=non_negative(usage.peak_memory_bytes, f"{path}.usage.peak_memory_bytes"),
+        cpu_seconds=cpu,
+        limits_enforced=usage.limits_enforced,
+    )
 
 
 def required_text(value: str, path: str) -> str:

@@ -34,6 +34,8 @@ from shardcron.client.codec.common import (
     non_negative,
     set_duration,
     set_time,
+    usage_from_proto,
+    usage_to_proto,
 )
 from shardcron.client.errors import InvalidArgument
 from shardcron.client.types import (
@@ -273,6 +275,7 @@ def resources_to_proto(r: Resources, field: str = "resources") -> types_pb2.Reso
         cpu_millis=r.cpu_millis,
         memory_mb=r.memory_mb,
         labels=r.labels,
+        pids_limit=r.pids_limit,
     )
 
 
@@ -283,6 +286,7 @@ def resources_from_proto(msg: types_pb2.Resources, field: str = "resources") -> 
         cpu_millis=non_negative(msg.cpu_millis, f"{field}.cpu_millis"),
         memory_mb=non_negative(msg.memory_mb, f"{field}.memory_mb"),
         labels=dict(msg.labels),
+        pids_limit=non_negative(msg.pids_limit, f"{field}.pids_limit"),
     )
 
 
@@ -434,6 +438,8 @@ def run_to_proto(run: Run) -> types_pb2.Run:
     set_time(msg, "created_at", run.created_at)
     set_time(msg, "started_at", run.started_at)
     set_time(msg, "ended_at", run.ended_at)
+    if run.usage is not None:
+        msg.usage.CopyFrom(usage_to_proto(run.usage))
     return msg
 
 
@@ -463,6 +469,7 @@ def run_from_proto(msg: types_pb2.Run, field: str = "run") -> Run:
         dead_letter=msg.dead_letter,
         schedule_version=msg.schedule_version,
         waiting_reason=msg.waiting_reason,
+        usage=usage_from_proto(msg, field),
     )
 
 

@@ -29,6 +29,8 @@ from shardcron.client.codec.common import (
     required_text,
     set_duration,
     set_time,
+    usage_from_proto,
+    usage_to_proto,
 )
 from shardcron.client.codec.leases import NOT_SAID, leases_from_proto, leases_to_proto
 from shardcron.client.errors import InvalidArgument
@@ -121,6 +123,7 @@ def _outcome_from_proto(msg: worker_pb2.RunResult, path: str) -> RunOutcome:
         started_at=get_time(msg, "started_at", path),
         ended_at=get_time(msg, "ended_at", path),
         job_id=msg.job_id,
+        usage=usage_from_proto(msg, path),
     )
 
 
@@ -152,6 +155,8 @@ def _add_outcomes(out: Any, outcomes: Sequence[RunOutcome], path: str) -> None:
         )
         set_time(msg, "started_at", o.started_at)
         set_time(msg, "ended_at", o.ended_at)
+        if o.usage is not None:
+            msg.usage.CopyFrom(usage_to_proto(o.usage))
 
 
 def _piece_from_proto(msg: types_pb2.OutputChunk, path: str) -> OutputPiece:

@@ -84,6 +84,15 @@ TABLES = (
     "schema_version",
 )
 
+# Columns added to a table after keyspaces were made with it: (table, column, type).
+# ``shardcron store init`` adds those a keyspace lacks; a node refuses one that lacks
+# any (rows written before read them as null).
+ADDED_COLUMNS = (
+    ("runs", "peak_memory_bytes", "bigint"),
+    ("runs", "cpu_micros", "bigint"),
+    ("runs", "limits_enforced", "boolean"),
+)
+
 
 def _cql_map(value: dict[str, Any]) -> str:
     items = []
@@ -139,6 +148,7 @@ def schema_cql(keyspace: str, *, due_ttl: timedelta = DEFAULT_DUE_TTL) -> list[s
             worker_id text, lease_token bigint, lease_expires_at bigint, created_at bigint,
             started_at bigint, ended_at bigint, exit_code bigint, reason text, error text,
             output_bytes bigint, replayed_from text, schedule_version int,
+            peak_memory_bytes bigint, cpu_micros bigint, limits_enforced boolean,
             PRIMARY KEY ((job_id), id)) WITH CLUSTERING ORDER BY (id DESC)""",
         f"""CREATE TABLE IF NOT EXISTS {ks}.runs_by_id (
             id text PRIMARY KEY, job_id text, owner text)""",
@@ -196,6 +206,8 @@ def ensure_schema(
     if row is not None and missing:  # tables added since the keyspace was made
         for ddl in schema_cql(ks, due_ttl=due_ttl):
             session.execute(ddl)
+    if row is not None:
+        _add_columns(session, ks, create=create)
     if row is None:  # no schema yet, or one whose creation did not finish
         session.execute(keyspace_cql(ks, replication))
         for ddl in schema_cql(ks, due_ttl=due_ttl):
@@ -207,3 +219,18 @@ def ensure_schema(
         )
         row = session.execute(version_sql).one()
     check_schema(f"keyspace {ks}", tuple(row), layout=layout, version=SCHEMA_VERSION)
+
+
+def _add_columns(session: Session, ks: str, *, create: bool) -> None:
+    """Adds the ``ADDED_COLUMNS`` the keyspace lacks (``create``), or refuses it."""
+    rows = session.execute(
+        "SELECT table_name, column_name FROM system_schema.columns WHERE keyspace_name = %s",
+        (ks,),
+    )
+    present = {(r[0], r[1]) for r in rows}
+    lacking = [(t, c, kind) for t, c, kind in ADDED_COLUMNS if (t, c) not in present]
+    if lacking and not create:
+        names = ", ".join(f"{t}.{c}" for t, c, _ in lacking)
+        raise SchemaMismatch(f"keyspace {ks} lacks column(s) {names}: run `shardcron store init`")
+    for table, column, kind in lacking:
+        session.execute(f"ALTER TABLE {ks}.{table} ADD IF NOT EXISTS {column} {kind}")

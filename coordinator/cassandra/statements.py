@@ -13,7 +13,7 @@ from __future__ import annotations
 from cassandra.cluster import Session
 from cassandra.query import PreparedStatement
 
-from shardcron.coordinator.rows import _JOB_COLS, _RUN_COLS, RowCodec
+from shardcron.coordinator.rows import _JOB_COLS, _RUN_COL_COUNT, _RUN_COLS, RowCodec
 
 NONE = -(1 << 63)  # bigint sentinel for "no value" (datetime or int)
 ROWS = RowCodec(null=NONE)
@@ -56,7 +56,8 @@ STATEMENTS: dict[str, str] = {
     "drop_owner": "DELETE FROM jobs_by_owner WHERE owner = ? AND id = ?",
     # runs
     "insert_run": (
-        f"INSERT INTO runs ({_RUN_COLS}) VALUES ({', '.join('?' * 23)}) USING TIMESTAMP ? AND TTL ?"
+        f"INSERT INTO runs ({_RUN_COLS}) VALUES ({', '.join('?' * _RUN_COL_COUNT)})"
+        " USING TIMESTAMP ? AND TTL ?"
     ),
     "insert_run_id": "INSERT INTO runs_by_id (id, job_id, owner) VALUES (?, ?, ?) USING TTL ?",
     "run_ids": "SELECT id, job_id, owner FROM runs_by_id WHERE id IN ?",

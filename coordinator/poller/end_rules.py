@@ -22,7 +22,16 @@ from datetime import datetime
 from typing import Any
 
 from shardcron.client.frozen import copy_with
-from shardcron.client.types import Fire, Job, JobState, Run, RunReason, RunState, ScheduleKind
+from shardcron.client.types import (
+    Fire,
+    Job,
+    JobState,
+    Run,
+    RunReason,
+    RunState,
+    RunUsage,
+    ScheduleKind,
+)
 from shardcron.coordinator.poller.fires import is_extra_run, retry_run
 
 _COUNTED = (RunState.SUCCEEDED, RunState.FAILED, RunState.TIMED_OUT)
@@ -43,6 +52,7 @@ class Outcome:
     follow_up: bool = True
     reported: bool = False  # its worker reported this end (a result)
     record: Run | None = None  # the final record, made by the fire rules already
+    usage: RunUsage | None = None  # what its command used, as its worker reported
 
 
 def final_run(
@@ -57,9 +67,11 @@ def final_run(
     ended_at: datetime | None = None,
     output_bytes: int = 0,
     lease_expires_at: datetime | None = None,
+    usage: RunUsage | None = None,
 ) -> Run:
     """The run's final record; ``output_bytes`` received since it was loaded are added,
-    and ``lease_expires_at`` (the lease's last expiry, when it is still held) set."""
+    ``lease_expires_at`` (the lease's last expiry, when it is still held) set, and
+    ``usage`` (what its command used, as its worker reported) kept."""
     return copy_with(
         run,
         state=state,
@@ -70,6 +82,7 @@ def final_run(
         ended_at=ended_at or now,
         output_bytes=run.output_bytes + output_bytes,
         lease_expires_at=lease_expires_at or run.lease_expires_at,
+        usage=usage,
     )
 
 

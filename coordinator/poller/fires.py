@@ -301,4 +301,5 @@ def retry_run(job: Job, failed: Run, *, now: datetime) -> Run | None:
         error="",
         output_bytes=0,
         dead_letter=False,
+        usage=None,
     )

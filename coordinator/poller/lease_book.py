@@ -7,7 +7,7 @@ Never twice at once rests on it:
 - a lease is held for ``lease_ttl`` from when it was granted, from when it was sent,
   and from each renewal (never less than it was: a lease given ahead of its run's
   due instant holds one TTL from that instant, the wait included); that absolute ``expires_at`` goes to the worker in the
-  lease and in each granted renewal, and the worker's reaper kills the command by
+  lease and in each granted renewal, and the run's supervisor kills the command by
   then (minus a safety margin, on the worker's clock); the lease is taken back only
   ``expiry_grace`` after it, that is at ``now >= expires_at + expiry_grace``, so
   clocks may disagree by the margin plus the grace (proto/README.md);

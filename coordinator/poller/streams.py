@@ -399,6 +399,7 @@ class WorkerStreams:
             started_at=started or slot.run.started_at or _start_unless_cancelled(outcome, now),
             ended_at=outcome.ended_at or now,
             reported=True,
+            usage=outcome.usage,
         )
         with self._ends.isolated(slot, turn, now, where="result"):
             self._ends.end(slot, ended, turn, now)

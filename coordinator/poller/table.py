@@ -470,6 +470,7 @@ class RunTable:
             ended_at=outcome.ended_at,
             output_bytes=slot.output_bytes,
             lease_expires_at=self.leases.expires_at(rid),
+            usage=outcome.usage,
         )
         self._remove(slot)
         self.recent_final[rid] = self._clock.monotonic()

@@ -14,7 +14,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from shardcron.coordinator.rows import _JOB_COLS, _RUN_COLS
+from shardcron.coordinator.rows import _JOB_COLS, _RUN_COL_COUNT, _RUN_COLS
 from shardcron.coordinator.store_rules import (
     ACTIVE_RUN_STATES,
     StoreLayout,
@@ -47,7 +47,8 @@ CREATE TABLE IF NOT EXISTS runs (
     lease_expires_at INTEGER, created_at INTEGER, started_at INTEGER, ended_at INTEGER,
     exit_code INTEGER, reason TEXT NOT NULL, error TEXT NOT NULL,
     output_bytes INTEGER NOT NULL, replayed_from TEXT NOT NULL,
-    schedule_version INTEGER NOT NULL);
+    schedule_version INTEGER NOT NULL, peak_memory_bytes INTEGER, cpu_micros INTEGER,
+    limits_enforced INTEGER);
 CREATE INDEX IF NOT EXISTS runs_by_job ON runs (job_id, id DESC);
 CREATE INDEX IF NOT EXISTS runs_by_owner ON runs (owner, job_id, id DESC);
 CREATE INDEX IF NOT EXISTS runs_dead_letters ON runs (owner, dead_letter, id)
@@ -70,7 +71,7 @@ INSERT INTO schema_version SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM schema_versi
 # shard follow from the run id (it hashes the job id), so the upsert leaves them, and
 # the indexes on them, alone.
 UPSERT_RUN = (
-    f"INSERT INTO runs ({_RUN_COLS}) VALUES ({', '.join('?' * 23)}) ON CONFLICT(id) DO UPDATE"
+    f"INSERT INTO runs ({_RUN_COLS}) VALUES ({', '.join('?' * _RUN_COL_COUNT)}) ON CONFLICT(id) DO UPDATE"
     f" SET {', '.join(f'{c} = excluded.{c}' for c in _RUN_COLS.replace(' ', '').split(',')[4:])}"
     f" WHERE {state_order_sql('excluded.state')} >= {state_order_sql('runs.state')}"
 )
@@ -109,12 +110,26 @@ PRUNE_DUE = (
 )
 
 
+# Columns added to a table after files were made with it: (table, column, type).
+# ``prepare`` adds those a file lacks; rows written before read them as NULL.
+ADDED_COLUMNS = (
+    ("runs", "peak_memory_bytes", "INTEGER"),
+    ("runs", "cpu_micros", "INTEGER"),
+    ("runs", "limits_enforced", "INTEGER"),
+)
+
+
 def prepare(conn: Conn, *, layout: StoreLayout, where: str) -> None:
-    """Creates the schema if the file has none; raises ``SchemaMismatch`` when the file
-    holds another schema version or layout. A file made before the layout was recorded
-    takes the layout it is next opened with."""
+    """Creates the schema if the file has none, and adds the columns an older file lacks
+    (``ADDED_COLUMNS``); raises ``SchemaMismatch`` when the file holds another schema
+    version or layout. A file made before the layout was recorded takes the layout it
+    is next opened with."""
     conn.executescript(f"BEGIN IMMEDIATE; {_SCHEMA}")
     try:
+        for table, column, kind in ADDED_COLUMNS:
+            present = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+            if column not in present:
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
         conn.execute(
             "INSERT INTO store_layout SELECT ?, ? WHERE NOT EXISTS (SELECT 1 FROM store_layout)",
             (layout.shard_count, layout.bucket_seconds),

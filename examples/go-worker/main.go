@@ -111,6 +111,12 @@ func main() {
 	}()
 	logger.Info("go-worker starting", "id", w.ID(), "target", *target, "slots", *slots, "commands", !*noCommands,
 		"tls", creds != nil, "token", *token != "")
+	if !*noCommands {
+		logger.Warn("commands are not contained: each runs as this worker's user, in a process group " +
+			"of its own but no cgroup (no memory, CPU or process limits, no separation between owners), " +
+			"and a process that leaves its group (setsid, a double fork) outlives its run; " +
+			"`shardcron worker` contains runs")
+	}
 	if err := w.Run(ctx); err != nil {
 		logger.Error("worker failed", "err", err)
 		os.Exit(1)

@@ -123,8 +123,11 @@ def test_jobs_job_run_output_and_cancel_in_the_browser(dev: DevServer, browser: 
         lambda b: b.find_element(By.ID, "run-output").get_attribute("data-ended") == "true",
         message="the output stream ends with the run",
     )
+    wait_for(browser, "#run-usage", "peak memory")  # what its command used
     shoot(browser, "run-cancelled")
-    assert http.call("GET", f"/v1/runs/{run_id}")[1]["state"] == "RUN_STATE_CANCELLED"
+    cancelled = http.call("GET", f"/v1/runs/{run_id}")[1]
+    assert cancelled["state"] == "RUN_STATE_CANCELLED"
+    assert int(cancelled["usage"]["peakMemoryBytes"]) > 0
 
     for page, ready in [
         ("running", "No runs."),

@@ -26,6 +26,7 @@ from shardcron.client.types import (
     RunState,
     Schedule,
 )
+from tests.support.containment import shared_dir
 from tests.support.waiting import wait_until
 
 
@@ -119,15 +120,17 @@ def test_retries_back_off_then_dead_letter_and_replay(client) -> None:  # type: 
     assert again.id != runs[2].id and again.replayed_from == runs[2].id and again.attempt == 3
 
 
-def test_timeout_kills_the_command_and_its_grandchildren(client, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    pidfile = tmp_path / "grandchild.pid"
-    job = client.create_job(
-        sh(f"sleep 300 & echo $! > {pidfile}; sleep 300", timeout=timedelta(seconds=1))
-    )
-    [run] = client.wait_job_runs(job.id, count=1, timeout=30)
-    assert run.state == RunState.TIMED_OUT
-    assert run.reason == RunReason.TIMEOUT
-    pid = int(pidfile.read_text())
+def test_timeout_kills_the_command_and_its_grandchildren(client) -> None:  # type: ignore[no-untyped-def]
+    # the command runs as its owner's user (dev as root): it writes the pid where it may
+    with shared_dir() as shared:
+        pidfile = shared / "grandchild.pid"
+        job = client.create_job(
+            sh(f"sleep 300 & echo $! > {pidfile}; sleep 300", timeout=timedelta(seconds=1))
+        )
+        [run] = client.wait_job_runs(job.id, count=1, timeout=30)
+        assert run.state == RunState.TIMED_OUT
+        assert run.reason == RunReason.TIMEOUT
+        pid = int(pidfile.read_text())
     assert wait_until(lambda: not _alive(pid), timeout=10, what="grandchild gone")
 
 

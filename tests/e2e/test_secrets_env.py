@@ -16,6 +16,7 @@ import os
 import sqlite3
 import uuid
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import grpc
@@ -34,6 +35,7 @@ from shardcron.client.types import (
 )
 from shardcron.v1 import jobs_pb2, jobs_pb2_grpc
 from tests.e2e.harness import DevServer, Proc
+from tests.support.containment import shared_dir
 
 SECRET = f"s3cr3t-{uuid.uuid4().hex}"
 WORKER_ONLY = "SHARDCRON_TEST_WORKER_ONLY"  # set in both workers' environment, never a job's
@@ -45,7 +47,14 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
     keys = write_keys(base / "keys", "k1")
     extra = ["--workers", "0", "--lease-ttl", "3s", "--log-level", "debug"]
     dev = DevServer(base / "data", extra=[*extra, "--secrets-key-file", str(keys)]).start()
-    env = {WORKER_ONLY: "worker-value", "OTHER_WORKER_VAR": "x"}
+    # a node without an auth file ignores the tokens: what counts is that no command
+    # gets them, even from a worker that passes its whole environment
+    env = {
+        WORKER_ONLY: "worker-value",
+        "OTHER_WORKER_VAR": "x",
+        "SHARDCRON_TOKEN": "worker-token",
+        "SHARDCRON_SECRETS_KEY_FILE": str(keys),
+    }
     workers = [
         Proc(
             ["worker", "--target", dev.target, "--label", "env=base", "--log-level", "debug"],
@@ -111,6 +120,7 @@ def test_a_command_gets_its_job_env_and_a_minimal_base(cluster: DevServer) -> No
         "PATH",
         "HOME",
         "LANG",
+        "TMPDIR",  # in the run's own directory
         "GREETING",
     }
     assert WORKER_ONLY not in env and "OTHER_WORKER_VAR" not in env
@@ -122,6 +132,7 @@ def test_a_worker_with_inherit_env_passes_its_whole_environment(cluster: DevServ
         env = printed_env(client, command(["env"], pool="all", env={"GREETING": "hi"}))
     assert env[WORKER_ONLY] == "worker-value" and env["OTHER_WORKER_VAR"] == "x"
     assert env["GREETING"] == "hi"
+    assert "SHARDCRON_TOKEN" not in env and "SHARDCRON_SECRETS_KEY_FILE" not in env
 
 
 def test_secret_values_reach_the_command_and_nothing_else(cluster: DevServer) -> None:
@@ -203,8 +214,12 @@ def test_sealed_values_follow_a_key_rotation_and_fail_alone_without_their_key(
 ) -> None:
     keys = write_keys(tmp_path / "keys", "2026-01")
     dev = DevServer(tmp_path / "data", extra=["--secrets-key-file", str(keys)])
-    want = tmp_path / "want"
+    # the command runs as its owner's user (dev as root): the value to compare with is
+    # shared with it where that user may read it
+    shared = ExitStack()
+    want = shared.enter_context(shared_dir()) / "want"
     want.write_text(SECRET)
+    want.chmod(0o644)
     spec = JobSpec(
         name="rotated",
         task=CommandTask(
@@ -252,6 +267,7 @@ def test_sealed_values_follow_a_key_rotation_and_fail_alone_without_their_key(
         log = dev.proc.output()  # type: ignore[union-attr]
     finally:
         dev.stop()
+        shared.close()
     assert SECRET not in log
     kept = stored_bytes(dev.data_dir)
     assert b"sealed:v1:2026-11:" in kept and SECRET.encode() not in kept

@@ -1,5 +1,6 @@
 """Looking at real processes from a test: whether one is alive, who is in a process
-group, a pid a command wrote to a file, and killing a group left behind."""
+group, who descends from a process, whether one is in a run's cgroup, a pid a command
+wrote to a file, and killing a group left behind."""
 
 from __future__ import annotations
 
@@ -35,6 +36,29 @@ def group_members(pgid: int) -> list[int]:
             if fields is not None and fields[0] != "Z" and int(fields[2]) == pgid:
                 members.append(int(entry))
     return members
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below ``pid``."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = stat_fields(int(entry))
+            if fields is not None and fields[0] != "Z":
+                children.setdefault(int(fields[1]), []).append(int(entry))
+    found, todo = [], list(children.get(pid, ()))
+    while todo:
+        found.append(todo.pop())
+        todo.extend(children.get(found[-1], ()))
+    return found
+
+
+def in_a_run_cage(pid: int) -> bool:
+    """The process is in a run's cgroup (a worker's ``shardcron`` subtree)."""
+    try:
+        return "/shardcron/" in Path(f"/proc/{pid}/cgroup").read_text()
+    except OSError:
+        return False
 
 
 def read_int(path: Path, timeout: float = 10.0) -> int:

@@ -107,7 +107,9 @@ def rich_spec() -> JobSpec:
         concurrency=ConcurrencyPolicy(max_concurrent=3, overlap=OverlapPolicy.QUEUE),
         misfire=MisfirePolicy.RUN_ALL,
         starting_deadline=timedelta(seconds=90),
-        resources=Resources(slots=2, cpu_millis=1500, memory_mb=512, labels={"gpu": "a100"}),
+        resources=Resources(
+            slots=2, cpu_millis=1500, memory_mb=512, labels={"gpu": "a100"}, pids_limit=64
+        ),
         pause_after_failures=5,
         labels={"team": "data", "tier": "gold"},
     )  # fmt: skip

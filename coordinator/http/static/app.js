@@ -82,6 +82,15 @@ function duration(run) {
   return ms < 1000 ? `${ms} ms` : ms < 120000 ? `${(ms / 1000).toFixed(1)} s` : `${Math.round(ms / 60000)} min`;
 }
 
+// what a run's command used (run.usage; int64 fields arrive as strings)
+function usage(run) {
+  const u = run.usage;
+  if (!u) return "–";
+  const mib = Number(u.peakMemoryBytes || 0) / 1048576;
+  const text = `peak memory ${mib.toFixed(1)} MiB, CPU ${Number(u.cpuSeconds || 0).toFixed(3)} s`;
+  return u.limitsEnforced ? text : `${text} (limits not enforced on its worker)`;
+}
+
 function reason(run) {
   const r = short(run.reason, "RUN_REASON_");
   return r === "UNSPECIFIED" ? (run.waitingReason || "") : r;
@@ -311,6 +320,7 @@ async function runPage(runId) {
       <dt>Duration</dt><dd>${esc(duration(r))}</dd>
       <dt>Worker</dt><dd>${esc(r.workerId || "–")}</dd>
       <dt>Exit code</dt><dd>${r.hasExitCode ? esc(r.exitCode || 0) : "–"}</dd>
+      <dt>Used</dt><dd id="run-usage">${esc(usage(r))}</dd>
       <dt>Reason</dt><dd>${esc(reason(r) || "–")}${r.error ? ` <span class="muted">${esc(r.error)}</span>` : ""}</dd>`;
   };
   draw(run);

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -18,15 +19,26 @@ import (
 // holds (its credentials, its settings).
 var baseEnvKeys = []string{"PATH", "HOME", "LANG"}
 
+// credentialEnvKeys are what a command never gets of the worker's environment, even
+// when it inherits it all: the worker's token, and where a node's keys are.
+var credentialEnvKeys = map[string]bool{
+	"SHARDCRON_TOKEN": true, "SHARDCRON_TOKEN_FILE": true, "SHARDCRON_NODE_TOKEN": true,
+	"SHARDCRON_SECRETS_KEY_FILE": true, "SHARDCRON_AUTH_FILE": true, "SHARDCRON_TLS_KEY": true,
+}
+
 const defaultPath = "/usr/local/bin:/usr/bin:/bin"
 
 // commandEnv is the environment of a command run: PATH, HOME and LANG of the worker's
-// (all of it when inherit), then the task's env and secret_env, then the SHARDCRON_*
-// variables (exec uses the last value of a repeated key).
+// (all of it but its credentials when inherit), then the task's env and secret_env,
+// then the SHARDCRON_* variables (exec uses the last value of a repeated key).
 func commandEnv(r *run, task *pb.CommandTask, inherit bool) []string {
 	var env []string
 	if inherit {
-		env = os.Environ()
+		for _, kv := range os.Environ() {
+			if k, _, _ := strings.Cut(kv, "="); !credentialEnvKeys[k] {
+				env = append(env, kv)
+			}
+		}
 	} else {
 		for _, k := range baseEnvKeys {
 			if v, ok := os.LookupEnv(k); ok {

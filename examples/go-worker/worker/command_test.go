@@ -19,6 +19,7 @@ func envMap(env []string) map[string]string {
 
 func TestCommandEnvIsAMinimalBaseUnlessInherited(t *testing.T) {
 	t.Setenv("WORKER_ONLY", "worker-value")
+	t.Setenv("SHARDCRON_TOKEN", "the-workers-token")
 	t.Setenv("PATH", "/bin")
 	r := &run{lease: &pb.Lease{RunId: "r1", JobId: "j1", Attempt: 2}, token: 7}
 	task := &pb.CommandTask{Env: map[string]string{"GREETING": "hi"}, SecretEnv: map[string]string{"TOKEN": "s3cr3t"}}
@@ -37,5 +38,8 @@ func TestCommandEnvIsAMinimalBaseUnlessInherited(t *testing.T) {
 	}
 	if env := envMap(commandEnv(r, task, true)); env["WORKER_ONLY"] != "worker-value" || env["TOKEN"] != "s3cr3t" {
 		t.Fatalf("inherit: %v", env)
+	}
+	if _, ok := envMap(commandEnv(r, task, true))["SHARDCRON_TOKEN"]; ok {
+		t.Fatalf("inherit passed the worker's token to the command")
 	}
 }

@@ -86,6 +86,7 @@ class RunReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RUN_REASON_DEADLINE: _ClassVar[RunReason]
     RUN_REASON_SUPERSEDED: _ClassVar[RunReason]
     RUN_REASON_INTERNAL_ERROR: _ClassVar[RunReason]
+    RUN_REASON_OOM_KILLED: _ClassVar[RunReason]
 SCHEDULE_KIND_UNSPECIFIED: ScheduleKind
 SCHEDULE_KIND_IMMEDIATE: ScheduleKind
 SCHEDULE_KIND_AT: ScheduleKind
@@ -138,6 +139,7 @@ RUN_REASON_MISFIRE: RunReason
 RUN_REASON_DEADLINE: RunReason
 RUN_REASON_SUPERSEDED: RunReason
 RUN_REASON_INTERNAL_ERROR: RunReason
+RUN_REASON_OOM_KILLED: RunReason
 
 class Schedule(_message.Message):
     __slots__ = ("kind", "at", "cron", "timezone", "interval", "anchor", "start_at", "end_at", "jitter", "dst_gap", "dst_overlap")
@@ -230,7 +232,7 @@ class ConcurrencyPolicy(_message.Message):
     def __init__(self, max_concurrent: _Optional[int] = ..., overlap: _Optional[_Union[OverlapPolicy, str]] = ...) -> None: ...
 
 class Resources(_message.Message):
-    __slots__ = ("slots", "cpu_millis", "memory_mb", "labels")
+    __slots__ = ("slots", "cpu_millis", "memory_mb", "labels", "pids_limit")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -242,11 +244,13 @@ class Resources(_message.Message):
     CPU_MILLIS_FIELD_NUMBER: _ClassVar[int]
     MEMORY_MB_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
+    PIDS_LIMIT_FIELD_NUMBER: _ClassVar[int]
     slots: int
     cpu_millis: int
     memory_mb: int
     labels: _containers.ScalarMap[str, str]
-    def __init__(self, slots: _Optional[int] = ..., cpu_millis: _Optional[int] = ..., memory_mb: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    pids_limit: int
+    def __init__(self, slots: _Optional[int] = ..., cpu_millis: _Optional[int] = ..., memory_mb: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., pids_limit: _Optional[int] = ...) -> None: ...
 
 class JobSpec(_message.Message):
     __slots__ = ("name", "task", "schedule", "priority", "retry", "timeout", "concurrency", "misfire", "starting_deadline", "resources", "pause_after_failures", "labels")
@@ -314,7 +318,7 @@ class Job(_message.Message):
     def __init__(self, id: _Optional[str] = ..., owner: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., version: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., next_fire_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., next_fire_key: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., consecutive_failures: _Optional[int] = ..., pause_reason: _Optional[str] = ..., schedule_version: _Optional[int] = ...) -> None: ...
 
 class Run(_message.Message):
-    __slots__ = ("id", "job_id", "owner", "fire_key", "fire_at", "due_at", "state", "attempt", "priority", "shard", "worker_id", "lease_token", "lease_expires_at", "created_at", "started_at", "ended_at", "has_exit_code", "exit_code", "reason", "error", "output_bytes", "replayed_from", "dead_letter", "schedule_version", "waiting_reason")
+    __slots__ = ("id", "job_id", "owner", "fire_key", "fire_at", "due_at", "state", "attempt", "priority", "shard", "worker_id", "lease_token", "lease_expires_at", "created_at", "started_at", "ended_at", "has_exit_code", "exit_code", "reason", "error", "output_bytes", "replayed_from", "dead_letter", "schedule_version", "waiting_reason", "usage")
     ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
@@ -340,6 +344,7 @@ class Run(_message.Message):
     DEAD_LETTER_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_VERSION_FIELD_NUMBER: _ClassVar[int]
     WAITING_REASON_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
     id: str
     job_id: str
     owner: str
@@ -365,7 +370,18 @@ class Run(_message.Message):
     dead_letter: bool
     schedule_version: int
     waiting_reason: str
-    def __init__(self, id: _Optional[str] = ..., job_id: _Optional[str] = ..., owner: _Optional[str] = ..., fire_key: _Optional[str] = ..., fire_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., due_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state: _Optional[_Union[RunState, str]] = ..., attempt: _Optional[int] = ..., priority: _Optional[int] = ..., shard: _Optional[int] = ..., worker_id: _Optional[str] = ..., lease_token: _Optional[int] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ended_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., has_exit_code: _Optional[bool] = ..., exit_code: _Optional[int] = ..., reason: _Optional[_Union[RunReason, str]] = ..., error: _Optional[str] = ..., output_bytes: _Optional[int] = ..., replayed_from: _Optional[str] = ..., dead_letter: _Optional[bool] = ..., schedule_version: _Optional[int] = ..., waiting_reason: _Optional[str] = ...) -> None: ...
+    usage: RunUsage
+    def __init__(self, id: _Optional[str] = ..., job_id: _Optional[str] = ..., owner: _Optional[str] = ..., fire_key: _Optional[str] = ..., fire_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., due_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state: _Optional[_Union[RunState, str]] = ..., attempt: _Optional[int] = ..., priority: _Optional[int] = ..., shard: _Optional[int] = ..., worker_id: _Optional[str] = ..., lease_token: _Optional[int] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ended_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., has_exit_code: _Optional[bool] = ..., exit_code: _Optional[int] = ..., reason: _Optional[_Union[RunReason, str]] = ..., error: _Optional[str] = ..., output_bytes: _Optional[int] = ..., replayed_from: _Optional[str] = ..., dead_letter: _Optional[bool] = ..., schedule_version: _Optional[int] = ..., waiting_reason: _Optional[str] = ..., usage: _Optional[_Union[RunUsage, _Mapping]] = ...) -> None: ...
+
+class RunUsage(_message.Message):
+    __slots__ = ("peak_memory_bytes", "cpu_seconds", "limits_enforced")
+    PEAK_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CPU_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    LIMITS_ENFORCED_FIELD_NUMBER: _ClassVar[int]
+    peak_memory_bytes: int
+    cpu_seconds: float
+    limits_enforced: bool
+    def __init__(self, peak_memory_bytes: _Optional[int] = ..., cpu_seconds: _Optional[float] = ..., limits_enforced: _Optional[bool] = ...) -> None: ...
 
 class Fire(_message.Message):
     __slots__ = ("key", "at", "local_time", "skip_reason")

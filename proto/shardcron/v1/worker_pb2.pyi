@@ -119,7 +119,7 @@ class Started(_message.Message):
     def __init__(self, leases: _Optional[_Iterable[_Union[LeaseRef, _Mapping]]] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class RunResult(_message.Message):
-    __slots__ = ("run_id", "fencing_token", "state", "has_exit_code", "exit_code", "reason", "error", "started_at", "ended_at", "job_id")
+    __slots__ = ("run_id", "fencing_token", "state", "has_exit_code", "exit_code", "reason", "error", "started_at", "ended_at", "job_id", "usage")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -130,6 +130,7 @@ class RunResult(_message.Message):
     STARTED_AT_FIELD_NUMBER: _ClassVar[int]
     ENDED_AT_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     fencing_token: int
     state: _types_pb2.RunState
@@ -140,7 +141,8 @@ class RunResult(_message.Message):
     started_at: _timestamp_pb2.Timestamp
     ended_at: _timestamp_pb2.Timestamp
     job_id: str
-    def __init__(self, run_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., state: _Optional[_Union[_types_pb2.RunState, str]] = ..., has_exit_code: _Optional[bool] = ..., exit_code: _Optional[int] = ..., reason: _Optional[_Union[_types_pb2.RunReason, str]] = ..., error: _Optional[str] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ended_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., job_id: _Optional[str] = ...) -> None: ...
+    usage: _types_pb2.RunUsage
+    def __init__(self, run_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., state: _Optional[_Union[_types_pb2.RunState, str]] = ..., has_exit_code: _Optional[bool] = ..., exit_code: _Optional[int] = ..., reason: _Optional[_Union[_types_pb2.RunReason, str]] = ..., error: _Optional[str] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ended_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., job_id: _Optional[str] = ..., usage: _Optional[_Union[_types_pb2.RunUsage, _Mapping]] = ...) -> None: ...
 
 class Results(_message.Message):
     __slots__ = ("results",)

@@ -1,0 +1,462 @@
+"""One run's supervisor: it makes the run's cage and private directory, starts the
+command in them as the run's user, enforces the lease deadline, kills whatever is
+left of the command when the run ends, reports, and removes the cage and directory.
+
+The worker's fork server (``forkserver``) forks one for each run, in a session of its
+own, with three descriptors: a stream socket to the worker (``ctl``) and the write
+ends of the command's stdout and stderr pipes. Over ``ctl`` the worker sends one JSON
+line, the run's configuration (``Config`` below), then any of these lines::
+
+    @T    the lease now ends at T (CLOCK_MONOTONIC seconds); only a later T counts
+    T     stop: SIGTERM every process of the command
+    K     kill: SIGKILL every process of the command
+
+and EOF once it is gone (it closed the socket, or died). The supervisor answers with
+lines of a letter and a JSON object::
+
+    S {"pid": N}                                the command started
+    E {"stage": S, "errno": N, "error": TEXT}   it could not start: nothing runs
+    R {"status": N, "peak_memory_bytes": N, "cpu_seconds": F, "oom_kills": N,
+       "enforced": B, "killed": TEXT}           the run ended; none of it is left
+
+``status`` is ``waitpid``'s status of the command; ``killed`` says why the supervisor
+killed the run on its own ("" when it did not). The worker's socket reaches EOF when
+the supervisor has exited, after removing the run's directory and cage.
+
+Why a supervisor in the cage: the lease deadline must hold whatever happens to the
+worker. The supervisor kills the whole cage at the deadline unless a renewal moved
+it, on its own clock, and at once when the worker's socket ends. It is in the run's
+process group and its freezer cgroup (v1) or cgroup (v2), so nothing freezes or stops
+it apart from its command: whatever stops it stops the command too. It is a child
+subreaper, so every orphan of the command becomes its child (reaped here, and found
+by the fallback's kill), and, as root, the kernel's OOM killer never picks it
+(``oom_score_adj`` -1000, set once its command is spawned, which keeps the value the
+worker had). The command is spawned with ``posix_spawn`` (a vfork) where it runs as
+the worker's user, else by a fork whose child only becomes the run's user and execs.
+
+Config (JSON): ``argv``, ``env``, ``cwd`` ("": the run's directory when it has a user
+of its own, else the worker's), ``uid`` and ``gid`` (null: the worker's own user),
+``home`` (the run's private directory: made 0700 here, with ``tmp`` for ``TMPDIR``
+and the secret files, given to the run's user, removed at the end), ``secrets``
+(files to write, 0400, in ``home/secrets``: name -> text), ``containment``
+(``hosts.Containment.describe``), ``name`` (the run's cage), ``limits``
+(``cage.Limits``), ``deadline`` (CLOCK_MONOTONIC seconds, or null).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .cage import Limits, Used, signal_all, write
+from .hosts import from_description
+
+PR_SET_CHILD_SUBREAPER = 36
+DRAIN_WAIT = 5.0  # seconds the killed processes of a run may take to be gone
+OOM_PROTECTED = "-1000"
+# set back to their default in the command: an ignored signal stays ignored across exec
+# (Python ignores SIGPIPE and SIGXFSZ), and a caught one the spawn must not run
+DEFAULT_SIGNALS = (
+    signal.SIGPIPE,
+    signal.SIGXFSZ,
+    signal.SIGINT,
+    signal.SIGTERM,
+    signal.SIGHUP,
+    signal.SIGCHLD,
+)
+LIBC = ctypes.CDLL(None, use_errno=True)  # loaded once, in the fork server
+
+
+def run(ctl_fd: int, out_fd: int, err_fd: int) -> int:
+    """Supervises one run (the module docstring); its exit status."""
+    os.setsid()
+    ctl = socket.socket(fileno=ctl_fd)
+    ctl.setblocking(True)
+    config, rest = _read_config(ctl)
+    if config is None:  # the worker went away first
+        return 0
+    return Supervisor(ctl, config, out_fd, err_fd, rest).run()
+
+
+def _read_config(ctl: socket.socket) -> tuple[dict[str, Any] | None, bytes]:
+    data = b""
+    while b"\n" not in data:
+        try:
+            more = ctl.recv(1 << 16)
+        except OSError:
+            more = b""
+        if not more:
+            return None, b""
+        data += more
+    line, _, rest = data.partition(b"\n")
+    return json.loads(line), rest
+
+
+class Supervisor:
+    """The supervisor of one run (module docstring)."""
+
+    def __init__(
+        self, ctl: socket.socket, config: dict[str, Any], out_fd: int, err_fd: int, rest: bytes
+    ) -> None:
+        self.ctl = ctl
+        self.config = config
+        self.out_fd, self.err_fd = out_fd, err_fd
+        self.pending = rest  # control lines that came with the configuration
+        self.deadline: float | None = config.get("deadline")
+        self.uid: int | None = config.get("uid")
+        self.home: str = config["home"]
+        self.cage = from_description(config["containment"]).cage(
+            config["name"], own_user=self.uid is not None
+        )
+        self.killed = ""  # why this supervisor killed the run, if it did
+        self.status: int | None = None  # the command's, once reaped
+        self.buf = b""
+
+    def run(self) -> int:
+        wake = _catch_signals()
+        _set_subreaper()
+        try:
+            self.cage.create(Limits(**self.config["limits"]))
+            self.cage.enter_supervisor()
+            self._make_home()
+        except OSError as e:
+            os.close(self.out_fd)
+            os.close(self.err_fd)
+            self._send("E", stage="contain", errno=e.errno or 0, error=str(e))
+            self._clean_up()
+            return 1
+        pid, failure = self._spawn(self.config["env"])
+        os.close(self.out_fd)  # the command holds them now: EOF comes when it is gone
+        os.close(self.err_fd)
+        _protect_from_oom()  # after the spawn: its command keeps the worker's value
+        if failure is not None:
+            self._send("E", **failure)
+            self._clean_up()
+            return 1
+        self._send("S", pid=pid)
+        status = self._watch(pid, wake)
+        if self.cage.pids():  # nothing of the run outlives it
+            self._kill("")
+        self._drain()
+        try:
+            used = self.cage.used()
+        except OSError as e:
+            _say(f"cannot read what run {self.config['name']} used: {e}")
+            used = Used(peak_memory_bytes=0, cpu_seconds=0.0, oom_kills=0)
+        self._send(
+            "R",
+            status=status,
+            peak_memory_bytes=used.peak_memory_bytes,
+            cpu_seconds=used.cpu_seconds,
+            oom_kills=used.oom_kills,
+            enforced=self.cage.enforced,
+            killed=self.killed,
+        )
+        self._clean_up()
+        return 0
+
+    # -- the run -------------------------------------------------------------------------
+
+    def _watch(self, pid: int, wake: int) -> int:
+        """Until the command exits: renewals, stops and kills from the worker, the lease
+        deadline, and the worker's going away. Its wait status."""
+        readers: list[Any] = [self.ctl, wake]
+        self._control(self.pending)
+        while True:
+            status = self._reap(pid)
+            if status is not None:
+                return status
+            timeout = 1.0  # reaps again even if a wake-up were lost
+            if self.deadline is not None and not self.killed:
+                left = self.deadline - time.monotonic()
+                if left <= 0:
+                    self._kill("the lease deadline passed without renewal")
+                    continue
+                timeout = min(timeout, left)
+            ready, _, _ = select.select(readers, [], [], timeout)
+            if wake in ready:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wake, 512)
+            if self.ctl in ready:
+                try:
+                    data = self.ctl.recv(4096)
+                except OSError:
+                    data = b""
+                if not data:
+                    readers.remove(self.ctl)
+                    self._kill("its worker is gone")
+                else:
+                    self._control(data)
+
+    def _control(self, data: bytes) -> None:
+        *lines, self.buf = (self.buf + data).split(b"\n")
+        for line in lines:
+            if line.startswith(b"@"):
+                with contextlib.suppress(ValueError):
+                    at = float(line[1:])
+                    self.deadline = at if self.deadline is None else max(self.deadline, at)
+            elif line == b"T":
+                signal_all(self.cage.pids(), signal.SIGTERM)
+            elif line == b"K":
+                self._kill("")
+
+    def _kill(self, why: str) -> None:
+        if why and not self.killed:
+            self.killed = why
+            _say(f"run {self.config['name']}: {why}; killing every process of it")
+        try:
+            self.cage.kill()
+        except OSError as e:  # a cage that cannot freeze: its processes one by one
+            _say(f"run {self.config['name']}: kill through its cage failed ({e})")
+            signal_all(self.cage.pids(), signal.SIGKILL)
+
+    def _reap(self, pid: int) -> int | None:
+        """Reaps every child that ended (orphans of the command come here too); the
+        command's wait status once it ended."""
+        while True:
+            try:
+                child, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if child == 0:
+                break
+            if child == pid:
+                self.status = status
+        return self.status
+
+    def _drain(self) -> None:
+        """Waits until the killed processes are gone (reaping them), for a while."""
+        deadline = time.monotonic() + DRAIN_WAIT
+        while self.cage.pids() and time.monotonic() < deadline:
+            self._reap(-1)
+            time.sleep(0.001)
+        self._reap(-1)
+
+    # -- starting the command ------------------------------------------------------------
+
+    def _make_home(self) -> None:
+        """The run's private directory, with ``tmp`` and its secrets in it, made here and
+        given to the run's user last, once everything in it is made."""
+        home, uid, gid = self.home, self.uid, self.config.get("gid")
+        if os.path.lexists(home):  # left by a supervisor of this lease that died
+            remove_tree(home)
+        os.mkdir(home, 0o700)
+        made = [home, f"{home}/tmp"]
+        os.mkdir(made[1], 0o700)
+        secrets = self.config.get("secrets") or {}
+        if secrets:
+            made += _write_secrets(f"{home}/secrets", secrets)
+        if uid is not None:
+            for path in reversed(made):  # the directory itself last
+                os.lchown(path, uid, gid)
+
+    def _spawn(self, env: dict[str, str]) -> tuple[int, dict[str, Any] | None]:
+        """Starts the command in the cage, as the run's user: (pid, None), or (0, why it
+        did not start). Its own user's command is spawned with ``posix_spawn`` (a vfork:
+        nothing of this process is copied); one that switches users, or must set the
+        fallback's rlimits, by a fork whose child only does that and execs."""
+        config = self.config
+        argv = config["argv"]
+        cwd = config["cwd"] or (self.home if self.uid is not None else "")
+        stage = "cwd"
+        try:
+            if cwd:
+                os.chdir(cwd)  # this process's own directory matters to nothing else
+            stage = "exec"
+            program = _which(argv[0], env)
+            stage = "contain"
+            self.cage.enter_command()
+        except OSError as e:
+            return 0, {"stage": stage, "errno": e.errno or 0, "error": e.strerror or str(e)}
+        preexec = self.cage.preexec()
+        try:
+            if self.uid is None and preexec is None:
+                pid = os.posix_spawn(
+                    program,
+                    argv,
+                    env,
+                    file_actions=[
+                        (os.POSIX_SPAWN_DUP2, self.out_fd, 1),
+                        (os.POSIX_SPAWN_DUP2, self.err_fd, 2),
+                    ],
+                    setsigdef=DEFAULT_SIGNALS,
+                )
+            else:
+                pid = self._fork_exec(program, argv, env, preexec)
+        except _Failed as e:
+            return 0, e.failure
+        except OSError as e:
+            return 0, {"stage": "exec", "errno": e.errno or 0, "error": e.strerror or str(e)}
+        finally:
+            try:
+                self.cage.leave_command()
+            except OSError as e:
+                _say(f"run {config['name']}: cannot leave its command's cgroups: {e}")
+        return pid, None
+
+    def _fork_exec(
+        self,
+        program: str,
+        argv: list[str],
+        env: dict[str, str],
+        preexec: Callable[[], None] | None,
+    ) -> int:
+        """Forks a child that sets the rlimits, becomes the run's user and execs; its
+        pid, or ``_Failed`` saying which step failed."""
+        r, w = os.pipe()  # close-on-exec: EOF at the exec, or the report of a failure
+        pid = os.fork()
+        if pid == 0:
+            stage = "start"
+            try:
+                os.close(r)
+                for sig in DEFAULT_SIGNALS:
+                    signal.signal(sig, signal.SIG_DFL)
+                os.dup2(self.out_fd, 1)
+                os.dup2(self.err_fd, 2)
+                stage = "contain"
+                if preexec is not None:
+                    preexec()
+                stage = "user"
+                if self.uid is not None:
+                    os.setgroups([])
+                    os.setgid(self.config["gid"])
+                    os.setuid(self.uid)
+                stage = "exec"
+                os.execve(program, argv, env)
+            except OSError as e:
+                os.write(w, f"{stage}:{e.errno or 0}:{e.strerror or e}".encode())
+            finally:
+                os._exit(127)
+        os.close(w)
+        with os.fdopen(r, "rb") as f:
+            report = f.read()
+        if not report:
+            return pid
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+        stage, errno, error = report.decode(errors="replace").split(":", 2)
+        raise _Failed({"stage": stage, "errno": int(errno), "error": error})
+
+    # -- reports and the end -------------------------------------------------------------
+
+    def _send(self, kind: str, **fields: Any) -> None:
+        with contextlib.suppress(OSError):  # a worker that is gone reads nothing
+            self.ctl.sendall(f"{kind} {json.dumps(fields)}\n".encode())
+
+    def _clean_up(self) -> None:
+        try:
+            if os.path.lexists(self.home):
+                remove_tree(self.home)
+        except OSError as e:
+            _say(f"cannot remove {self.home}: {e}")
+        try:
+            self.cage.remove()
+        except OSError as e:
+            _say(f"cannot remove the cage of run {self.config['name']}: {e}")
+
+
+class _Failed(Exception):
+    """A spawn failed; ``failure``: the ``E`` report saying where and why."""
+
+    def __init__(self, failure: dict[str, Any]) -> None:
+        super().__init__(failure["error"])
+        self.failure = failure
+
+
+def _which(name: str, env: dict[str, str]) -> str:
+    """The program ``name`` names, found as ``execvp`` would with the command's own
+    ``PATH``; FileNotFoundError when no directory of it holds one."""
+    if "/" in name:
+        return name
+    for directory in os.get_exec_path(env):
+        path = os.path.join(directory, name)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), name)
+
+
+def _write_secrets(path: str, secrets: dict[str, str]) -> list[str]:
+    """Each secret as a file of its own, 0400, in ``path`` (0500 once written); a name
+    that is not a plain file name is left out (it is in the environment anyway). The
+    paths made."""
+    os.mkdir(path, 0o700)
+    made = [path]
+    for name, value in secrets.items():
+        if _file_name(name):
+            file = f"{path}/{name}"
+            fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o400)
+            try:
+                os.write(fd, value.encode())
+            finally:
+                os.close(fd)
+            made.append(file)
+    os.chmod(path, 0o500)
+    return made
+
+
+def _file_name(name: str) -> bool:
+    """A plain file name (never a path, nor hidden), at most 255 characters."""
+    return (
+        0 < len(name) <= 255
+        and (name[0].isalpha() or name[0] == "_")
+        and all(c.isalnum() or c in "_.-" for c in name)
+        and name.isascii()
+    )
+
+
+def remove_tree(path: str) -> None:
+    """Removes a run's directory, whatever modes its command left in it (a supervisor
+    that is not root cannot otherwise empty a directory it may not write)."""
+
+    def writable_and_again(func: Any, failed: str, _exc: Any) -> None:
+        for d in {os.path.dirname(failed), failed}:
+            with contextlib.suppress(OSError):
+                if os.path.isdir(d) and not os.path.islink(d):
+                    os.chmod(d, 0o700)
+        func(failed)
+
+    shutil.rmtree(path, onerror=writable_and_again)
+
+
+def _catch_signals() -> int:
+    """SIGCHLD wakes the loop (through a pipe); SIGINT, SIGTERM and SIGHUP are caught
+    and do nothing: only the worker, or the end of its socket, ends a run. (Caught, not
+    ignored: an ignored signal would stay ignored in the command across its exec.) The
+    pipe's read end."""
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    os.set_blocking(w, False)
+    signal.set_wakeup_fd(w)
+    for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _nothing)
+    return r
+
+
+def _nothing(signum: int, frame: Any) -> None:
+    """A signal handler that does nothing (the signal still wakes the loop)."""
+
+
+def _set_subreaper() -> None:
+    LIBC.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def _protect_from_oom() -> None:
+    """Root only: the OOM killer never picks this process."""
+    if os.geteuid() == 0:
+        with contextlib.suppress(OSError):
+            write("/proc/self/oom_score_adj", OOM_PROTECTED)
+
+
+def _say(text: str) -> None:
+    print(f"shardcron supervisor {os.getpid()}: {text}", file=sys.stderr, flush=True)
