@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from shardcron.client import limits
+from shardcron.client.dataclass_copies import fast_init
 from shardcron.client.errors import InvalidArgument
-from shardcron.client.frozen import fast_init
 from shardcron.client.types import Resources, RunReason, RunState, RunUsage, Task
 
 

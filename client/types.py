@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Generic, TypeVar
 
-from shardcron.client.frozen import fast_init
+from shardcron.client.dataclass_copies import fast_init
 
 # What ``shardcron.client`` re-exports: the public domain types.
 __all__ = [

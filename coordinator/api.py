@@ -24,8 +24,8 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from shardcron.client import limits
+from shardcron.client.dataclass_copies import copy_with
 from shardcron.client.errors import FailedPrecondition, InvalidArgument, NotFound, ShardcronError
-from shardcron.client.frozen import copy_with
 from shardcron.client.schedule import preview
 from shardcron.client.types import (
     Fire,

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol, runtime_checkable
 
-from shardcron.client.frozen import fast_init
+from shardcron.client.dataclass_copies import fast_init
 from shardcron.client.types import Job, JobState, OutputChunk, Page, Run, RunState
 from shardcron.coordinator.rows import BadRowLog
 

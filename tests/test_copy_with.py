@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from shardcron.client.frozen import copy_with
+from shardcron.client.dataclass_copies import copy_with
 from shardcron.client.types import HandlerTask, Job, JobSpec, JobState, Run, RunState
 from shardcron.coordinator.store import JobProgress
 

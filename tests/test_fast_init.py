@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shardcron.client.frozen import fast_init
+from shardcron.client.dataclass_copies import fast_init
 from shardcron.client.stream import LeaseGrant
 from shardcron.client.types import HandlerTask, Resources
 from tests.support.store_builders import make_job, make_run

@@ -34,7 +34,7 @@ from shardcron.coordinator.store import NewJob
 from shardcron.coordinator.worker_stream import WorkerStreamServicer
 from shardcron.v1 import worker_pb2, worker_pb2_grpc
 from shardcron.worker import CommandExecutor, RunContext
-from shardcron.worker.held import LEASE_SAFETY_MARGIN
+from shardcron.worker.leased_runs import LEASE_SAFETY_MARGIN
 from tests.support.lease_streams import connect, next_of, read, serving
 from tests.support.processes import alive, read_int
 from tests.support.scripted_poller import (

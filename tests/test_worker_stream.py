@@ -338,7 +338,7 @@ async def test_results_and_output_leave_in_messages_a_node_accepts() -> None:
     from shardcron.client.stream import Heartbeat, RunOutcome
     from shardcron.client.types import RunState
     from shardcron.coordinator.service import MAX_MESSAGE_BYTES
-    from shardcron.worker.held import MAX_ERROR_CHARS, bounded_error
+    from shardcron.worker.leased_runs import MAX_ERROR_CHARS, bounded_error
     from shardcron.worker.outbox import Outbox
 
     box = Outbox(linger=0)

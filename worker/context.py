@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from shardcron.client.frozen import fast_init
+from shardcron.client.dataclass_copies import fast_init
 from shardcron.client.types import (
     CommandTask,
     HandlerTask,

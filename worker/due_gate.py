@@ -32,7 +32,7 @@ from shardcron.client.stream import LeaseRef
 
 from .context import ExecResult, stopped_result, utcnow
 from .executor import Launch, at_once
-from .held import HeldRun
+from .leased_runs import HeldRun
 
 
 class DueGate:

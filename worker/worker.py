@@ -56,10 +56,10 @@ from .executor import (
     at_once,
     launcher,
 )
-from .first_step import Resumed, first_step, worker_error
+from .handler_outcomes import Resumed, first_step, worker_error
 from .handlers import HandlerRegistry
 from .handlers import registry as default_registry
-from .held import HeldRun, lapsed, lease_deadline
+from .leased_runs import HeldRun, lapsed, lease_deadline
 from .link import PollerLink
 from .outbox import MAX_HEARTBEAT_LEASES
 from .sandbox import Sandbox, SandboxConfig
@@ -570,7 +570,7 @@ class Worker:
 
     def _after_first_step(self, run: HeldRun, outcome: Coroutine[Any, Any, ExecResult]) -> None:
         """A handler run started by ``on_leases``: its result read, or waited for in a task
-        if its handler did not end in its first step (``first_step``)."""
+        if its handler did not end in its first step (``handler_outcomes.first_step``)."""
         res = first_step(run.ctx.run_id, outcome)
         if isinstance(res, Resumed):
             run.task = asyncio.get_running_loop().create_task(self._settle(run, res))

@@ -32,8 +32,8 @@ from shardcron.client.codec.jobs import (
     task_from_proto,
     task_to_proto,
 )
+from shardcron.client.dataclass_copies import copy_with
 from shardcron.client.errors import InvalidArgument
-from shardcron.client.frozen import copy_with
 from shardcron.client.stream import LeaseGrant, Leases
 from shardcron.v1 import worker_pb2
 

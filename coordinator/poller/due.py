@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from datetime import datetime, timedelta
 
-from shardcron.client.frozen import copy_with
+from shardcron.client.dataclass_copies import copy_with
 from shardcron.client.saturating import saturating_add
 from shardcron.client.types import Job, JobState, RunReason, RunState
 from shardcron.coordinator.metrics import Metrics

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from shardcron.client.frozen import copy_with
+from shardcron.client.dataclass_copies import copy_with
 from shardcron.client.types import (
     Fire,
     Job,

@@ -32,7 +32,7 @@ import dataclasses
 import logging
 from datetime import datetime
 
-from shardcron.client.frozen import copy_with
+from shardcron.client.dataclass_copies import copy_with
 from shardcron.client.stream import CancelOrder
 from shardcron.client.types import Job, JobState, Run, RunReason, RunState
 from shardcron.coordinator.metrics import Metrics

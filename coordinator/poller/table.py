@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import Enum
 
+from shardcron.client.dataclass_copies import copy_with
 from shardcron.client.errors import Unavailable
-from shardcron.client.frozen import copy_with
 from shardcron.client.saturating import saturating_add
 from shardcron.client.types import Job, Run, RunReason, RunState
 from shardcron.coordinator.poller.clock import Clock

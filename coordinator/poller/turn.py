@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardcron.client.frozen import copy_with
+from shardcron.client.dataclass_copies import copy_with
 from shardcron.client.stream import ResultAck
 from shardcron.client.types import OutputChunk, Run
 from shardcron.coordinator.poller.table import Slot

@@ -1,5 +1,5 @@
 """A handler run's outcome read after its handler's first step, with no task of its own
-(``worker/first_step.py``): what ends in that step is read at once; what waits goes on
+(``worker/handler_outcomes.py``): what ends in that step is read at once; what waits goes on
 in a task exactly where it stopped, futures, results and cancels passed through."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from shardcron.client.types import RunReason, RunState
 from shardcron.worker.context import ExecResult
-from shardcron.worker.first_step import Resumed, first_step
+from shardcron.worker.handler_outcomes import Resumed, first_step
 
 DONE = ExecResult(state=RunState.SUCCEEDED)
 
