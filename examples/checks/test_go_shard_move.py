@@ -28,7 +28,7 @@ import pytest
 
 from shardcron.client.types import CommandTask, JobSpec, Run, RunState
 from shardcron.coordinator.ids import utcnow
-from shardcron.coordinator.poller.state import Phase
+from shardcron.coordinator.poller import Phase
 from shardcron.coordinator.sqlite.store import SqliteStore
 from shardcron.coordinator.store import NewJob
 from tests.support.store_builders import make_job, make_run
