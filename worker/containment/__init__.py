@@ -11,6 +11,7 @@ starts light. Its modules:
   a subreaper that kills every descendant), whose limits are not enforced;
 - ``hosts``: which kind a worker uses on this machine, the worker's own subtree of
   it, and the sweep of what workers that died left behind;
-- ``supervisor``: one run's supervisor, in its cage with its command;
-- ``forkserver``: the worker's helper process that forks a supervisor for each run.
+- ``supervisor``: a supervisor of runs, one after another, each time in the run's
+  cage with its command;
+- ``forkserver``: the worker's helper process that forks the supervisors.
 """

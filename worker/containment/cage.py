@@ -83,8 +83,10 @@ class RunCage(Protocol):
         group or session; returns once they are dying (a supervisor reaps them)."""
         ...
 
-    def used(self) -> Used:
-        """What the command used, from the cage's counters."""
+    def used(self, reaped: Used | None = None) -> Used:
+        """What the command used, from the cage's counters; ``reaped``: what the
+        processes its supervisor reaped used, by their own counts (where a cage has no
+        counters of its own, its figures)."""
         ...
 
     def remove(self) -> None:

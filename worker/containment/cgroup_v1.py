@@ -109,7 +109,7 @@ class CgroupV1Cage:
         if os.getpid() in read_pids(f"{freezer}/cgroup.procs"):
             write(f"{os.path.dirname(freezer)}/cgroup.procs", str(os.getpid()))
 
-    def used(self) -> Used:
+    def used(self, reaped: Used | None = None) -> Used:
         memory, cpuacct = self.dirs["memory"], self.dirs["cpuacct"]
         return Used(
             peak_memory_bytes=int(read(f"{memory}/memory.max_usage_in_bytes")),

@@ -96,7 +96,7 @@ class CgroupV2Cage:
         if os.getpid() in read_pids(f"{self.path}/cgroup.procs"):
             write(f"{self.leave}/cgroup.procs", str(os.getpid()))
 
-    def used(self) -> Used:
+    def used(self, reaped: Used | None = None) -> Used:
         path = self.path
         peak = f"{path}/memory.peak"
         return Used(

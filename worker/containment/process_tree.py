@@ -12,8 +12,9 @@ Python in the child: the fallback is slower): ``RLIMIT_AS`` for memory (the
 address space, not the memory used: a program that reserves far more than it touches
 fails early) and ``RLIMIT_NPROC`` for processes, only when the run has a user of its
 own (the limit counts every process of its uid). No CPU quota. What it used comes
-from ``getrusage`` of the descendants it reaped: the peak resident size of the
-largest one, and their CPU time.
+from the rusage of the descendants its supervisor reaped: the peak resident size of the
+largest one, and their CPU time (``wait4``'s, counted by the supervisor as it reaps
+them, run by run).
 """
 
 from __future__ import annotations
@@ -77,13 +78,8 @@ class ProcessTreeCage:
         signal_all(stopped, signal.SIGKILL)
         signal_all(stopped, signal.SIGCONT)
 
-    def used(self) -> Used:
-        ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-        return Used(
-            peak_memory_bytes=ru.ru_maxrss * 1024,
-            cpu_seconds=ru.ru_utime + ru.ru_stime,
-            oom_kills=0,
-        )
+    def used(self, reaped: Used | None = None) -> Used:
+        return reaped or Used(peak_memory_bytes=0, cpu_seconds=0.0, oom_kills=0)
 
     def remove(self) -> None:
         """Nothing to remove."""

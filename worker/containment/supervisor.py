@@ -1,38 +1,51 @@
-"""One run's supervisor: it makes the run's cage and private directory, starts the
-command in them as the run's user, enforces the lease deadline, kills whatever is
-left of the command when the run ends, reports, and removes the cage and directory.
+"""A supervisor of runs: for each run it is given, it makes the run's cage and private
+directory, starts the command in them as the run's user, enforces the lease deadline,
+kills whatever is left of the command when the run ends, reports, and removes the
+cage and directory; then it waits for the next run.
 
-The worker's fork server (``forkserver``) forks one for each run, in a session of its
-own, with three descriptors: a stream socket to the worker (``ctl``) and the write
-ends of the command's stdout and stderr pipes. Over ``ctl`` the worker sends one JSON
-line, the run's configuration (``Config`` below), then any of these lines::
+The worker's fork server (``forkserver``) forks supervisors as the worker needs them,
+each in a session of its own with one descriptor: a stream socket to the worker
+(``ctl``). A supervisor runs one run at a time, and the worker gives it another once
+it said the last one is cleaned up, so that a run costs no process but its command's.
+
+Over ``ctl`` the worker starts a run with the byte ``F``, sent with two descriptors
+(the write ends of the command's stdout and stderr pipes), then one line::
+
+    C {config}    the run's configuration (``Config`` below)
+
+then, while it runs, any of::
 
     @T    the lease now ends at T (CLOCK_MONOTONIC seconds); only a later T counts
     T     stop: SIGTERM every process of the command
     K     kill: SIGKILL every process of the command
 
-and EOF once it is gone (it closed the socket, or died). The supervisor answers with
-lines of a letter and a JSON object::
+Lines that come when no run is supervised are late words about the last one, and are
+dropped. EOF (the worker closed the socket, or died) kills the run being supervised,
+and ends the supervisor once it cleaned up. The supervisor answers with lines of a
+letter and a JSON object::
 
     S {"pid": N}                                the command started
     E {"stage": S, "errno": N, "error": TEXT}   it could not start: nothing runs
     R {"status": N, "peak_memory_bytes": N, "cpu_seconds": F, "oom_kills": N,
        "enforced": B, "killed": TEXT}           the run ended; none of it is left
+    D {}                                        its cage and directory are removed
 
 ``status`` is ``waitpid``'s status of the command; ``killed`` says why the supervisor
-killed the run on its own ("" when it did not). The worker's socket reaches EOF when
-the supervisor has exited, after removing the run's directory and cage.
+killed the run on its own ("" when it did not). After ``D`` the supervisor takes the
+next run, unless this one could not be cleaned up wholly (a process that would not
+die, a cage it could not remove): then it exits, and the worker's socket reaches EOF.
 
 Why a supervisor in the cage: the lease deadline must hold whatever happens to the
 worker. The supervisor kills the whole cage at the deadline unless a renewal moved
-it, on its own clock, and at once when the worker's socket ends. It is in the run's
-process group and its freezer cgroup (v1) or cgroup (v2), so nothing freezes or stops
-it apart from its command: whatever stops it stops the command too. It is a child
+it, on its own clock, and at once when the worker's socket ends. While a run lasts it
+is in the run's freezer cgroup (v1) or cgroup (v2), so nothing freezes or stops it
+apart from its command: whatever stops it stops the command too. It is a child
 subreaper, so every orphan of the command becomes its child (reaped here, and found
 by the fallback's kill), and, as root, the kernel's OOM killer never picks it
-(``oom_score_adj`` -1000, set once its command is spawned, which keeps the value the
-worker had). The command is spawned with ``posix_spawn`` (a vfork) where it runs as
-the worker's user, else by a fork whose child only becomes the run's user and execs.
+(``oom_score_adj`` -1000 but for the moment it spawns a command, which keeps the
+value the worker had). The command is spawned with ``posix_spawn`` (a vfork) where
+it runs as the worker's user, else by a fork whose child only becomes the run's user
+and execs.
 
 Config (JSON): ``argv``, ``env``, ``cwd`` ("": the run's directory when it has a user
 of its own, else the worker's), ``uid`` and ``gid`` (null: the worker's own user),
@@ -78,41 +91,132 @@ DEFAULT_SIGNALS = (
 LIBC = ctypes.CDLL(None, use_errno=True)  # loaded once, in the fork server
 
 
-def run(ctl_fd: int, out_fd: int, err_fd: int) -> int:
-    """Supervises one run (the module docstring); its exit status."""
+def run(ctl_fd: int) -> int:
+    """Supervises the runs the worker gives over ``ctl_fd``, one after another, until
+    its socket ends (the module docstring); the exit status."""
     os.setsid()
-    ctl = socket.socket(fileno=ctl_fd)
-    ctl.setblocking(True)
-    config, rest = _read_config(ctl)
-    if config is None:  # the worker went away first
-        return 0
-    return Supervisor(ctl, config, out_fd, err_fd, rest).run()
+    ctl = Channel(socket.socket(fileno=ctl_fd))
+    wake = _catch_signals()
+    _set_subreaper()
+    origin = Origin()
+    while True:
+        given = ctl.next_run()
+        if given is None:  # the worker is done, or gone
+            return 0
+        config, out_fd, err_fd = given
+        clean = Supervisor(ctl, config, out_fd, err_fd, wake, origin).run()
+        ctl.send("D")
+        if not clean or ctl.eof:
+            return 0
 
 
-def _read_config(ctl: socket.socket) -> tuple[dict[str, Any] | None, bytes]:
-    data = b""
-    while b"\n" not in data:
+class Channel:
+    """The supervisor's end of its socket to the worker: lines in, with the descriptors
+    that come with them, and reports out."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        sock.setblocking(True)
+        self.sock = sock
+        self.buf = b""
+        self.fds: list[int] = []  # received, not yet given to a run
+        self.eof = False
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def receive(self) -> bool:
+        """Reads what came (with any descriptors); False at EOF."""
+        if self.eof:
+            return False
         try:
-            more = ctl.recv(1 << 16)
+            data, fds, _, _ = socket.recv_fds(self.sock, 1 << 16, 8, socket.MSG_CMSG_CLOEXEC)
         except OSError:
-            more = b""
-        if not more:
-            return None, b""
-        data += more
-    line, _, rest = data.partition(b"\n")
-    return json.loads(line), rest
+            data, fds = b"", []
+        self.fds += fds
+        if not data:
+            self.eof = True
+            return False
+        self.buf += data
+        return True
+
+    def controls(self) -> list[bytes]:
+        """The whole control lines received, up to the next run's configuration, if one
+        came (left for ``next_run``)."""
+        lines = []
+        while b"\n" in self.buf and not self.buf.startswith((b"C ", b"FC ")):
+            line, _, self.buf = self.buf.partition(b"\n")
+            lines.append(line)
+        return lines
+
+    def next_run(self) -> tuple[dict[str, Any], int, int] | None:
+        """Waits for the next run: its configuration and the command's stdout and stderr;
+        None once the worker's socket ended."""
+        while True:
+            self.controls()  # late words about the last run
+            if self.buf.startswith(b"F"):
+                self.buf = self.buf[1:]
+            if self.buf.startswith(b"C ") and b"\n" in self.buf:
+                line, _, self.buf = self.buf.partition(b"\n")
+                if len(self.fds) >= 2:
+                    out_fd, err_fd = self.fds[:2]
+                    del self.fds[:2]
+                    return json.loads(line[2:]), out_fd, err_fd
+                self.send("E", stage="supervise", errno=0, error="no output pipes came")
+                self.send("D")
+                continue
+            if not self.receive():
+                for fd in self.fds:
+                    os.close(fd)
+                self.fds = []
+                return None
+
+    def send(self, kind: str, **fields: Any) -> None:
+        with contextlib.suppress(OSError):  # a worker that is gone reads nothing
+            self.sock.sendall(f"{kind} {json.dumps(fields)}\n".encode())
+
+
+class Origin:
+    """What a supervisor's runs change of it for a moment, as it was when it started:
+    its working directory, and its OOM score (a command inherits both)."""
+
+    def __init__(self) -> None:
+        self.cwd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self.protect = os.geteuid() == 0  # root only: an unprivileged one cannot lower it
+        self.oom_score = _read_oom_score() if self.protect else ""
+        self.protected()
+
+    def unprotected(self) -> None:
+        """Before a spawn: the command gets the OOM score the worker had."""
+        if self.protect:
+            _write_oom_score(self.oom_score)
+
+    def protected(self) -> None:
+        """The OOM killer never picks this supervisor."""
+        if self.protect:
+            _write_oom_score(OOM_PROTECTED)
+
+    def back(self) -> None:
+        """After a spawn: back in the supervisor's own directory."""
+        os.fchdir(self.cwd)
 
 
 class Supervisor:
-    """The supervisor of one run (module docstring)."""
+    """The supervision of one run (module docstring)."""
 
     def __init__(
-        self, ctl: socket.socket, config: dict[str, Any], out_fd: int, err_fd: int, rest: bytes
+        self,
+        ctl: Channel,
+        config: dict[str, Any],
+        out_fd: int,
+        err_fd: int,
+        wake: int,
+        origin: Origin,
     ) -> None:
         self.ctl = ctl
         self.config = config
         self.out_fd, self.err_fd = out_fd, err_fd
-        self.pending = rest  # control lines that came with the configuration
+        self.wake = wake  # readable after a signal (SIGCHLD)
+        self.origin = origin
         self.deadline: float | None = config.get("deadline")
         self.uid: int | None = config.get("uid")
         self.home: str = config["home"]
@@ -121,11 +225,12 @@ class Supervisor:
         )
         self.killed = ""  # why this supervisor killed the run, if it did
         self.status: int | None = None  # the command's, once reaped
-        self.buf = b""
+        # what the processes reaped used (wait4): the fallback's figures
+        self.reaped = Used(peak_memory_bytes=0, cpu_seconds=0.0, oom_kills=0)
+        self.clean = True  # nothing of the run is left: this supervisor takes another
 
-    def run(self) -> int:
-        wake = _catch_signals()
-        _set_subreaper()
+    def run(self) -> bool:
+        """Supervises the run to its end and cleans up; True when nothing of it is left."""
         try:
             self.cage.create(Limits(**self.config["limits"]))
             self.cage.enter_supervisor()
@@ -133,28 +238,27 @@ class Supervisor:
         except OSError as e:
             os.close(self.out_fd)
             os.close(self.err_fd)
-            self._send("E", stage="contain", errno=e.errno or 0, error=str(e))
+            self.ctl.send("E", stage="contain", errno=e.errno or 0, error=str(e))
             self._clean_up()
-            return 1
+            return False  # it may be in a cage it could not finish making
         pid, failure = self._spawn(self.config["env"])
         os.close(self.out_fd)  # the command holds them now: EOF comes when it is gone
         os.close(self.err_fd)
-        _protect_from_oom()  # after the spawn: its command keeps the worker's value
         if failure is not None:
-            self._send("E", **failure)
+            self.ctl.send("E", **failure)
             self._clean_up()
-            return 1
-        self._send("S", pid=pid)
-        status = self._watch(pid, wake)
+            return self.clean
+        self.ctl.send("S", pid=pid)
+        status = self._watch(pid)
         if self.cage.pids():  # nothing of the run outlives it
             self._kill("")
         self._drain()
         try:
-            used = self.cage.used()
+            used = self.cage.used(self.reaped)
         except OSError as e:
             _say(f"cannot read what run {self.config['name']} used: {e}")
             used = Used(peak_memory_bytes=0, cpu_seconds=0.0, oom_kills=0)
-        self._send(
+        self.ctl.send(
             "R",
             status=status,
             peak_memory_bytes=used.peak_memory_bytes,
@@ -164,15 +268,16 @@ class Supervisor:
             killed=self.killed,
         )
         self._clean_up()
-        return 0
+        return self.clean
 
     # -- the run -------------------------------------------------------------------------
 
-    def _watch(self, pid: int, wake: int) -> int:
+    def _watch(self, pid: int) -> int:
         """Until the command exits: renewals, stops and kills from the worker, the lease
         deadline, and the worker's going away. Its wait status."""
+        wake = self.wake
         readers: list[Any] = [self.ctl, wake]
-        self._control(self.pending)
+        self._control()
         while True:
             status = self._reap(pid)
             if status is not None:
@@ -184,24 +289,20 @@ class Supervisor:
                     self._kill("the lease deadline passed without renewal")
                     continue
                 timeout = min(timeout, left)
+            if self.ctl.eof:
+                readers = [wake]
             ready, _, _ = select.select(readers, [], [], timeout)
             if wake in ready:
                 with contextlib.suppress(BlockingIOError):
                     os.read(wake, 512)
             if self.ctl in ready:
-                try:
-                    data = self.ctl.recv(4096)
-                except OSError:
-                    data = b""
-                if not data:
-                    readers.remove(self.ctl)
-                    self._kill("its worker is gone")
+                if self.ctl.receive():
+                    self._control()
                 else:
-                    self._control(data)
+                    self._kill("its worker is gone")
 
-    def _control(self, data: bytes) -> None:
-        *lines, self.buf = (self.buf + data).split(b"\n")
-        for line in lines:
+    def _control(self) -> None:
+        for line in self.ctl.controls():
             if line.startswith(b"@"):
                 with contextlib.suppress(ValueError):
                     at = float(line[1:])
@@ -222,26 +323,36 @@ class Supervisor:
             signal_all(self.cage.pids(), signal.SIGKILL)
 
     def _reap(self, pid: int) -> int | None:
-        """Reaps every child that ended (orphans of the command come here too); the
-        command's wait status once it ended."""
+        """Reaps every child that ended (orphans of the command come here too), adding
+        what each used; the command's wait status once it ended."""
         while True:
             try:
-                child, status = os.waitpid(-1, os.WNOHANG)
+                child, status, usage = os.wait4(-1, os.WNOHANG)
             except ChildProcessError:
                 break
             if child == 0:
                 break
+            reaped = self.reaped
+            self.reaped = Used(
+                peak_memory_bytes=max(reaped.peak_memory_bytes, usage.ru_maxrss * 1024),
+                cpu_seconds=reaped.cpu_seconds + usage.ru_utime + usage.ru_stime,
+                oom_kills=0,
+            )
             if child == pid:
                 self.status = status
         return self.status
 
     def _drain(self) -> None:
-        """Waits until the killed processes are gone (reaping them), for a while."""
+        """Waits until the killed processes are gone (reaping them), for a while; one
+        left then makes this supervisor's last run."""
         deadline = time.monotonic() + DRAIN_WAIT
         while self.cage.pids() and time.monotonic() < deadline:
             self._reap(-1)
             time.sleep(0.001)
         self._reap(-1)
+        if self.cage.pids():
+            _say(f"run {self.config['name']}: processes of it would not die")
+            self.clean = False
 
     # -- starting the command ------------------------------------------------------------
 
@@ -272,14 +383,16 @@ class Supervisor:
         stage = "cwd"
         try:
             if cwd:
-                os.chdir(cwd)  # this process's own directory matters to nothing else
+                os.chdir(cwd)  # back to its own once the command is spawned
             stage = "exec"
             program = _which(argv[0], env)
             stage = "contain"
             self.cage.enter_command()
         except OSError as e:
+            self._back()
             return 0, {"stage": stage, "errno": e.errno or 0, "error": e.strerror or str(e)}
         preexec = self.cage.preexec()
+        self.origin.unprotected()
         try:
             if self.uid is None and preexec is None:
                 pid = os.posix_spawn(
@@ -299,11 +412,19 @@ class Supervisor:
         except OSError as e:
             return 0, {"stage": "exec", "errno": e.errno or 0, "error": e.strerror or str(e)}
         finally:
-            try:
-                self.cage.leave_command()
-            except OSError as e:
-                _say(f"run {config['name']}: cannot leave its command's cgroups: {e}")
+            self.origin.protected()
+            self._back()
         return pid, None
+
+    def _back(self) -> None:
+        """Out of the command's cgroups and directory, to where ``enter_supervisor`` left
+        this supervisor; one that cannot go back supervises no other run."""
+        try:
+            self.cage.leave_command()
+            self.origin.back()
+        except OSError as e:
+            _say(f"run {self.config['name']}: cannot leave its command's cgroups: {e}")
+            self.clean = False
 
     def _fork_exec(
         self,
@@ -350,10 +471,6 @@ class Supervisor:
 
     # -- reports and the end -------------------------------------------------------------
 
-    def _send(self, kind: str, **fields: Any) -> None:
-        with contextlib.suppress(OSError):  # a worker that is gone reads nothing
-            self.ctl.sendall(f"{kind} {json.dumps(fields)}\n".encode())
-
     def _clean_up(self) -> None:
         try:
             if os.path.lexists(self.home):
@@ -364,6 +481,7 @@ class Supervisor:
             self.cage.remove()
         except OSError as e:
             _say(f"cannot remove the cage of run {self.config['name']}: {e}")
+            self.clean = False
 
 
 class _Failed(Exception):
@@ -451,11 +569,18 @@ def _set_subreaper() -> None:
     LIBC.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
-def _protect_from_oom() -> None:
-    """Root only: the OOM killer never picks this process."""
-    if os.geteuid() == 0:
+def _read_oom_score() -> str:
+    try:
+        with open("/proc/self/oom_score_adj") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _write_oom_score(value: str) -> None:
+    if value:
         with contextlib.suppress(OSError):
-            write("/proc/self/oom_score_adj", OOM_PROTECTED)
+            write("/proc/self/oom_score_adj", value)
 
 
 def _say(text: str) -> None:
