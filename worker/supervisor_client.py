@@ -228,6 +228,7 @@ class Supervisors:
         self._live: set[Supervised] = set()  # runs not yet cleaned up
         self._closing = False
         self._rested: asyncio.Future[None] | None = None  # done when one is idle again
+        self._waiting = 0  # runs waiting for a supervisor to be idle again
         self.starts = 0  # of the fork server
         self.forks = 0  # supervisors forked
 
@@ -267,9 +268,10 @@ class Supervisors:
 
     async def _give(self, line: bytes, out_w: int, err_w: int) -> Supervised:
         """The run, given to a waiting supervisor; to one about to wait, if one is cleaning
-        up a run that ended (for ``CLEANUP_WAIT`` at most); else to a new one."""
+        up a run that ended and no other run waits for it (for ``CLEANUP_WAIT`` at
+        most); else to a new one."""
         loop = asyncio.get_running_loop()
-        waited = False
+        deadline = loop.time() + CLEANUP_WAIT
         while True:
             while self._idle:
                 link = self._idle.pop()
@@ -279,13 +281,19 @@ class Supervisors:
                 if link.give(supervised, line, out_w, err_w):
                     return supervised
                 link.close()
-            if waited or not any(link.cleaning for link in self._links):
+            left = deadline - loop.time()
+            cleaning = sum(1 for link in self._links if link.cleaning)
+            if left <= 0 or cleaning <= self._waiting:
                 break
             if self._rested is None or self._rested.done():
                 self._rested = loop.create_future()
-            waited = True
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(self._rested), CLEANUP_WAIT)
+            self._waiting += 1
+            try:
+                await asyncio.wait_for(asyncio.shield(self._rested), left)
+            except TimeoutError:
+                break
+            finally:
+                self._waiting -= 1
         link = await self._fork()
         supervised = Supervised(loop, link)
         if not link.give(supervised, line, out_w, err_w):
