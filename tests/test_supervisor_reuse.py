@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 import uuid
@@ -16,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from shardcron.client.types import CommandTask, Resources, RunState
+from shardcron.client.types import CommandTask, Resources, RunReason, RunState
 from shardcron.worker import CommandExecutor, RunContext, supervisor_client
 from shardcron.worker.sandbox import Sandbox, SandboxConfig
 from tests.support.containment import CGROUP_KIND, needs_cgroups, needs_root
@@ -24,6 +25,8 @@ from tests.support.processes import alive
 from tests.support.waiting import until
 
 MIB = 1 << 20
+# a command that touches this many MiB of memory
+HOG = f"exec {sys.executable} -I -S -c 'b = bytearray({{mib}} << 20); b[::4096] = b\"x\" * (len(b) // 4096)'"
 KINDS = [pytest.param(CGROUP_KIND or "cgroup", marks=needs_cgroups, id="cgroup"), "none"]
 Executors = Callable[..., CommandExecutor]
 
@@ -117,12 +120,13 @@ async def test_every_command_gets_the_workers_oom_score_and_its_supervisor_keeps
     assert executor.sandbox.supervisors.forks == 1
 
 
-async def test_the_fallbacks_usage_is_each_runs_own(executors: Executors) -> None:
-    """Without cgroups a run's figures come from the processes its supervisor reaped:
-    a small run after a large one on the same supervisor reports its own peak."""
-    executor = executors("none")
-    big = f"exec {sys.executable} -I -S -c 'b = bytearray(96 << 20); b[::4096] = b\"x\" * (len(b) // 4096)'"
-    large = await executor.execute(run_of(big))
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_runs_usage_is_its_own(executors: Executors, kind: str) -> None:
+    """A small run after a large one on the same supervisor reports its own peak memory
+    and CPU: the cgroup's counters start over (the memory the last run left reclaimed),
+    and the fallback counts what it reaps, run by run."""
+    executor = executors(kind)
+    large = await executor.execute(run_of(HOG.format(mib=96)))
     small = await executor.execute(run_of("true"))
     assert large.usage is not None and small.usage is not None
     assert large.usage.peak_memory_bytes >= 96 * MIB
@@ -132,16 +136,45 @@ async def test_the_fallbacks_usage_is_each_runs_own(executors: Executors) -> Non
 
 
 @needs_cgroups
-async def test_a_run_after_one_killed_at_its_memory_limit_has_the_whole_of_its_own(
-    executors: Executors,
-) -> None:
+async def test_each_run_on_a_kept_cgroup_has_its_own_limits(executors: Executors) -> None:
+    """One supervisor's cgroup, kept from run to run, takes each run's limits whether
+    they rise, fall or go: 200 MiB is killed under 64, fits in 512, is killed under 64
+    again and fits with no limit; each kill is its run's own."""
     executor = executors()
-    hog = f"exec {sys.executable} -I -S -c 'b = bytearray(200 << 20); b[::4096] = b\"x\" * (len(b) // 4096)'"
-    killed = await executor.execute(run_of(hog, resources=Resources(memory_mb=64)))
-    assert killed.state == RunState.FAILED and killed.usage is not None
-    fits = await executor.execute(run_of(hog, resources=Resources(memory_mb=512)))
-    assert fits.state == RunState.SUCCEEDED, fits.error
+    hog = HOG.format(mib=200)
+    expected = [(64, RunState.FAILED), (512, RunState.SUCCEEDED), (64, RunState.FAILED)]
+    expected.append((0, RunState.SUCCEEDED))
+    for memory_mb, state in expected:
+        result = await executor.execute(run_of(hog, resources=Resources(memory_mb=memory_mb)))
+        assert result.state == state, (memory_mb, result.error)
+        if state == RunState.FAILED:
+            assert result.reason == RunReason.OOM_KILLED
+            assert f"memory limit of {memory_mb} MiB" in result.error
+        await until(lambda: executor.sandbox.supervisors.idle == 1, 5.0, "idle again")
     assert executor.sandbox.supervisors.forks == 1
+
+
+@needs_cgroups
+async def test_a_supervisors_cgroups_go_with_it(executors: Executors) -> None:
+    """A supervisor's cgroups are removed when it exits, and by the worker when it dies
+    (SIGKILL while it waits for a run): nothing is left once the sandbox closes."""
+    executor = executors()
+    sandbox = executor.sandbox
+    out = Out()
+    await executor.execute(run_of("echo $PPID", out))
+    supervisor = int(out.stdout)
+    await until(lambda: sandbox.supervisors.idle == 1, 5.0, "idle")
+    (link,) = sandbox.supervisors._idle
+    assert sandbox.containment is not None
+    cage = sandbox.containment.cage(link.cage)
+    dirs = list(cage.dirs.values()) if hasattr(cage, "dirs") else [cage.path]
+    assert all(os.path.isdir(d) for d in dirs)
+    os.kill(supervisor, signal.SIGKILL)
+    await until(lambda: not any(os.path.exists(d) for d in dirs), 5.0, "its cgroups removed")
+    await executor.execute(run_of("true"))
+    subtrees = {os.path.dirname(d) for d in dirs}
+    await sandbox.close()
+    assert not any(os.path.exists(d) for d in subtrees)
 
 
 async def test_words_for_a_run_that_ended_never_reach_the_next(executors: Executors) -> None:

@@ -8,7 +8,8 @@ Per run: ``place`` names the run's cage and directory and picks its user, and gi
 the environment it adds (``HOME`` when the run has a user of its own, ``TMPDIR``,
 ``SHARDCRON_SECRETS_DIR`` when the job has secrets); ``launch`` starts its supervisor
 (``containment.supervisor``) with the rest. ``abandoned`` cleans up after a supervisor
-that went away without doing so.
+that went away without doing so (its cage is killed and removed as soon as the worker
+sees it gone).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 from shardcron.client.limits import DEFAULT_PIDS_LIMIT
 from shardcron.client.types import CommandTask, Resources
 
-from .containment.hosts import Containment, Unusable, choose, run_cage_name, worker_subtree
+from .containment.hosts import Containment, Unusable, choose, run_name, worker_subtree
 from .containment.supervisor import remove_tree
 from .run_users import FixedUser, OwnerUids, OwnUser, RunDirs, RunUser, RunUsers, default_run_dir
 from .supervisor_client import Supervised, Supervisors
@@ -53,7 +54,7 @@ class SandboxConfig:
 
 @dataclass(frozen=True, slots=True)
 class RunPlace:
-    """Where one run lives: its cage's and directory's name, its directory, its user,
+    """Where one run lives: its name (its directory's), its directory, its user,
     and what it adds to the command's environment."""
 
     name: str
@@ -72,7 +73,7 @@ class Sandbox:
         self.containment: Containment | None = None
         self.users: RunUsers = OwnUser()
         self.dirs: RunDirs | None = None
-        self.supervisors = Supervisors()
+        self.supervisors = Supervisors(abandon=self._abandon_cage)
 
     @property
     def opened(self) -> bool:
@@ -126,7 +127,7 @@ class Sandbox:
     def place(self, run_id: str, fencing_token: int, owner: str, task: CommandTask) -> RunPlace:
         """Where the run of this lease lives, and the environment that says so."""
         assert self.dirs is not None, "Sandbox.open first"
-        name = run_cage_name(run_id, fencing_token)
+        name = run_name(run_id, fencing_token)
         home = self.dirs.home(name)
         user = self.users.user_for(owner)
         env = {"TMPDIR": f"{home}/tmp"}
@@ -167,15 +168,19 @@ class Sandbox:
         return await self.supervisors.launch(config)
 
     def abandoned(self, place: RunPlace) -> None:
-        """The run's supervisor went away without ending it: kill and remove its cage
-        and directory from here."""
-        assert self.containment is not None
-        try:
-            self.containment.abandon(place.name)
-        except OSError as e:
-            log.error("run %s: its cage could not be killed and removed: %s", place.name, e)
+        """The run's supervisor went away without ending it (its cage is killed and
+        removed as the worker learns it is gone): remove its directory from here."""
         with contextlib.suppress(FileNotFoundError):
             remove_tree(place.home)
+
+    def _abandon_cage(self, name: str) -> None:
+        """A supervisor exited: kill and remove its cage, if it left one (it died)."""
+        if self.containment is None:
+            return
+        try:
+            self.containment.abandon(name)
+        except OSError as e:
+            log.error("cage %s: it could not be killed and removed: %s", name, e)
 
     async def close(self) -> None:
         await self.supervisors.close()

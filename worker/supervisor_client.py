@@ -25,6 +25,7 @@ import logging
 import os
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +78,11 @@ class Supervised:
         self._link = link
         self._over = False  # its supervisor said the command ended, or never started
 
+    @property
+    def cage(self) -> str:
+        """The name of the cage the run is in."""
+        return self._link.cage
+
     def _report(self, kind: bytes, fields: dict[str, Any]) -> None:
         if kind == b"S" and not self.started.done():
             self.started.set_result(int(fields["pid"]))
@@ -126,9 +132,10 @@ class _Link(asyncio.Protocol):
     """One supervisor process, from the worker's end of its socket: it gives the
     supervisor runs, one at a time, and the supervisor's reports to the run it has."""
 
-    def __init__(self, owner: Supervisors, sock: socket.socket) -> None:
+    def __init__(self, owner: Supervisors, sock: socket.socket, cage: str) -> None:
         self.owner = owner
         self.sock = sock
+        self.cage = cage  # the name of its runs' cage (a plain name: no JSON escapes)
         self.run: Supervised | None = None
         self.gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.idle_timer: asyncio.TimerHandle | None = None
@@ -144,8 +151,9 @@ class _Link(asyncio.Protocol):
         return self.run is not None and self.run._over
 
     def give(self, run: Supervised, config: bytes, out_w: int, err_w: int) -> bool:
-        """Starts ``run`` on this supervisor: its output pipes, then its configuration;
-        False when the supervisor cannot take it (gone, or still behind)."""
+        """Starts ``run`` on this supervisor: its output pipes, then its configuration
+        (``config``: a JSON object, given this supervisor's ``cage``); False when the
+        supervisor cannot take it (gone, or still behind)."""
         transport = self._transport
         if transport is None or transport.is_closing() or transport.get_write_buffer_size():
             return False
@@ -155,7 +163,7 @@ class _Link(asyncio.Protocol):
             self.close()
             return False
         self.run = run
-        transport.write(config)
+        transport.write(b'C {"cage":"%s",%s\n' % (self.cage.encode(), config[1:]))
         return True
 
     def data_received(self, data: bytes) -> None:
@@ -217,8 +225,14 @@ class _ServerProtocol(asyncio.SubprocessProtocol):
 class Supervisors:
     """One worker's fork server, and the supervisors it forked (module docstring)."""
 
-    def __init__(self, *, argv: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        argv: list[str] | None = None,
+        abandon: Callable[[str], None] | None = None,
+    ) -> None:
         self._argv = argv  # None: server_argv(); tests point it elsewhere
+        self._abandon = abandon  # kills and removes a cage by its name
         self._sock: socket.socket | None = None  # our end of the server's socket
         self._proc: _ServerProtocol | None = None
         self._transport: asyncio.SubprocessTransport | None = None
@@ -245,7 +259,7 @@ class Supervisors:
         """Gives one run, with ``config``, to an idle supervisor or a new one; raises
         OSError when there is none (no fork server)."""
         loop = asyncio.get_running_loop()
-        line = b"C " + json.dumps(config, separators=(",", ":")).encode() + b"\n"
+        line = json.dumps(config, separators=(",", ":")).encode()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         try:
@@ -312,9 +326,9 @@ class Supervisors:
             raise
         finally:
             theirs.close()
-        link = _Link(self, ours)
-        self._links.add(link)
         self.forks += 1
+        link = _Link(self, ours, f"supervisor-{self.forks}")
+        self._links.add(link)
         await loop.create_unix_connection(lambda: link, sock=ours)
         return link
 
@@ -334,6 +348,8 @@ class Supervisors:
             link.retire()
 
     def _lost(self, link: _Link) -> None:
+        if self._abandon is not None:  # its cage, if it went away leaving it
+            self._abandon(link.cage)
         self._links.discard(link)
         if link in self._idle:
             self._idle.remove(link)

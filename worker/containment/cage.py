@@ -7,9 +7,10 @@ command), ``enter_command`` just before spawning the command (the supervisor joi
 the rest, so that its child is born in the cage: no code of the cage's need run in
 the child, which can then be spawned without copying the supervisor), and
 ``leave_command`` right after; when the run ends, ``kill`` every process of the
-command, read what it ``used`` and ``remove`` the cage.
+command, read what it ``used`` and ``remove`` the cage, or keep it for the
+supervisor's next run if it is ``reusable``.
 The worker makes the same cage from its name only to kill and remove it when a
-supervisor died without doing so.
+supervisor went away without doing so.
 
 Also the small helpers the kinds share: writing and reading a control file, a CPU
 quota, removing a cgroup, and signalling a list of processes.
@@ -50,6 +51,10 @@ class RunCage(Protocol):
     # True: the limits hold and every process is accounted (a cgroup); False: rlimits at
     # best, the figures estimates (the fallback)
     enforced: bool
+    # True: once a run ended, ``create`` makes it ready for another (limits set again,
+    # counters started over), and it is removed only when no run will use it again;
+    # False: made and removed for each run
+    reusable: bool
 
     def create(self, limits: Limits) -> None:
         """Makes the cage, with its limits; raises OSError when it cannot."""

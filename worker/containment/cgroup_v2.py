@@ -41,6 +41,7 @@ class CgroupV2Cage:
     moves to before it kills the run."""
 
     enforced = True
+    reusable = False
 
     def __init__(self, path: str, leave: str) -> None:
         self.path = path

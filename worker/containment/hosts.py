@@ -50,8 +50,9 @@ def worker_subtree(worker_id: str, pid: int | None = None) -> str:
     return f"{_UNSAFE.sub('_', worker_id)[:64]}@{pid}.{process_start(pid)}"
 
 
-def run_cage_name(run_id: str, fencing_token: int) -> str:
-    """The name of a run's cage and private directory: one per lease."""
+def run_name(run_id: str, fencing_token: int) -> str:
+    """The name of a run's private directory (and of the run in what its supervisor
+    says): one per lease."""
     return f"{_UNSAFE.sub('_', run_id)[:128]}.{fencing_token}"
 
 
@@ -99,9 +100,9 @@ class Containment:
         return ProcessTreeCage(own_user=own_user)
 
     def abandon(self, name: str) -> None:
-        """Kills and removes the cage of run ``name`` from outside it (its supervisor went
-        away). Without cgroups nothing finds the processes of a supervisor that is gone:
-        they were its descendants."""
+        """Kills and removes the cage ``name`` from outside it, if it is there (its
+        supervisor went away). Without cgroups nothing finds the processes of a
+        supervisor that is gone: they were its descendants."""
 
     def sweep(self) -> list[str]:
         """Kills and removes what dead workers left; the subtrees it removed."""
@@ -117,7 +118,8 @@ class _Cgroups(Containment):
     enforced = True
 
     def abandon(self, name: str) -> None:
-        _kill_and_remove(self.cage(name))
+        with contextlib.suppress(FileNotFoundError):  # none left
+            _kill_and_remove(self.cage(name))
 
 
 class CgroupV1(_Cgroups):

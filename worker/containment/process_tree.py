@@ -34,6 +34,7 @@ class ProcessTreeCage:
     own, so ``RLIMIT_NPROC`` counts only its processes (and the owner's other runs')."""
 
     enforced = False
+    reusable = False
 
     def __init__(self, *, own_user: bool = False) -> None:
         self.own_user = own_user

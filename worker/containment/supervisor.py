@@ -52,7 +52,9 @@ of its own, else the worker's), ``uid`` and ``gid`` (null: the worker's own user
 ``home`` (the run's private directory: made 0700 here, with ``tmp`` for ``TMPDIR``
 and the secret files, given to the run's user, removed at the end), ``secrets``
 (files to write, 0400, in ``home/secrets``: name -> text), ``containment``
-(``hosts.Containment.describe``), ``name`` (the run's cage), ``limits``
+(``hosts.Containment.describe``), ``name`` (the run's, for its directory and what the
+supervisor says), ``cage`` (the name of this supervisor's cage: the same for each of
+its runs, made again for each where its kind is not ``reusable``), ``limits``
 (``cage.Limits``), ``deadline`` (CLOCK_MONOTONIC seconds, or null).
 """
 
@@ -72,7 +74,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .cage import Limits, Used, signal_all, write
+from .cage import Limits, RunCage, Used, signal_all, write
 from .hosts import from_description
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -99,15 +101,33 @@ def run(ctl_fd: int) -> int:
     wake = _catch_signals()
     _set_subreaper()
     origin = Origin()
+    cage: RunCage | None = None  # kept from one run to the next, where it may be
     while True:
         given = ctl.next_run()
         if given is None:  # the worker is done, or gone
-            return 0
+            break
         config, out_fd, err_fd = given
-        clean = Supervisor(ctl, config, out_fd, err_fd, wake, origin).run()
+        if cage is None or not cage.reusable:
+            cage = from_description(config["containment"]).cage(
+                config["cage"], own_user=config.get("uid") is not None
+            )
+        clean = Supervisor(ctl, config, cage, out_fd, err_fd, wake, origin).run()
         ctl.send("D")
         if not clean or ctl.eof:
-            return 0
+            break
+    if cage is not None and cage.reusable:
+        _remove_cage(cage, config["cage"])
+    return 0
+
+
+def _remove_cage(cage: RunCage, name: str) -> None:
+    """Removes a cage this supervisor kept (killing what may be left in it)."""
+    try:
+        if cage.pids():
+            cage.kill()
+        cage.remove()
+    except OSError as e:
+        _say(f"cannot remove cage {name}: {e}")
 
 
 class Channel:
@@ -207,6 +227,7 @@ class Supervisor:
         self,
         ctl: Channel,
         config: dict[str, Any],
+        cage: RunCage,
         out_fd: int,
         err_fd: int,
         wake: int,
@@ -220,9 +241,7 @@ class Supervisor:
         self.deadline: float | None = config.get("deadline")
         self.uid: int | None = config.get("uid")
         self.home: str = config["home"]
-        self.cage = from_description(config["containment"]).cage(
-            config["name"], own_user=self.uid is not None
-        )
+        self.cage = cage
         self.killed = ""  # why this supervisor killed the run, if it did
         self.status: int | None = None  # the command's, once reaped
         # what the processes reaped used (wait4): the fallback's figures
@@ -477,6 +496,8 @@ class Supervisor:
                 remove_tree(self.home)
         except OSError as e:
             _say(f"cannot remove {self.home}: {e}")
+        if self.cage.reusable and self.clean:
+            return  # kept for the next run
         try:
             self.cage.remove()
         except OSError as e:
