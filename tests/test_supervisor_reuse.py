@@ -35,8 +35,10 @@ Executors = Callable[..., CommandExecutor]
 async def executors() -> AsyncIterator[Executors]:
     made: list[CommandExecutor] = []
 
-    def make(kind: str = "auto") -> CommandExecutor:
-        sandbox = Sandbox(SandboxConfig(containment=kind), f"reuse-{uuid.uuid4().hex[:6]}")
+    def make(kind: str = "auto", **config: Any) -> CommandExecutor:
+        sandbox = Sandbox(
+            SandboxConfig(containment=kind, **config), f"reuse-{uuid.uuid4().hex[:6]}"
+        )
         made.append(CommandExecutor(sandbox=sandbox))
         return made[-1]
 
@@ -59,7 +61,9 @@ class Out:
 
 def run_of(script: str, out: Out | None = None, **task: Any) -> RunContext:
     resources = task.pop("resources", None)
+    owner = task.pop("owner", "")
     return RunContext(
+        owner=owner,
         run_id=f"r-{uuid.uuid4().hex[:8]}",
         task=CommandTask(argv=("sh", "-c", script), **task),
         on_output=out,
@@ -214,3 +218,53 @@ async def test_closing_the_sandbox_ends_every_supervisor(executors: Executors) -
     assert all(alive(p) for p in pids)
     await executor.sandbox.close()
     await until(lambda: not any(alive(p) for p in pids), 5.0, "supervisors gone")
+
+
+async def test_a_run_finds_its_directory_empty_whatever_the_last_run_left(
+    executors: Executors, tmp_path: Path
+) -> None:
+    """The last run's directory, kept for the next, is emptied however it was left:
+    files, a directory it may not enter, a link out, its ``tmp`` swapped for a link to
+    another directory (which is left alone)."""
+    executor = executors("none")
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep").write_text("mine")
+    messy = (
+        'stat -c %i "$(dirname "$TMPDIR")"; touch "$TMPDIR/a"; mkdir "$TMPDIR/d"; touch "$TMPDIR/d/f"; chmod 000 "$TMPDIR/d"; '
+        'ln -s / "$TMPDIR/root"; h=$(dirname "$TMPDIR"); touch "$h/top"; chmod 777 "$h"; '
+        f'rm -rf "$TMPDIR"; ln -s {victim} "$TMPDIR"'
+    )
+    first = Out()
+    assert (await executor.execute(run_of(messy, first))).state == RunState.SUCCEEDED
+    await until(lambda: executor.sandbox.supervisors.idle == 1, 5.0, "idle")
+    out = Out()
+    look = 'test ! -L "$TMPDIR" && test -d "$TMPDIR" && ls -A "$TMPDIR" "$(dirname "$TMPDIR")"; '
+    look += 'stat -c %a "$(dirname "$TMPDIR")" "$TMPDIR"; stat -c %i "$(dirname "$TMPDIR")"'
+    assert (await executor.execute(run_of(look, out))).state == RunState.SUCCEEDED
+    lines = out.stdout.split()
+    assert lines.pop() == first.stdout.strip()  # the same directory, renamed
+    assert "a" not in lines and "d" not in lines and "root" not in lines and "top" not in lines
+    assert lines[-2:] == ["700", "700"]
+    assert (victim / "keep").read_text() == "mine"
+    assert executor.sandbox.supervisors.forks == 1
+
+
+@needs_root
+async def test_a_kept_directory_is_the_next_owners_alone(executors: Executors) -> None:
+    """Runs of two owners on one supervisor: each finds its directory its own uid's,
+    0700, with nothing of the other's."""
+    executor = executors("none", run_as_range=(231000, 231999))
+    seen = []
+    for owner in ("a", "b", "a"):
+        out = Out()
+        script = 'touch "$HOME/$(id -u)"; ls -A "$HOME"; stat -c "%u %a" "$HOME" "$TMPDIR"; id -u'
+        result = await executor.execute(run_of(script, out, owner=owner))
+        assert result.state == RunState.SUCCEEDED, result.error
+        *listing, home_stat_u, home_mode, tmp_u, tmp_mode, uid = out.stdout.split()
+        assert listing == [uid, "tmp"] or listing == ["tmp", uid]
+        assert home_stat_u == tmp_u == uid and home_mode == tmp_mode == "700"
+        seen.append(uid)
+        await until(lambda: executor.sandbox.supervisors.idle == 1, 5.0, "idle")
+    assert seen[0] == seen[2] != seen[1]
+    assert executor.sandbox.supervisors.forks == 1

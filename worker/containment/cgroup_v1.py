@@ -65,10 +65,11 @@ class CgroupV1Cage:
         run left charged to it reclaimed, these limits, its counters started over."""
         self._limits = limits
         made = 0
-        for d in self._all:
-            with contextlib.suppress(FileExistsError):  # kept, or left by one that died
-                os.mkdir(d)
-                made += 1
+        if self._written is None:  # not made by this cage yet
+            for d in self._all:
+                with contextlib.suppress(FileExistsError):  # left by one that died
+                    os.mkdir(d)
+                    made += 1
         memory, cpu, pids = self.dirs["memory"], self.dirs["cpu"], self.dirs["pids"]
         if made == len(self._all):
             self._written = Limits()  # a new cgroup has no limits
@@ -145,6 +146,7 @@ class CgroupV1Cage:
         )
 
     def remove(self) -> None:
+        self._written = None  # made again if used again
         self._leave_freezer()
         for d in self._all:
             remove_cgroup(d)
