@@ -72,8 +72,10 @@ def wait_ended(
 
 
 class CpuMeter:
-    """CPU seconds used by groups of processes (each with its descendants, except the
-    harness's own process, counted alone) over a span."""
+    """CPU seconds used by groups of processes (each with its descendants, live and
+    reaped, except the harness's own process, counted alone) over a span. A descendant
+    that ended unreaped by a process of the tree (its parent ignored SIGCHLD) is not
+    counted."""
 
     def __init__(self, roles: dict[str, Iterable[int]]) -> None:
         self._roles = {role: list(pids) for role, pids in roles.items()}
@@ -96,7 +98,9 @@ class CpuMeter:
                     seen.add(p.pid)
                     with contextlib.suppress(psutil.Error):
                         t = p.cpu_times()
-                        total += t.user + t.system
+                        # and its children it reaped: a worker's commands, spawned and
+                        # waited for by their supervisors, are counted there
+                        total += t.user + t.system + t.children_user + t.children_system
         return total
 
     def start(self) -> None:
