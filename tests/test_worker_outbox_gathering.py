@@ -1,7 +1,8 @@
 """How long a worker's starts, results and credit limits wait for company (``Outbox``):
 with slots to spare they gather into few messages, a run's Started dropped when its
 result goes in the same flush; with slots scarce they go at once, so a poller waiting
-for the slots they free is not kept waiting."""
+for the slots they free is not kept waiting, unless results are streaming in: then a
+short wait gives each message company."""
 
 from __future__ import annotations
 
@@ -132,3 +133,30 @@ def test_reports_wait_only_while_no_poller_waits_for_slots() -> None:
     assert link._reports_can_wait()
     owner.spare = False  # pollers asked for more slots than are free
     assert not link._reports_can_wait()
+
+
+async def test_with_slots_scarce_results_coming_fast_gather_and_a_lone_one_does_not() -> None:
+    """Slots scarce: results that have been coming faster than two to a gathering window
+    wait for company (a freed slot waits that long at most); one after a pause goes at
+    once."""
+    box = Outbox(patient=lambda: False, gather=LONG, scarce_gather=0.2)
+    for i in range(4):  # a stream of results, 10 ms apart
+        box.result(outcome(i))
+        await asyncio.sleep(0.01)
+    box._results.clear()  # as if they went; the pace is remembered
+    box.result(outcome(10))
+    taking = take(box)
+    await asyncio.sleep(0.05)
+    assert not taking.done()  # gathering
+    box.result(outcome(11))
+    sent = await asyncio.wait_for(taking, 5)
+    assert [o.run_id for o in sent[0].outcomes] == ["r10", "r11"]
+    await asyncio.sleep(0.4)  # a pause: the next result is alone
+    box.result(outcome(12))
+    await asyncio.sleep(0.3)
+    box.result(outcome(13))
+    sent = await asyncio.wait_for(take(box), 0.1)
+    assert [o.run_id for o in sent[0].outcomes] == ["r12", "r13"]
+    box.result(outcome(14))
+    sent = await asyncio.wait_for(take(box), 0.1)  # sent at once, not after 0.2 s
+    assert [o.run_id for o in sent[0].outcomes] == ["r14"]
