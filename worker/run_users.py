@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Protocol
 
 from .containment.hosts import subtree_worker_alive
-from .containment.supervisor import remove_tree
+from .containment.run_home import remove_tree
 
 log = logging.getLogger(__name__)
 

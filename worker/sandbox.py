@@ -25,7 +25,7 @@ from shardcron.client.limits import DEFAULT_PIDS_LIMIT
 from shardcron.client.types import CommandTask, Resources
 
 from .containment.hosts import Containment, Unusable, choose, run_name, worker_subtree
-from .containment.supervisor import remove_tree
+from .containment.run_home import remove_tree
 from .run_users import FixedUser, OwnerUids, OwnUser, RunDirs, RunUser, RunUsers, default_run_dir
 from .supervisor_client import Supervised, Supervisors
 

@@ -13,5 +13,7 @@ starts light. Its modules:
   it, and the sweep of what workers that died left behind;
 - ``supervisor``: a supervisor of runs, one after another, each time in the run's
   cage with its command;
+- ``run_home``: a run's private directory (its ``HOME``, ``TMPDIR`` and secret files),
+  made, emptied and kept for the supervisor's next run, or removed;
 - ``forkserver``: the worker's helper process that forks the supervisors.
 """
