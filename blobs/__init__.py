@@ -20,6 +20,7 @@ from shardcron.blobs.errors import (
     InvalidBlobKey,
 )
 from shardcron.blobs.store import BlobEntry, BlobInfo, BlobReader, BlobStore, ByteRange, Written
+from shardcron.blobs.urls import BlobStoreOptions, open_blob_store
 
 __all__ = [
     "BlobDigestMismatch",
@@ -29,8 +30,10 @@ __all__ = [
     "BlobRangeNotSatisfiable",
     "BlobReader",
     "BlobStore",
+    "BlobStoreOptions",
     "BlobStoreUnavailable",
     "ByteRange",
     "InvalidBlobKey",
     "Written",
+    "open_blob_store",
 ]
