@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 PROTOS := $(wildcard proto/shardcron/v1/*.proto)
 DEV_ARGS ?=
 
-.PHONY: install servers promtool browser dev test test-clients cluster cluster-down cluster-reset proto proto-check lint fmt clean bench
+.PHONY: install servers s3-gateway promtool browser dev test test-clients cluster cluster-down cluster-reset proto proto-check lint fmt clean bench
 
 install: $(STAMP)
 
@@ -75,11 +75,17 @@ servers:
 	python3 -m deploy ensure-tools
 	python3 -m deploy fetch all
 
+# The S3-compatible service (the Versity S3 gateway) the blob store's tests run against:
+# built once with `go install` (about 2 minutes) into ~/.cache/shardcron/bin; needs Go >= 1.25
+# (golang-go is apt-installed when no go is found).
+s3-gateway:
+	python3 -m deploy fetch versitygw
+
 # promtool (Debian's prometheus package): tests check deploy/prometheus/ and real scrapes with it.
 promtool:
 	@command -v promtool >/dev/null || { apt-get update -q && apt-get install -y -q prometheus; }
 
-test: install proto-check servers promtool browser
+test: install proto-check servers s3-gateway promtool browser
 	$(VENV)/bin/pytest -q --ignore=tests/cluster
 	$(VENV)/bin/pytest -q tests/cluster
 	$(MAKE) test-clients

@@ -1,8 +1,8 @@
-"""Real ZooKeeper and Cassandra on this machine: fetch, configure, start, wait, stop.
+"""Real ZooKeeper, Cassandra and an S3 gateway on this machine: fetch, start, wait, stop.
 
 The one place that knows how shardcron runs its real backing servers on a
 development or CI machine: no Docker, no tarballs, only Maven Central jars started
-as plain ``java`` processes. Standard library only, so it runs (``make servers``)
+as plain ``java`` processes, and the Versity S3 gateway built from its Go module. Standard library only, so it runs (``make servers``)
 before the project's virtualenv exists.
 
 Command line, from the repository root (see ``--help`` of each)::
@@ -14,6 +14,9 @@ Command line, from the repository root (see ``--help`` of each)::
     python3 -m deploy {zookeeper|cassandra} {stop|status} --dir DIR
     python3 -m deploy {zookeeper|cassandra} {kill-node|start-node} --dir DIR --node N
     python3 -m deploy {stop|status} --dir DIR        # both kinds found in DIR
+    python3 -m deploy fetch versitygw                 # go install, once (~2 minutes)
+    python3 -m deploy versitygw start --dir DIR [--port 7070] [--bucket NAME]...
+    python3 -m deploy versitygw stop --dir DIR
 
 From Python (pytest fixtures)::
 
@@ -30,7 +33,8 @@ Modules: ``tools`` (java, maven, jar fetch, CDS archive path), ``process``
 every cluster shares), ``zookeeper`` and ``cassandra`` (the two kinds; their
 poms and JVM files are in the ``zookeeper/`` and ``cassandra/`` directories next
 to them), ``cluster`` (a whole local shardcron cluster, ``make cluster``) and
-``__main__`` (the command line).
+``versitygw`` (the S3 gateway the blob store's tests use) and ``__main__`` (the
+command line).
 """
 
 from deploy.cassandra import Cassandra, ensure_cds_archive
@@ -39,6 +43,7 @@ from deploy.errors import ServerError, log
 from deploy.nodes import Cluster
 from deploy.process import pid_alive, port_open, spawn_detached
 from deploy.tools import ensure_tools, fetch
+from deploy.versitygw import VersityGateway, fetch_versitygw
 from deploy.zookeeper import ZooKeeper, zk_mode
 
 __all__ = [
@@ -46,11 +51,13 @@ __all__ = [
     "Cluster",
     "Cql",
     "ServerError",
+    "VersityGateway",
     "ZooKeeper",
     "cql_release_version",
     "ensure_cds_archive",
     "ensure_tools",
     "fetch",
+    "fetch_versitygw",
     "log",
     "pid_alive",
     "port_open",

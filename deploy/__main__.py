@@ -1,4 +1,4 @@
-"""Fetch, configure, start, health-wait and stop real ZooKeeper and Cassandra.
+"""Fetch, configure, start, health-wait and stop real ZooKeeper, Cassandra and versitygw.
 
 The command line of the deploy package (``python3 -m deploy --help``); it only
 calls the package, and prints a start's connect string or contact points on
@@ -17,6 +17,7 @@ from deploy.cassandra import Cassandra, ensure_cds_archive
 from deploy.errors import ServerError, log
 from deploy.nodes import Cluster
 from deploy.tools import KINDS, ensure_tools, fetch
+from deploy.versitygw import VersityGateway, fetch_versitygw
 from deploy.zookeeper import ZooKeeper
 
 
@@ -47,8 +48,17 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python3 -m deploy", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("ensure-tools", help="apt-get install java 17 and maven if missing")
-    fetch_p = sub.add_parser("fetch", help="download server jars into the cache")
-    fetch_p.add_argument("what", nargs="?", default="all", choices=[*KINDS, "all"])
+    fetch_p = sub.add_parser(
+        "fetch", help="download server jars (all: both kinds), or build versitygw, into the cache"
+    )
+    fetch_p.add_argument("what", nargs="?", default="all", choices=[*KINDS, "all", "versitygw"])
+    gateway = sub.add_parser("versitygw", help="an S3-compatible gateway serving DIR/data")
+    gateway_actions = gateway.add_subparsers(dest="action", required=True)
+    gateway_start = gateway_actions.add_parser("start", help="start it and wait; prints its URL")
+    gateway_start.add_argument("--dir", required=True)
+    gateway_start.add_argument("--port", type=int, default=7070)
+    gateway_start.add_argument("--bucket", action="append", default=[], help="a bucket to make")
+    gateway_actions.add_parser("stop").add_argument("--dir", required=True)
     grace_help = "seconds between SIGTERM and SIGKILL (0: SIGKILL at once)"
     for name in ("stop", "status"):
         p = sub.add_parser(name, help=f"{name} every cluster recorded in DIR")
@@ -89,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "ensure-tools":
             ensure_tools()
+        elif args.command == "fetch" and args.what == "versitygw":
+            print(fetch_versitygw())
         elif args.command == "fetch":
             for kind in KINDS if args.what == "all" else (args.what,):
                 print(fetch(kind))
@@ -101,6 +113,12 @@ def main(argv: list[str] | None = None) -> int:
             for kind in kinds:
                 cluster = _cluster_from_dir(kind, args.dir)
                 cluster.stop(args.grace) if args.command == "stop" else _print_status(cluster)
+        elif args.command == "versitygw":
+            gateway = VersityGateway(args.dir, port=getattr(args, "port", 0))
+            if args.action == "start":
+                print(gateway.start(buckets=args.bucket).endpoint)
+            else:
+                gateway.stop()
         elif args.action == "start":
             if args.command == "zookeeper":
                 zk = ZooKeeper(args.dir, nodes=args.nodes, port=args.port).start()

@@ -8,6 +8,9 @@
   named by ``SHARDCRON_TEST_CASSANDRA``, or one started on first use);
   ``cassandra_session_cleanup`` stops a node the session started, at its end.
 - ``sqlite_store``: an open, empty SQLite store with the builders' shard count.
+- ``s3_gateway``: one Versity S3 gateway (an S3-compatible service) for the whole
+  session, started on first use on a free port with the bucket
+  ``tests.support.blob_stores.BUCKET``, and stopped at the session's end.
 - ``zk_admin``: a ZooKeeper client of the test's chroot; ``zk_cluster``: several
   coordinations of one cluster on it (tests/support/zk_cluster.py).
 - ``poller``: a real poller on ``sqlite_store``, built as the ``poller_setup`` fixture
@@ -30,13 +33,14 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from deploy import ZooKeeper
+from deploy import VersityGateway, ZooKeeper
 from shardcron.coordinator.cassandra.store import CassandraStore
 from shardcron.coordinator.ids import utcnow
 from shardcron.coordinator.poller import Poller, PollerConfig
 from shardcron.coordinator.sqlite.store import SqliteStore
 from shardcron.coordinator.worker_stream import WorkerStreamServicer
 from shardcron.v1 import worker_pb2_grpc
+from tests.support.blob_stores import BUCKET
 from tests.support.cassandra import cassandra_backend, stop_cassandra
 from tests.support.lease_streams import serving
 from tests.support.pollers import FakeClock, PollerSetup, on_fake_clock, running_poller
@@ -54,6 +58,17 @@ def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeper]:
         yield zk
     finally:
         zk.stop(grace=5)
+
+
+@pytest.fixture(scope="session")
+def s3_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VersityGateway]:
+    """One S3-compatible service for the whole test session (tests/support/blob_stores.py)."""
+    gateway = VersityGateway(tmp_path_factory.mktemp("versitygw"))
+    gateway.start(buckets=[BUCKET])
+    try:
+        yield gateway
+    finally:
+        gateway.stop()
 
 
 @pytest.fixture
