@@ -19,8 +19,9 @@ from shardcron.blobs.errors import (
     BlobStoreUnavailable,
     InvalidBlobKey,
 )
+from shardcron.blobs.s3_options import BlobStoreOptions
 from shardcron.blobs.store import BlobEntry, BlobInfo, BlobReader, BlobStore, ByteRange, Written
-from shardcron.blobs.urls import BlobStoreOptions, open_blob_store
+from shardcron.blobs.urls import open_blob_store
 
 __all__ = [
     "BlobDigestMismatch",

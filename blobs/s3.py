@@ -72,6 +72,7 @@ from shardcron.blobs.keys import (
     encode_page_token,
     is_key,
 )
+from shardcron.blobs.s3_options import BlobStoreOptions
 from shardcron.blobs.store import (
     MAX_LIST_PAGE,
     READ_CHUNK,
@@ -83,7 +84,6 @@ from shardcron.blobs.store import (
     check_listing,
     exists,
 )
-from shardcron.blobs.urls import BlobStoreOptions
 from shardcron.client.errors import InvalidArgument
 from shardcron.client.limits import clip
 from shardcron.client.types import Page

@@ -9,14 +9,14 @@ import pytest
 
 from shardcron.blobs.files import FileBlobStore
 from shardcron.blobs.s3 import S3BlobStore
-from shardcron.blobs.urls import (
+from shardcron.blobs.s3_options import (
     ENV_ACCESS_KEY_FILE,
     ENV_ENDPOINT,
     ENV_REGION,
     ENV_SECRET_KEY_FILE,
     BlobStoreOptions,
-    blob_store_for,
 )
+from shardcron.blobs.urls import blob_store_for
 
 
 def test_a_file_url_names_a_directory() -> None:

@@ -28,8 +28,8 @@ import pytest
 from deploy import VersityGateway
 from shardcron.blobs.files import FileBlobStore
 from shardcron.blobs.s3 import S3BlobStore
+from shardcron.blobs.s3_options import MIN_PART_SIZE, BlobStoreOptions
 from shardcron.blobs.store import BlobStore
-from shardcron.blobs.urls import MIN_PART_SIZE, BlobStoreOptions
 
 BUCKET = "shardcron-test"
 PART_SIZE = MIN_PART_SIZE  # the smallest S3 takes: multipart uploads at a few MiB
