@@ -120,12 +120,15 @@ def test_other_owners_cannot_read_it(dev: DevServer, big: tuple[Client, str, str
         list(other.read_output(run_id, limit=10))
 
 
-def test_a_limit_with_follow_is_refused_naming_the_field(
-    dev: DevServer, big: tuple[Client, str, str]
+@pytest.mark.parametrize(
+    "ask", [{"follow": True, "limit": 10}, {"limit": -1}, {"limit": 1 << 53}], ids=str
+)
+def test_a_bad_limit_is_refused_naming_the_field(
+    big: tuple[Client, str, str], ask: dict[str, int]
 ) -> None:
     c, run_id, _ = big
     with pytest.raises(InvalidArgument) as e:
-        list(c.read_output(run_id, follow=True, limit=10))
+        list(c.read_output(run_id, **ask))  # type: ignore[arg-type]
     assert e.value.field == "limit"
 
 
