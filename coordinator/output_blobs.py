@@ -18,10 +18,12 @@ shard move) lists its parts and goes on after the last.
 **Bounds and failures.** An attempt keeps at most ``limit_bytes``; a write that fails
 or takes longer than ``write_timeout`` ends the attempt's parts, and no write is tried
 for ``retry_after`` (those attempts' parts end at once). Either way the run
-goes on, the job store keeps the tail as ever, and the cut is said in that tail, once
-(``take`` and ``finish`` return the notice for the edge to add): "output truncated:
-...". A buffer waits for its write, so a slow store holds back the worker's stream (and
-the command's pipe) by ``write_timeout`` at most, once per ``retry_after``.
+goes on, the job store keeps the tail as ever, and the cut is said in that tail when it
+happens and again at the run's end (``take`` and ``finish`` return the notice for the
+edge to add): "output truncated: ...". A buffer waits for its write, so a slow store
+holds back the worker's stream (and the command's pipe) by ``write_timeout`` at most,
+once per ``retry_after``. The limit is the job's (``resources.output_limit_bytes``,
+which the poller gives with the owner), else the node's ``limit_bytes``.
 
 **Reading** (``read``): bytes below the end of the parts come from the parts (ranges of
 the blobs); bytes past it from the job store's tail, which numbers the same bytes
@@ -41,6 +43,7 @@ from dataclasses import dataclass, field
 from shardcron.blobs.errors import BlobStoreUnavailable
 from shardcron.blobs.layout import OutputStream, output_part_key, output_prefix
 from shardcron.blobs.store import BlobStore, ByteRange
+from shardcron.client.limits import MAX_OUTPUT_LIMIT
 from shardcron.client.stream import OutputPiece
 from shardcron.client.types import OutputChunk, Run
 from shardcron.coordinator.store import JobStore
@@ -49,7 +52,7 @@ log = logging.getLogger("shardcron.output")
 
 TAIL_BYTES = 64 << 10  # the job store's tail of a run's output, beside a blob store
 DEFAULT_LIMIT_BYTES = 1 << 30  # what one attempt keeps in the blob store
-MAX_LIMIT_BYTES = 1 << 40
+MAX_LIMIT_BYTES = MAX_OUTPUT_LIMIT
 READ_BYTES = 4 << 20  # the most one ``read`` returns
 READ_CHUNK = 1 << 20  # the most one chunk it returns holds
 
@@ -127,8 +130,9 @@ class OutputBlobs:
 
     # --- writing --------------------------------------------------------------------
 
-    async def take(self, owner: str, piece: OutputPiece) -> bytes:
-        """Adds ``piece`` to its attempt's output; returns the notice to add to the run's
+    async def take(self, owner: str, piece: OutputPiece, *, limit: int = 0) -> bytes:
+        """Adds ``piece`` to its attempt's output, of which ``limit`` bytes are kept (its
+        job's; 0: the node's ``limit_bytes``); returns the notice to add to the run's
         tail when this cut its output (else ``b""``)."""
         key = (piece.run_id, piece.fencing_token)
         attempt = self._attempts.get(key)
@@ -140,7 +144,7 @@ class OutputBlobs:
         attempt.seen = now
         if attempt.cut or not piece.data:
             return b""
-        limit = self.config.limit_bytes
+        limit = limit or self.config.limit_bytes
         data = piece.data
         if attempt.kept + len(data) > limit:
             data = data[: limit - attempt.kept]
@@ -168,12 +172,13 @@ class OutputBlobs:
 
     async def finish(self, run_id: str, token: int) -> bytes:
         """The attempt's result arrived: its buffer is written and its state dropped.
-        Returns the notice to add to the run's tail when this write cut its output."""
+        Returns the notice to add to the run's tail when its output was cut (again: the
+        one said when it was cut may have left the tail since), else ``b""``."""
         attempt = self._attempts.pop((run_id, token), None)
         if attempt is None:
             return b""
-        failed = await self._flush(attempt)
-        return notice(attempt.cut) if failed else b""
+        await self._flush(attempt)
+        return notice(attempt.cut) if attempt.cut else b""
 
     async def _flush(self, attempt: _Attempt) -> bool:
         """Writes the attempt's buffer as parts; True when a write failed just now (the
@@ -182,7 +187,7 @@ class OutputBlobs:
             segments, attempt.segments = attempt.segments, []
             size, attempt.buffered = attempt.buffered, 0
             self._buffered -= size
-            if not segments or attempt.cut and attempt.next_part is None:
+            if not segments:
                 return False
             try:
                 if time.monotonic() < self._down_until:

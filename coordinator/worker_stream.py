@@ -64,8 +64,9 @@ SILENCE_RECHECK = 0.05  # seconds: a second look before a silent worker's stream
 CONNECT_METHOD = "/shardcron.v1.WorkerService/Connect"  # the lease stream, as auth names it
 
 
-# whose run's output a stream sends under a token, when it counts (else ""): the poller's
-OutputOwner = Callable[["WorkerOutbox", str, int], str]
+# whose run's output a stream sends under a token, and its job's output limit (0: the
+# node's), when it counts (else None): the poller's
+OutputOwner = Callable[["WorkerOutbox", str, int], tuple[str, int] | None]
 # (lease generation, carries leases, message), the end of the stream, or a failure
 _Item = tuple[int, bool, worker_pb2.PollerMessage] | ShardcronError | None
 
@@ -352,9 +353,9 @@ class LeaseStream:
             self._submit(WorkerMessage(link=self.outbox, event=Output(pieces=tuple(notices))))
             return event
         for piece in event.pieces:
-            owner = owner_of(self.outbox, piece.run_id, piece.fencing_token)
-            if owner:
-                cut = await blobs.take(owner, piece)
+            holder = owner_of(self.outbox, piece.run_id, piece.fencing_token)
+            if holder is not None:
+                cut = await blobs.take(holder[0], piece, limit=holder[1])
                 if cut:
                     notices.append(_notice(piece.run_id, piece.fencing_token, cut))
         return Output(pieces=event.pieces + tuple(notices)) if notices else event

@@ -145,7 +145,7 @@ def test_job_create_sends_the_exact_spec() -> None:
             "--backoff-multiplier", "1.5", "--max-backoff", "1m", "--timeout", "30s",
             "--max-concurrent", "2", "--overlap", "forbid", "--misfire", "run-all",
             "--starting-deadline", "5m", "--slots", "2", "--cpu", "500", "--memory", "256",
-            "--pids-limit", "64",
+            "--pids-limit", "64", "--output-limit", "1048576",
             "--require-label", "gpu=a100", "--label", "team=data", "--label", "tier=1",
             "--pause-after-failures", "4", "--idempotency-key", "k1",
             "--env", "A=1", "--env", "B=x=y", "--cwd", "/srv",
@@ -186,7 +186,12 @@ def test_job_create_sends_the_exact_spec() -> None:
         misfire=MisfirePolicy.RUN_ALL,
         starting_deadline=timedelta(minutes=5),
         resources=Resources(
-            slots=2, cpu_millis=500, memory_mb=256, labels={"gpu": "a100"}, pids_limit=64
+            slots=2,
+            cpu_millis=500,
+            memory_mb=256,
+            labels={"gpu": "a100"},
+            pids_limit=64,
+            output_limit_bytes=1 << 20,
         ),
         pause_after_failures=4,
         labels={"team": "data", "tier": "1"},

@@ -102,7 +102,7 @@ async def test_parts_go_on_after_a_restart_of_the_node(
     await second.stop()
 
 
-async def test_the_limit_cuts_the_output_and_says_so_once(
+async def test_the_limit_cuts_the_output_and_says_so_then_and_at_the_end(
     tmp_path: Path, sqlite_store: SqliteStore
 ) -> None:
     limited = OutputBlobs(
@@ -113,9 +113,18 @@ async def test_the_limit_cuts_the_output_and_says_so_once(
     said = await limited.take(OWNER, piece(5, b"k" * 1000))
     assert b"output truncated: the limit of 1200 bytes" in said
     assert await limited.take(OWNER, piece(5, b"k" * 1000)) == b""
-    assert await limited.finish(RUN_ID, 5) == b""
+    assert b"the limit of 1200 bytes" in await limited.finish(RUN_ID, 5)  # said at the end too
     assert await whole(limited, sqlite_store, 5) == b"k" * 1200
     await limited.stop()
+
+
+async def test_a_jobs_own_limit_is_kept_over_the_nodes(
+    blobs: OutputBlobs, sqlite_store: SqliteStore
+) -> None:
+    said = await blobs.take(OWNER, piece(9, b"j" * 50), limit=20)
+    assert b"output truncated: the limit of 20 bytes" in said
+    await blobs.finish(RUN_ID, 9)
+    assert await whole(blobs, sqlite_store, 9) == b"j" * 20
 
 
 async def test_a_failing_blob_store_cuts_the_output_says_so_and_never_raises(
@@ -131,7 +140,7 @@ async def test_a_failing_blob_store_cuts_the_output_says_so_and_never_raises(
     said = await failing.take(OWNER, piece(6, b"lost" * 250))
     assert b"output truncated: blob store unavailable" in said
     assert await failing.take(OWNER, piece(6, b"more")) == b""
-    assert await failing.finish(RUN_ID, 6) == b""
+    assert b"blob store unavailable" in await failing.finish(RUN_ID, 6)
     # another attempt meanwhile is cut at its first part, without waiting on the store
     said = await failing.take(OWNER, piece(8, b"next" * 250))
     assert b"output truncated: blob store unavailable" in said

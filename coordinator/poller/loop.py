@@ -161,10 +161,10 @@ class Poller:
         self._inbox.append(event)
         self._wake.set()
 
-    def output_owner(self, link: WorkerLink, run_id: str, token: int) -> str:
-        """Whose run's output ``link`` sends under ``token``, when it counts (else
-        ``""``): asked by the lease stream's edge, in this loop's thread, before it
-        writes the output to the blob store (``WorkerStreams.output_owner``)."""
+    def output_owner(self, link: WorkerLink, run_id: str, token: int) -> tuple[str, int] | None:
+        """Whose run's output ``link`` sends under ``token``, and its job's output limit,
+        when it counts (else None): asked by the lease stream's edge, in this loop's
+        thread, before it writes the output to the blob store (``WorkerStreams.output_owner``)."""
         return self._streams.output_owner(link, run_id, token)
 
     def on_assignment(self, assignment: Assignment) -> asyncio.Future[None]:

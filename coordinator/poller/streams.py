@@ -109,8 +109,9 @@ class WorkerStreams:
         # worker id -> the principal its first stream authenticated as (auth file only)
         self._principals: dict[str, str] = {}
         # run id -> (token, worker id, instance id) of the result that ended it here, and
-        # its owner: its late output is kept from that process alone (while ``recent_final``)
-        self._ended: dict[str, tuple[int, str, str, str]] = {}
+        # its owner and output limit: its late output is kept from that process alone
+        # (while ``recent_final``)
+        self._ended: dict[str, tuple[int, str, str, tuple[str, int]]] = {}
 
     # --- what the loop does to every stream ---------------------------------------
 
@@ -224,7 +225,7 @@ class WorkerStreams:
                 for piece in pieces:
                     run_id = piece.run_id
                     slot = self._table.held_slot(run_id, piece.fencing_token)
-                    if not self.output_owner(link, run_id, piece.fencing_token):
+                    if self.output_owner(link, run_id, piece.fencing_token) is None:
                         continue  # not a lease of this stream's, or long over
                     if slot is not None:
                         slot.output_bytes += len(piece.data)
@@ -238,20 +239,20 @@ class WorkerStreams:
                 for ref in refs:
                     self._on_refused(book, ref, turn, now)
 
-    def output_owner(self, link: WorkerLink, run_id: str, token: int) -> str:
-        """The owner of the run when output under ``token`` from ``link`` counts: the
-        stream holds that lease, or the run ended here lately by a result of that lease
-        from the same worker process; else ``""``."""
+    def output_owner(self, link: WorkerLink, run_id: str, token: int) -> tuple[str, int] | None:
+        """The run's owner and its job's output limit (0: none set) when output under
+        ``token`` from ``link`` counts: the stream holds that lease, or the run ended
+        here lately by a result of that lease from the same worker process; else None."""
         book = self._books.get(link)
         if book is None:
-            return ""
+            return None
         slot = self._table.held_slot(run_id, token)
         if slot is not None:
-            return slot.run.owner if self._holds(book, slot) else ""
+            return _owner_and_limit(slot) if self._holds(book, slot) else None
         ended = self._ended.get(run_id)
         if run_id not in self._table.recent_final or ended is None:
-            return ""
-        return ended[3] if ended[:3] == (token, book.id, book.instance_id) else ""
+            return None
+        return ended[3] if ended[:3] == (token, book.id, book.instance_id) else None
 
     def replay_deferred(self, turn: Turn, now: datetime) -> None:
         """Answers what was kept until every owned shard was loaded."""
@@ -411,17 +412,23 @@ class WorkerStreams:
         )
         with self._ends.isolated(slot, turn, now, where="result"):
             self._ends.end(slot, ended, turn, now)
-        self._ended_by(book, outcome, slot.run.owner)
+        self._ended_by(book, outcome, _owner_and_limit(slot))
         ack = ResultAck(run_id=outcome.run_id, fencing_token=outcome.fencing_token, accepted=True)
         turn.acks.append((book.link, ack))
 
-    def _ended_by(self, book: WorkerBook, outcome: RunOutcome, owner: str) -> None:
+    def _ended_by(self, book: WorkerBook, outcome: RunOutcome, owner: tuple[str, int]) -> None:
         """Remembers whose result ended the run, for its late output; entries whose run
         left ``recent_final`` are dropped whenever they outnumber it twice over."""
         self._ended[outcome.run_id] = (outcome.fencing_token, book.id, book.instance_id, owner)
         recent = self._table.recent_final
         if len(self._ended) > 2 * len(recent) + 1024:
             self._ended = {k: v for k, v in self._ended.items() if k in recent}
+
+
+def _owner_and_limit(slot: Slot) -> tuple[str, int]:
+    """The run's owner, and the output limit its job sets (0: the node's)."""
+    job = slot.job
+    return slot.run.owner, job.spec.resources.output_limit_bytes if job is not None else 0
 
 
 def _start_unless_cancelled(outcome: RunOutcome, now: datetime) -> datetime | None:

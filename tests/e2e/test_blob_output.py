@@ -20,7 +20,7 @@ import pytest
 
 from shardcron.client.errors import InvalidArgument, NotFound
 from shardcron.client.sdk import Client
-from shardcron.client.types import CommandTask, JobSpec, RunState
+from shardcron.client.types import CommandTask, JobSpec, Resources, RunState
 from shardcron.coordinator.output_blobs import TAIL_BYTES
 from tests.e2e.harness import DevServer
 from tests.support.containment import shared_dir
@@ -130,6 +130,21 @@ def test_a_bad_limit_is_refused_naming_the_field(
     with pytest.raises(InvalidArgument) as e:
         list(c.read_output(run_id, **ask))  # type: ignore[arg-type]
     assert e.value.field == "limit"
+
+
+def test_a_jobs_output_limit_cuts_its_output_and_says_so(client: Client) -> None:
+    spec = sh("seq 1 200000")
+    spec = spec.replace(resources=Resources(output_limit_bytes=1000))
+    job = client.create_job(spec)
+    assert client.get_job(job.id).spec.resources.output_limit_bytes == 1000
+    [run] = client.wait_job_runs(job.id, count=1, timeout=30)
+    whole = b"".join(c.data for c in client.read_output(run.id))
+    written = seq_bytes(200000)
+    assert whole[:1000] == written[:1000]
+    # then the job store's tail: the last bytes written, and the notice at the run's end
+    notice = b"\n[shardcron: output truncated: the limit of 1000 bytes kept per run was reached]\n"
+    assert whole.endswith(b"199999\n200000\n" + notice)
+    assert len(whole) < 1000 + 70_000
 
 
 def test_follow_sees_output_while_the_run_runs(client: Client) -> None:
