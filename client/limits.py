@@ -32,6 +32,7 @@ MAX_PRIORITY = 1_000_000  # |priority| at most this
 MAX_SLOTS = 10_000  # resources.slots
 MAX_CPU_MILLIS = 1_000_000  # resources.cpu_millis: a thousand cores
 MAX_MEMORY_MB = 16 << 20  # resources.memory_mb: 16 TiB
+MAX_OUTPUT_LIMIT = 1 << 40  # resources.output_limit_bytes, and a node's --output-limit
 MAX_PIDS_LIMIT = 32_768  # resources.pids_limit; 0 means the worker's DEFAULT_PIDS_LIMIT
 DEFAULT_PIDS_LIMIT = 1024  # processes a command's run may have at once unless its job says
 MAX_CONCURRENT = 100_000  # concurrency.max_concurrent

@@ -265,6 +265,8 @@ class Resources:
     memory_mb: int = 0
     labels: dict[str, str] = field(default_factory=dict)  # the worker must have all of them
     pids_limit: int = 0  # processes a command's run may have at once; 0: the worker's default
+    # bytes of a run's output kept in the blob store; 0: the node's limit
+    output_limit_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -32,6 +32,7 @@ from shardcron.client.types import (
     Job,
     JobSpec,
     JobState,
+    OutputChunk,
     Page,
     Run,
     RunReason,
@@ -48,6 +49,7 @@ from shardcron.coordinator.ids import (
     utcnow,
 )
 from shardcron.coordinator.metrics import Metrics
+from shardcron.coordinator.output_blobs import OutputBlobs
 from shardcron.coordinator.poller.fires import (
     MANUAL_PREFIX,
     REPLAY_PREFIX,
@@ -116,6 +118,7 @@ class JobsApi:
         quotas: QuotaGuard | None = None,
         keys: KeyRing | None = None,
         place_within: timedelta = timedelta(0),
+        output_blobs: OutputBlobs | None = None,
     ) -> None:
         """``endings`` is what this node's poller announces ended runs to, and
         ``served_here(shard)`` whether that poller holds the shard (``run_waits``);
@@ -132,6 +135,7 @@ class JobsApi:
         self.quotas = quotas or QuotaGuard(Quotas(), store.count_jobs)
         self.keys = keys
         self.place_within = place_within
+        self.output_blobs = output_blobs  # None: a run's output is the job store's tail
 
     def _sealed(self, spec: JobSpec) -> JobSpec:
         return spec if self.keys is None else self.keys.sealed_spec(spec)
@@ -549,8 +553,31 @@ class JobsApi:
         await self.store.commit(runs=[dataclasses.replace(r, dead_letter=False) for r in runs])
         return len(runs)
 
-    async def read_output(self, owner: str, run_id_: str, offset: int) -> tuple[Run, list]:  # type: ignore[type-arg]
+    async def read_output(
+        self, owner: str, run_id_: str, offset: int, limit: int | None = None
+    ) -> tuple[Run, list[OutputChunk]]:
+        """The owner's run and its output from ``offset`` (negative: from the end), at
+        most about ``limit`` bytes (None: as much as one read gives): from the blob
+        store's parts when the node has one (``output_blobs``), else the job store's tail."""
         if abs(offset) > limits.MAX_OUTPUT_OFFSET:
             raise InvalidArgument("offset", f"must be within ±{limits.MAX_OUTPUT_OFFSET}")
         run = await self.get_run(owner, run_id_)
-        return run, await self.store.read_output(run_id_, offset=offset)
+        if self.output_blobs is not None:
+            return run, await self.output_blobs.read(self.store, run, offset, limit)
+        chunks = await self.store.read_output(run_id_, offset=offset)
+        if limit is not None:
+            chunks = _within(chunks, limit)
+        return run, chunks
+
+
+def _within(chunks: list[OutputChunk], limit: int) -> list[OutputChunk]:
+    """The first ``limit`` bytes of ``chunks``."""
+    out: list[OutputChunk] = []
+    for chunk in chunks:
+        if limit <= 0:
+            break
+        if len(chunk.data) > limit:
+            chunk = dataclasses.replace(chunk, data=chunk.data[:limit])
+        out.append(chunk)
+        limit -= len(chunk.data)
+    return out

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from shardcron.blobs.store import BlobStore
 from shardcron.client.tls import ServerTls, check_listen
 from shardcron.coordinator.api import JobsApi
 from shardcron.coordinator.auth import AuthSource
@@ -31,6 +32,7 @@ from shardcron.coordinator.http.server import HttpConfig, HttpServer, start_http
 from shardcron.coordinator.http.services import Services
 from shardcron.coordinator.metrics import Metrics, TimedStore, serve_metrics
 from shardcron.coordinator.open_calls import CallLimits, LongCall, OpenCalls
+from shardcron.coordinator.output_blobs import OutputBlobConfig, OutputBlobs
 from shardcron.coordinator.poller import Poller, PollerConfig
 from shardcron.coordinator.quotas import Quotas
 from shardcron.coordinator.retention import RetentionSweeper, sweep_interval
@@ -65,6 +67,8 @@ class NodeConfig:
     quotas: Quotas = field(default_factory=Quotas)  # per-owner limits (quotas.py)
     # long calls (follows, WaitRuns, worker streams) one principal may hold open
     call_limits: CallLimits = field(default_factory=CallLimits)
+    # how runs' output goes to the blob store, when the node is given one
+    output: OutputBlobConfig = field(default_factory=OutputBlobConfig)
 
 
 class Node:
@@ -75,7 +79,10 @@ class Node:
         config: NodeConfig,
         *,
         auth: AuthSource | None = None,
+        blobs: BlobStore | None = None,
     ) -> None:
+        """``blobs``: where runs' whole output goes (``output_blobs``); None: the job
+        store keeps each run's tail alone, as its ``output_cap_bytes`` says."""
         unknown = config.roles - ROLES
         if unknown:
             raise ValueError(f"unknown roles: {', '.join(sorted(unknown))}")
@@ -93,6 +100,7 @@ class Node:
         if auth is not None:
             auth.refusals.count_into(self.metrics.auth_refused)
         self.raw_store = store
+        self.output_blobs = None if blobs is None else OutputBlobs(blobs, config.output)
         self.store: JobStore = TimedStore(store, self.metrics)  # type: ignore[assignment]
         self.coordination = coordination
         self.poller: Poller | None = None
@@ -133,6 +141,8 @@ class Node:
         server_credentials = tls.server_credentials() if tls is not None else None
         peer_credentials = tls.peer_tls().credentials() if tls is not None else None
         await self.raw_store.open()
+        if self.output_blobs is not None:
+            await self.output_blobs.start()
         endings = RunEndings()
         if "poller" in self.config.roles:
             self.poller = Poller(
@@ -162,6 +172,7 @@ class Node:
                 quotas=quota_guard(self.auth, self.config.quotas, self.store.count_jobs),
                 keys=self.config.poller.secret_keys,
                 place_within=self.config.poller.hint_horizon,
+                output_blobs=self.output_blobs,
             )
         self.server, self.port = build_server(
             self.config.listen,
@@ -173,6 +184,7 @@ class Node:
             metrics=self.metrics,
             auth=self.auth,
             open_calls=self.open_calls,
+            output_blobs=self.output_blobs,
         )
         if self.poller is not None:
             self.coordination.subscribe(self._follow_session)
@@ -247,4 +259,6 @@ class Node:
             await self.server.stop(grace)
         if self.router is not None:
             await self.router.close()
+        if self.output_blobs is not None:
+            await self.output_blobs.stop()
         await self.raw_store.close()

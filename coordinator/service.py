@@ -44,6 +44,7 @@ from shardcron.coordinator.grpc_metrics import MetricsInterceptor
 from shardcron.coordinator.health import ServiceHealth
 from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.open_calls import LongCall, OpenCalls
+from shardcron.coordinator.output_blobs import OutputBlobs
 from shardcron.coordinator.poller import Poller
 from shardcron.coordinator.request_decoding import DecodingInterceptor
 from shardcron.coordinator.request_size import RequestSizeInterceptor
@@ -315,15 +316,23 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
         self, request: jobs_pb2.ReadRunOutputRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[types_pb2.OutputChunk]:
         owner = owner_of(context)
+        if not 0 <= request.limit <= limits.MAX_OUTPUT_OFFSET:
+            raise InvalidArgument("limit", f"must be in [0, {limits.MAX_OUTPUT_OFFSET}]")
+        if request.follow and request.limit:
+            raise InvalidArgument("limit", "a follow reads to the run's end: no limit with it")
         if not request.follow:
             offset = request.offset
-            while True:
-                _, chunks = await self.api.read_output(owner, request.run_id, offset)
+            left = request.limit or None  # None: to the end
+            while left is None or left > 0:
+                _, chunks = await self.api.read_output(owner, request.run_id, offset, left)
                 if not chunks:
                     return
                 for chunk in chunks:
                     yield codec.output_chunk_to_proto(chunk)
                     offset = chunk.offset + len(chunk.data)
+                    if left is not None:
+                        left -= len(chunk.data)
+            return
         with self.open_calls.hold(LongCall.FOLLOW, principal_of(context)):
             async for chunk in self._follow(owner, request.run_id, request.offset, context):
                 yield chunk
@@ -438,6 +447,7 @@ def build_server(
     metrics: Metrics | None = None,
     auth: AuthSource | None = None,
     open_calls: OpenCalls | None = None,
+    output_blobs: OutputBlobs | None = None,
 ) -> tuple[grpc.aio.Server, int]:
     """A gRPC server with the services of the roles given, TLS when ``credentials`` are
     given (every service on the one port); returns it (not started) and its port.
@@ -478,6 +488,7 @@ def build_server(
                 silence_timeout=poller.config.worker_silence_timeout,
                 auth=auth,
                 open_calls=open_calls,
+                output=None if output_blobs is None else (output_blobs, poller.output_owner),
             ),
             server,
         )

@@ -206,6 +206,9 @@ def validate_spec(spec: JobSpec, field: str = "spec") -> None:
     valid_count(res.cpu_millis, f"{field}.resources.cpu_millis", lim.MAX_CPU_MILLIS)
     valid_count(res.memory_mb, f"{field}.resources.memory_mb", lim.MAX_MEMORY_MB)
     valid_count(res.pids_limit, f"{field}.resources.pids_limit", lim.MAX_PIDS_LIMIT)
+    valid_count(
+        res.output_limit_bytes, f"{field}.resources.output_limit_bytes", lim.MAX_OUTPUT_LIMIT
+    )
     labels(res.labels, f"{field}.resources.labels")
     labels(spec.labels, f"{field}.labels")
     valid_count(

@@ -4,7 +4,10 @@
 under its principal's ``max_worker_streams``; ``LeaseStream`` serves it from there, one
 method per concern: the worker's messages decoded into the poller's inbox (a message
 that does not decode ends that stream alone with ``INVALID_ARGUMENT`` and changes
-nothing else), the poller's messages out, a revoked principal, a silent worker.
+nothing else), the poller's messages out, a revoked principal, a silent worker. With
+a blob store (``output_blobs``), the output of a lease the stream holds goes there
+from here, before the message reaches the inbox, and a result waits until its run's
+output is written.
 ``WorkerOutbox`` is the loop's ``WorkerLink`` to one worker: it batches everything a
 turn sends into one message per kind (a message per lease costs the poller and the
 worker far more than one per turn: ``bench/`` measures it) and never writes a lease
@@ -31,15 +34,20 @@ from shardcron.client.stream import (
     Hello,
     LeaseGrant,
     Leases,
+    Output,
+    OutputPiece,
     Renewal,
     Renewals,
     ResultAck,
     ResultAcks,
+    Results,
     Welcome,
+    WorkerEvent,
 )
 from shardcron.coordinator.audit import ANONYMOUS
 from shardcron.coordinator.auth import AuthSource, Caller, PrincipalDenied, current_caller
 from shardcron.coordinator.open_calls import LongCall, OpenCalls
+from shardcron.coordinator.output_blobs import OutputBlobs
 from shardcron.coordinator.poller.events import (
     InboxEvent,
     WorkerClosed,
@@ -56,6 +64,9 @@ SILENCE_RECHECK = 0.05  # seconds: a second look before a silent worker's stream
 CONNECT_METHOD = "/shardcron.v1.WorkerService/Connect"  # the lease stream, as auth names it
 
 
+# whose run's output a stream sends under a token, and its job's output limit (0: the
+# node's), when it counts (else None): the poller's
+OutputOwner = Callable[["WorkerOutbox", str, int], tuple[str, int] | None]
 # (lease generation, carries leases, message), the end of the stream, or a failure
 _Item = tuple[int, bool, worker_pb2.PollerMessage] | ShardcronError | None
 
@@ -169,8 +180,10 @@ class WorkerStreamServicer(worker_pb2_grpc.WorkerServiceServicer):
         silence_timeout: timedelta | None = None,
         auth: AuthSource | None = None,
         open_calls: OpenCalls | None = None,
+        output: tuple[OutputBlobs, OutputOwner] | None = None,
     ) -> None:
         self._submit = submit
+        self._output = output  # the blob store's writer, and whose output counts
         self._open_calls = open_calls or OpenCalls()  # streams per principal, bounded
         self._may_lease = may_lease
         self._auth = auth  # a stream of a principal a reload removed or changed is ended
@@ -200,12 +213,17 @@ class WorkerStreamServicer(worker_pb2_grpc.WorkerServiceServicer):
             may_lease=self._may_lease,
             auth=self._auth,
             silence_timeout=self._silence_timeout,
+            output=self._output,
         )
         try:
             async for msg in stream.serve():
                 yield msg
         finally:
             self._open_calls.release(LongCall.WORKER_STREAM, principal)
+
+
+def _notice(run_id: str, token: int, text: bytes) -> OutputPiece:
+    return OutputPiece(run_id=run_id, fencing_token=token, data=text, stream="stderr")
 
 
 async def _first_hello(
@@ -248,8 +266,10 @@ class LeaseStream:
         may_lease: Callable[[], bool],
         auth: AuthSource | None,
         silence_timeout: float | None,
+        output: tuple[OutputBlobs, OutputOwner] | None = None,
     ) -> None:
         self.hello = hello
+        self._output = output
         self.caller = caller
         self.outbox = WorkerOutbox()
         self._requests = requests
@@ -300,8 +320,11 @@ class LeaseStream:
             async for msg in self._requests:
                 event = decode_worker_message(msg)
                 self._silence.heard(event, time.monotonic())
-                if not isinstance(event, Hello):  # a second Hello changes nothing
-                    self._submit(WorkerMessage(link=outbox, event=event))
+                if isinstance(event, Hello):
+                    continue  # a second Hello changes nothing
+                if self._output is not None and isinstance(event, Output | Results):
+                    event = await self._to_blobs(event, *self._output)
+                self._submit(WorkerMessage(link=outbox, event=event))
         except InvalidArgument as e:
             log.warning("worker %s: malformed message, stream closed: %s", self.hello.worker_id, e)
             outbox.fail(e)
@@ -312,6 +335,30 @@ class LeaseStream:
         finally:
             self._submit(WorkerClosed(link=outbox))
             outbox.close()
+
+    async def _to_blobs(
+        self, event: Output | Results, blobs: OutputBlobs, owner_of: OutputOwner
+    ) -> WorkerEvent:
+        """Output of the leases this stream holds goes to the blob store; a result waits
+        for its run's output to be written. Returns the event for the inbox, with a
+        notice added to its run's tail where output was cut."""
+        notices: list[OutputPiece] = []
+        if isinstance(event, Results):
+            for outcome in event.outcomes:
+                cut = await blobs.finish(outcome.run_id, outcome.fencing_token)
+                if cut:
+                    notices.append(_notice(outcome.run_id, outcome.fencing_token, cut))
+            if not notices:
+                return event
+            self._submit(WorkerMessage(link=self.outbox, event=Output(pieces=tuple(notices))))
+            return event
+        for piece in event.pieces:
+            holder = owner_of(self.outbox, piece.run_id, piece.fencing_token)
+            if holder is not None:
+                cut = await blobs.take(holder[0], piece, limit=holder[1])
+                if cut:
+                    notices.append(_notice(piece.run_id, piece.fencing_token, cut))
+        return Output(pieces=event.pieces + tuple(notices)) if notices else event
 
     async def _watch_silence(self, timeout: float) -> None:
         """Closes the stream of a worker silent for ``timeout`` while it owes messages."""

@@ -28,6 +28,7 @@ from shardcron.auth_options import (
     worker_token_file_option,
     worker_token_option,
 )
+from shardcron.blob_options import BlobOptions, blob_options
 from shardcron.client.cli import cli
 from shardcron.client.cli.state import CliState
 from shardcron.client.cli.tls_options import client_tls_options, server_tls_options
@@ -35,6 +36,7 @@ from shardcron.client.errors import ShardcronError
 from shardcron.client.tls import ClientTls, ServerTls
 from shardcron.collector import tune_collector
 from shardcron.coordinator.auth import AuthSource
+from shardcron.coordinator.output_blobs import TAIL_BYTES, OutputBlobConfig
 from shardcron.coordinator.poller import PollerConfig
 from shardcron.coordinator.quotas import Quotas
 from shardcron.coordinator.sealing import KeyRing
@@ -110,6 +112,7 @@ if TYPE_CHECKING:
 @store_policy_options
 @inherit_env_option
 @sandbox_options(dev=True)
+@blob_options(dev=True)
 @click.option("--log-level", default="info", show_default=True)
 def dev(
     listen: str,
@@ -133,6 +136,7 @@ def dev(
     log_level: str,
     edge: EdgeOptions,
     sandbox: SandboxConfig,
+    blobs: BlobOptions,
 ) -> None:
     """Run every role in one process on the embedded SQLite store."""
     from shardcron.coordinator.data_dir_lock import DataDirInUse, lock_data_dir
@@ -162,11 +166,16 @@ def dev(
     from shardcron.coordinator.sqlite.store import SqliteStore
 
     data = Path(data_dir)
+    blob_store = blobs.store(data)
     if worker_count and (sandbox.run_as or sandbox.run_as_range):
         data.mkdir(parents=True, exist_ok=True)
         data.chmod(0o700)  # the store: none of the users commands run as may read it
     store = SqliteStore(
-        data / "shardcron.db", shard_count=shards, retention=retention, writer_process=True
+        data / "shardcron.db",
+        shard_count=shards,
+        retention=retention,
+        writer_process=True,
+        output_cap_bytes=TAIL_BYTES,  # beside the blob store's whole output
     )
     config = NodeConfig(
         listen=listen,
@@ -174,6 +183,7 @@ def dev(
         http_listen=http_listen,
         node_id="dev",
         poller=poller,
+        output=OutputBlobConfig(limit_bytes=blobs.output_limit),
         tls=server_tls,
         insecure=insecure,
         quotas=quota_file,
@@ -184,7 +194,11 @@ def dev(
     tune_collector()
     try:
         node = Node(
-            store, LocalCoordination(data, shard_count=shards, node_id="dev"), config, auth=auth
+            store,
+            LocalCoordination(data, shard_count=shards, node_id="dev"),
+            config,
+            auth=auth,
+            blobs=blob_store,
         )
         workers = InProcessWorkers(
             count=worker_count,
@@ -458,6 +472,7 @@ def worker_cmd(
 @node_token_option
 @server_tls_options
 @store_policy_options
+@blob_options(dev=False)
 @click.option("--log-level", default="info", show_default=True)
 def node(
     roles: str,
@@ -485,6 +500,7 @@ def node(
     secret_keys: KeyRing | None,
     log_level: str,
     edge: EdgeOptions,
+    blobs: BlobOptions,
 ) -> None:
     """Run a cluster node on ZooKeeper and Cassandra (the production entry point)."""
     setup_logging(log_level)
@@ -506,7 +522,10 @@ def node(
     node_id = node_id or f"{socket.gethostname()}-{listen.rpartition(':')[2]}"
     from shardcron.coordinator.cassandra.store import CassandraStore
     from shardcron.coordinator.node import Node, NodeConfig
+    from shardcron.coordinator.store import DEFAULT_OUTPUT_CAP_BYTES
     from shardcron.coordinator.zk import ZkCoordination
+
+    blob_store = blobs.store()
 
     store = CassandraStore(
         [h.strip() for h in cassandra.split(",")],
@@ -515,6 +534,8 @@ def node(
         shard_count=shards,
         create_schema=False,  # `shardcron store init` creates it, once
         retention=retention,
+        # beside a blob store, which keeps the whole output, the job store keeps its tail
+        output_cap_bytes=DEFAULT_OUTPUT_CAP_BYTES if blob_store is None else TAIL_BYTES,
     )
     coordination = ZkCoordination(
         zk,
@@ -539,10 +560,11 @@ def node(
         http_allowed_hosts=edge.allowed_hosts,
         http_allowed_origins=edge.allowed_origins,
         call_limits=edge.call_limits,
+        output=OutputBlobConfig(limit_bytes=blobs.output_limit),
     )
     tune_collector()
     try:
-        node_ = Node(store, coordination, config, auth=auth)
+        node_ = Node(store, coordination, config, auth=auth, blobs=blob_store)
     except ShardcronError as e:
         raise click.ClickException(f"cannot start: {e.message}") from e
     asyncio.run(_node(node_, auth))

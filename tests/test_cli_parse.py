@@ -145,7 +145,7 @@ def test_job_create_sends_the_exact_spec() -> None:
             "--backoff-multiplier", "1.5", "--max-backoff", "1m", "--timeout", "30s",
             "--max-concurrent", "2", "--overlap", "forbid", "--misfire", "run-all",
             "--starting-deadline", "5m", "--slots", "2", "--cpu", "500", "--memory", "256",
-            "--pids-limit", "64",
+            "--pids-limit", "64", "--output-limit", "1048576",
             "--require-label", "gpu=a100", "--label", "team=data", "--label", "tier=1",
             "--pause-after-failures", "4", "--idempotency-key", "k1",
             "--env", "A=1", "--env", "B=x=y", "--cwd", "/srv",
@@ -186,7 +186,12 @@ def test_job_create_sends_the_exact_spec() -> None:
         misfire=MisfirePolicy.RUN_ALL,
         starting_deadline=timedelta(minutes=5),
         resources=Resources(
-            slots=2, cpu_millis=500, memory_mb=256, labels={"gpu": "a100"}, pids_limit=64
+            slots=2,
+            cpu_millis=500,
+            memory_mb=256,
+            labels={"gpu": "a100"},
+            pids_limit=64,
+            output_limit_bytes=1 << 20,
         ),
         pause_after_failures=4,
         labels={"team": "data", "tier": "1"},
@@ -365,8 +370,43 @@ def test_run_logs_writes_raw_bytes() -> None:
     assert result.stdout_bytes == b"hello \xffworld\n"
     assert fake.calls == [
         ("get_run", ("run-1",), {}),
-        ("read_output", ("run-1",), {"offset": -100, "follow": True}),
+        ("read_output", ("run-1",), {"offset": -100, "follow": True, "limit": 0}),
     ]
+
+
+@pytest.mark.parametrize(
+    ("args", "offset", "limit"),
+    [
+        (["--head", "10"], 0, 10),
+        (["--tail", "10"], -10, 0),
+        (["--bytes", "5-9"], 5, 5),
+        (["--bytes", "7-7"], 7, 1),
+    ],
+)
+def test_run_logs_ranges_become_offset_and_limit(args: list[str], offset: int, limit: int) -> None:
+    fake = FakeClient()
+    result = invoke(["run", "logs", "run-1", *args], obj=fake)
+    assert result.exit_code == 0, result.output
+    assert fake.calls[-1] == (
+        "read_output",
+        ("run-1",),
+        {"offset": offset, "follow": False, "limit": limit},
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--bytes", "9-5"], "B must be in [A,"),
+        (["--bytes", "x-5"], "is not A-B"),
+        (["--head", "5", "--tail", "5"], "--head and --tail: give one of them"),
+        (["--head", "5", "-f"], "not with --head or --bytes"),
+    ],
+)
+def test_run_logs_bad_ranges_are_refused(args: list[str], says: str) -> None:
+    result = invoke(["run", "logs", "run-1", *args], obj=FakeClient())
+    assert result.exit_code == 2
+    assert says in result.output
 
 
 @pytest.mark.parametrize(("state", "code"), [(RunState.SUCCEEDED, 0), (RunState.FAILED, 1)])

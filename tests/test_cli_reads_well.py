@@ -214,7 +214,7 @@ def test_run_logs_and_wait_take_a_job_id_for_its_latest_run() -> None:
     fake = Runs([pending, ran("run-2", RunState.SUCCEEDED), ran("run-1", RunState.FAILED)])
     result = invoke(["run", "logs", "job-1"], obj=fake)
     assert result.exit_code == 0, result.output
-    assert ("read_output", ("run-2",), {"offset": 0, "follow": False}) in fake.calls
+    assert ("read_output", ("run-2",), {"offset": 0, "follow": False, "limit": 0}) in fake.calls
     assert invoke(["run", "get", "job-1"], obj=fake).stdout.startswith("id             run-2\n")
     result = invoke(["run", "wait", "job-1"], obj=fake)
     assert result.stdout == "run-2 SUCCEEDED\n"

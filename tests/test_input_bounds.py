@@ -198,6 +198,11 @@ OUT_OF_BOUNDS = [
     (_scalar("resources.pids_limit", limits.MAX_PIDS_LIMIT + 1), "spec.resources.pids_limit"),
     (_scalar("resources.pids_limit", -1), "spec.resources.pids_limit"),
     (
+        _scalar("resources.output_limit_bytes", limits.MAX_OUTPUT_LIMIT + 1),
+        "spec.resources.output_limit_bytes",
+    ),
+    (_scalar("resources.output_limit_bytes", -1), "spec.resources.output_limit_bytes"),
+    (
         _scalar("concurrency.max_concurrent", limits.MAX_CONCURRENT + 1),
         "spec.concurrency.max_concurrent",
     ),

@@ -14,12 +14,14 @@ import dataclasses
 import logging
 import time
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from shardcron.blobs.files import FileBlobStore
 from shardcron.client.errors import Unavailable
 from shardcron.client.schedule import next_fire
 from shardcron.client.types import (
@@ -35,11 +37,13 @@ from shardcron.client.types import (
 )
 from shardcron.coordinator.coordination import ClusterView, Member
 from shardcron.coordinator.ids import utcnow
+from shardcron.coordinator.output_blobs import OutputBlobs, list_parts
 from shardcron.coordinator.poller import Poller, due, fires, overlap
 from shardcron.coordinator.poller.events import CancelRun
 from shardcron.coordinator.poller.workers import WorkerBook
 from shardcron.coordinator.router import PollerServiceServicer, ShardRouter
 from shardcron.coordinator.store import NewJob
+from shardcron.coordinator.worker_stream import WorkerStreamServicer
 from shardcron.v1 import cluster_pb2_grpc, types_pb2, worker_pb2, worker_pb2_grpc
 from shardcron.worker.outbox import MAX_HEARTBEAT_LEASES
 from tests.support.lease_streams import (
@@ -51,6 +55,7 @@ from tests.support.lease_streams import (
     next_of,
     read,
     result,
+    serving,
     stored_run,
     submit,
 )
@@ -515,13 +520,10 @@ async def test_a_result_from_a_stream_that_does_not_hold_the_lease_is_refused(
     forger.cancel()
 
 
-async def test_output_without_the_lease_holders_stream_is_refused(
-    poller: Poller, stub: worker_pb2_grpc.WorkerServiceStub
-) -> None:
-    """Issue 11, item 2: output was kept for any leased run, from any stream, without
-    a token. It is kept only from the stream holding the lease, under its token
-    (output without one is dropped), and after the run's end only from the worker
-    process whose result ended it."""
+async def fenced_output(poller: Poller, stub: worker_pb2_grpc.WorkerServiceStub):  # type: ignore[no-untyped-def]
+    """A run leased to a holder, and output for it from a forger's stream, without a
+    token and under a later one, then the holder's own ``mine``; returns the holder's
+    and the forger's streams, the run and its lease."""
     holder = await connect(stub, "w-holder")
     _, run = await submit(poller, "alice")
     lease = await lease_of(holder, run)
@@ -530,6 +532,17 @@ async def test_output_without_the_lease_holders_stream_is_refused(
     await holder.write(output(lease, b"tokenless\n", token=0))
     await holder.write(output(lease, b"wrong token\n", token=lease.fencing_token + 1))
     await holder.write(output(lease, b"mine\n"))
+    return holder, forger, run, lease
+
+
+async def test_output_without_the_lease_holders_stream_is_refused(
+    poller: Poller, stub: worker_pb2_grpc.WorkerServiceStub
+) -> None:
+    """Issue 11, item 2: output was kept for any leased run, from any stream, without
+    a token. It is kept only from the stream holding the lease, under its token
+    (output without one is dropped), and after the run's end only from the worker
+    process whose result ended it."""
+    holder, forger, run, lease = await fenced_output(poller, stub)
     await still_served(poller, holder, lease)
     await forger.write(output(lease, b"forged after the end\n"))
     await holder.write(output(lease, b"late\n"))
@@ -543,6 +556,39 @@ async def test_output_without_the_lease_holders_stream_is_refused(
     assert await until(kept, WAIT, "the late output kept") == b"mine\nlate\n"
     holder.cancel()
     forger.cancel()
+
+
+async def test_output_reaches_the_blob_store_only_from_the_lease_holder_under_its_token(
+    poller: Poller, tmp_path: Path
+) -> None:
+    """With a blob store, the edge writes a run's output as parts of the lease's token,
+    only from the stream holding it: a forger's output, a tokenless one and one under a
+    newer token are kept nowhere; the holder's late output goes on after its parts."""
+    blobs = OutputBlobs(FileBlobStore(tmp_path / "blobs"))
+    await blobs.start()
+    servicer = WorkerStreamServicer(
+        poller.submit, poller.may_lease, output=(blobs, poller.output_owner)
+    )
+    async with serving(servicer) as stub:
+        holder, forger, run, lease = await fenced_output(poller, stub)
+        await still_served(poller, holder, lease)  # the result waited for the part
+        ended = await stored_run(poller, run.id)
+        assert b"".join(c.data for c in await blobs.read(poller.store, ended, 0, None)) == (
+            b"mine\n"
+        )
+        await forger.write(output(lease, b"forged after the end\n"))
+        await holder.write(output(lease, b"late\n"))
+
+        async def kept() -> bytes | None:
+            data = b"".join(c.data for c in await blobs.read(poller.store, ended, 0, None))
+            return data if data.endswith(b"late\n") else None
+
+        assert await until(kept, WAIT, "the late output kept") == b"mine\nlate\n"
+        for token in (0, lease.fencing_token + 1):
+            assert await list_parts(blobs.store, "alice", run.id, token) == []
+        holder.cancel()
+        forger.cancel()
+    await blobs.stop()
 
 
 async def test_a_hello_reusing_a_connected_worker_id_does_not_disconnect_it(

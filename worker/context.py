@@ -12,7 +12,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -75,6 +75,9 @@ class RunContext:
     fencing_token: int = 0
     timeout: float | None = None
     on_output: OutputCallback | None = None
+    # awaited by a command's output readers after each read: holds them back while the
+    # stream has not taken what they read (``Outbox.output_room``); None: never waits
+    output_room: Callable[[], Awaitable[None]] | None = None
     # time.monotonic() by which a command must be dead unless its lease is renewed: its
     # supervisor kills it then (None: never); moved by each renewal (``extend_lease``)
     lease_deadline: float | None = None

@@ -280,6 +280,8 @@ async def _pump(stream: asyncio.StreamReader, name: str, run: RunContext) -> Non
         if not data:
             return
         run.emit(name, data)
+        if run.output_room is not None:
+            await run.output_room()
 
 
 async def ended_first(job: asyncio.Future, stopped: asyncio.Future, timeout: float | None) -> bool:

@@ -7,7 +7,11 @@ chunks are merged; a Heartbeat is built at send time with the leases held then.
 
 Output is flushed when 64 KiB is buffered, when ``output_interval`` has passed since
 the oldest buffered byte, or before a Results message (so a run's output precedes
-its result). Output survives a reconnect (bounded); Started, Results and heartbeats
+its result). A command's output is read no faster than the stream takes it: its
+reader waits (``output_room``, up to ``OUTPUT_ROOM_WAIT``) while more than half of
+``output_buffer`` waits to be sent, so a command writing faster than the stream is
+held back by its pipe instead of losing output; only a stream that takes nothing for
+that long (a reconnect) drops the oldest buffered output, as counted. Output survives a reconnect (bounded); Started, Results and heartbeats
 do not (``Hello.held`` and ``Hello.pending_results`` carry them instead).
 
 How long starts, results and credit limits wait for company depends on whether the
@@ -68,6 +72,9 @@ START_TOLERANCE = timedelta(milliseconds=5)
 RESULT_GAP_WEIGHT = 0.2  # of the newest gap between two results, in their moving average
 
 
+OUTPUT_ROOM_WAIT = 5.0  # seconds a command's reader waits for the stream to take output
+
+
 class _Chunk:
     __slots__ = ("run_id", "token", "stream", "data")
 
@@ -105,6 +112,7 @@ class Outbox:
         self._refused: list[LeaseRef] = []
         self._heartbeat = False
         self._wake = asyncio.Event()
+        self._drained = asyncio.Event()  # set whenever buffered output is taken to be sent
         self._reports_since: float | None = None  # the oldest start, result or limit queued
         self._last_result: float | None = None  # when the last result was queued
         self._result_gap: float | None = None  # between results, a moving average
@@ -178,6 +186,15 @@ class Outbox:
             self.dropped_output_bytes += len(dropped.data)
         if was_empty or self._chunk_bytes >= MAX_OUTPUT_MESSAGE:
             self._wake.set()
+
+    async def output_room(self, wait: float = OUTPUT_ROOM_WAIT) -> None:
+        """Returns once at most half of ``output_buffer`` waits to be sent, or after
+        ``wait`` seconds (then more output drops the oldest, as ever)."""
+        if self._chunk_bytes <= self.output_buffer // 2:
+            return
+        self._drained.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._drained.wait(), wait)
 
     def interrupt(self) -> None:
         """Wake a waiting ``take`` (the stream ended)."""
@@ -345,6 +362,7 @@ class Outbox:
         self._chunks = []
         self._chunk_bytes = 0
         self._chunks_since = None
+        self._drained.set()
         return out
 
 

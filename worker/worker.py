@@ -430,6 +430,7 @@ class Worker:
                 fencing_token=lease.fencing_token,
                 timeout=lease.timeout.total_seconds() if lease.timeout else None,
                 on_output=partial(self._on_output, link, lease.run_id, lease.fencing_token),
+                output_room=partial(self._output_room, lease.run_id),
                 lease_deadline=deadline,
                 owner=lease.owner,
                 resources=lease.resources,
@@ -459,6 +460,12 @@ class Worker:
         if run is not None and run.token == token:
             link = run.link  # the poller holding the lease now (its shard may have moved)
         link.outbox.output(run_id, token, stream, data)
+
+    async def _output_room(self, run_id: str) -> None:
+        """Waits while the stream of the poller holding the run has a full output buffer."""
+        run = self._runs.get(run_id)
+        if run is not None:
+            await run.link.outbox.output_room()
 
     def on_renewals(self, link: PollerLink, renewals: Renewals, now: float) -> None:
         ttl = renewals.lease_ttl.total_seconds() or link.lease_ttl

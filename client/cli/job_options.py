@@ -78,6 +78,7 @@ class JobOptions:
     cpu: int | None = None
     memory: int | None = None
     pids_limit: int | None = None
+    output_limit: int | None = None
     require_labels: tuple[tuple[str, str], ...] = ()
     labels: tuple[tuple[str, str], ...] = ()
     pause_after_failures: int | None = None
@@ -160,6 +161,11 @@ JOB_FLAGS = [
         "--pids-limit",
         type=click.IntRange(0, limits.MAX_PIDS_LIMIT),
         help=f"Processes a command's run may have at once [{limits.DEFAULT_PIDS_LIMIT}].",
+    ),
+    click.option(
+        "--output-limit",
+        type=click.IntRange(0, limits.MAX_OUTPUT_LIMIT),
+        help="Bytes of a run's output kept whole; the rest is cut, and said [the node's].",
     ),
     click.option(
         "--require-label",
@@ -257,6 +263,7 @@ def apply_options(spec: JobSpec | None, o: JobOptions) -> JobSpec:
         cpu_millis=o.cpu,
         memory_mb=o.memory,
         pids_limit=o.pids_limit,
+        output_limit_bytes=o.output_limit,
         labels=dict(o.require_labels) if o.require_labels else None,
     )
     spec = _given(

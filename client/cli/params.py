@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from shardcron.client.limits import MAX_DURATION
+from shardcron.client.limits import MAX_DURATION, MAX_OUTPUT_OFFSET
 from shardcron.client.schedule import format_duration, parse_duration
 
 
@@ -57,6 +57,23 @@ class DurationParam(click.ParamType):
                 f"at most {format_duration(MAX_DURATION)} (10 years): {value!r:.40}", param, ctx
             )
         return duration
+
+
+class ByteRangeParam(click.ParamType):
+    """``A-B``: bytes A to B of an output, both included (as HTTP ranges count them)."""
+
+    name = "A-B"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, tuple):
+            return value
+        first, sep, last = str(value).partition("-")
+        if not sep or not first.isdigit() or not last.isdigit():
+            self.fail(f"{value!r:.40} is not A-B (two byte offsets, e.g. 0-1023)", param, ctx)
+        start, end = int(first), int(last)
+        if end < start or end > MAX_OUTPUT_OFFSET:
+            self.fail(f"{value!r:.40}: B must be in [A, {MAX_OUTPUT_OFFSET}]", param, ctx)
+        return start, end
 
 
 class TimeParam(click.ParamType):
@@ -152,6 +169,7 @@ class EnumChoice(click.Choice):
 
 DURATION = DurationParam()
 TIME = TimeParam()
+BYTE_RANGE = ByteRangeParam()
 KEY_VALUE = KeyValueParam()
 SECRET_KEY_VALUE = KeyValueParam(secret=True)
 ENV_FILE = EnvFileParam()

@@ -19,7 +19,7 @@ import click
 from shardcron.client import limits
 from shardcron.client.cli.lookups import run_named
 from shardcron.client.cli.output import print_run, print_runs, print_runs_by_job
-from shardcron.client.cli.params import DURATION, EnumChoice
+from shardcron.client.cli.params import BYTE_RANGE, DURATION, EnumChoice
 from shardcron.client.cli.state import CliState, pass_state
 from shardcron.client.cli.times import TimeView, view
 from shardcron.client.cli.waiting import wait_and_exit
@@ -88,16 +88,42 @@ def run_cancel(state: CliState, run_id: str) -> None:
 @click.option(
     "--offset",
     type=click.IntRange(-limits.MAX_OUTPUT_OFFSET, limits.MAX_OUTPUT_OFFSET),
-    default=0,
+    default=None,
     help="Start at byte N (negative: from the end).",
 )
+@click.option("--head", type=click.IntRange(0, limits.MAX_OUTPUT_OFFSET), help="The first N bytes.")
+@click.option("--tail", type=click.IntRange(0, limits.MAX_OUTPUT_OFFSET), help="The last N bytes.")
+@click.option("--bytes", "byte_range", type=BYTE_RANGE, help="Bytes A to B (both kept), as A-B.")
 @pass_state
-def run_logs(state: CliState, run_id: str, follow: bool, offset: int) -> None:
-    """Write a run's output (stdout and stderr as kept) to stdout: of RUN_ID, or of the
-    latest run of JOB_ID."""
+def run_logs(
+    state: CliState,
+    run_id: str,
+    follow: bool,
+    offset: int | None,
+    head: int | None,
+    tail: int | None,
+    byte_range: tuple[int, int] | None,
+) -> None:
+    """Write a run's output (stdout and stderr, whole when the node keeps it in a blob
+    store, else the tail kept) to stdout: of RUN_ID, or of the latest run of JOB_ID."""
+    given = [n for n, v in (("--offset", offset), ("--head", head), ("--tail", tail),
+             ("--bytes", byte_range)) if v is not None]  # fmt: skip
+    if len(given) > 1:
+        raise click.UsageError(f"{' and '.join(given)}: give one of them")
+    if follow and (head is not None or byte_range is not None):
+        raise click.UsageError("--follow reads to the run's end: not with --head or --bytes")
+    start, limit = offset or 0, 0
+    if head is not None:
+        start, limit = 0, head
+    elif tail is not None:
+        start = -tail
+    elif byte_range is not None:
+        start, limit = byte_range[0], byte_range[1] - byte_range[0] + 1
     client = state.client()
     found = run_named(client, run_id)
-    chunks = client.read_output(found.id, offset=offset, follow=follow)
+    if (head == 0 or tail == 0) and not follow:
+        return  # nothing asked for
+    chunks = client.read_output(found.id, offset=start, follow=follow, limit=limit)
     if state.json_output:
         state.emit(list(chunks), lambda: None)
         return

@@ -276,6 +276,7 @@ def resources_to_proto(r: Resources, field: str = "resources") -> types_pb2.Reso
         memory_mb=r.memory_mb,
         labels=r.labels,
         pids_limit=r.pids_limit,
+        output_limit_bytes=r.output_limit_bytes,
     )
 
 
@@ -287,6 +288,7 @@ def resources_from_proto(msg: types_pb2.Resources, field: str = "resources") -> 
         memory_mb=non_negative(msg.memory_mb, f"{field}.memory_mb"),
         labels=dict(msg.labels),
         pids_limit=non_negative(msg.pids_limit, f"{field}.pids_limit"),
+        output_limit_bytes=non_negative(msg.output_limit_bytes, f"{field}.output_limit_bytes"),
     )
 
 

@@ -258,11 +258,11 @@ class AsyncClient:
         return run_from_proto(await self._call(self._jobs.CancelRun, messages.run_request(run_id)))
 
     async def read_output(
-        self, run_id: str, *, offset: int = 0, follow: bool = False
+        self, run_id: str, *, offset: int = 0, follow: bool = False, limit: int = 0
     ) -> AsyncIterator[OutputChunk]:
         """See ``Client.read_output``; iterate with ``async for``."""
         while True:
-            req = messages.read_output_request(run_id, offset, follow)
+            req = messages.read_output_request(run_id, offset, follow, limit)
             call = self._jobs.ReadRunOutput(
                 req, timeout=None if follow else self.timeout, metadata=self._metadata
             )

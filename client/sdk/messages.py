@@ -178,8 +178,12 @@ def wait_run_request(run_id: str, seconds: float) -> jobs_pb2.WaitRunRequest:
     return msg
 
 
-def read_output_request(run_id: str, offset: int, follow: bool) -> jobs_pb2.ReadRunOutputRequest:
-    return build(jobs_pb2.ReadRunOutputRequest, "", run_id=run_id, offset=offset, follow=follow)
+def read_output_request(
+    run_id: str, offset: int, follow: bool, limit: int = 0
+) -> jobs_pb2.ReadRunOutputRequest:
+    return build(
+        jobs_pb2.ReadRunOutputRequest, "", run_id=run_id, offset=offset, follow=follow, limit=limit
+    )
 
 
 def list_dead_letters_request(

@@ -260,14 +260,16 @@ class Client:
         return run_from_proto(self._call(self._jobs.CancelRun, messages.run_request(run_id)))
 
     def read_output(
-        self, run_id: str, *, offset: int = 0, follow: bool = False
+        self, run_id: str, *, offset: int = 0, follow: bool = False, limit: int = 0
     ) -> Iterator[OutputChunk]:
-        """The run's kept output from byte ``offset`` (negative: from the end). With
+        """The run's output from byte ``offset`` (negative: from the end), at most
+        ``limit`` bytes (0: to the end; not with ``follow``): whole when the node keeps
+        runs' output in a blob store, else the tail its job store keeps. With
         ``follow``, keeps streaming until the run is final (the last chunk has ``eof``):
         a node ends a follow after some minutes, and it is taken up again from where it
         ended."""
         while True:
-            req = messages.read_output_request(run_id, offset, follow)
+            req = messages.read_output_request(run_id, offset, follow, limit)
             call = self._jobs.ReadRunOutput(
                 req, timeout=None if follow else self.timeout, metadata=self._metadata
             )

@@ -190,7 +190,7 @@ def _routes() -> tuple[Route, ...]:
         Route(
             method="GET", path="/v1/runs/{runId}/output", operation="readRunOutput",
             rpc="ReadRunOutput", handler=read_output, summary="A run's kept output; follow=true streams it",
-            request=jobs_pb2.ReadRunOutputRequest, query=("offset", "follow"),
+            request=jobs_pb2.ReadRunOutputRequest, query=("offset", "follow", "limit"),
             extra_query={"format": "text: the bytes as text/plain instead of JSON or SSE"},
             schema=OUTPUT_SCHEMA,
         ),

@@ -75,6 +75,7 @@ from shardcron.coordinator.poller.shards import Shards
 from shardcron.coordinator.poller.streams import WorkerStreams
 from shardcron.coordinator.poller.table import LAG_PHASES, Phase, Place, RunTable
 from shardcron.coordinator.poller.turn import Turn
+from shardcron.coordinator.poller.workers import WorkerLink
 from shardcron.coordinator.store import JobStore
 from shardcron.coordinator.store_lanes import mark_poller
 
@@ -159,6 +160,12 @@ class Poller:
     def submit(self, event: InboxEvent) -> None:
         self._inbox.append(event)
         self._wake.set()
+
+    def output_owner(self, link: WorkerLink, run_id: str, token: int) -> tuple[str, int] | None:
+        """Whose run's output ``link`` sends under ``token``, and its job's output limit,
+        when it counts (else None): asked by the lease stream's edge, in this loop's
+        thread, before it writes the output to the blob store (``WorkerStreams.output_owner``)."""
+        return self._streams.output_owner(link, run_id, token)
 
     def on_assignment(self, assignment: Assignment) -> asyncio.Future[None]:
         """Takes a new assignment; the future is done once it is applied and what the

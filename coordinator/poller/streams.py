@@ -108,9 +108,10 @@ class WorkerStreams:
         self._deferred: list[tuple[WorkerBook, LeaseRef | RunOutcome]] = []
         # worker id -> the principal its first stream authenticated as (auth file only)
         self._principals: dict[str, str] = {}
-        # run id -> (token, worker id, instance id) of the result that ended it here:
-        # its late output is kept from that process alone (kept while ``recent_final``)
-        self._ended: dict[str, tuple[int, str, str]] = {}
+        # run id -> (token, worker id, instance id) of the result that ended it here, and
+        # its owner and output limit: its late output is kept from that process alone
+        # (while ``recent_final``)
+        self._ended: dict[str, tuple[int, str, str, tuple[str, int]]] = {}
 
     # --- what the loop does to every stream ---------------------------------------
 
@@ -221,20 +222,13 @@ class WorkerStreams:
                 for outcome in outcomes:
                     self._on_result(book, outcome, turn, now)
             case Output(pieces=pieces):
-                ended = self._table.recent_final
                 for piece in pieces:
-                    run_id, token = piece.run_id, piece.fencing_token
-                    slot = self._table.held_slot(run_id, token)
+                    run_id = piece.run_id
+                    slot = self._table.held_slot(run_id, piece.fencing_token)
+                    if self.output_owner(link, run_id, piece.fencing_token) is None:
+                        continue  # not a lease of this stream's, or long over
                     if slot is not None:
-                        if not self._holds(book, slot):
-                            continue  # another stream's lease
                         slot.output_bytes += len(piece.data)
-                    elif run_id not in ended or self._ended.get(run_id) != (
-                        token,
-                        book.id,
-                        book.instance_id,
-                    ):
-                        continue  # not a lease of this worker's, or long over
                     data = keep_tail(piece.data, self._output_cap)
                     turn.output.append(
                         OutputChunk(run_id=run_id, offset=0, data=data, stream=piece.stream)
@@ -244,6 +238,21 @@ class WorkerStreams:
             case Refused(leases=refs):
                 for ref in refs:
                     self._on_refused(book, ref, turn, now)
+
+    def output_owner(self, link: WorkerLink, run_id: str, token: int) -> tuple[str, int] | None:
+        """The run's owner and its job's output limit (0: none set) when output under
+        ``token`` from ``link`` counts: the stream holds that lease, or the run ended
+        here lately by a result of that lease from the same worker process; else None."""
+        book = self._books.get(link)
+        if book is None:
+            return None
+        slot = self._table.held_slot(run_id, token)
+        if slot is not None:
+            return _owner_and_limit(slot) if self._holds(book, slot) else None
+        ended = self._ended.get(run_id)
+        if run_id not in self._table.recent_final or ended is None:
+            return None
+        return ended[3] if ended[:3] == (token, book.id, book.instance_id) else None
 
     def replay_deferred(self, turn: Turn, now: datetime) -> None:
         """Answers what was kept until every owned shard was loaded."""
@@ -403,17 +412,23 @@ class WorkerStreams:
         )
         with self._ends.isolated(slot, turn, now, where="result"):
             self._ends.end(slot, ended, turn, now)
-        self._ended_by(book, outcome)
+        self._ended_by(book, outcome, _owner_and_limit(slot))
         ack = ResultAck(run_id=outcome.run_id, fencing_token=outcome.fencing_token, accepted=True)
         turn.acks.append((book.link, ack))
 
-    def _ended_by(self, book: WorkerBook, outcome: RunOutcome) -> None:
+    def _ended_by(self, book: WorkerBook, outcome: RunOutcome, owner: tuple[str, int]) -> None:
         """Remembers whose result ended the run, for its late output; entries whose run
         left ``recent_final`` are dropped whenever they outnumber it twice over."""
-        self._ended[outcome.run_id] = (outcome.fencing_token, book.id, book.instance_id)
+        self._ended[outcome.run_id] = (outcome.fencing_token, book.id, book.instance_id, owner)
         recent = self._table.recent_final
         if len(self._ended) > 2 * len(recent) + 1024:
             self._ended = {k: v for k, v in self._ended.items() if k in recent}
+
+
+def _owner_and_limit(slot: Slot) -> tuple[str, int]:
+    """The run's owner, and the output limit its job sets (0: the node's)."""
+    job = slot.job
+    return slot.run.owner, job.spec.resources.output_limit_bytes if job is not None else 0
 
 
 def _start_unless_cancelled(outcome: RunOutcome, now: datetime) -> datetime | None:

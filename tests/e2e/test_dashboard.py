@@ -24,6 +24,7 @@ from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from tests.e2e.harness import REPO, DevServer
 from tests.support.http_client import HttpApi
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -172,3 +173,33 @@ def test_jobs_list_filters_by_state_searches_by_name_and_pages(
     wait_for(browser, f'tr[data-job-id="{ids[3]}"]', "PAUSED")
     assert len(browser.find_elements(By.CSS_SELECTOR, "#jobs-table tr[data-job-id]")) == 1
     shoot(browser, "jobs-paused")
+
+
+def test_a_run_page_shows_the_last_mib_of_a_long_output(dev: DevServer, browser: WebDriver) -> None:
+    """The blob store keeps a run's whole output (up to a GiB): the run page shows its
+    last MiB, and says where the rest is."""
+    owner = f"ui-{uuid.uuid4().hex[:8]}"
+    http = HttpApi(dev.http_url, owner=owner)
+    spec = {
+        "name": "long-output",
+        "task": {"command": {"argv": ["seq", "1", "400000"]}},  # 2.7 MB
+        "schedule": {"kind": "SCHEDULE_KIND_IMMEDIATE"},
+    }
+    run_id = http.read("POST", "/v1/jobs", {"spec": spec}).json["firstRunId"]
+    wait_until(lambda: http.call("GET", f"/v1/runs/{run_id}")[1]["state"] == "RUN_STATE_SUCCEEDED")
+    browser.get(dev.http_url + "/#/jobs")
+    field = browser.find_element(By.ID, "owner")
+    field.clear()
+    field.send_keys(owner + Keys.ENTER)  # kept for the next page
+    wait_for(browser, "#jobs-table", "long-output")
+    browser.get(f"{dev.http_url}/#/runs/{run_id}")
+    waiting(browser).until(
+        lambda b: b.find_element(By.ID, "run-output").get_attribute("data-ended") == "true",
+        message="the output shown to its end",
+    )
+    shown = browser.execute_script("return document.getElementById('run-output').textContent")
+    size = len(b"".join(b"%d\n" % i for i in range(1, 400_001)))
+    note = f"[the first {size - (1 << 20)} bytes: shardcron run logs {run_id} --head"
+    assert shown.startswith(note)
+    assert shown.endswith("399999\n400000\n")
+    assert len(shown) - len(shown.partition("\n")[0]) - 1 == 1 << 20

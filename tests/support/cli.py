@@ -127,7 +127,9 @@ class FakeClient:
         self._record("preview_fires", source, count=count)
         return [Fire(key=f"k{i}", at=T0 + timedelta(hours=i), local=T0) for i in range(count)]
 
-    def read_output(self, run_id: str, *, offset: int = 0, follow: bool = False) -> Any:
-        self._record("read_output", run_id, offset=offset, follow=follow)
+    def read_output(
+        self, run_id: str, *, offset: int = 0, follow: bool = False, limit: int = 0
+    ) -> Any:
+        self._record("read_output", run_id, offset=offset, follow=follow, limit=limit)
         yield OutputChunk(run_id=run_id, offset=0, data=b"hello \xff")
         yield OutputChunk(run_id=run_id, offset=7, data=b"world\n", stream="stderr", eof=True)

@@ -108,7 +108,8 @@ def rich_spec() -> JobSpec:
         misfire=MisfirePolicy.RUN_ALL,
         starting_deadline=timedelta(seconds=90),
         resources=Resources(
-            slots=2, cpu_millis=1500, memory_mb=512, labels={"gpu": "a100"}, pids_limit=64
+            slots=2, cpu_millis=1500, memory_mb=512, labels={"gpu": "a100"}, pids_limit=64,
+            output_limit_bytes=5 << 20,
         ),
         pause_after_failures=5,
         labels={"team": "data", "tier": "gold"},

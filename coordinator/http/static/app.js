@@ -258,15 +258,23 @@ async function jobPage(jobId) {
   }, 2000);
 }
 
-// The run's output as it is written. A node ends a follow after some minutes, without
-// the run having ended: the page follows again from the bytes it has, until the run is
-// final or its job deleted.
+// The run's output as it is written, from its last OUTPUT_SHOWN bytes (a node with a blob
+// store keeps all of it: up to a GiB by default). A node ends a follow after some
+// minutes, without the run having ended: the page follows again from the bytes it has,
+// until the run is final or its job deleted.
+const OUTPUT_SHOWN = 1 << 20;
+
 async function followOutput(runId, pre) {
   outputAbort = new AbortController();
   const decoder = new TextDecoder();
   const path = `/v1/runs/${encodeURIComponent(runId)}`;
   pre.textContent = "";
-  let received = 0;
+  // where the last OUTPUT_SHOWN bytes start: the offset of the first of them
+  const first = await api("GET", `${path}/output?offset=-${OUTPUT_SHOWN}&limit=1`);
+  let received = first.chunks.length ? Number(first.chunks[0].offset || 0) : 0;
+  if (received > 0) {
+    pre.textContent = `[the first ${received} bytes: shardcron run logs ${runId} --head ${received}]\n`;
+  }
   for (;;) {
     const resp = await fetch(`${path}/output?format=text&follow=true&offset=${received}`, {
       headers: callHeaders(),

@@ -157,14 +157,16 @@ class GetRunRequest(_message.Message):
     def __init__(self, run_id: _Optional[str] = ...) -> None: ...
 
 class ReadRunOutputRequest(_message.Message):
-    __slots__ = ("run_id", "offset", "follow")
+    __slots__ = ("run_id", "offset", "follow", "limit")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     offset: int
     follow: bool
-    def __init__(self, run_id: _Optional[str] = ..., offset: _Optional[int] = ..., follow: _Optional[bool] = ...) -> None: ...
+    limit: int
+    def __init__(self, run_id: _Optional[str] = ..., offset: _Optional[int] = ..., follow: _Optional[bool] = ..., limit: _Optional[int] = ...) -> None: ...
 
 class ListDeadLettersRequest(_message.Message):
     __slots__ = ("job_id", "page_size", "page_token")

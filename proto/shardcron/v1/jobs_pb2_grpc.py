@@ -227,7 +227,9 @@ class JobServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ReadRunOutput(self, request, context):
-        """Output as kept (capped, tail kept); with follow, streams until the run is final.
+        """A run's output from offset, at most limit bytes: whole from the node's blob store
+        when it has one (else the tail the job store keeps); with follow, streams until
+        the run is final.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
