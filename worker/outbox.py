@@ -11,8 +11,9 @@ its result). A command's output is read no faster than the stream takes it: its
 reader waits (``output_room``, up to ``OUTPUT_ROOM_WAIT``) while more than half of
 ``output_buffer`` waits to be sent, so a command writing faster than the stream is
 held back by its pipe instead of losing output; only a stream that takes nothing for
-that long (a reconnect) drops the oldest buffered output, as counted. Output survives a reconnect (bounded); Started, Results and heartbeats
-do not (``Hello.held`` and ``Hello.pending_results`` carry them instead).
+that long (a reconnect) drops the oldest buffered output, as counted. Output
+survives a reconnect (bounded); Started, Results and heartbeats do not
+(``Hello.held`` and ``Hello.pending_results`` carry them instead).
 
 How long starts, results and credit limits wait for company depends on whether the
 poller may be waiting for the slots they free (``patient``, from the link: the room
