@@ -71,7 +71,7 @@ class RetentionSweeper:
 
     async def sweep(self) -> int:
         """One sweep now; returns how many runs it deleted."""
-        deleted = await self.store.expire_runs(self.clock())
+        deleted = len(await self.store.expire_runs(self.clock()))
         self.deleted += deleted
         if deleted:
             log.info("retention: deleted %d final runs and their output", deleted)
