@@ -101,6 +101,14 @@ class Metrics:
             ["where"],
             registry=r,
         )
+        # retention's deletes of expired runs' output blobs (``retention.RetentionSweeper``)
+        self.retention_blob_failures = Counter(
+            "shardcron_retention_blob_failures_total",
+            "Expired runs' output deletes from the blob store that failed (tried again at"
+            " the next sweep) or were dropped (given up, parts left), by outcome",
+            ["outcome"],
+            registry=r,
+        )
         self.leases_expired = Counter(
             "shardcron_leases_expired_total", "Leases that ran out without renewal", registry=r
         )

@@ -212,7 +212,13 @@ class Node:
         self._leader_watch = asyncio.create_task(self._watch_leadership())
         if self.raw_store.retention is not None:
             interval = sweep_interval(self.raw_store.retention)
-            self.retention = RetentionSweeper(self.store, interval=interval)
+            failures = self.metrics.retention_blob_failures
+            self.retention = RetentionSweeper(
+                self.store,
+                interval=interval,
+                blobs=None if self.output_blobs is None else self.output_blobs.store,
+                on_blob_failure=lambda outcome: failures.labels(outcome=outcome).inc(),
+            )
             self.retention.start()
         await self.server.health.serving()  # type: ignore[attr-defined]
         log.info(

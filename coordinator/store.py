@@ -277,13 +277,14 @@ class JobStore(Protocol):
         """Persists cursors; a cursor never moves backwards (a lower value is ignored).
         Due-index rows of buckets before a shard's cursor may be dropped from then on."""
 
-    async def expire_runs(self, now: datetime) -> int:
+    async def expire_runs(self, now: datetime) -> list[tuple[str, str]]:
         """Deletes what the store's ``retention`` says is expired at ``now``: every run
         that is final, not a dead letter, and ended (or, never started, was due) more
         than ``retention`` before ``now``, with its output. Never a run that is not
-        final; never a job. Returns how many runs it deleted; 0 without a retention, or
-        for a store whose rows expire by themselves (Cassandra: a TTL written with the
-        final run, see ``cassandra/writes``)."""
+        final; never a job. Returns the deleted runs' (owner, run id), for their blobs
+        to follow (``retention.RetentionSweeper``); none without a retention, or for a
+        store whose rows expire by themselves (Cassandra: a TTL written with the final
+        run, see ``cassandra/writes``)."""
 
     async def oldest_due(self, shard: int) -> datetime | None:
         """The due time of the oldest due-index row of ``shard`` (where a shard with no cursor starts)."""

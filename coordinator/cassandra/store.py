@@ -458,8 +458,8 @@ class CassandraStore:
         ttl = max(1, int(self.retention.total_seconds()))
         return 0 if ttl > MAX_TTL else ttl
 
-    async def expire_runs(self, now: datetime) -> int:
-        return 0  # the rows carry their TTL (schema docstring)
+    async def expire_runs(self, now: datetime) -> list[tuple[str, str]]:
+        return []  # the rows carry their TTL (schema docstring)
 
     async def read_output(
         self, run_id: str, *, offset: int = 0, limit: int = 1 << 16

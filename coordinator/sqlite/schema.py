@@ -102,7 +102,8 @@ COUNT_JOBS = "SELECT count(*) FROM jobs WHERE owner = ? AND state != 'DELETED'"
 # end times (one more index on every run write costs the hot path), so a sweep reads
 # the table once.
 RUNS_AFTER = (
-    "SELECT id, state, dead_letter, ended_at, due_at FROM runs WHERE id > ? ORDER BY id LIMIT ?"
+    "SELECT id, owner, state, dead_letter, ended_at, due_at FROM runs WHERE id > ? ORDER BY id"
+    " LIMIT ?"
 )
 PRUNE_DUE = (
     "DELETE FROM due_runs WHERE shard = ? AND bucket <"

@@ -358,16 +358,17 @@ class SqliteStore:
 
         await self._db.write(functools.partial(writes.save_cursors, rows), len(rows))
 
-    async def expire_runs(self, now: datetime, *, chunk: int = 2000) -> int:
+    async def expire_runs(self, now: datetime, *, chunk: int = 2000) -> list[tuple[str, str]]:
         retention = self.retention
         if retention is None:
-            return 0
+            return []
 
-        deleted, after = 0, ""
+        deleted: list[tuple[str, str]] = []
+        after = ""
         while True:  # one write per chunk: the writer is never held for a whole sweep
             write = functools.partial(writes.expire_runs, after, chunk, now, retention)
-            last, count = await self._db.write(write, chunk)
-            deleted += count
+            last, gone = await self._db.write(write, chunk)
+            deleted += gone
             if last is None:
                 return deleted
             after = last

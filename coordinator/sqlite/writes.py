@@ -117,12 +117,13 @@ def save_cursors(rows: list[Row], conn: Conn) -> None:
 
 def expire_runs(
     after: str, chunk: int, now: datetime, retention: timedelta, conn: Conn
-) -> tuple[str | None, int]:
+) -> tuple[str | None, list[tuple[str, str]]]:
     """Deletes the runs (and their output) past ``retention`` among the ``chunk`` runs
-    after id ``after``; returns the last id read when more may follow, and the count."""
+    after id ``after``; returns the last id read when more may follow, and the deleted
+    runs' (owner, run id)."""
     rows = conn.execute(RUNS_AFTER, (after, chunk)).fetchall()
     gone = []
-    for run_id, state, dead, ended, due in rows:
+    for run_id, owner, state, dead, ended, due in rows:
         at = run_expires_at(
             state=state,
             dead_letter=bool(dead),
@@ -131,10 +132,11 @@ def expire_runs(
             retention=retention,
         )
         if at is not None and at <= now:
-            gone.append((run_id,))
-    conn.executemany("DELETE FROM run_output WHERE run_id = ?", gone)
-    conn.executemany("DELETE FROM runs WHERE id = ?", gone)
-    return (rows[-1][0] if len(rows) == chunk else None), len(gone)
+            gone.append((owner, run_id))
+    ids = [(run_id,) for _, run_id in gone]
+    conn.executemany("DELETE FROM run_output WHERE run_id = ?", ids)
+    conn.executemany("DELETE FROM runs WHERE id = ?", ids)
+    return (rows[-1][0] if len(rows) == chunk else None), gone
 
 
 # Rows (run_id, seq) hold a run's chunks in order; a chunk's offset counts every byte

@@ -1,4 +1,5 @@
-"""``--quota-file`` and ``--retention`` on a real ``shardcron dev``, through the CLI."""
+"""``--quota-file`` and ``--retention`` on a real ``shardcron dev``, through the CLI: runs
+and their output parts in dev's blob store (``DATA_DIR/blobs``) deleted after it."""
 
 from __future__ import annotations
 
@@ -48,6 +49,36 @@ def test_final_runs_are_deleted_after_the_retention(dev: DevServer) -> None:
     gone = dev.cli("run", "get", run["id"], owner=owner, check=False)
     assert gone.returncode != 0
     assert json.loads(dev.cli("--json", "job", "get", job_id, owner=owner).stdout)["id"] == job_id
+
+
+def test_a_runs_output_parts_are_deleted_with_it_and_a_running_runs_stay(
+    dev: DevServer,
+) -> None:
+    owner = f"ret-{uuid.uuid4().hex[:8]}"
+
+    def running_run(name: str) -> tuple[str, Path]:
+        """A run printing then sleeping, once its first part is in the blob store."""
+        command = ["sh", "-c", f"echo {name}; sleep 600"]
+        job_id = dev.cli("job", "create", "-q", name, "--", *command, owner=owner).stdout
+        job_id = job_id.strip()
+
+        def running() -> list[dict]:
+            runs = json.loads(dev.cli("--json", "run", "list", job_id, owner=owner).stdout)
+            return [r for r in runs if r["state"] == "RUNNING"]
+
+        [run] = wait_until(running, what=f"{name} running")
+        parts = dev.data_dir / "blobs" / "output" / owner / run["id"]
+        wait_until(lambda: any(p.is_file() for p in parts.rglob("*")), what=f"{name}'s parts")
+        return run["id"], parts
+
+    old_id, old_parts = running_run("old")
+    new_id, new_parts = running_run("new")
+    dev.cli("run", "cancel", old_id, owner=owner)  # final: deleted 2 s after it ended
+
+    wait_until(lambda: not old_parts.exists(), timeout=60, what="the old run's parts deleted")
+    assert dev.cli("run", "get", old_id, owner=owner, check=False).returncode != 0
+    assert any(p.is_file() for p in new_parts.rglob("*"))  # still running: kept
+    dev.cli("run", "cancel", new_id, owner=owner)
 
 
 def test_a_bad_quota_file_stops_the_start_naming_the_key(tmp_path: Path) -> None:
