@@ -17,6 +17,13 @@ def owner() -> str:
     return f"cli-{uuid.uuid4().hex[:8]}"
 
 
+def _stacks(pid: int) -> str:
+    """What a process that does not end is doing (py-spy's dump of every thread)."""
+    spy = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    dump = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True, timeout=30)
+    return (dump.stdout + dump.stderr).decode(errors="replace")
+
+
 def test_cron_job_tour(dev: DevServer) -> None:
     o = owner()
     job_id = dev.cli(
@@ -143,7 +150,12 @@ def test_ctrl_c_while_following_exits_130_quietly(dev: DevServer) -> None:
     assert follow.stdout is not None
     assert follow.stdout.readline() == b"begin\n"  # following, past the start-up
     follow.send_signal(signal.SIGINT)
-    _, err = follow.communicate(timeout=30)
+    try:
+        _, err = follow.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        stacks = _stacks(follow.pid)
+        follow.kill()
+        raise AssertionError(f"still running 30 s after SIGINT; its threads:\n{stacks}") from None
     assert follow.returncode == 130
     assert b"Aborted" not in err and b"Traceback" not in err
     dev.cli("job", "delete", job_id, "--cancel-running", owner=o)
