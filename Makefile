@@ -29,11 +29,11 @@ bench: install
 	$(PIP) install -q -e '.[dev,bench]'
 	$(PY) -m bench $(BENCH_ARGS)
 
-# ZooKeeper + Cassandra + three shardcron nodes + two workers, state under .cluster/
-cluster: install servers
+# ZooKeeper + Cassandra + an S3 gateway + three shardcron nodes + two workers, state under .cluster/
+cluster: install servers s3-gateway
 	$(PY) -m deploy.cluster up
 
-# Stops every process and keeps the ZooKeeper and Cassandra data: the next
+# Stops every process and keeps the ZooKeeper, Cassandra and S3 data: the next
 # `make cluster` resumes the same jobs at a later epoch.
 cluster-down:
 	$(PY) -m deploy.cluster down

@@ -19,6 +19,11 @@ variables and the admin's ``SHARDCRON_TOKEN`` that the CLI and SDK read (printed
 Secret env values are sealed at rest: the nodes share ``secrets.keys`` (mode 0600,
 kept across ``up``s so the values stored before open again).
 
+Runs' whole output goes to a blob store every node shares: a Versity S3 gateway
+(``deploy.versitygw``) on 127.0.0.1:7490 over ``.cluster/s3/``, bucket ``shardcron``;
+its key pair is in ``.cluster/s3/access_key`` and ``secret_key`` (mode 0600), which the
+nodes are given by file name, never on their command line.
+
 ``down`` stops the processes and keeps the ZooKeeper and Cassandra data under
 ``.cluster/``: the next ``up`` resumes the jobs it held, under a new leader at a later
 epoch. ``reset`` stops everything too and deletes that data, for a fresh start.
@@ -50,6 +55,7 @@ from pathlib import Path
 from deploy.cassandra import Cassandra
 from deploy.certs import make_certs
 from deploy.process import pid_alive, spawn_detached
+from deploy.versitygw import VersityGateway
 from deploy.zookeeper import ZooKeeper
 
 REPO = Path(__file__).resolve().parent.parent
@@ -61,6 +67,8 @@ ZK_PORT = 2191  # apart from the ports the tests use, so both can run at once
 # The cluster's Cassandra is sized to carry load (``Cassandra(server=True)``: threads,
 # memtables off the heap); the heap is what a 2-core, 24 GiB machine can spare.
 CASSANDRA_HEAP = "2G"
+S3_PORT = 7490
+S3_BUCKET = "shardcron"
 
 
 class LocalCassandra(Cassandra):
@@ -132,6 +140,17 @@ def client_env(state: Path) -> dict[str, str]:
     return env
 
 
+def blob_store_args(gateway: VersityGateway) -> list[str]:
+    """A node's flags for the cluster's S3 gateway: its credentials named by file."""
+    return [
+        "--blob-store", f"s3://{S3_BUCKET}/blobs",
+        "--blob-endpoint", gateway.endpoint,
+        "--blob-region", "us-east-1",
+        "--blob-access-key-file", str(gateway.access_key_file),
+        "--blob-secret-key-file", str(gateway.secret_key_file),
+    ]  # fmt: skip
+
+
 def node_tls_args(tls: Path) -> list[str]:
     """A node's flags: serve with the node certificate, require clients of the CA."""
     node = ["--tls-cert", str(tls / "node.crt"), "--tls-key", str(tls / "node.key")]
@@ -168,9 +187,11 @@ def up(state: Path, nodes: int, workers: int, slots: int = 8) -> None:
     tls = make_certs(state / "tls", clients=("worker", "client"))
     zk = ZooKeeper(state / "zookeeper", nodes=1, port=ZK_PORT)
     cassandra = LocalCassandra(state / "cassandra", nodes=1, heap=CASSANDRA_HEAP, server=True)
-    print("starting ZooKeeper and Cassandra ...", file=sys.stderr)
+    gateway = VersityGateway(state / "s3", port=S3_PORT)
+    print("starting ZooKeeper, Cassandra and the S3 gateway ...", file=sys.stderr)
     zk.start()
     cassandra.start()
+    gateway.start(buckets=[S3_BUCKET])
     contact = ",".join(cassandra.contact_points)
     tokens = write_tokens(state)
     secrets_keys = write_secrets_key(state)
@@ -204,6 +225,7 @@ def up(state: Path, nodes: int, workers: int, slots: int = 8) -> None:
                 str(state / "auth.toml"),
                 "--secrets-key-file",
                 str(secrets_keys),
+                *blob_store_args(gateway),
                 *node_tls_args(tls),
             ),
             state,
@@ -243,6 +265,7 @@ def up(state: Path, nodes: int, workers: int, slots: int = 8) -> None:
         "api": targets,
         "zookeeper": zk.connect_string,
         "cassandra": contact,
+        "blob_store": f"s3://{S3_BUCKET}/blobs at {gateway.endpoint}",
         "metrics": [f"http://127.0.0.1:{9464 + i}/metrics" for i in range(1, nodes + 1)],
         "logs": str(state),
         "tls": {k: v for k, v in env.items() if k.startswith("SHARDCRON_TLS_")},
@@ -252,6 +275,7 @@ def up(state: Path, nodes: int, workers: int, slots: int = 8) -> None:
   api        {", ".join(targets)}   (mTLS; certificates in {tls}/; tokens in {state}/tokens.json)
   zookeeper  {zk.connect_string}
   cassandra  {contact}  keyspace {KEYSPACE}
+  blobs      s3://{S3_BUCKET}/blobs at {gateway.endpoint} (data in {gateway.data_dir})
   metrics    {", ".join(endpoints["metrics"])}
   logs, pids {state}/
 try:
@@ -288,14 +312,17 @@ def down(state: Path) -> None:
         ZooKeeper(state / "zookeeper", port=ZK_PORT).stop()
     if (state / "cassandra").exists():
         LocalCassandra(state / "cassandra").stop()
+    if (state / "s3").exists():
+        VersityGateway(state / "s3", port=S3_PORT).stop()
     print("shardcron cluster down", file=sys.stderr)
 
 
 def reset(state: Path) -> None:
-    """``down``, then delete the servers' data and the processes' logs: the next ``up``
+    """``down``, then delete the servers' data (runs' output in the S3 gateway too) and
+    the processes' logs: the next ``up``
     starts an empty cluster at epoch 1."""
     down(state)
-    for data in ("zookeeper", "cassandra"):
+    for data in ("zookeeper", "cassandra", "s3"):
         shutil.rmtree(state / data, ignore_errors=True)
     for leftover in (*state.glob("*.log"), state / "endpoints.json"):
         leftover.unlink(missing_ok=True)

@@ -1,7 +1,7 @@
 """``make cluster-down`` keeps the servers' data; ``make cluster-reset`` deletes it.
 
 No server runs here: the state directory is laid out as ``make cluster`` leaves it
-(a ZooKeeper and a Cassandra node directory with data, logs, no live pid), and
+(ZooKeeper, Cassandra and S3 gateway directories with data, logs, no live pid), and
 ``deploy.cluster`` is called as the Makefile calls it.
 """
 
@@ -16,6 +16,7 @@ def _state_as_make_cluster_leaves_it(state: Path) -> list[Path]:
     data = [
         state / "zookeeper" / "zk1" / "data" / "version-2" / "snapshot.0",
         state / "cassandra" / "cass1" / "data" / "shardcron" / "jobs.db",
+        state / "s3" / "data" / "shardcron" / "blobs" / "output" / "part",
     ]
     for f in data:
         f.parent.mkdir(parents=True)
@@ -25,7 +26,7 @@ def _state_as_make_cluster_leaves_it(state: Path) -> list[Path]:
     return data
 
 
-def test_cluster_down_keeps_zookeeper_and_cassandra_data(tmp_path: Path) -> None:
+def test_cluster_down_keeps_zookeeper_cassandra_and_s3_data(tmp_path: Path) -> None:
     data = _state_as_make_cluster_leaves_it(tmp_path)
     cluster.down(tmp_path)
     assert all(f.read_text() == "kept" for f in data)
@@ -36,4 +37,5 @@ def test_cluster_reset_deletes_the_data_for_a_fresh_start(tmp_path: Path) -> Non
     cluster.reset(tmp_path)
     assert not (tmp_path / "zookeeper").exists()
     assert not (tmp_path / "cassandra").exists()
+    assert not (tmp_path / "s3").exists()
     assert list(tmp_path.iterdir()) == []
