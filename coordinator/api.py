@@ -48,6 +48,7 @@ from shardcron.coordinator.ids import (
     shard_for,
     utcnow,
 )
+from shardcron.coordinator.job_health import with_health as with_health_of
 from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.output_blobs import OutputBlobs
 from shardcron.coordinator.poller.fires import (
@@ -256,9 +257,16 @@ class JobsApi:
             return True
         return job.state == JobState.DELETED
 
-    async def list_jobs(self, owner: str, **filters: object) -> Page[Job]:
+    async def list_jobs(
+        self, owner: str, *, with_health: bool = False, **filters: object
+    ) -> Page[Job]:
+        """The owner's jobs (``JobStore.list_jobs``); ``with_health``: each with its last
+        runs (``job_health``)."""
         page = await self.store.list_jobs(owner, **filters)  # type: ignore[arg-type]
-        return dataclasses.replace(page, items=[without_spent_fire(j) for j in page.items])
+        jobs = [without_spent_fire(j) for j in page.items]
+        if with_health:
+            jobs = await with_health_of(self.store, owner, jobs, utcnow())
+        return dataclasses.replace(page, items=jobs)
 
     async def _load(self, owner: str, job_id: str, expected_version: int) -> Job:
         identifier(job_id, "job_id")

@@ -228,6 +228,7 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
             labels=dict(request.labels),
             page_size=page_size(request.page_size),
             page_token=page_token(request.page_token),
+            with_health=request.with_health,
         )
         jobs, token = fitted(PageKind.JOBS, page, codec.job_to_proto)
         return jobs_pb2.ListJobsResponse(jobs=jobs, next_page_token=token)

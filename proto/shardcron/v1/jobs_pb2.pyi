@@ -48,7 +48,7 @@ class GetJobRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class ListJobsRequest(_message.Message):
-    __slots__ = ("page_size", "page_token", "states", "name_prefix", "labels")
+    __slots__ = ("page_size", "page_token", "states", "name_prefix", "labels", "with_health")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -61,12 +61,14 @@ class ListJobsRequest(_message.Message):
     STATES_FIELD_NUMBER: _ClassVar[int]
     NAME_PREFIX_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
+    WITH_HEALTH_FIELD_NUMBER: _ClassVar[int]
     page_size: int
     page_token: str
     states: _containers.RepeatedScalarFieldContainer[_types_pb2.JobState]
     name_prefix: str
     labels: _containers.ScalarMap[str, str]
-    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., states: _Optional[_Iterable[_Union[_types_pb2.JobState, str]]] = ..., name_prefix: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    with_health: bool
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., states: _Optional[_Iterable[_Union[_types_pb2.JobState, str]]] = ..., name_prefix: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., with_health: _Optional[bool] = ...) -> None: ...
 
 class ListJobsResponse(_message.Message):
     __slots__ = ("jobs", "next_page_token")

@@ -290,7 +290,7 @@ class JobSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., task: _Optional[_Union[Task, _Mapping]] = ..., schedule: _Optional[_Union[Schedule, _Mapping]] = ..., priority: _Optional[int] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., concurrency: _Optional[_Union[ConcurrencyPolicy, _Mapping]] = ..., misfire: _Optional[_Union[MisfirePolicy, str]] = ..., starting_deadline: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., pause_after_failures: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "owner", "spec", "state", "version", "created_at", "updated_at", "next_fire_at", "next_fire_key", "idempotency_key", "consecutive_failures", "pause_reason", "schedule_version")
+    __slots__ = ("id", "owner", "spec", "state", "version", "created_at", "updated_at", "next_fire_at", "next_fire_key", "idempotency_key", "consecutive_failures", "pause_reason", "schedule_version", "health")
     ID_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
@@ -304,6 +304,7 @@ class Job(_message.Message):
     CONSECUTIVE_FAILURES_FIELD_NUMBER: _ClassVar[int]
     PAUSE_REASON_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    HEALTH_FIELD_NUMBER: _ClassVar[int]
     id: str
     owner: str
     spec: JobSpec
@@ -317,7 +318,28 @@ class Job(_message.Message):
     consecutive_failures: int
     pause_reason: str
     schedule_version: int
-    def __init__(self, id: _Optional[str] = ..., owner: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., version: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., next_fire_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., next_fire_key: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., consecutive_failures: _Optional[int] = ..., pause_reason: _Optional[str] = ..., schedule_version: _Optional[int] = ...) -> None: ...
+    health: JobHealth
+    def __init__(self, id: _Optional[str] = ..., owner: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., version: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., next_fire_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., next_fire_key: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., consecutive_failures: _Optional[int] = ..., pause_reason: _Optional[str] = ..., schedule_version: _Optional[int] = ..., health: _Optional[_Union[JobHealth, _Mapping]] = ...) -> None: ...
+
+class JobHealth(_message.Message):
+    __slots__ = ("runs", "succeeded", "rated")
+    RUNS_FIELD_NUMBER: _ClassVar[int]
+    SUCCEEDED_FIELD_NUMBER: _ClassVar[int]
+    RATED_FIELD_NUMBER: _ClassVar[int]
+    runs: _containers.RepeatedCompositeFieldContainer[JobHealthRun]
+    succeeded: int
+    rated: int
+    def __init__(self, runs: _Optional[_Iterable[_Union[JobHealthRun, _Mapping]]] = ..., succeeded: _Optional[int] = ..., rated: _Optional[int] = ...) -> None: ...
+
+class JobHealthRun(_message.Message):
+    __slots__ = ("run_id", "state", "due_at")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    DUE_AT_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    state: RunState
+    due_at: _timestamp_pb2.Timestamp
+    def __init__(self, run_id: _Optional[str] = ..., state: _Optional[_Union[RunState, str]] = ..., due_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Run(_message.Message):
     __slots__ = ("id", "job_id", "owner", "fire_key", "fire_at", "due_at", "state", "attempt", "priority", "shard", "worker_id", "lease_token", "lease_expires_at", "created_at", "started_at", "ended_at", "has_exit_code", "exit_code", "reason", "error", "output_bytes", "replayed_from", "dead_letter", "schedule_version", "waiting_reason", "usage")
