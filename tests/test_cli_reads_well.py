@@ -11,7 +11,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from shardcron.client.cli.root import cli
 from shardcron.client.errors import InvalidArgument, NotFound
 from shardcron.client.types import (
     ClusterStatus,
@@ -26,9 +28,6 @@ from shardcron.client.types import (
     RunUsage,
     WorkerInfo,
 )
-from click.testing import CliRunner
-
-from shardcron.client.cli.root import cli
 from tests.support.cli import T0, FakeClient, invoke, make_run
 
 
@@ -355,7 +354,12 @@ def test_job_list_strip_falls_back_to_ascii_and_is_data_under_json() -> None:
     assert ascii_out.stdout.splitlines()[1].split()[3:6] == ["RUNNING", ".x+x>", "33%"]
     listed = json.loads(invoke(["--json", "job", "list"], obj=fake).stdout)
     health = listed[0]["health"]
-    assert [r["state"] for r in health["runs"]][1:] == ["TIMED_OUT", "SUCCEEDED", "MISSED", "SKIPPED"]
+    assert [r["state"] for r in health["runs"]][1:] == [
+        "TIMED_OUT",
+        "SUCCEEDED",
+        "MISSED",
+        "SKIPPED",
+    ]
     assert health["runs"][0]["run_id"] == "run-0"
     assert (health["succeeded"], health["rated"]) == (1, 3)
     assert health["success_rate"] == pytest.approx(1 / 3)

@@ -127,7 +127,7 @@ def _routes() -> tuple[Route, ...]:
             method="GET", path="/v1/jobs", operation="listJobs", rpc="ListJobs",
             summary="The owner's jobs, in id order (all but DELETED unless a state is given)",
             request=jobs_pb2.ListJobsRequest, response=jobs_pb2.ListJobsResponse,
-            query=(*PAGE, "state", "namePrefix"), aliases=STATE,
+            query=(*PAGE, "state", "namePrefix", "withHealth"), aliases=STATE,
         ),
         Route(
             method="GET", path="/v1/jobs/{jobId}", operation="getJob", rpc="GetJob",

@@ -12,6 +12,7 @@ import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from selenium import webdriver
@@ -203,3 +204,96 @@ def test_a_run_page_shows_the_last_mib_of_a_long_output(dev: DevServer, browser:
     assert shown.startswith(note)
     assert shown.endswith("399999\n400000\n")
     assert len(shown) - len(shown.partition("\n")[0]) - 1 == 1 << 20
+
+
+def runs_ended(http: HttpApi, job_id: str, count: int) -> list[dict[str, Any]]:
+    """The job's runs once ``count`` of them are final, newest first."""
+    final = {"RUN_STATE_SUCCEEDED", "RUN_STATE_FAILED", "RUN_STATE_TIMED_OUT"}
+
+    def ended() -> list[dict[str, Any]] | None:
+        runs = http.call("GET", f"/v1/jobs/{job_id}/runs?pageSize=50")[1].get("runs", [])
+        return runs if sum(r["state"] in final for r in runs) >= count else None
+
+    return wait_until(ended)
+
+
+def open_as(browser: WebDriver, url: str, owner: str) -> None:
+    browser.get(url)
+    browser.execute_script("localStorage.setItem('shardcron.owner', arguments[0])", owner)
+    browser.refresh()
+
+
+def test_job_list_shows_each_jobs_last_runs_and_the_job_page_its_failure(
+    dev: DevServer, browser: WebDriver
+) -> None:
+    """The list: the last run's state beside the job's (a one-shot job that failed shows
+    FAILED, not only COMPLETED), a strip of its last runs, green and red, each a link to
+    its run, and the success rate over them. The job page: the failure inline (its
+    reason, exit code, error and the tail of its output) and a chart of its runs'
+    durations and start lags."""
+    owner = f"ui-{uuid.uuid4().hex[:8]}"
+    http = HttpApi(dev.http_url, owner=owner)
+    yearly = {"kind": "SCHEDULE_KIND_CRON", "cron": "0 0 1 1 *"}
+    once = {"maxAttempts": 1}
+
+    def spec(name: str, script: str, schedule: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "name": name,
+            "task": {"command": {"argv": ["sh", "-c", script]}},
+            "schedule": schedule,
+            "retry": once,
+        }
+
+    def create(name: str, script: str, schedule: dict[str, Any]) -> str:
+        return str(
+            http.read("POST", "/v1/jobs", {"spec": spec(name, script, schedule)}).json["job"]["id"]
+        )
+
+    flaky = create("flaky", "echo checking the mirror", yearly)
+    for i in range(4):  # three good runs, then one whose mirror is gone
+        if i == 3:
+            broken = spec(
+                "flaky", "echo checking the mirror; echo mirror unreachable >&2; exit 7", yearly
+            )
+            version = http.call("GET", f"/v1/jobs/{flaky}")[1]["version"]
+            body = {"expectedVersion": version, "spec": broken}
+            assert http.call("PUT", f"/v1/jobs/{flaky}", body)[0] == 200
+        assert http.call("POST", f"/v1/jobs/{flaky}/runNow", {})[0] == 200
+        runs_ended(http, flaky, i + 1)
+    once_failed = create("once-failed", "exit 3", {"kind": "SCHEDULE_KIND_IMMEDIATE"})
+    runs_ended(http, once_failed, 1)
+    wait_until(
+        lambda: http.call("GET", f"/v1/jobs/{once_failed}")[1]["state"] == "JOB_STATE_COMPLETED"
+    )
+
+    open_as(browser, dev.http_url + "/#/jobs", owner)
+    row = f'tr[data-job-id="{flaky}"]'
+    wait_for(browser, row, "75% of 4")
+    ticks = browser.find_elements(By.CSS_SELECTOR, f"{row} .strip a.tick")
+    assert [t.get_attribute("data-state") for t in ticks] == ["SUCCEEDED"] * 3 + ["FAILED"]
+    colours = [t.value_of_css_property("background-color") for t in ticks]
+    assert colours[0] == colours[1] == colours[2] != colours[3]
+    assert "FAILED" in text_of(browser, f"{row} .last-run")
+    other = f'tr[data-job-id="{once_failed}"]'
+    assert text_of(browser, f"{other} td:nth-child(2)") == "COMPLETED"
+    assert text_of(browser, f"{other} .last-run") == "FAILED"
+    assert text_of(browser, f"{other} .success-rate") == "0% of 1"
+    shoot(browser, "jobs-health")
+
+    ticks[3].click()  # the failed run, from its tick
+    wait_for(browser, "#run-state", "FAILED")
+    [failed] = [r for r in runs_ended(http, flaky, 4) if r["state"] == "RUN_STATE_FAILED"]
+    assert browser.current_url.endswith(f"#/runs/{failed['id']}")
+
+    browser.get(f"{dev.http_url}/#/jobs/{flaky}")
+    wait_for(browser, "#last-failure", "mirror unreachable")
+    failure = text_of(browser, "#last-failure")
+    assert "FAILED" in failure and "NON_ZERO_EXIT" in failure and "exit code 7" in failure
+    assert "checking the mirror" in text_of(browser, "#failure-output")
+    assert "Failing now" in text_of(browser, "#job-health")
+    points = browser.find_elements(By.CSS_SELECTOR, "#job-timings circle.s-duration")
+    assert len(points) == 4
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#job-timings circle.s-lag")) == 4
+    shoot(browser, "job-health")
+    logs = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert logs == []
