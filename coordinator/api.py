@@ -26,6 +26,7 @@ from typing import Protocol
 from shardcron.client import limits
 from shardcron.client.dataclass_copies import copy_with
 from shardcron.client.errors import FailedPrecondition, InvalidArgument, NotFound, ShardcronError
+from shardcron.client.overview import Overview, OverviewPart, OverviewWindow, merge, window_starts
 from shardcron.client.schedule import preview
 from shardcron.client.types import (
     Fire,
@@ -97,6 +98,9 @@ class PollerLink(Protocol):
     async def waiting_reasons(self, runs: Sequence[Run]) -> dict[str, str]:
         """Best effort: why each of these due, PENDING runs is not on a worker yet, by
         run id, from the pollers that hold them (runs not held or not waiting left out)."""
+
+    async def overview_parts(self, owner: str, window: OverviewWindow) -> list[OverviewPart]:
+        """Best effort: every poller's part of the owner's overview (those that answer)."""
 
 
 def without_spent_fire(job: Job) -> Job:
@@ -491,6 +495,23 @@ class JobsApi:
             dataclasses.replace(r, waiting_reason=reasons[r.id]) if r.id in reasons else r
             for r in runs
         ]
+
+    async def overview(self, owner: str, window: OverviewWindow) -> Overview:
+        """The owner's overview: every poller's part merged (``client/overview.py``), its
+        failing jobs read again by id (at most ``FAILING_JOBS``: one bounded read) so a
+        job deleted or renamed since shows as it is now."""
+        parts = await self.link.overview_parts(owner, window)
+        merged = merge(parts, window, window_starts(window, utcnow()))
+        ids = [j.job_id for j in merged.failing_jobs]
+        jobs = await self.store.get_jobs(ids) if ids else {}
+        failing = tuple(
+            dataclasses.replace(j, name=jobs[j.job_id].spec.name)
+            for j in merged.failing_jobs
+            if j.job_id in jobs
+            and jobs[j.job_id].owner == owner
+            and jobs[j.job_id].state != JobState.DELETED
+        )
+        return dataclasses.replace(merged, failing_jobs=failing)
 
     async def cancel_run(self, owner: str, run_id_: str) -> Run:
         run = await self.get_run(owner, run_id_)

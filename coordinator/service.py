@@ -373,6 +373,13 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
             pause = min(FOLLOW_IDLE_POLL, pause * 1.5)
 
     @rpc
+    async def GetOverview(
+        self, request: jobs_pb2.OverviewRequest, context: Any
+    ) -> jobs_pb2.Overview:
+        window = codec.overview_window_from_proto(request.window)
+        return codec.overview_to_proto(await self.api.overview(owner_of(context), window))
+
+    @rpc
     async def ListDeadLetters(
         self, request: jobs_pb2.ListDeadLettersRequest, context: Any
     ) -> jobs_pb2.ListRunsResponse:

@@ -201,6 +201,11 @@ def _routes() -> tuple[Route, ...]:
             query=(*PAGE, "jobId"),
         ),
         Route(
+            method="GET", path="/v1/overview", operation="getOverview", rpc="GetOverview",
+            summary="The owner's runs at a glance (kept in each poller's memory since it started)",
+            request=jobs_pb2.OverviewRequest, response=jobs_pb2.Overview, query=("window",),
+        ),
+        Route(
             method="POST", path="/v1/deadLetters/replay", operation="replayDeadLetters",
             rpc="ReplayDeadLetters", summary="Run dead letters again, as new runs",
             request=jobs_pb2.DeadLettersRequest, response=jobs_pb2.ListRunsResponse, body=True,

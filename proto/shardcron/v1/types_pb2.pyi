@@ -87,6 +87,12 @@ class RunReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RUN_REASON_SUPERSEDED: _ClassVar[RunReason]
     RUN_REASON_INTERNAL_ERROR: _ClassVar[RunReason]
     RUN_REASON_OOM_KILLED: _ClassVar[RunReason]
+
+class OverviewWindow(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    OVERVIEW_WINDOW_UNSPECIFIED: _ClassVar[OverviewWindow]
+    OVERVIEW_WINDOW_HOUR: _ClassVar[OverviewWindow]
+    OVERVIEW_WINDOW_DAY: _ClassVar[OverviewWindow]
 SCHEDULE_KIND_UNSPECIFIED: ScheduleKind
 SCHEDULE_KIND_IMMEDIATE: ScheduleKind
 SCHEDULE_KIND_AT: ScheduleKind
@@ -140,6 +146,9 @@ RUN_REASON_DEADLINE: RunReason
 RUN_REASON_SUPERSEDED: RunReason
 RUN_REASON_INTERNAL_ERROR: RunReason
 RUN_REASON_OOM_KILLED: RunReason
+OVERVIEW_WINDOW_UNSPECIFIED: OverviewWindow
+OVERVIEW_WINDOW_HOUR: OverviewWindow
+OVERVIEW_WINDOW_DAY: OverviewWindow
 
 class Schedule(_message.Message):
     __slots__ = ("kind", "at", "cron", "timezone", "interval", "anchor", "start_at", "end_at", "jitter", "dst_gap", "dst_overlap")
@@ -434,3 +443,41 @@ class OutputChunk(_message.Message):
     eof: bool
     fencing_token: int
     def __init__(self, run_id: _Optional[str] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., stream: _Optional[str] = ..., eof: _Optional[bool] = ..., fencing_token: _Optional[int] = ...) -> None: ...
+
+class OverviewBucket(_message.Message):
+    __slots__ = ("start", "succeeded", "failed", "other", "lag_counts", "lag_p50_seconds", "lag_p99_seconds")
+    START_FIELD_NUMBER: _ClassVar[int]
+    SUCCEEDED_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    OTHER_FIELD_NUMBER: _ClassVar[int]
+    LAG_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    LAG_P50_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    LAG_P99_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    start: _timestamp_pb2.Timestamp
+    succeeded: int
+    failed: int
+    other: int
+    lag_counts: _containers.RepeatedScalarFieldContainer[int]
+    lag_p50_seconds: float
+    lag_p99_seconds: float
+    def __init__(self, start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., succeeded: _Optional[int] = ..., failed: _Optional[int] = ..., other: _Optional[int] = ..., lag_counts: _Optional[_Iterable[int]] = ..., lag_p50_seconds: _Optional[float] = ..., lag_p99_seconds: _Optional[float] = ...) -> None: ...
+
+class OverviewFailingJob(_message.Message):
+    __slots__ = ("job_id", "name", "consecutive_failures", "state", "reason", "error", "ended_at", "run_id")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CONSECUTIVE_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    ENDED_AT_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    name: str
+    consecutive_failures: int
+    state: RunState
+    reason: RunReason
+    error: str
+    ended_at: _timestamp_pb2.Timestamp
+    run_id: str
+    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., consecutive_failures: _Optional[int] = ..., state: _Optional[_Union[RunState, str]] = ..., reason: _Optional[_Union[RunReason, str]] = ..., error: _Optional[str] = ..., ended_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., run_id: _Optional[str] = ...) -> None: ...
