@@ -297,3 +297,73 @@ def test_job_list_shows_each_jobs_last_runs_and_the_job_page_its_failure(
     shoot(browser, "job-health")
     logs = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     assert logs == []
+
+
+def test_the_overview_shows_runs_now_waiting_and_why_failures_and_updates_live(
+    dev: DevServer, browser: WebDriver
+) -> None:
+    """The first page: runs running, waiting (with why) and failed in the last hour, a
+    chart of runs by outcome and one of start lag, the jobs failing now worst first; a
+    failure after the page opened shows without a reload."""
+    owner = f"ui-{uuid.uuid4().hex[:8]}"
+    http = HttpApi(dev.http_url, owner=owner)
+    yearly = {"kind": "SCHEDULE_KIND_CRON", "cron": "0 0 1 1 *"}
+    now = {"kind": "SCHEDULE_KIND_IMMEDIATE"}
+
+    def create(name: str, task: dict[str, Any], schedule: dict[str, Any]) -> str:
+        spec = {"name": name, "task": task, "schedule": schedule, "retry": {"maxAttempts": 1}}
+        return str(http.read("POST", "/v1/jobs", {"spec": spec}).json["job"]["id"])
+
+    def sh(script: str) -> dict[str, Any]:
+        return {"command": {"argv": ["sh", "-c", script]}}
+
+    broken = create("backup-db", sh("echo disk full >&2; exit 4"), yearly)
+    flaky = create("sync-mirror", sh("exit 2"), yearly)
+    for job_id, times in ((broken, 2), (flaky, 1)):
+        for i in range(times):
+            assert http.call("POST", f"/v1/jobs/{job_id}/runNow", {})[0] == 200
+            runs_ended(http, job_id, i + 1)
+    fine = create("rotate-logs", sh("true"), now)
+    runs_ended(http, fine, 1)
+    long = http.read(
+        "POST", "/v1/jobs", {"spec": {"name": "long", "task": sh("sleep 300"), "schedule": now}}
+    )
+    long_run = long.json["firstRunId"]
+    create("resize", {"handler": {"name": "resize-images"}}, now)  # no worker serves it
+    wait_until(lambda: http.call("GET", f"/v1/runs/{long_run}")[1]["state"] == "RUN_STATE_RUNNING")
+
+    open_as(browser, dev.http_url + "/", owner)  # the overview is the first page
+    wait_for(browser, "nav a.active", "Overview")
+    wait_for(browser, "#card-running .figure", "1")
+    wait_for(browser, "#card-waiting .figure", "1")
+    wait_for(browser, "#card-failed .figure", "3")
+    assert "no connected worker serves handler resize-images" in text_of(
+        browser, "#waiting-reasons"
+    )
+    rows = browser.find_elements(By.CSS_SELECTOR, "#failing-jobs tr[data-job-id]")
+    assert [r.get_attribute("data-job-id") for r in rows] == [broken, flaky]  # worst first
+    assert "backup-db" in rows[0].text and "NON_ZERO_EXIT" in rows[0].text
+    assert text_of(browser, f'#failing-jobs tr[data-job-id="{broken}"] td.streak') == "2"
+    assert browser.find_elements(By.CSS_SELECTOR, "#chart-outcomes rect.bad")
+    assert browser.find_elements(By.CSS_SELECTOR, "#chart-outcomes rect.ok")
+    titles = " ".join(
+        t.get_attribute("textContent")
+        for t in browser.find_elements(By.CSS_SELECTOR, "#chart-outcomes g[data-bucket] title")
+    )
+    assert "failed" in titles and "succeeded" in titles
+    assert browser.find_elements(By.CSS_SELECTOR, "#chart-lag circle.s-p50")
+    assert "restarts with the node" in text_of(browser, "#history-since")
+    shoot(browser, "overview")
+
+    assert http.call("POST", f"/v1/jobs/{flaky}/runNow", {})[0] == 200  # no reload after it
+    wait_for(browser, "#card-failed .figure", "4")
+    wait_for(browser, f'#failing-jobs tr[data-job-id="{flaky}"] td.streak', "2")
+
+    click(browser, By.ID, "window-day")
+    wait_for(browser, "#window-day.active")
+    wait_for(browser, "#card-failed .figure", "4")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#chart-outcomes g[data-bucket]")) >= 1
+    shoot(browser, "overview-day")
+    assert http.call("POST", f"/v1/runs/{long_run}/cancel")[0] == 200
+    logs = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert logs == []

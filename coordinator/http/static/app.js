@@ -140,6 +140,114 @@ function refresh(fn, ms) {
 
 // --- pages ---------------------------------------------------------------------------------
 
+// The overview: what runs now, what waits and why, what failed, per minute (or per ten
+// minutes over a day), and the jobs failing now; polled every OVERVIEW_EVERY ms and
+// redrawn only where it changed. Each poller keeps this history in memory: it begins
+// when the node started, and the page says so.
+const OVERVIEW_EVERY = 5000;
+
+function clock(ts) {
+  return new Date(ts).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+}
+
+function overviewCharts(o) {
+  const buckets = o.buckets || [];
+  const day = o.window === "OVERVIEW_WINDOW_DAY";
+  const label = (b) => (day ? when(b.start) : clock(b.start));
+  const every = Math.max(1, Math.floor(buckets.length / 6));
+  const xLabels = buckets.map((b, i) => [i, clock(b.start)]).filter(([i]) => i % every === 0);
+  const outcomes = charts.stackedBars(
+    "chart-outcomes",
+    buckets.map((b) => ({
+      label: label(b),
+      values: { ok: b.succeeded || 0, bad: b.failed || 0, other: b.other || 0 },
+    })),
+    [
+      { key: "ok", label: "succeeded", cls: "ok" },
+      { key: "bad", label: "failed", cls: "bad" },
+      { key: "other", label: "cancelled or skipped", cls: "other" },
+    ],
+    xLabels,
+  );
+  const lag = charts.lines(
+    "chart-lag",
+    buckets.map((b) => ({
+      label: label(b),
+      values: { p50: b.lagP50Seconds ?? null, p99: b.lagP99Seconds ?? null },
+    })),
+    [
+      { key: "p50", label: "start lag p50", cls: "s-p50" },
+      { key: "p99", label: "start lag p99", cls: "s-p99" },
+    ],
+    xLabels,
+    charts.seconds,
+  );
+  return { outcomes, lag };
+}
+
+function failingRows(jobs) {
+  return jobs.map((j) => `
+    <tr data-job-id="${esc(j.jobId)}">
+      <td><a href="#/jobs/${esc(j.jobId)}">${esc(j.name)}</a></td>
+      <td class="streak">${esc(j.consecutiveFailures || 0)}</td>
+      <td>${stateCell(j.state, "RUN_STATE_")} ${esc(short(j.reason, "RUN_REASON_").replace("UNSPECIFIED", ""))}</td>
+      <td class="mono">${esc(j.error || "")}</td>
+      <td>${esc(when(j.endedAt))}</td>
+      <td class="mono"><a href="#/runs/${esc(j.runId)}">${esc(j.runId)}</a></td>
+    </tr>`).join("");
+}
+
+async function overviewPage(params) {
+  setPage("overview");
+  const span = params.get("window") === "day" ? "day" : "hour";
+  main.innerHTML = `
+    <h1>Overview</h1>
+    <div class="toolbar">
+      <button id="window-hour" class="${span === "hour" ? "active" : ""}">Last hour</button>
+      <button id="window-day" class="${span === "day" ? "active" : ""}">Last day</button>
+      <span id="history-since" class="muted"></span>
+    </div>
+    <div class="cards">
+      <div class="card" id="card-running"><div class="figure">–</div><div class="label">running now</div></div>
+      <div class="card" id="card-waiting"><div class="figure">–</div><div class="label">waiting</div></div>
+      <div class="card" id="card-failed"><div class="figure">–</div><div class="label">failed in the last hour</div></div>
+    </div>
+    <ul id="waiting-reasons" class="reasons"></ul>
+    <div class="grid-2">
+      <div><h2>Runs by outcome</h2><div class="chart-box" id="outcomes"></div></div>
+      <div><h2>Start lag</h2><div class="chart-box" id="lag"></div></div>
+    </div>
+    <h2>Failing now</h2>
+    <table id="failing-jobs"><thead><tr><th>Job</th><th>Failures in a row</th><th>Last run</th><th>Error</th><th>Ended</th><th>Run</th></tr></thead><tbody></tbody></table>`;
+  document.getElementById("window-hour").onclick = () => { location.hash = "#/overview"; };
+  document.getElementById("window-day").onclick = () => { location.hash = "#/overview?window=day"; };
+  const put = (id, html) => { // unchanged parts stay the same elements
+    const el = document.getElementById(id);
+    if (el && el.dataset.drawn !== html) {
+      el.innerHTML = html;
+      el.dataset.drawn = html;
+    }
+  };
+  const draw = async () => {
+    const o = await api("GET", `/v1/overview?window=${span.toUpperCase()}`);
+    put("card-running", `<div class="figure">${esc(o.running || 0)}</div><div class="label">running now</div>`);
+    put("card-waiting", `<div class="figure">${esc(o.waiting || 0)}</div><div class="label">waiting</div>`);
+    document.getElementById("card-failed").classList.toggle("bad", (o.failedLastHour || 0) > 0);
+    put("card-failed", `<div class="figure">${esc(o.failedLastHour || 0)}</div><div class="label">failed in the last hour</div>`);
+    put("waiting-reasons", (o.waitingReasons || []).map((w) => `<li><b>${esc(w.runs)}</b> ${esc(w.reason)}</li>`).join(""));
+    const { outcomes, lag } = overviewCharts(o);
+    put("outcomes", outcomes);
+    put("lag", lag);
+    put("history-since", o.historySince
+      ? `Counted since ${esc(when(o.historySince))}: each node keeps this history in memory, so it restarts with the node.`
+      : "No poller answered: no history to show.");
+    const failing = failingRows(o.failingJobs || []);
+    document.querySelector("#failing-jobs tbody").innerHTML = failing || `<tr><td colspan="6" class="muted">No job is failing.</td></tr>`;
+  };
+  await draw();
+  refresh(draw, OVERVIEW_EVERY);
+}
+
 async function jobsPage(params) {
   setPage("jobs");
   const state = params.get("state") || "";
@@ -516,7 +624,7 @@ function route() {
   clearInterval(pageTimer);
   if (outputAbort) outputAbort.abort();
   outputAbort = null;
-  const [path, query] = (location.hash.slice(1) || "/jobs").split("?");
+  const [path, query] = (location.hash.slice(1) || "/overview").split("?");
   const params = new URLSearchParams(query || "");
   const parts = path.split("/").filter(Boolean).map(decodeURIComponent);
   let page;
@@ -525,7 +633,8 @@ function route() {
   else if (parts[0] === "running") page = runningPage();
   else if (parts[0] === "dead") page = deadPage();
   else if (parts[0] === "cluster") page = clusterPage();
-  else page = jobsPage(params);
+  else if (parts[0] === "jobs") page = jobsPage(params);
+  else page = overviewPage(params);
   page.catch((e) => {
     main.innerHTML = `<p class="error-inline">${esc(e.message)}</p>`;
     showError(e);

@@ -64,7 +64,7 @@ function stackedBars(id, buckets, series, xLabels) {
     if (parts) bars += `<g data-bucket="${i}"><title>${svgEsc(title)}</title>${parts}</g>`;
   });
   const labels = (xLabels || []).map(([i, text]) => [left + (i + 0.5) * step, text]);
-  return `<svg id="${svgEsc(id)}" class="chart" viewBox="0 0 ${width} ${height}" role="img">${axes(top, (v) => String(Math.round(v)), labels)}${bars}</svg>${legend(series)}`;
+  return `<svg id="${svgEsc(id)}" class="chart" viewBox="0 0 ${width} ${height}" role="img">${axes(top, (v) => String(+v.toFixed(1)), labels)}${bars}</svg>${legend(series)}`;
 }
 
 // Lines: points [{label, values: {key: seconds or null}}], series [{key, label, cls}].
