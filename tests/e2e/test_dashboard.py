@@ -2,12 +2,17 @@
 installed by ``make test``), driven with Selenium against a real ``shardcron dev``.
 
 It opens the jobs list, sees a job created through the API appear, opens the job and
-its run, sees the run's output arrive, cancels the run and sees CANCELLED. Every page
-is saved as a screenshot under ``tests/output/dashboard/`` (not versioned).
+its run, sees the run's output arrive, cancels the run and sees CANCELLED; reads the
+overview (runs now, waiting and why, failures, its charts, live), the list's health
+strips and a failing job's page. Every page is saved as a screenshot under
+``tests/output/dashboard/`` (not versioned); with ``SHARDCRON_DOC_IMAGES=1``, the
+overview, the job list and a failing job's page also under ``docs/img/``, where the
+README shows them.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -30,6 +35,7 @@ from tests.support.waiting import wait_until
 pytestmark = pytest.mark.e2e
 
 SCREENSHOTS = REPO / "tests" / "output" / "dashboard"
+DOC_IMAGES = REPO / "docs" / "img"
 WAIT = 30.0  # seconds a page may take to show what a step awaits: a hang, not a pace
 
 
@@ -47,10 +53,14 @@ def browser() -> Iterator[WebDriver]:
     browser.quit()
 
 
-def shoot(browser: WebDriver, name: str) -> Path:
+def shoot(browser: WebDriver, name: str, *, doc: str = "") -> Path:
+    """The page as a PNG under ``SCREENSHOTS``; with ``doc``, under ``DOC_IMAGES`` as
+    that name too when ``SHARDCRON_DOC_IMAGES`` is set (the README's pictures)."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"
     browser.save_screenshot(str(path))
+    if doc and os.environ.get("SHARDCRON_DOC_IMAGES"):
+        shutil.copyfile(path, DOC_IMAGES / f"{doc}.png")
     return path
 
 
@@ -278,7 +288,7 @@ def test_job_list_shows_each_jobs_last_runs_and_the_job_page_its_failure(
     assert text_of(browser, f"{other} td:nth-child(2)") == "COMPLETED"
     assert text_of(browser, f"{other} .last-run") == "FAILED"
     assert text_of(browser, f"{other} .success-rate") == "0% of 1"
-    shoot(browser, "jobs-health")
+    shoot(browser, "jobs-health", doc="dashboard-jobs")
 
     ticks[3].click()  # the failed run, from its tick
     wait_for(browser, "#run-state", "FAILED")
@@ -294,7 +304,7 @@ def test_job_list_shows_each_jobs_last_runs_and_the_job_page_its_failure(
     points = browser.find_elements(By.CSS_SELECTOR, "#job-timings circle.s-duration")
     assert len(points) == 4
     assert len(browser.find_elements(By.CSS_SELECTOR, "#job-timings circle.s-lag")) == 4
-    shoot(browser, "job-health")
+    shoot(browser, "job-health", doc="dashboard-job-failing")
     logs = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     assert logs == []
 
@@ -353,7 +363,7 @@ def test_the_overview_shows_runs_now_waiting_and_why_failures_and_updates_live(
     assert "failed" in titles and "succeeded" in titles
     assert browser.find_elements(By.CSS_SELECTOR, "#chart-lag circle.s-p50")
     assert "restarts with the node" in text_of(browser, "#history-since")
-    shoot(browser, "overview")
+    shoot(browser, "overview", doc="dashboard-overview")
 
     assert http.call("POST", f"/v1/jobs/{flaky}/runNow", {})[0] == 200  # no reload after it
     wait_for(browser, "#card-failed .figure", "4")
