@@ -4,8 +4,10 @@ of every poller's part, and the codec between nodes."""
 from __future__ import annotations
 
 import dataclasses
+import socket
 from datetime import UTC, datetime, timedelta
 
+import grpc
 import pytest
 
 from shardcron.client import codec
@@ -32,8 +34,11 @@ from shardcron.client.types import (
     RunReason,
     RunState,
 )
+from shardcron.coordinator.coordination import ClusterView, Member
 from shardcron.coordinator.poller.end_rules import Outcome
 from shardcron.coordinator.poller.history import FAILING_PER_OWNER, RunHistory
+from shardcron.coordinator.router import PollerServiceServicer, ShardRouter
+from shardcron.v1 import cluster_pb2, cluster_pb2_grpc
 from tests.support.held_runs import Held
 
 NOW = datetime(2030, 1, 1, 12, 30, 20, tzinfo=UTC)
@@ -229,3 +234,65 @@ def test_the_callers_overview_carries_quantiles_not_counts() -> None:
     assert msg.buckets[-1].lag_p50_seconds == LAG_BOUNDS[2]
     assert not msg.buckets[0].HasField("lag_p50_seconds")  # no run started then
     assert not msg.HasField("history_since")
+
+
+class Pollers:
+    """The cluster as a node's coordination shows it: these pollers at these addresses
+    (only what ``ShardRouter`` reads of a ``Coordination``)."""
+
+    def __init__(self, addresses: dict[str, str]) -> None:
+        self.addresses = addresses
+
+    async def view(self) -> ClusterView:
+        return ClusterView(mode="cluster", leader="", epoch=1)
+
+    async def pollers(self) -> list[Member]:
+        return [Member(id=i, address=a) for i, a in self.addresses.items()]
+
+
+class PartOf:
+    """A poller as ``PollerServiceServicer.GetOverviewPart`` reads it: its part, and who asked."""
+
+    def __init__(self, part: OverviewPart) -> None:
+        self.part = part
+        self.asked: list[tuple[str, OverviewWindow]] = []
+
+    def overview_part(self, owner: str, window: OverviewWindow) -> OverviewPart:
+        self.asked.append((owner, window))
+        return self.part
+
+
+async def test_the_api_node_gathers_every_pollers_part_over_grpc_and_leaves_out_the_silent() -> (
+    None
+):
+    part = OverviewPart(
+        running=3, waiting={"waiting for a free slot": 2},
+        buckets=(OverviewBucket(start=NOW.replace(second=0), failed=1, lag_counts=(1,) + (0,) * (LAG_BUCKETS - 1)),),
+        failing_jobs=(failing_job("j1", 5, NOW),), since=NOW,
+    )  # fmt: skip
+    remote = PartOf(part)
+    server = grpc.aio.server()
+    cluster_pb2_grpc.add_PollerServiceServicer_to_server(PollerServiceServicer(remote), server)  # type: ignore[arg-type]
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))  # bound, never listening: refused at once
+    coordination = Pollers(
+        {"p1": f"127.0.0.1:{port}", "p2": f"127.0.0.1:{silent.getsockname()[1]}"}
+    )
+    router = ShardRouter(coordination, None, 8)  # type: ignore[arg-type]
+    try:
+        parts = await router.overview_parts("team-a", OverviewWindow.DAY)
+        assert parts == [part]
+        assert remote.asked == [("team-a", OverviewWindow.DAY)]
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = cluster_pb2_grpc.PollerServiceStub(channel)
+            with pytest.raises(grpc.aio.AioRpcError) as bad:
+                await stub.GetOverviewPart(cluster_pb2.OverviewPartRequest(owner="no spaces"))
+        assert bad.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert (bad.value.details() or "").startswith("owner:")
+        assert len(remote.asked) == 1  # refused before the poller was asked
+    finally:
+        silent.close()
+        await router.close()
+        await server.stop(None)

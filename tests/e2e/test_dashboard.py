@@ -375,5 +375,11 @@ def test_the_overview_shows_runs_now_waiting_and_why_failures_and_updates_live(
     assert len(browser.find_elements(By.CSS_SELECTOR, "#chart-outcomes g[data-bucket]")) >= 1
     shoot(browser, "overview-day")
     assert http.call("POST", f"/v1/runs/{long_run}/cancel")[0] == 200
+    for query, field in (
+        ("/v1/overview?window=WEEK", "window"),
+        ("/v1/jobs?withHealth=maybe", "withHealth"),
+    ):
+        status, refused = http.call("GET", query)
+        assert (status, refused["code"], refused["field"]) == (400, "INVALID_ARGUMENT", field)
     logs = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     assert logs == []
