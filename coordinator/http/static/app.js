@@ -428,7 +428,7 @@ async function drawJobHealth(runs) {
   const latest = runs.find((r) => ["ok", "bad"].includes(outcome(r.state)));
   let failure = "";
   if (failed) {
-    const tail = await outputTail(failed.id);
+    const tail = await outputTail(failed.id).catch((e) => `(its output could not be read: ${e.message})`);
     const exit = failed.hasExitCode ? `exit code ${failed.exitCode || 0}` : "no exit code";
     const title = failed === latest ? "Failing now" : "Last failure";
     failure = `
