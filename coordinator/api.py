@@ -26,7 +26,7 @@ from typing import Protocol
 from shardcron.client import limits
 from shardcron.client.dataclass_copies import copy_with
 from shardcron.client.errors import FailedPrecondition, InvalidArgument, NotFound, ShardcronError
-from shardcron.client.overview import Overview, OverviewPart, OverviewWindow, merge, window_starts
+from shardcron.client.overview import Overview, OverviewPart, OverviewWindow
 from shardcron.client.schedule import preview
 from shardcron.client.types import (
     Fire,
@@ -52,6 +52,7 @@ from shardcron.coordinator.ids import (
 from shardcron.coordinator.job_health import with_health as with_health_of
 from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.output_blobs import OutputBlobs
+from shardcron.coordinator.overviews import read_overview
 from shardcron.coordinator.poller.fires import (
     MANUAL_PREFIX,
     REPLAY_PREFIX,
@@ -497,21 +498,8 @@ class JobsApi:
         ]
 
     async def overview(self, owner: str, window: OverviewWindow) -> Overview:
-        """The owner's overview: every poller's part merged (``client/overview.py``), its
-        failing jobs read again by id (at most ``FAILING_JOBS``: one bounded read) so a
-        job deleted or renamed since shows as it is now."""
-        parts = await self.link.overview_parts(owner, window)
-        merged = merge(parts, window, window_starts(window, utcnow()))
-        ids = [j.job_id for j in merged.failing_jobs]
-        jobs = await self.store.get_jobs(ids) if ids else {}
-        failing = tuple(
-            dataclasses.replace(j, name=jobs[j.job_id].spec.name)
-            for j in merged.failing_jobs
-            if j.job_id in jobs
-            and jobs[j.job_id].owner == owner
-            and jobs[j.job_id].state != JobState.DELETED
-        )
-        return dataclasses.replace(merged, failing_jobs=failing)
+        """The owner's overview (``overviews.read_overview``)."""
+        return await read_overview(self.link, self.store, owner, window, utcnow())
 
     async def cancel_run(self, owner: str, run_id_: str) -> Run:
         run = await self.get_run(owner, run_id_)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import socket
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import grpc
 import pytest
@@ -35,11 +36,15 @@ from shardcron.client.types import (
     RunState,
 )
 from shardcron.coordinator.coordination import ClusterView, Member
+from shardcron.coordinator.overviews import read_overview
 from shardcron.coordinator.poller.end_rules import Outcome
 from shardcron.coordinator.poller.history import FAILING_PER_OWNER, RunHistory
 from shardcron.coordinator.router import PollerServiceServicer, ShardRouter
+from shardcron.coordinator.sqlite.store import SqliteStore
+from shardcron.coordinator.store import NewJob
 from shardcron.v1 import cluster_pb2, cluster_pb2_grpc
 from tests.support.held_runs import Held
+from tests.support.store_builders import ALICE, BOB, make_job
 
 NOW = datetime(2030, 1, 1, 12, 30, 20, tzinfo=UTC)
 M = timedelta(minutes=1)
@@ -296,3 +301,45 @@ async def test_the_api_node_gathers_every_pollers_part_over_grpc_and_leaves_out_
         silent.close()
         await router.close()
         await server.stop(None)
+
+
+class Parts:
+    """The pollers' answers as ``PollerLink.overview_parts`` gives them."""
+
+    def __init__(self, *parts: OverviewPart) -> None:
+        self.parts = list(parts)
+
+    async def overview_parts(self, owner: str, window: OverviewWindow) -> list[OverviewPart]:
+        return self.parts
+
+
+async def test_failing_jobs_are_shown_as_stored_and_dropped_when_gone_or_recovered(
+    sqlite_store: SqliteStore,
+) -> None:
+    def stored(name: str, streak: int, owner: str = ALICE, **fields: Any) -> Job:
+        return dataclasses.replace(
+            make_job(owner, name=name), consecutive_failures=streak, **fields
+        )
+
+    renamed = stored("renamed-since", 4)
+    recovered = stored("recovered", 0)  # its shard's new poller saw it succeed
+    missed = stored("missed", 0)  # MISSED runs are not in a stored streak
+    deleted = stored("deleted", 2, state=JobState.DELETED)
+    bobs = stored("bobs", 9, owner=BOB)
+    await sqlite_store.create_jobs(
+        [NewJob(job=j) for j in (renamed, recovered, missed, deleted, bobs)]
+    )
+
+    def entry(job: Job, streak: int, state: RunState = RunState.FAILED) -> FailingJob:
+        return dataclasses.replace(failing_job(job.id, streak, NOW), name="old name", state=state)
+
+    link = Parts(
+        OverviewPart(failing_jobs=(entry(renamed, 1), entry(recovered, 3), entry(bobs, 9))),
+        OverviewPart(failing_jobs=(entry(missed, 2, RunState.MISSED), entry(deleted, 2))),
+    )
+    overview = await read_overview(link, sqlite_store, ALICE, HOUR, NOW)  # type: ignore[arg-type]
+    assert [(j.name, j.consecutive_failures) for j in overview.failing_jobs] == [
+        ("renamed-since", 4),
+        ("missed", 2),
+    ]
+    assert overview.parts == 2 and len(overview.buckets) == 60
