@@ -437,7 +437,7 @@ async function drawJobHealth(runs) {
         <div>${stateCell(failed.state, "RUN_STATE_")} <span class="reason">${esc(reason(failed))}</span>
           · <span class="exit-code">${esc(exit)}</span> · ended ${esc(when(failed.endedAt))}
           · <a href="#/runs/${esc(failed.id)}">run ${esc(failed.id)}</a></div>
-        ${failed.error ? `<div class="failure-error">${esc(failed.error)}</div>` : ""}
+        ${failed.error && failed.error !== exit ? `<div class="failure-error">${esc(failed.error)}</div>` : ""}
         <pre id="failure-output">${esc(tail || "(no output)")}</pre>
       </div>`;
   }
