@@ -37,6 +37,7 @@ from shardcron.client.types import (
 )
 from shardcron.coordinator.coordination import ClusterView, Member
 from shardcron.coordinator.overviews import read_overview
+from shardcron.coordinator.poller import history as history_module
 from shardcron.coordinator.poller.end_rules import Outcome
 from shardcron.coordinator.poller.history import FAILING_PER_OWNER, RunHistory
 from shardcron.coordinator.router import PollerServiceServicer, ShardRouter
@@ -343,3 +344,20 @@ async def test_failing_jobs_are_shown_as_stored_and_dropped_when_gone_or_recover
         ("missed", 2),
     ]
     assert overview.parts == 2 and len(overview.buckets) == 60
+
+
+def test_past_its_bound_of_owners_the_history_forgets_the_one_written_longest_ago(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(history_module, "MAX_OWNERS", 3)
+    history = RunHistory(since=NOW)
+    for owner in ("a", "b", "c"):
+        history.ended(ended(RunState.SUCCEEDED, owner=owner), NOW)
+    history.ended(ended(RunState.FAILED, owner="a"), NOW)  # "a" written again: "b" is oldest
+    history.ended(ended(RunState.SUCCEEDED, owner="d"), NOW)
+
+    def count(owner: str) -> int:
+        part = history.part(owner, HOUR, NOW, running=0, waiting={})
+        return sum(b.succeeded + b.failed for b in part.buckets)
+
+    assert [count(o) for o in ("a", "b", "c", "d")] == [2, 0, 1, 1]

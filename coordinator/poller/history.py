@@ -5,8 +5,9 @@ day, the runs ended by outcome and the start lags of those that started in that
 minute (a run's lag is known at its start, and counted once it ends); and the jobs
 whose last run failed, with their streak of failures, cleared by a success. Bounded:
 at most a day of minutes per owner (older records are not kept), at most
-``FAILING_PER_OWNER`` failing jobs per owner (the shortest streak gives way), and an
-owner with neither is forgotten. Kept in memory only: the history begins when the
+``FAILING_PER_OWNER`` failing jobs per owner (the shortest streak gives way), at most
+``MAX_OWNERS`` owners (the one written longest ago gives way), and an owner with
+neither minutes nor failing jobs is forgotten when read. Kept in memory only: the history begins when the
 poller starts (``since``) and a shard that moves takes none of it along.
 """
 
@@ -31,6 +32,7 @@ from shardcron.client.types import Job, Run, RunState
 
 DAY_MINUTES = 24 * 60
 FAILING_PER_OWNER = 100
+MAX_OWNERS = 10_000  # owners with a history; the one written longest ago gives way
 _FAILED = frozenset({RunState.FAILED, RunState.TIMED_OUT, RunState.MISSED})
 
 
@@ -55,14 +57,24 @@ class RunHistory:
         self.since = since
         self._owners: dict[str, _Owner] = {}
 
+    def _written(self, owner: str) -> _Owner:
+        """The owner's history, about to be written: last in the order owners are given
+        way in; past ``MAX_OWNERS``, the one written longest ago is forgotten."""
+        owners = self._owners
+        held = owners.pop(owner, None)
+        if held is None:
+            held = _Owner()
+            if len(owners) >= MAX_OWNERS:
+                del owners[next(iter(owners))]
+        owners[owner] = held
+        return held
+
     def _minute(self, owner: str, minute: int, now: datetime) -> _Minute | None:
         """The record of ``minute`` for ``owner``; None when it is older than a day."""
         cutoff = minute_of(now) - DAY_MINUTES
         if minute <= cutoff:
             return None
-        held = self._owners.get(owner)
-        if held is None:
-            held = self._owners[owner] = _Owner()
+        held = self._written(owner)
         minutes = held.minutes
         while minutes and (first := next(iter(minutes))) <= cutoff:
             del minutes[first]
@@ -97,8 +109,7 @@ class RunHistory:
             return
         if final.state not in _FAILED:
             return
-        if held is None:
-            held = self._owners[job.owner] = _Owner()
+        held = self._written(job.owner)
         failing = held.failing
         failing[job.id] = FailingJob(
             job_id=job.id,
