@@ -26,6 +26,8 @@ __all__ = [
     "Fire",
     "HandlerTask",
     "Job",
+    "JobHealth",
+    "JobHealthRun",
     "JobSpec",
     "JobState",
     "MisfirePolicy",
@@ -306,6 +308,46 @@ class Job:
     consecutive_failures: int = 0
     pause_reason: str = ""
     schedule_version: int = 1  # the version at which the schedule last changed
+    # Its recent runs, when a list asked for them (``ListJobsRequest.with_health``);
+    # read with the page, never stored.
+    health: JobHealth | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobHealthRun:
+    """One of a job's recent runs, as its health strip shows it."""
+
+    run_id: str
+    state: RunState
+    due_at: datetime
+
+
+# Outcomes a job's success rate counts: it ran (or should have) and ended so.
+RATED_RUN_STATES = frozenset({"SUCCEEDED", "FAILED", "TIMED_OUT", "MISSED"})
+JOB_HEALTH_RUNS = 20  # the runs a job's health strip shows
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobHealth:
+    """A job's last runs that came due (at most ``JOB_HEALTH_RUNS``, newest first) and
+    its success rate over them: SUCCEEDED among the runs that ended SUCCEEDED, FAILED,
+    TIMED_OUT or MISSED (a cancelled or skipped run says nothing of the job's health)."""
+
+    runs: tuple[JobHealthRun, ...] = ()
+
+    @property
+    def succeeded(self) -> int:
+        return sum(1 for r in self.runs if r.state is RunState.SUCCEEDED)
+
+    @property
+    def rated(self) -> int:
+        return sum(1 for r in self.runs if r.state.value in RATED_RUN_STATES)
+
+    @property
+    def success_rate(self) -> float | None:
+        """SUCCEEDED over rated runs; None when none is rated."""
+        rated = self.rated
+        return self.succeeded / rated if rated else None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

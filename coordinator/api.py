@@ -26,6 +26,7 @@ from typing import Protocol
 from shardcron.client import limits
 from shardcron.client.dataclass_copies import copy_with
 from shardcron.client.errors import FailedPrecondition, InvalidArgument, NotFound, ShardcronError
+from shardcron.client.overview import Overview, OverviewPart, OverviewWindow
 from shardcron.client.schedule import preview
 from shardcron.client.types import (
     Fire,
@@ -48,8 +49,10 @@ from shardcron.coordinator.ids import (
     shard_for,
     utcnow,
 )
+from shardcron.coordinator.job_health import with_health as with_health_of
 from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.output_blobs import OutputBlobs
+from shardcron.coordinator.overviews import read_overview
 from shardcron.coordinator.poller.fires import (
     MANUAL_PREFIX,
     REPLAY_PREFIX,
@@ -96,6 +99,9 @@ class PollerLink(Protocol):
     async def waiting_reasons(self, runs: Sequence[Run]) -> dict[str, str]:
         """Best effort: why each of these due, PENDING runs is not on a worker yet, by
         run id, from the pollers that hold them (runs not held or not waiting left out)."""
+
+    async def overview_parts(self, owner: str, window: OverviewWindow) -> list[OverviewPart]:
+        """Best effort: every poller's part of the owner's overview (those that answer)."""
 
 
 def without_spent_fire(job: Job) -> Job:
@@ -256,9 +262,16 @@ class JobsApi:
             return True
         return job.state == JobState.DELETED
 
-    async def list_jobs(self, owner: str, **filters: object) -> Page[Job]:
+    async def list_jobs(
+        self, owner: str, *, with_health: bool = False, **filters: object
+    ) -> Page[Job]:
+        """The owner's jobs (``JobStore.list_jobs``); ``with_health``: each with its last
+        runs (``job_health``)."""
         page = await self.store.list_jobs(owner, **filters)  # type: ignore[arg-type]
-        return dataclasses.replace(page, items=[without_spent_fire(j) for j in page.items])
+        jobs = [without_spent_fire(j) for j in page.items]
+        if with_health:
+            jobs = await with_health_of(self.store, owner, jobs, utcnow())
+        return dataclasses.replace(page, items=jobs)
 
     async def _load(self, owner: str, job_id: str, expected_version: int) -> Job:
         identifier(job_id, "job_id")
@@ -483,6 +496,10 @@ class JobsApi:
             dataclasses.replace(r, waiting_reason=reasons[r.id]) if r.id in reasons else r
             for r in runs
         ]
+
+    async def overview(self, owner: str, window: OverviewWindow) -> Overview:
+        """The owner's overview (``overviews.read_overview``)."""
+        return await read_overview(self.link, self.store, owner, window, utcnow())
 
     async def cancel_run(self, owner: str, run_id_: str) -> Run:
         run = await self.get_run(owner, run_id_)

@@ -24,6 +24,7 @@ import grpc
 
 from shardcron.client import codec, limits
 from shardcron.client.errors import InvalidArgument, NotFound, ShardcronError, Unavailable
+from shardcron.client.overview import OverviewPart, OverviewWindow
 from shardcron.client.sdk.connection import call_metadata
 from shardcron.client.types import Job, Run, RunReason, RunState
 from shardcron.coordinator.coordination import Coordination
@@ -35,12 +36,13 @@ from shardcron.coordinator.status_workers import (
     poller_request,
     requested_viewer,
 )
-from shardcron.coordinator.validation import identifier
+from shardcron.coordinator.validation import identifier, validate_owner
 from shardcron.v1 import cluster_pb2, cluster_pb2_grpc, types_pb2
 
 log = logging.getLogger("shardcron.router")
 CALL_TIMEOUT = 10.0
 WAITING_REASONS_TIMEOUT = 1.0  # reads go without reasons rather than wait longer
+OVERVIEW_TIMEOUT = 2.0  # an overview goes without a poller's part rather than wait longer
 
 
 class ShardRouter:
@@ -240,6 +242,33 @@ class ShardRouter:
                 log.warning("poller %s at %s did not answer: %s", poller_id, address, e.code())
         return out
 
+    async def overview_parts(self, owner: str, window: OverviewWindow) -> list[OverviewPart]:
+        """Every poller's part of ``owner``'s overview, asked at once (unreachable pollers,
+        and parts that cannot be read, left out)."""
+        _, addresses = await self._owners()
+        request = cluster_pb2.OverviewPartRequest(
+            owner=owner, window=codec.overview_window_to_proto(window)
+        )
+
+        async def part(poller_id: str, address: str) -> OverviewPart | None:
+            if self._local is not None and poller_id == self._local.poller_id:
+                return self._local.overview_part(owner, window)
+            try:
+                answer = await self._stub_at(address).GetOverviewPart(
+                    request, timeout=OVERVIEW_TIMEOUT, metadata=self._metadata
+                )
+                return codec.overview_part_from_proto(answer)
+            except grpc.aio.AioRpcError as e:
+                log.warning("poller %s at %s gave no overview: %s", poller_id, address, e.code())
+            except InvalidArgument as e:
+                log.warning(
+                    "poller %s at %s gave an unreadable overview: %s", poller_id, address, e
+                )
+            return None
+
+        answers = await asyncio.gather(*(part(p, a) for p, a in addresses.items()))
+        return [a for a in answers if a is not None]
+
     async def close(self) -> None:
         for task in list(self._tasks):
             task.cancel()
@@ -357,6 +386,19 @@ class PollerServiceServicer(cluster_pb2_grpc.PollerServiceServicer):
     ) -> cluster_pb2.WaitingReasonsResponse:
         reasons = self._poller.reasons_for(list(request.run_ids))
         return cluster_pb2.WaitingReasonsResponse(reasons=reasons)
+
+    async def GetOverviewPart(
+        self, request: cluster_pb2.OverviewPartRequest, context: Any
+    ) -> cluster_pb2.OverviewPart:
+        part = cluster_pb2.OverviewPart()
+        async with _answered(context):
+            try:
+                owner = validate_owner(request.owner)
+            except InvalidArgument as e:
+                raise InvalidArgument("owner", e.reason) from None
+            window = codec.overview_window_from_proto(request.window)
+            part = codec.overview_part_to_proto(self._poller.overview_part(owner, window))
+        return part
 
 
 def _ids(values: Sequence[str], field: str) -> list[str]:

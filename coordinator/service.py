@@ -228,6 +228,7 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
             labels=dict(request.labels),
             page_size=page_size(request.page_size),
             page_token=page_token(request.page_token),
+            with_health=request.with_health,
         )
         jobs, token = fitted(PageKind.JOBS, page, codec.job_to_proto)
         return jobs_pb2.ListJobsResponse(jobs=jobs, next_page_token=token)
@@ -370,6 +371,13 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
                 return
             await asyncio.sleep(pause)
             pause = min(FOLLOW_IDLE_POLL, pause * 1.5)
+
+    @rpc
+    async def GetOverview(
+        self, request: jobs_pb2.OverviewRequest, context: Any
+    ) -> jobs_pb2.Overview:
+        window = codec.overview_window_from_proto(request.window)
+        return codec.overview_to_proto(await self.api.overview(owner_of(context), window))
 
     @rpc
     async def ListDeadLetters(

@@ -187,6 +187,10 @@ CALLS: dict[str, tuple[dict[str, tuple[str, str]], Call]] = {
         READ,
         lambda s, md, o: s.jobs.ListDeadLetters(jobs_pb2.ListDeadLettersRequest(), metadata=md),
     ),
+    "/shardcron.v1.JobService/GetOverview": (
+        READ,
+        lambda s, md, o: s.jobs.GetOverview(jobs_pb2.OverviewRequest(), metadata=md),
+    ),
     "/shardcron.v1.JobService/ReplayDeadLetters": (
         WRITE,
         lambda s, md, o: s.jobs.ReplayDeadLetters(
@@ -236,6 +240,12 @@ CALLS: dict[str, tuple[dict[str, tuple[str, str]], Call]] = {
         NODE,
         lambda s, md, o: s.poller.WaitingReasons(
             cluster_pb2.WaitingReasonsRequest(run_ids=[o.run_id]), metadata=md
+        ),
+    ),
+    "/shardcron.v1.PollerService/GetOverviewPart": (
+        NODE,
+        lambda s, md, o: s.poller.GetOverviewPart(
+            cluster_pb2.OverviewPartRequest(owner=o.job.owner), metadata=md
         ),
     ),
     "/grpc.health.v1.Health/Check": (

@@ -11,11 +11,15 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from shardcron.client.cli.root import cli
 from shardcron.client.errors import InvalidArgument, NotFound
 from shardcron.client.types import (
     ClusterStatus,
     Job,
+    JobHealth,
+    JobHealthRun,
     JobState,
     Page,
     Run,
@@ -289,12 +293,15 @@ def test_job_list_and_get_show_the_last_run_beside_the_state() -> None:
         "STATE",
         "LAST",
         "RUN",
+        "RECENT",
+        "RUNS",
+        "SUCCESS",
         "SCHEDULE",
         "NEXT",
         "FIRE",
     ]
     assert row.split() == [
-        "job-1", "old", "ACTIVE", "FAILED", "cron", "0", "9", "*", "*", "*",
+        "job-1", "old", "ACTIVE", "FAILED", "-", "-", "cron", "0", "9", "*", "*", "*",
         "03-01" if datetime.now(UTC).year == 2026 else "2026-03-01", "10:00:00", "CET",
     ]  # fmt: skip
     got = invoke(["job", "get", "job-1"], obj=fake).stdout
@@ -302,6 +309,60 @@ def test_job_list_and_get_show_the_last_run_beside_the_state() -> None:
         "last run           FAILED (NON_ZERO_EXIT, exit 3) 2026-03-01 10:00:00 CET, run run-2"
         in got
     )
+
+
+def healthy_job(*states: RunState) -> Job:
+    """The fake's job with ``states`` as its last runs, newest first."""
+    runs = tuple(
+        JobHealthRun(run_id=f"run-{i}", state=s, due_at=T0 - timedelta(minutes=i))
+        for i, s in enumerate(states)
+    )
+    job = Runs([]).current
+    return dataclasses.replace(job, state=JobState.COMPLETED, health=JobHealth(runs=runs))
+
+
+class Healthy(Runs):
+    """A fake whose job list carries each job's health, as a node asked for it gives."""
+
+    def __init__(self, job: Job) -> None:
+        super().__init__([])
+        self.current = job
+
+    def iter_jobs(self, **kwargs: Any) -> Any:
+        self._record("iter_jobs", **kwargs)
+        return iter([self.current])
+
+
+def test_job_list_shows_the_last_runs_as_a_strip_and_the_success_rate() -> None:
+    """Newest first from the node, oldest first on the line; a failed one-shot job shows
+    FAILED beside COMPLETED, with no read of its runs beyond the list."""
+    s = RunState
+    fake = Healthy(healthy_job(s.FAILED, s.FAILED, s.SUCCEEDED, s.CANCELLED, s.SUCCEEDED))
+    result = invoke(["job", "list"], obj=fake)
+    assert result.exit_code == 0, result.output
+    row = result.stdout.splitlines()[1].split()
+    assert row[2:8] == ["COMPLETED", "FAILED", "✓·✓✗✗", "50%", "of", "4"]
+    assert [c[0] for c in fake.calls] == ["iter_jobs"]
+    assert fake.calls[0][2]["with_health"] is True
+
+
+def test_job_list_strip_falls_back_to_ascii_and_is_data_under_json() -> None:
+    s = RunState
+    fake = Healthy(healthy_job(s.RUNNING, s.TIMED_OUT, s.SUCCEEDED, s.MISSED, s.SKIPPED))
+    ascii_out = CliRunner(charset="ascii").invoke(cli, ["job", "list"], obj=fake)
+    assert ascii_out.exit_code == 0, ascii_out.output
+    assert ascii_out.stdout.splitlines()[1].split()[3:6] == ["RUNNING", ".x+x>", "33%"]
+    listed = json.loads(invoke(["--json", "job", "list"], obj=fake).stdout)
+    health = listed[0]["health"]
+    assert [r["state"] for r in health["runs"]][1:] == [
+        "TIMED_OUT",
+        "SUCCEEDED",
+        "MISSED",
+        "SKIPPED",
+    ]
+    assert health["runs"][0]["run_id"] == "run-0"
+    assert (health["succeeded"], health["rated"]) == (1, 3)
+    assert health["success_rate"] == pytest.approx(1 / 3)
 
 
 def test_job_create_wait_under_json_prints_one_document() -> None:

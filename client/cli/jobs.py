@@ -8,7 +8,7 @@ back with the version read so that a concurrent change fails instead of being lo
 fires (``update`` prints them too when it changes the schedule), so a misread cron
 expression shows at once; ``create --wait`` then follows the first run through its
 retries and exits 0 only if it SUCCEEDED. ``list`` and ``get`` show each job's last run
-beside its state.
+beside its state; ``list`` its last runs and success rate too (``health``).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any
 import click
 
 from shardcron.client import limits
+from shardcron.client.cli.health import health_json, speaks_utf8
 from shardcron.client.cli.job_options import (
     JobOptions,
     apply_options,
@@ -164,6 +165,13 @@ def job_get(state: CliState, job_id: str) -> None:
     print_job(found, last, utc=state.utc)
 
 
+def jobs_json(job: Job) -> dict[str, Any]:
+    """A listed job as JSON, its health with its counts and rate."""
+    plain = to_jsonable(job)
+    plain["health"] = health_json(job.health, plain["health"])
+    return plain
+
+
 @job.command("list")
 @click.option("--state", "states", type=EnumChoice(JobState), multiple=True, help="Repeatable.")
 @click.option("--name-prefix", default="", help="Only jobs whose name starts with P.")
@@ -185,15 +193,21 @@ def job_list(
         name_prefix=name_prefix,
         labels=dict(labels),
         page_size=1000 if all_pages else min(limit + 1, 1000),
+        with_health=True,
     )
     # One job past the limit says whether the list was cut short.
     listed = list(jobs if all_pages else islice(jobs, limit + 1))
     more = not all_pages and len(listed) > limit
     listed = listed[:limit] if more else listed
     if state.json_output:
-        state.emit(listed, lambda: None)
+        state.emit([jobs_json(j) for j in listed], lambda: None)
     else:
-        print_jobs(listed, last_outcomes(state.client(), listed), utc=state.utc)
+        print_jobs(
+            listed,
+            last_outcomes(state.client(), listed),
+            utc=state.utc,
+            unicode=speaks_utf8(),
+        )
     if more:
         click.echo(f"(first {limit} jobs shown: use --all or a larger --limit)", err=True)
 

@@ -67,20 +67,30 @@ def next_attempt(client: Client, run: Run) -> Run | None:
     return None
 
 
-def last_outcomes(client: Client, jobs: Sequence[Job]) -> dict[str, Run | None]:
-    """Each job's latest started run (None: none yet), read a few jobs at a time."""
+def last_outcomes(client: Client, jobs: Sequence[Job]) -> dict[str, RunState | None]:
+    """The state of each job's latest started run (None: none yet): from its health
+    when the list read it, else read a few jobs at a time."""
+    states: dict[str, RunState | None] = {}
+    unread = []
+    for job in jobs:
+        if job.health is None:
+            unread.append(job)
+        else:
+            states[job.id] = next(
+                (r.state for r in job.health.runs if r.state not in _NOT_RUN), None
+            )
 
-    def last(job: Job) -> Run | None:
+    def last(job: Job) -> RunState | None:
         try:
             runs = client.list_runs(job.id, page_size=10).items
         except NotFound:
             return None
-        return next((r for r in runs if r.state not in _NOT_RUN), None)
+        return next((r.state for r in runs if r.state not in _NOT_RUN), None)
 
-    if not jobs:
-        return {}
-    with ThreadPoolExecutor(min(_LOOKUP_THREADS, len(jobs))) as pool:
-        return dict(zip([j.id for j in jobs], pool.map(last, jobs), strict=True))
+    if unread:
+        with ThreadPoolExecutor(min(_LOOKUP_THREADS, len(unread))) as pool:
+            states.update(zip([j.id for j in unread], pool.map(last, unread), strict=True))
+    return states
 
 
 def follow(

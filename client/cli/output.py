@@ -21,6 +21,7 @@ from typing import Any
 
 import click
 
+from shardcron.client.cli.health import rate_text, strip
 from shardcron.client.cli.times import TimeView, took, view
 from shardcron.client.schedule import format_duration
 from shardcron.client.types import (
@@ -211,9 +212,14 @@ def print_job_state(job: Job) -> None:
 
 
 def print_jobs(
-    jobs: Sequence[Job], last: Mapping[str, Run | None] | None = None, *, utc: bool = False
+    jobs: Sequence[Job],
+    last: Mapping[str, RunState | None] | None = None,
+    *,
+    utc: bool = False,
+    unicode: bool = True,
 ) -> None:
-    """One row per job: id, name, state, its last run's state (``last`` by job id),
+    """One row per job: id, name, state, its last run's state (``last`` by job id), its
+    recent runs as a strip and its success rate (``Job.health``, when read: ``health``),
     schedule, and next fire in the job's zone (``times.view``)."""
     last = last or {}
     print_table(
@@ -222,14 +228,16 @@ def print_jobs(
                 j.id,
                 j.spec.name,
                 j.state.value,
-                run.state.value if (run := last.get(j.id)) else "-",
+                done.value if (done := last.get(j.id)) else "-",
+                (strip(j.health, unicode=unicode) or "-") if j.health else "-",
+                rate_text(j.health) if j.health else "-",
                 _schedule_brief(j.spec.schedule),
                 view(j.spec.schedule, utc=utc).when(j.next_fire_at, with_zone=True, short=True),
             )
             for j in jobs
         ),
-        ["JOB ID", "NAME", "STATE", "LAST RUN", "SCHEDULE", "NEXT FIRE"],
-        cut=(1, 4),
+        ["JOB ID", "NAME", "STATE", "LAST RUN", "RECENT RUNS", "SUCCESS", "SCHEDULE", "NEXT FIRE"],
+        cut=(1, 6),
     )
 
 

@@ -46,6 +46,8 @@ from shardcron.client.types import (
     Fire,
     HandlerTask,
     Job,
+    JobHealth,
+    JobHealthRun,
     JobSpec,
     JobState,
     OutputChunk,
@@ -70,6 +72,8 @@ __all__ = [
     "fire_from_proto",
     "fire_to_proto",
     "job_from_proto",
+    "job_health_from_proto",
+    "job_health_to_proto",
     "job_spec_from_proto",
     "job_specs_from_proto",
     "job_spec_to_proto",
@@ -388,7 +392,31 @@ def job_to_proto(job: Job, *, redact: bool = True) -> types_pb2.Job:
     set_time(msg, "created_at", job.created_at)
     set_time(msg, "updated_at", job.updated_at)
     set_time(msg, "next_fire_at", job.next_fire_at)
+    if job.health is not None:
+        msg.health.CopyFrom(job_health_to_proto(job.health))
     return msg
+
+
+def job_health_to_proto(health: JobHealth) -> types_pb2.JobHealth:
+    msg = types_pb2.JobHealth(succeeded=health.succeeded, rated=health.rated)
+    for run in health.runs:
+        one = msg.runs.add(run_id=run.run_id, state=run_state_to_proto(run.state))
+        set_time(one, "due_at", run.due_at)
+    return msg
+
+
+def job_health_from_proto(msg: types_pb2.JobHealth, field: str = "health") -> JobHealth:
+    """The runs alone: the counts follow from them."""
+    return JobHealth(
+        runs=tuple(
+            JobHealthRun(
+                run_id=r.run_id,
+                state=run_state_from_proto(r.state, f"{field}.runs[{i}].state"),
+                due_at=get_required_time(r, "due_at", f"{field}.runs[{i}]"),
+            )
+            for i, r in enumerate(msg.runs)
+        )
+    )
 
 
 def job_from_proto(msg: types_pb2.Job, field: str = "job") -> Job:
@@ -406,6 +434,9 @@ def job_from_proto(msg: types_pb2.Job, field: str = "job") -> Job:
         consecutive_failures=msg.consecutive_failures,
         pause_reason=msg.pause_reason,
         schedule_version=msg.schedule_version or 1,
+        health=job_health_from_proto(msg.health, f"{field}.health")
+        if msg.HasField("health")
+        else None,
     )
 
 

@@ -162,9 +162,12 @@ class AsyncClient:
         labels: Mapping[str, str] | None = None,
         page_size: int = 100,
         page_token: str = "",
+        with_health: bool = False,
     ) -> Page[Job]:
         """See ``Client.list_jobs``."""
-        req = messages.list_jobs_request(states, name_prefix, labels, page_size, page_token)
+        req = messages.list_jobs_request(
+            states, name_prefix, labels, page_size, page_token, with_health
+        )
         return messages.jobs_page(await self._call(self._jobs.ListJobs, req))
 
     async def iter_jobs(
@@ -174,6 +177,7 @@ class AsyncClient:
         name_prefix: str = "",
         labels: Mapping[str, str] | None = None,
         page_size: int = 100,
+        with_health: bool = False,
     ) -> AsyncIterator[Job]:
         """See ``Client.iter_jobs``."""
         states, token = tuple(states), ""
@@ -184,6 +188,7 @@ class AsyncClient:
                 labels=labels,
                 page_size=page_size,
                 page_token=token,
+                with_health=with_health,
             )
             for job in page.items:
                 yield job

@@ -83,6 +83,7 @@ def list_jobs_request(
     labels: Mapping[str, str] | None,
     page_size: int,
     page_token: str,
+    with_health: bool = False,
 ) -> jobs_pb2.ListJobsRequest:
     return build(
         jobs_pb2.ListJobsRequest,
@@ -92,6 +93,7 @@ def list_jobs_request(
         labels=dict(labels or {}),
         page_size=page_size,
         page_token=page_token,
+        with_health=with_health,
     )
 
 

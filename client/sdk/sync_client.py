@@ -156,10 +156,14 @@ class Client:
         labels: Mapping[str, str] | None = None,
         page_size: int = 100,
         page_token: str = "",
+        with_health: bool = False,
     ) -> Page[Job]:
         """One page of the owner's jobs; no ``states`` = all but DELETED; every label given
-        must match. Pass ``next_page_token`` back as ``page_token`` for the next page."""
-        req = messages.list_jobs_request(states, name_prefix, labels, page_size, page_token)
+        must match. Pass ``next_page_token`` back as ``page_token`` for the next page.
+        ``with_health``: each job with its last runs and success rate (``Job.health``)."""
+        req = messages.list_jobs_request(
+            states, name_prefix, labels, page_size, page_token, with_health
+        )
         return messages.jobs_page(self._call(self._jobs.ListJobs, req))
 
     def iter_jobs(
@@ -169,6 +173,7 @@ class Client:
         name_prefix: str = "",
         labels: Mapping[str, str] | None = None,
         page_size: int = 100,
+        with_health: bool = False,
     ) -> Iterator[Job]:
         """Every job ``list_jobs`` would list, fetching pages as needed."""
         states, token = tuple(states), ""
@@ -179,6 +184,7 @@ class Client:
                 labels=labels,
                 page_size=page_size,
                 page_token=token,
+                with_health=with_health,
             )
             yield from page.items
             if not page.next_page_token:

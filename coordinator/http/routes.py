@@ -127,7 +127,7 @@ def _routes() -> tuple[Route, ...]:
             method="GET", path="/v1/jobs", operation="listJobs", rpc="ListJobs",
             summary="The owner's jobs, in id order (all but DELETED unless a state is given)",
             request=jobs_pb2.ListJobsRequest, response=jobs_pb2.ListJobsResponse,
-            query=(*PAGE, "state", "namePrefix"), aliases=STATE,
+            query=(*PAGE, "state", "namePrefix", "withHealth"), aliases=STATE,
         ),
         Route(
             method="GET", path="/v1/jobs/{jobId}", operation="getJob", rpc="GetJob",
@@ -199,6 +199,11 @@ def _routes() -> tuple[Route, ...]:
             rpc="ListDeadLetters", summary="Runs that failed with no attempt left",
             request=jobs_pb2.ListDeadLettersRequest, response=jobs_pb2.ListRunsResponse,
             query=(*PAGE, "jobId"),
+        ),
+        Route(
+            method="GET", path="/v1/overview", operation="getOverview", rpc="GetOverview",
+            summary="The owner's runs at a glance (kept in each poller's memory since it started)",
+            request=jobs_pb2.OverviewRequest, response=jobs_pb2.Overview, query=("window",),
         ),
         Route(
             method="POST", path="/v1/deadLetters/replay", operation="replayDeadLetters",

@@ -5,7 +5,8 @@ result, its lease running out, its starting deadline, a cancel, its job deleted,
 fault in the rules, its fire skipped by its own rules). In this order, once:
 
 1. the table makes its final record and takes it out of every index (``RunTable.end``);
-2. the end is counted (``Metrics.run_ended``);
+2. the end is counted (``Metrics.run_ended``) and kept in the overview's history
+   (``history``; with the job's failure streak once the rules below decided it);
 3. unless the outcome says nothing follows, the job's rules follow it
    (``end_rules.follow_up``: a retry, dead letter, failure streak, auto-pause,
    completion); if they raise, the job is paused (``job_rules_failed``);
@@ -38,6 +39,7 @@ from shardcron.client.types import Job, JobState, Run, RunReason, RunState
 from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.poller.end_rules import Outcome, follow_up
 from shardcron.coordinator.poller.faults import Isolated, fault_text
+from shardcron.coordinator.poller.history import RunHistory
 from shardcron.coordinator.poller.overlap import Overlap, ran_until
 from shardcron.coordinator.poller.table import Place, RunTable, Slot
 from shardcron.coordinator.poller.turn import Turn
@@ -46,9 +48,10 @@ log = logging.getLogger("shardcron.poller")
 
 
 class Ends:
-    def __init__(self, table: RunTable, *, metrics: Metrics) -> None:
+    def __init__(self, table: RunTable, *, metrics: Metrics, history: RunHistory) -> None:
         self._table = table
         self._metrics = metrics
+        self.history = history  # what the overview shows of the runs ended here
         # what an end lets start; it ends runs (a skip, a replaced run) through here
         self.overlap = Overlap(table, end=self.end, cancel=self.cancel, isolated=self.isolated)
 
@@ -59,6 +62,7 @@ class Ends:
         job = slot.job
         final = self._table.end(slot, outcome, now)
         self._metrics.run_ended(final)
+        self.history.ended(final, now)
         if outcome.follow_up and job is not None:
             try:
                 final = self._follow_up(job, final, turn, now)
@@ -88,6 +92,7 @@ class Ends:
         )
         self._table.remember_ended(final.id)
         self._metrics.run_ended(final)
+        self.history.ended(final, now)
         turn.runs[final.id] = final
         _answer(turn, waiter, final)
         return final
@@ -118,6 +123,9 @@ class Ends:
         )
         if ending.retry is not None:
             table.hold_retry(ending.retry, job)  # written (or not) by the loop's place_retries
+        current = table.jobs.get(job.id, job)
+        streak = ending.progress.get("consecutive_failures", current.consecutive_failures)
+        self.history.job_ended(current, ending.final, int(streak))
         if ending.progress:
             turn.set_progress(job.id, **ending.progress)
         if (changed := ending.job) is not None:

@@ -159,6 +159,27 @@ class Leasing:
         cls = self._table.ready.class_of(slot.run.id)
         return "" if cls is None else why_waiting(cls.spec, cls.owner, workers)[1]
 
+    def waiting_of(self, owner: str, workers: Collection[WorkerBook]) -> dict[str, int]:
+        """The owner's runs waiting, by why as a person reads it: O(classes × workers +
+        runs blocked), never the runs stored."""
+        counts: dict[str, int] = {}
+        for cls in self._table.ready.classes():
+            if cls.owner == owner:
+                reason = why_waiting(cls.spec, cls.owner, workers)[1] or "waiting for a worker"
+                counts[reason] = counts.get(reason, 0) + cls.count
+        for slot in self._table.blocked_slots():
+            if slot.run.owner == owner:
+                reason = self._waiting_reason(slot, workers).split(" (")[0]
+                counts[reason] = counts.get(reason, 0) + 1
+        return counts
+
+    def running_of(self, owner: str) -> int:
+        """The owner's runs on a worker: O(leases held)."""
+        slots = self._table.slots
+        return sum(
+            1 for rid in self._table.leases.held() if (s := slots.get(rid)) and s.run.owner == owner
+        )
+
     def waiting_counts(self, workers: Collection[WorkerBook]) -> dict[WaitReason, int]:
         """Runs waiting, by reason: O(classes × workers)."""
         counts = dict.fromkeys(WaitReason, 0)

@@ -45,6 +45,7 @@ from datetime import datetime, timedelta
 from functools import partial
 
 from shardcron.client.errors import FailedPrecondition, NotFound, ShardcronError, Unavailable
+from shardcron.client.overview import OverviewPart, OverviewWindow
 from shardcron.client.saturating import saturating_add
 from shardcron.client.types import Job, Run, RunReason, RunState, ShardInfo, WorkerInfo
 from shardcron.coordinator.coordination import Assignment
@@ -67,6 +68,7 @@ from shardcron.coordinator.poller.events import (
     WorkerMessage,
 )
 from shardcron.coordinator.poller.faults import fault_text
+from shardcron.coordinator.poller.history import RunHistory
 from shardcron.coordinator.poller.job_reads import JobReads, coming
 from shardcron.coordinator.poller.leasing import Leasing
 from shardcron.coordinator.poller.placement import free_slots, lease_lead
@@ -107,7 +109,8 @@ class Poller:
         self.metrics = metrics
         self._clock: Clock = clock or SystemClock()
         self._table = table = RunTable(config=config, clock=self._clock)
-        self._ends = ends = Ends(table, metrics=metrics)
+        self._history = RunHistory(since=self._clock.now())
+        self._ends = ends = Ends(table, metrics=metrics, history=self._history)
         self._due = Due(
             table,
             ends,
@@ -573,6 +576,22 @@ class Poller:
         """Why each of these runs, held here and due, is not on a worker yet, by run id
         (read between turns, on the loop that owns the state: nothing is awaited)."""
         return self._leasing.waiting_reasons(run_ids, self._streams.workers.values())
+
+    async def overview_parts(self, owner: str, window: OverviewWindow) -> list[OverviewPart]:
+        return [self.overview_part(owner, window)]
+
+    def overview_part(self, owner: str, window: OverviewWindow) -> OverviewPart:
+        """This poller's part of ``owner``'s overview (``history``): what its runs did over
+        ``window``, its runs on workers, those waiting and why, its failing jobs (read
+        between turns, as ``reasons_for``)."""
+        workers = self._streams.workers.values()
+        return self._history.part(
+            owner,
+            window,
+            self._clock.now(),
+            running=self._leasing.running_of(owner),
+            waiting=self._leasing.waiting_of(owner, workers),
+        )
 
     def phase_of(self, run_id: str) -> Phase | None:
         """Where a run held here stands (None: not held)."""

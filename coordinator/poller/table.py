@@ -168,6 +168,11 @@ class RunTable:
         """Runs BLOCKED (queued or held back)."""
         return self._blocked
 
+    def blocked_slots(self) -> Iterator[Slot]:
+        """The runs BLOCKED (queued or held back): O(those runs)."""
+        for runs in (*self._queued.values(), *self._held_back.values()):
+            yield from runs.values()
+
     @property
     def retries(self) -> list[Slot]:
         return list(self._listed[Place.RETRY].values())

@@ -132,6 +132,16 @@ def test_create_wait_then_logs_and_list_by_job_id(dev: DevServer) -> None:
     assert failed.returncode == 1 and failed.stdout.splitlines()[-1].endswith(" FAILED")
     listed = dev.cli("job", "list", owner=o).stdout
     assert "COMPLETED" in listed and "FAILED" in listed
+    # the failed job's strip and rate, as the node read them with the list
+    [no] = [
+        j
+        for j in json.loads(dev.cli("--json", "job", "list", owner=o).stdout)
+        if j["spec"]["name"] == "no"
+    ]
+    assert [r["state"] for r in no["health"]["runs"]] == ["FAILED"]
+    assert (no["health"]["rated"], no["health"]["success_rate"]) == (1, 0.0)
+    row = next(line for line in listed.splitlines() if " no " in line)
+    assert "0% of 1" in row and ("✗" in row or " x " in row)
 
 
 def test_ctrl_c_while_following_exits_130_quietly(dev: DevServer) -> None:

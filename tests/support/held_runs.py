@@ -27,6 +27,7 @@ from shardcron.coordinator.poller.clock import SystemClock
 from shardcron.coordinator.poller.due import Due
 from shardcron.coordinator.poller.end_rules import Outcome
 from shardcron.coordinator.poller.ends import Ends
+from shardcron.coordinator.poller.history import RunHistory
 from shardcron.coordinator.poller.leasing import Leasing, placements
 from shardcron.coordinator.poller.overlap import Verdict
 from shardcron.coordinator.poller.table import RunTable, Slot
@@ -92,7 +93,7 @@ class Held:
     def __init__(self, *, metrics: Metrics | None = None) -> None:
         config, metrics, clock = PollerConfig(), metrics or Metrics(), SystemClock()
         self.table = RunTable(config=config, clock=clock)
-        self.ends = Ends(self.table, metrics=metrics)
+        self.ends = Ends(self.table, metrics=metrics, history=RunHistory(since=clock.now()))
         self.due_rules = Due(
             self.table, self.ends, config=config, metrics=metrics, clock=clock, shard_count=8
         )

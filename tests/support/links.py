@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from shardcron.client.overview import OverviewPart, OverviewWindow
 from shardcron.client.types import Job, Run, RunReason
 
 
@@ -26,3 +27,6 @@ class HintLog:
 
     async def waiting_reasons(self, runs: Sequence[Run]) -> dict[str, str]:
         return {}
+
+    async def overview_parts(self, owner: str, window: OverviewWindow) -> list[OverviewPart]:
+        return []

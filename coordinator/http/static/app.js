@@ -105,6 +105,29 @@ function schedule(spec) {
   return kind.toLowerCase();
 }
 
+// A run's outcome as the health strips and charts colour it.
+const FAILED_STATES = ["RUN_STATE_FAILED", "RUN_STATE_TIMED_OUT", "RUN_STATE_MISSED"];
+const GOING_STATES = ["RUN_STATE_PENDING", "RUN_STATE_LEASED", "RUN_STATE_RUNNING"];
+
+function outcome(state) {
+  if (state === "RUN_STATE_SUCCEEDED") return "ok";
+  if (FAILED_STATES.includes(state)) return "bad";
+  if (GOING_STATES.includes(state)) return "going";
+  return "other";
+}
+
+// A job's last runs (health.runs, newest first) as a strip of links, oldest left.
+function healthStrip(health) {
+  const runs = (health.runs || []).slice().reverse();
+  if (!runs.length) return `<span class="muted">no runs</span>`;
+  return `<span class="strip">${runs.map((r) => `<a class="tick tick-${outcome(r.state)}" href="#/runs/${esc(r.runId)}" title="${esc(short(r.state, "RUN_STATE_"))} · ${esc(when(r.dueAt))}" data-state="${esc(short(r.state, "RUN_STATE_"))}"></a>`).join("")}</span>`;
+}
+
+function successRate(health) {
+  const rated = health.rated || 0;
+  return rated ? `${Math.round(100 * (health.succeeded || 0) / rated)}% of ${rated}` : "–";
+}
+
 function setPage(name) {
   for (const a of document.querySelectorAll("nav a")) {
     a.classList.toggle("active", a.dataset.page === name);
@@ -117,25 +140,140 @@ function refresh(fn, ms) {
 
 // --- pages ---------------------------------------------------------------------------------
 
+// The overview: what runs now, what waits and why, what failed, per minute (or per ten
+// minutes over a day), and the jobs failing now; polled every OVERVIEW_EVERY ms and
+// redrawn only where it changed. Each poller keeps this history in memory: it begins
+// when the node started, and the page says so.
+const OVERVIEW_EVERY = 5000;
+
+function clock(ts) {
+  return new Date(ts).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+}
+
+function overviewCharts(o) {
+  const buckets = o.buckets || [];
+  const day = o.window === "OVERVIEW_WINDOW_DAY";
+  const label = (b) => (day ? when(b.start) : clock(b.start));
+  const every = Math.max(1, Math.floor(buckets.length / 6));
+  const xLabels = buckets.map((b, i) => [i, clock(b.start)]).filter(([i]) => i % every === 0);
+  const outcomes = charts.stackedBars(
+    "chart-outcomes",
+    buckets.map((b) => ({
+      label: label(b),
+      values: { ok: b.succeeded || 0, bad: b.failed || 0, other: b.other || 0 },
+    })),
+    [
+      { key: "ok", label: "succeeded", cls: "ok" },
+      { key: "bad", label: "failed", cls: "bad" },
+      { key: "other", label: "cancelled or skipped", cls: "other" },
+    ],
+    xLabels,
+  );
+  const lag = charts.lines(
+    "chart-lag",
+    buckets.map((b) => ({
+      label: label(b),
+      values: { p50: b.lagP50Seconds ?? null, p99: b.lagP99Seconds ?? null },
+    })),
+    [
+      { key: "p50", label: "start lag p50", cls: "s-p50" },
+      { key: "p99", label: "start lag p99", cls: "s-p99" },
+    ],
+    xLabels,
+    charts.seconds,
+  );
+  return { outcomes, lag };
+}
+
+function failingRows(jobs) {
+  return jobs.map((j) => `
+    <tr data-job-id="${esc(j.jobId)}">
+      <td><a href="#/jobs/${esc(j.jobId)}">${esc(j.name)}</a></td>
+      <td class="streak">${esc(j.consecutiveFailures || 0)}</td>
+      <td>${stateCell(j.state, "RUN_STATE_")} ${esc(short(j.reason, "RUN_REASON_").replace("UNSPECIFIED", ""))}</td>
+      <td class="mono">${esc(j.error || "")}</td>
+      <td>${esc(when(j.endedAt))}</td>
+      <td class="mono"><a href="#/runs/${esc(j.runId)}">${esc(j.runId)}</a></td>
+    </tr>`).join("");
+}
+
+async function overviewPage(params) {
+  setPage("overview");
+  const span = params.get("window") === "day" ? "day" : "hour";
+  main.innerHTML = `
+    <h1>Overview</h1>
+    <div class="toolbar">
+      <button id="window-hour" class="${span === "hour" ? "active" : ""}">Last hour</button>
+      <button id="window-day" class="${span === "day" ? "active" : ""}">Last day</button>
+      <span id="history-since" class="muted"></span>
+    </div>
+    <div class="cards">
+      <div class="card" id="card-running"><div class="figure">–</div><div class="label">running now</div></div>
+      <div class="card" id="card-waiting"><div class="figure">–</div><div class="label">waiting</div></div>
+      <div class="card" id="card-failed"><div class="figure">–</div><div class="label">failed in the last hour</div></div>
+    </div>
+    <ul id="waiting-reasons" class="reasons"></ul>
+    <div class="grid-2">
+      <div><h2>Runs by outcome</h2><div class="chart-box" id="outcomes"></div></div>
+      <div><h2>Start lag</h2><div class="chart-box" id="lag"></div></div>
+    </div>
+    <h2>Failing now</h2>
+    <table id="failing-jobs"><thead><tr><th>Job</th><th>Failures in a row</th><th>Last run</th><th>Error</th><th>Ended</th><th>Run</th></tr></thead><tbody></tbody></table>`;
+  document.getElementById("window-hour").onclick = () => { location.hash = "#/overview"; };
+  document.getElementById("window-day").onclick = () => { location.hash = "#/overview?window=day"; };
+  const put = (id, html) => { // unchanged parts stay the same elements
+    const el = document.getElementById(id);
+    if (el && el.dataset.drawn !== html) {
+      el.innerHTML = html;
+      el.dataset.drawn = html;
+    }
+  };
+  const draw = async () => {
+    const o = await api("GET", `/v1/overview?window=${span.toUpperCase()}`);
+    put("card-running", `<div class="figure">${esc(o.running || 0)}</div><div class="label">running now</div>`);
+    put("card-waiting", `<div class="figure">${esc(o.waiting || 0)}</div><div class="label">waiting</div>`);
+    document.getElementById("card-failed").classList.toggle("bad", (o.failedLastHour || 0) > 0);
+    put("card-failed", `<div class="figure">${esc(o.failedLastHour || 0)}</div><div class="label">failed in the last hour</div>`);
+    put("waiting-reasons", (o.waitingReasons || []).map((w) => `<li><b>${esc(w.runs)}</b> ${esc(w.reason)}</li>`).join(""));
+    const { outcomes, lag } = overviewCharts(o);
+    put("outcomes", outcomes);
+    put("lag", lag);
+    put("history-since", o.historySince
+      ? `Counted since ${esc(when(o.historySince))}: each node keeps this history in memory, so it restarts with the node.`
+      : "No poller answered: no history to show.");
+    const failing = failingRows(o.failingJobs || []);
+    document.querySelector("#failing-jobs tbody").innerHTML = failing || `<tr><td colspan="6" class="muted">No job is failing.</td></tr>`;
+  };
+  await draw();
+  refresh(draw, OVERVIEW_EVERY);
+}
+
 async function jobsPage(params) {
   setPage("jobs");
   const state = params.get("state") || "";
   const q = params.get("q") || "";
   const token = params.get("token") || "";
-  const query = new URLSearchParams({ pageSize: "20" });
+  const query = new URLSearchParams({ pageSize: "20", withHealth: "true" });
   if (state) query.append("state", state);
   if (q) query.set("namePrefix", q);
   if (token) query.set("pageToken", token);
   const data = await api("GET", `/v1/jobs?${query}`);
   const states = ["", "ACTIVE", "PAUSED", "COMPLETED", "DELETED"];
-  const rows = (data.jobs || []).map((j) => `
+  const rows = (data.jobs || []).map((j) => {
+    const health = j.health || {};
+    const last = (health.runs || []).find((r) => r.state !== "RUN_STATE_PENDING");
+    return `
     <tr data-job-id="${esc(j.id)}">
       <td><a href="#/jobs/${esc(j.id)}">${esc(j.spec.name)}</a></td>
       <td>${stateCell(j.state, "JOB_STATE_")}</td>
+      <td class="last-run">${last ? stateCell(last.state, "RUN_STATE_") : `<span class="muted">–</span>`}</td>
+      <td>${healthStrip(health)}</td>
+      <td class="success-rate">${esc(successRate(health))}</td>
       <td>${esc(schedule(j.spec))}</td>
       <td>${esc(when(j.nextFireAt))}</td>
       <td class="mono">${esc(j.id)}</td>
-    </tr>`).join("");
+    </tr>`;
+  }).join("");
   main.innerHTML = `
     <h1>Jobs</h1>
     <div class="toolbar">
@@ -146,8 +284,8 @@ async function jobsPage(params) {
       ${data.nextPageToken ? `<button id="next-page">Next page</button>` : ""}
     </div>
     <table id="jobs-table">
-      <thead><tr><th>Name</th><th>State</th><th>Schedule</th><th>Next fire</th><th>Id</th></tr></thead>
-      <tbody>${rows || `<tr><td colspan="5" class="muted">No jobs.</td></tr>`}</tbody>
+      <thead><tr><th>Name</th><th>State</th><th>Last run</th><th>Last 20 runs</th><th>Success</th><th>Schedule</th><th>Next fire</th><th>Id</th></tr></thead>
+      <tbody>${rows || `<tr><td colspan="8" class="muted">No jobs.</td></tr>`}</tbody>
     </table>`;
   const go = (extra) => {
     const p = new URLSearchParams();
@@ -226,6 +364,7 @@ async function jobPage(jobId) {
         <dt>Version</dt><dd>${esc(job.version)}</dd>
         <dt>Created</dt><dd>${esc(when(job.createdAt))}</dd>
       </dl>
+      <div id="job-health"></div>
       <h2>Next fires</h2>
       <table id="next-fires"><thead><tr><th>Local time</th><th>UTC</th><th>Note</th></tr></thead><tbody>
       ${fires.map((f, i) => `<tr><td>${esc(f.localTime)}</td><td>${esc(f.at)}</td><td class="note">${esc(notes[i])}</td></tr>`).join("") || `<tr><td colspan="3" class="muted">None.</td></tr>`}
@@ -245,10 +384,12 @@ async function jobPage(jobId) {
     act("delete-job", async () => {
       if (confirm(`Delete job ${job.spec.name}?`)) await api("DELETE", path);
     });
+    await drawJobHealth(runs.runs || []);
   };
   await draw();
   refresh(async () => {
     const runs = await api("GET", `/v1/jobs/${encodeURIComponent(jobId)}/runs?pageSize=25`);
+    await drawJobHealth(runs.runs || []);
     const box = document.getElementById("job-runs");
     const html = runsTable(runs.runs || [], false);
     if (box && box.dataset.drawn !== html) { // unchanged rows stay the same elements
@@ -256,6 +397,70 @@ async function jobPage(jobId) {
       box.dataset.drawn = html;
     }
   }, 2000);
+}
+
+// The last bytes of a run's output, as text (kept by run id: a final run's never change).
+const TAIL_BYTES = 4096;
+const tails = new Map();
+
+async function outputTail(runId) {
+  if (!tails.has(runId)) {
+    const resp = await fetch(
+      `/v1/runs/${encodeURIComponent(runId)}/output?format=text&offset=-${TAIL_BYTES}`,
+      { headers: callHeaders() },
+    );
+    if (!resp.ok) throw new Error((await resp.json()).message);
+    tails.set(runId, await resp.text());
+  }
+  return tails.get(runId);
+}
+
+function seconds(from, to) {
+  return from && to ? Math.max(0, (new Date(to) - new Date(from)) / 1000) : null;
+}
+
+// The job page's health: its last failure inline (state, reason, exit code, error, the
+// tail of its output), and a chart of its runs' durations and start lags, oldest left.
+async function drawJobHealth(runs) {
+  const box = document.getElementById("job-health");
+  if (!box) return;
+  const failed = runs.find((r) => outcome(r.state) === "bad");
+  const latest = runs.find((r) => ["ok", "bad"].includes(outcome(r.state)));
+  let failure = "";
+  if (failed) {
+    const tail = await outputTail(failed.id).catch((e) => `(its output could not be read: ${e.message})`);
+    const exit = failed.hasExitCode ? `exit code ${failed.exitCode || 0}` : "no exit code";
+    const title = failed === latest ? "Failing now" : "Last failure";
+    failure = `
+      <h2>${title}</h2>
+      <div id="last-failure" class="failure" data-run-id="${esc(failed.id)}">
+        <div>${stateCell(failed.state, "RUN_STATE_")} <span class="reason">${esc(reason(failed))}</span>
+          · <span class="exit-code">${esc(exit)}</span> · ended ${esc(when(failed.endedAt))}
+          · <a href="#/runs/${esc(failed.id)}">run ${esc(failed.id)}</a></div>
+        ${failed.error && failed.error !== exit ? `<div class="failure-error">${esc(failed.error)}</div>` : ""}
+        <pre id="failure-output">${esc(tail || "(no output)")}</pre>
+      </div>`;
+  }
+  const started = runs.filter((r) => r.startedAt).slice().reverse();
+  const points = started.map((r) => ({
+    label: when(r.dueAt),
+    values: {
+      duration: isFinal(r.state) ? seconds(r.startedAt, r.endedAt) : null,
+      lag: seconds(r.dueAt, r.startedAt),
+    },
+  }));
+  const xLabels = points.length ? [[0, when(started[0].dueAt)], [points.length - 1, when(started[started.length - 1].dueAt)]] : [];
+  const chart = points.length
+    ? charts.lines("job-timings", points, [
+      { key: "duration", label: "duration", cls: "s-duration" },
+      { key: "lag", label: "start lag", cls: "s-lag" },
+    ], points.length > 1 ? xLabels : xLabels.slice(0, 1), charts.seconds)
+    : `<p class="muted">No run has started yet.</p>`;
+  const html = `${failure}<h2>Duration and start lag of its last ${started.length} started runs</h2><div class="chart-box">${chart}</div>`;
+  if (box.dataset.drawn !== html) {
+    box.innerHTML = html;
+    box.dataset.drawn = html;
+  }
 }
 
 // The run's output as it is written, from its last OUTPUT_SHOWN bytes (a node with a blob
@@ -419,7 +624,7 @@ function route() {
   clearInterval(pageTimer);
   if (outputAbort) outputAbort.abort();
   outputAbort = null;
-  const [path, query] = (location.hash.slice(1) || "/jobs").split("?");
+  const [path, query] = (location.hash.slice(1) || "/overview").split("?");
   const params = new URLSearchParams(query || "");
   const parts = path.split("/").filter(Boolean).map(decodeURIComponent);
   let page;
@@ -428,7 +633,8 @@ function route() {
   else if (parts[0] === "running") page = runningPage();
   else if (parts[0] === "dead") page = deadPage();
   else if (parts[0] === "cluster") page = clusterPage();
-  else page = jobsPage(params);
+  else if (parts[0] === "jobs") page = jobsPage(params);
+  else page = overviewPage(params);
   page.catch((e) => {
     main.innerHTML = `<p class="error-inline">${esc(e.message)}</p>`;
     showError(e);

@@ -153,3 +153,32 @@ class WaitingReasonsResponse(_message.Message):
     REASONS_FIELD_NUMBER: _ClassVar[int]
     reasons: _containers.ScalarMap[str, str]
     def __init__(self, reasons: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class OverviewPartRequest(_message.Message):
+    __slots__ = ("owner", "window")
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_FIELD_NUMBER: _ClassVar[int]
+    owner: str
+    window: _types_pb2.OverviewWindow
+    def __init__(self, owner: _Optional[str] = ..., window: _Optional[_Union[_types_pb2.OverviewWindow, str]] = ...) -> None: ...
+
+class OverviewPart(_message.Message):
+    __slots__ = ("running", "waiting", "buckets", "failing_jobs", "since")
+    class WaitingEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FIELD_NUMBER: _ClassVar[int]
+    BUCKETS_FIELD_NUMBER: _ClassVar[int]
+    FAILING_JOBS_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    running: int
+    waiting: _containers.ScalarMap[str, int]
+    buckets: _containers.RepeatedCompositeFieldContainer[_types_pb2.OverviewBucket]
+    failing_jobs: _containers.RepeatedCompositeFieldContainer[_types_pb2.OverviewFailingJob]
+    since: _timestamp_pb2.Timestamp
+    def __init__(self, running: _Optional[int] = ..., waiting: _Optional[_Mapping[str, int]] = ..., buckets: _Optional[_Iterable[_Union[_types_pb2.OverviewBucket, _Mapping]]] = ..., failing_jobs: _Optional[_Iterable[_Union[_types_pb2.OverviewFailingJob, _Mapping]]] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...

@@ -145,6 +145,11 @@ class PollerServiceStub:
                 request_serializer=shardcron_dot_v1_dot_cluster__pb2.WaitingReasonsRequest.SerializeToString,
                 response_deserializer=shardcron_dot_v1_dot_cluster__pb2.WaitingReasonsResponse.FromString,
                 _registered_method=True)
+        self.GetOverviewPart = channel.unary_unary(
+                '/shardcron.v1.PollerService/GetOverviewPart',
+                request_serializer=shardcron_dot_v1_dot_cluster__pb2.OverviewPartRequest.SerializeToString,
+                response_deserializer=shardcron_dot_v1_dot_cluster__pb2.OverviewPart.FromString,
+                _registered_method=True)
 
 
 class PollerServiceServicer:
@@ -198,6 +203,13 @@ class PollerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetOverviewPart(self, request, context):
+        """This poller's part of an owner's overview (JobService.GetOverview merges them).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PollerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -230,6 +242,11 @@ def add_PollerServiceServicer_to_server(servicer, server):
                     servicer.WaitingReasons,
                     request_deserializer=shardcron_dot_v1_dot_cluster__pb2.WaitingReasonsRequest.FromString,
                     response_serializer=shardcron_dot_v1_dot_cluster__pb2.WaitingReasonsResponse.SerializeToString,
+            ),
+            'GetOverviewPart': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetOverviewPart,
+                    request_deserializer=shardcron_dot_v1_dot_cluster__pb2.OverviewPartRequest.FromString,
+                    response_serializer=shardcron_dot_v1_dot_cluster__pb2.OverviewPart.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -399,6 +416,33 @@ class PollerService:
             '/shardcron.v1.PollerService/WaitingReasons',
             shardcron_dot_v1_dot_cluster__pb2.WaitingReasonsRequest.SerializeToString,
             shardcron_dot_v1_dot_cluster__pb2.WaitingReasonsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetOverviewPart(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardcron.v1.PollerService/GetOverviewPart',
+            shardcron_dot_v1_dot_cluster__pb2.OverviewPartRequest.SerializeToString,
+            shardcron_dot_v1_dot_cluster__pb2.OverviewPart.FromString,
             options,
             channel_credentials,
             insecure,

@@ -27,7 +27,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from shardcron.v1 import types_pb2 as shardcron_dot_v1_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17shardcron/v1/jobs.proto\x12\x0cshardcron.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18shardcron/v1/types.proto\"P\n\x10\x43reateJobRequest\x12#\n\x04spec\x18\x01 \x01(\x0b\x32\x15.shardcron.v1.JobSpec\x12\x17\n\x0fidempotency_key\x18\x02 \x01(\t\"D\n\x11\x43reateJobResponse\x12\x1e\n\x03job\x18\x01 \x01(\x0b\x32\x11.shardcron.v1.Job\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\"S\n\x11\x43reateJobsRequest\x12,\n\x04jobs\x18\x01 \x03(\x0b\x32\x1e.shardcron.v1.CreateJobRequest\x12\x10\n\x08ids_only\x18\x02 \x01(\x08\"C\n\x12\x43reateJobsResponse\x12-\n\x04jobs\x18\x01 \x03(\x0b\x32\x1f.shardcron.v1.CreateJobResponse\"\x1f\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\xdf\x01\n\x0fListJobsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12&\n\x06states\x18\x03 \x03(\x0e\x32\x16.shardcron.v1.JobState\x12\x13\n\x0bname_prefix\x18\x04 \x01(\t\x12\x39\n\x06labels\x18\x05 \x03(\x0b\x32).shardcron.v1.ListJobsRequest.LabelsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"L\n\x10ListJobsResponse\x12\x1f\n\x04jobs\x18\x01 \x03(\x0b\x32\x11.shardcron.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"a\n\x10UpdateJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x18\n\x10\x65xpected_version\x18\x02 \x01(\x03\x12#\n\x04spec\x18\x03 \x01(\x0b\x32\x15.shardcron.v1.JobSpec\"2\n\x06JobRef\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x18\n\x10\x65xpected_version\x18\x02 \x01(\x03\"T\n\x10\x44\x65leteJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x18\n\x10\x65xpected_version\x18\x02 \x01(\x03\x12\x16\n\x0e\x63\x61ncel_running\x18\x03 \x01(\x08\"\x97\x01\n\x13PreviewFiresRequest\x12\x10\n\x06job_id\x18\x01 \x01(\tH\x00\x12*\n\x08schedule\x18\x02 \x01(\x0b\x32\x16.shardcron.v1.ScheduleH\x00\x12\r\n\x05\x63ount\x18\x03 \x01(\x05\x12)\n\x05\x61\x66ter\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x08\n\x06source\"9\n\x14PreviewFiresResponse\x12!\n\x05\x66ires\x18\x01 \x03(\x0b\x32\x12.shardcron.v1.Fire\"L\n\x0eWaitRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12*\n\x07timeout\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"p\n\x0fListRunsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\x12&\n\x06states\x18\x04 \x03(\x0e\x32\x16.shardcron.v1.RunState\"L\n\x10ListRunsResponse\x12\x1f\n\x04runs\x18\x01 \x03(\x0b\x32\x11.shardcron.v1.Run\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x1f\n\rGetRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\"U\n\x14ReadRunOutputRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\x0e\n\x06\x66ollow\x18\x03 \x01(\x08\x12\r\n\x05limit\x18\x04 \x01(\x03\"O\n\x16ListDeadLettersRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"5\n\x12\x44\x65\x61\x64LettersRequest\x12\x0f\n\x07run_ids\x18\x01 \x03(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\"*\n\x17\x44ropDeadLettersResponse\x12\x0f\n\x07\x64ropped\x18\x01 \x01(\x05\x32\x84\n\n\nJobService\x12L\n\tCreateJob\x12\x1e.shardcron.v1.CreateJobRequest\x1a\x1f.shardcron.v1.CreateJobResponse\x12O\n\nCreateJobs\x12\x1f.shardcron.v1.CreateJobsRequest\x1a .shardcron.v1.CreateJobsResponse\x12\x38\n\x06GetJob\x12\x1b.shardcron.v1.GetJobRequest\x1a\x11.shardcron.v1.Job\x12I\n\x08ListJobs\x12\x1d.shardcron.v1.ListJobsRequest\x1a\x1e.shardcron.v1.ListJobsResponse\x12>\n\tUpdateJob\x12\x1e.shardcron.v1.UpdateJobRequest\x1a\x11.shardcron.v1.Job\x12\x33\n\x08PauseJob\x12\x14.shardcron.v1.JobRef\x1a\x11.shardcron.v1.Job\x12\x34\n\tResumeJob\x12\x14.shardcron.v1.JobRef\x1a\x11.shardcron.v1.Job\x12\x34\n\tRunJobNow\x12\x14.shardcron.v1.JobRef\x1a\x11.shardcron.v1.Run\x12>\n\tDeleteJob\x12\x1e.shardcron.v1.DeleteJobRequest\x1a\x11.shardcron.v1.Job\x12U\n\x0cPreviewFires\x12!.shardcron.v1.PreviewFiresRequest\x1a\".shardcron.v1.PreviewFiresResponse\x12I\n\x08ListRuns\x12\x1d.shardcron.v1.ListRunsRequest\x1a\x1e.shardcron.v1.ListRunsResponse\x12\x38\n\x06GetRun\x12\x1b.shardcron.v1.GetRunRequest\x1a\x11.shardcron.v1.Run\x12;\n\tCancelRun\x12\x1b.shardcron.v1.GetRunRequest\x1a\x11.shardcron.v1.Run\x12:\n\x07WaitRun\x12\x1c.shardcron.v1.WaitRunRequest\x1a\x11.shardcron.v1.Run\x12P\n\rReadRunOutput\x12\".shardcron.v1.ReadRunOutputRequest\x1a\x19.shardcron.v1.OutputChunk0\x01\x12W\n\x0fListDeadLetters\x12$.shardcron.v1.ListDeadLettersRequest\x1a\x1e.shardcron.v1.ListRunsResponse\x12U\n\x11ReplayDeadLetters\x12 .shardcron.v1.DeadLettersRequest\x1a\x1e.shardcron.v1.ListRunsResponse\x12Z\n\x0f\x44ropDeadLetters\x12 .shardcron.v1.DeadLettersRequest\x1a%.shardcron.v1.DropDeadLettersResponseBS\n\x0fio.shardcron.v1P\x01Z>github.com/shardcron/shardcron/gen/go/shardcron/v1;shardcronv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17shardcron/v1/jobs.proto\x12\x0cshardcron.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18shardcron/v1/types.proto\"P\n\x10\x43reateJobRequest\x12#\n\x04spec\x18\x01 \x01(\x0b\x32\x15.shardcron.v1.JobSpec\x12\x17\n\x0fidempotency_key\x18\x02 \x01(\t\"D\n\x11\x43reateJobResponse\x12\x1e\n\x03job\x18\x01 \x01(\x0b\x32\x11.shardcron.v1.Job\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\"S\n\x11\x43reateJobsRequest\x12,\n\x04jobs\x18\x01 \x03(\x0b\x32\x1e.shardcron.v1.CreateJobRequest\x12\x10\n\x08ids_only\x18\x02 \x01(\x08\"C\n\x12\x43reateJobsResponse\x12-\n\x04jobs\x18\x01 \x03(\x0b\x32\x1f.shardcron.v1.CreateJobResponse\"\x1f\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\xf4\x01\n\x0fListJobsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12&\n\x06states\x18\x03 \x03(\x0e\x32\x16.shardcron.v1.JobState\x12\x13\n\x0bname_prefix\x18\x04 \x01(\t\x12\x39\n\x06labels\x18\x05 \x03(\x0b\x32).shardcron.v1.ListJobsRequest.LabelsEntry\x12\x13\n\x0bwith_health\x18\x06 \x01(\x08\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"L\n\x10ListJobsResponse\x12\x1f\n\x04jobs\x18\x01 \x03(\x0b\x32\x11.shardcron.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"a\n\x10UpdateJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x18\n\x10\x65xpected_version\x18\x02 \x01(\x03\x12#\n\x04spec\x18\x03 \x01(\x0b\x32\x15.shardcron.v1.JobSpec\"2\n\x06JobRef\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x18\n\x10\x65xpected_version\x18\x02 \x01(\x03\"T\n\x10\x44\x65leteJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x18\n\x10\x65xpected_version\x18\x02 \x01(\x03\x12\x16\n\x0e\x63\x61ncel_running\x18\x03 \x01(\x08\"\x97\x01\n\x13PreviewFiresRequest\x12\x10\n\x06job_id\x18\x01 \x01(\tH\x00\x12*\n\x08schedule\x18\x02 \x01(\x0b\x32\x16.shardcron.v1.ScheduleH\x00\x12\r\n\x05\x63ount\x18\x03 \x01(\x05\x12)\n\x05\x61\x66ter\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x08\n\x06source\"9\n\x14PreviewFiresResponse\x12!\n\x05\x66ires\x18\x01 \x03(\x0b\x32\x12.shardcron.v1.Fire\"L\n\x0eWaitRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12*\n\x07timeout\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"p\n\x0fListRunsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\x12&\n\x06states\x18\x04 \x03(\x0e\x32\x16.shardcron.v1.RunState\"L\n\x10ListRunsResponse\x12\x1f\n\x04runs\x18\x01 \x03(\x0b\x32\x11.shardcron.v1.Run\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x1f\n\rGetRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\"U\n\x14ReadRunOutputRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\x0e\n\x06\x66ollow\x18\x03 \x01(\x08\x12\r\n\x05limit\x18\x04 \x01(\x03\"O\n\x16ListDeadLettersRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"5\n\x12\x44\x65\x61\x64LettersRequest\x12\x0f\n\x07run_ids\x18\x01 \x03(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\"*\n\x17\x44ropDeadLettersResponse\x12\x0f\n\x07\x64ropped\x18\x01 \x01(\x05\"?\n\x0fOverviewRequest\x12,\n\x06window\x18\x01 \x01(\x0e\x32\x1c.shardcron.v1.OverviewWindow\"/\n\x0fOverviewWaiting\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12\x0c\n\x04runs\x18\x02 \x01(\x05\"\xef\x02\n\x08Overview\x12,\n\x06window\x18\x01 \x01(\x0e\x32\x1c.shardcron.v1.OverviewWindow\x12\x0f\n\x07running\x18\x02 \x01(\x05\x12\x0f\n\x07waiting\x18\x03 \x01(\x05\x12\x36\n\x0fwaiting_reasons\x18\x04 \x03(\x0b\x32\x1d.shardcron.v1.OverviewWaiting\x12\x18\n\x10\x66\x61iled_last_hour\x18\x05 \x01(\x05\x12\x16\n\x0e\x62ucket_seconds\x18\x06 \x01(\x05\x12-\n\x07\x62uckets\x18\x07 \x03(\x0b\x32\x1c.shardcron.v1.OverviewBucket\x12\x36\n\x0c\x66\x61iling_jobs\x18\x08 \x03(\x0b\x32 .shardcron.v1.OverviewFailingJob\x12\x31\n\rhistory_since\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07pollers\x18\n \x01(\x05\x32\xca\n\n\nJobService\x12L\n\tCreateJob\x12\x1e.shardcron.v1.CreateJobRequest\x1a\x1f.shardcron.v1.CreateJobResponse\x12O\n\nCreateJobs\x12\x1f.shardcron.v1.CreateJobsRequest\x1a .shardcron.v1.CreateJobsResponse\x12\x38\n\x06GetJob\x12\x1b.shardcron.v1.GetJobRequest\x1a\x11.shardcron.v1.Job\x12I\n\x08ListJobs\x12\x1d.shardcron.v1.ListJobsRequest\x1a\x1e.shardcron.v1.ListJobsResponse\x12>\n\tUpdateJob\x12\x1e.shardcron.v1.UpdateJobRequest\x1a\x11.shardcron.v1.Job\x12\x33\n\x08PauseJob\x12\x14.shardcron.v1.JobRef\x1a\x11.shardcron.v1.Job\x12\x34\n\tResumeJob\x12\x14.shardcron.v1.JobRef\x1a\x11.shardcron.v1.Job\x12\x34\n\tRunJobNow\x12\x14.shardcron.v1.JobRef\x1a\x11.shardcron.v1.Run\x12>\n\tDeleteJob\x12\x1e.shardcron.v1.DeleteJobRequest\x1a\x11.shardcron.v1.Job\x12U\n\x0cPreviewFires\x12!.shardcron.v1.PreviewFiresRequest\x1a\".shardcron.v1.PreviewFiresResponse\x12I\n\x08ListRuns\x12\x1d.shardcron.v1.ListRunsRequest\x1a\x1e.shardcron.v1.ListRunsResponse\x12\x38\n\x06GetRun\x12\x1b.shardcron.v1.GetRunRequest\x1a\x11.shardcron.v1.Run\x12;\n\tCancelRun\x12\x1b.shardcron.v1.GetRunRequest\x1a\x11.shardcron.v1.Run\x12:\n\x07WaitRun\x12\x1c.shardcron.v1.WaitRunRequest\x1a\x11.shardcron.v1.Run\x12P\n\rReadRunOutput\x12\".shardcron.v1.ReadRunOutputRequest\x1a\x19.shardcron.v1.OutputChunk0\x01\x12W\n\x0fListDeadLetters\x12$.shardcron.v1.ListDeadLettersRequest\x1a\x1e.shardcron.v1.ListRunsResponse\x12U\n\x11ReplayDeadLetters\x12 .shardcron.v1.DeadLettersRequest\x1a\x1e.shardcron.v1.ListRunsResponse\x12Z\n\x0f\x44ropDeadLetters\x12 .shardcron.v1.DeadLettersRequest\x1a%.shardcron.v1.DropDeadLettersResponse\x12\x44\n\x0bGetOverview\x12\x1d.shardcron.v1.OverviewRequest\x1a\x16.shardcron.v1.OverviewBS\n\x0fio.shardcron.v1P\x01Z>github.com/shardcron/shardcron/gen/go/shardcron/v1;shardcronv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -48,37 +48,43 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETJOBREQUEST']._serialized_start=438
   _globals['_GETJOBREQUEST']._serialized_end=469
   _globals['_LISTJOBSREQUEST']._serialized_start=472
-  _globals['_LISTJOBSREQUEST']._serialized_end=695
-  _globals['_LISTJOBSREQUEST_LABELSENTRY']._serialized_start=650
-  _globals['_LISTJOBSREQUEST_LABELSENTRY']._serialized_end=695
-  _globals['_LISTJOBSRESPONSE']._serialized_start=697
-  _globals['_LISTJOBSRESPONSE']._serialized_end=773
-  _globals['_UPDATEJOBREQUEST']._serialized_start=775
-  _globals['_UPDATEJOBREQUEST']._serialized_end=872
-  _globals['_JOBREF']._serialized_start=874
-  _globals['_JOBREF']._serialized_end=924
-  _globals['_DELETEJOBREQUEST']._serialized_start=926
-  _globals['_DELETEJOBREQUEST']._serialized_end=1010
-  _globals['_PREVIEWFIRESREQUEST']._serialized_start=1013
-  _globals['_PREVIEWFIRESREQUEST']._serialized_end=1164
-  _globals['_PREVIEWFIRESRESPONSE']._serialized_start=1166
-  _globals['_PREVIEWFIRESRESPONSE']._serialized_end=1223
-  _globals['_WAITRUNREQUEST']._serialized_start=1225
-  _globals['_WAITRUNREQUEST']._serialized_end=1301
-  _globals['_LISTRUNSREQUEST']._serialized_start=1303
-  _globals['_LISTRUNSREQUEST']._serialized_end=1415
-  _globals['_LISTRUNSRESPONSE']._serialized_start=1417
-  _globals['_LISTRUNSRESPONSE']._serialized_end=1493
-  _globals['_GETRUNREQUEST']._serialized_start=1495
-  _globals['_GETRUNREQUEST']._serialized_end=1526
-  _globals['_READRUNOUTPUTREQUEST']._serialized_start=1528
-  _globals['_READRUNOUTPUTREQUEST']._serialized_end=1613
-  _globals['_LISTDEADLETTERSREQUEST']._serialized_start=1615
-  _globals['_LISTDEADLETTERSREQUEST']._serialized_end=1694
-  _globals['_DEADLETTERSREQUEST']._serialized_start=1696
-  _globals['_DEADLETTERSREQUEST']._serialized_end=1749
-  _globals['_DROPDEADLETTERSRESPONSE']._serialized_start=1751
-  _globals['_DROPDEADLETTERSRESPONSE']._serialized_end=1793
-  _globals['_JOBSERVICE']._serialized_start=1796
-  _globals['_JOBSERVICE']._serialized_end=3080
+  _globals['_LISTJOBSREQUEST']._serialized_end=716
+  _globals['_LISTJOBSREQUEST_LABELSENTRY']._serialized_start=671
+  _globals['_LISTJOBSREQUEST_LABELSENTRY']._serialized_end=716
+  _globals['_LISTJOBSRESPONSE']._serialized_start=718
+  _globals['_LISTJOBSRESPONSE']._serialized_end=794
+  _globals['_UPDATEJOBREQUEST']._serialized_start=796
+  _globals['_UPDATEJOBREQUEST']._serialized_end=893
+  _globals['_JOBREF']._serialized_start=895
+  _globals['_JOBREF']._serialized_end=945
+  _globals['_DELETEJOBREQUEST']._serialized_start=947
+  _globals['_DELETEJOBREQUEST']._serialized_end=1031
+  _globals['_PREVIEWFIRESREQUEST']._serialized_start=1034
+  _globals['_PREVIEWFIRESREQUEST']._serialized_end=1185
+  _globals['_PREVIEWFIRESRESPONSE']._serialized_start=1187
+  _globals['_PREVIEWFIRESRESPONSE']._serialized_end=1244
+  _globals['_WAITRUNREQUEST']._serialized_start=1246
+  _globals['_WAITRUNREQUEST']._serialized_end=1322
+  _globals['_LISTRUNSREQUEST']._serialized_start=1324
+  _globals['_LISTRUNSREQUEST']._serialized_end=1436
+  _globals['_LISTRUNSRESPONSE']._serialized_start=1438
+  _globals['_LISTRUNSRESPONSE']._serialized_end=1514
+  _globals['_GETRUNREQUEST']._serialized_start=1516
+  _globals['_GETRUNREQUEST']._serialized_end=1547
+  _globals['_READRUNOUTPUTREQUEST']._serialized_start=1549
+  _globals['_READRUNOUTPUTREQUEST']._serialized_end=1634
+  _globals['_LISTDEADLETTERSREQUEST']._serialized_start=1636
+  _globals['_LISTDEADLETTERSREQUEST']._serialized_end=1715
+  _globals['_DEADLETTERSREQUEST']._serialized_start=1717
+  _globals['_DEADLETTERSREQUEST']._serialized_end=1770
+  _globals['_DROPDEADLETTERSRESPONSE']._serialized_start=1772
+  _globals['_DROPDEADLETTERSRESPONSE']._serialized_end=1814
+  _globals['_OVERVIEWREQUEST']._serialized_start=1816
+  _globals['_OVERVIEWREQUEST']._serialized_end=1879
+  _globals['_OVERVIEWWAITING']._serialized_start=1881
+  _globals['_OVERVIEWWAITING']._serialized_end=1928
+  _globals['_OVERVIEW']._serialized_start=1931
+  _globals['_OVERVIEW']._serialized_end=2298
+  _globals['_JOBSERVICE']._serialized_start=2301
+  _globals['_JOBSERVICE']._serialized_end=3655
 # @@protoc_insertion_point(module_scope)

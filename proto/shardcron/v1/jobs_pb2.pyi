@@ -48,7 +48,7 @@ class GetJobRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class ListJobsRequest(_message.Message):
-    __slots__ = ("page_size", "page_token", "states", "name_prefix", "labels")
+    __slots__ = ("page_size", "page_token", "states", "name_prefix", "labels", "with_health")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -61,12 +61,14 @@ class ListJobsRequest(_message.Message):
     STATES_FIELD_NUMBER: _ClassVar[int]
     NAME_PREFIX_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
+    WITH_HEALTH_FIELD_NUMBER: _ClassVar[int]
     page_size: int
     page_token: str
     states: _containers.RepeatedScalarFieldContainer[_types_pb2.JobState]
     name_prefix: str
     labels: _containers.ScalarMap[str, str]
-    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., states: _Optional[_Iterable[_Union[_types_pb2.JobState, str]]] = ..., name_prefix: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    with_health: bool
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., states: _Optional[_Iterable[_Union[_types_pb2.JobState, str]]] = ..., name_prefix: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., with_health: _Optional[bool] = ...) -> None: ...
 
 class ListJobsResponse(_message.Message):
     __slots__ = ("jobs", "next_page_token")
@@ -191,3 +193,41 @@ class DropDeadLettersResponse(_message.Message):
     DROPPED_FIELD_NUMBER: _ClassVar[int]
     dropped: int
     def __init__(self, dropped: _Optional[int] = ...) -> None: ...
+
+class OverviewRequest(_message.Message):
+    __slots__ = ("window",)
+    WINDOW_FIELD_NUMBER: _ClassVar[int]
+    window: _types_pb2.OverviewWindow
+    def __init__(self, window: _Optional[_Union[_types_pb2.OverviewWindow, str]] = ...) -> None: ...
+
+class OverviewWaiting(_message.Message):
+    __slots__ = ("reason", "runs")
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    RUNS_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    runs: int
+    def __init__(self, reason: _Optional[str] = ..., runs: _Optional[int] = ...) -> None: ...
+
+class Overview(_message.Message):
+    __slots__ = ("window", "running", "waiting", "waiting_reasons", "failed_last_hour", "bucket_seconds", "buckets", "failing_jobs", "history_since", "pollers")
+    WINDOW_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FIELD_NUMBER: _ClassVar[int]
+    WAITING_REASONS_FIELD_NUMBER: _ClassVar[int]
+    FAILED_LAST_HOUR_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    BUCKETS_FIELD_NUMBER: _ClassVar[int]
+    FAILING_JOBS_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_SINCE_FIELD_NUMBER: _ClassVar[int]
+    POLLERS_FIELD_NUMBER: _ClassVar[int]
+    window: _types_pb2.OverviewWindow
+    running: int
+    waiting: int
+    waiting_reasons: _containers.RepeatedCompositeFieldContainer[OverviewWaiting]
+    failed_last_hour: int
+    bucket_seconds: int
+    buckets: _containers.RepeatedCompositeFieldContainer[_types_pb2.OverviewBucket]
+    failing_jobs: _containers.RepeatedCompositeFieldContainer[_types_pb2.OverviewFailingJob]
+    history_since: _timestamp_pb2.Timestamp
+    pollers: int
+    def __init__(self, window: _Optional[_Union[_types_pb2.OverviewWindow, str]] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., waiting_reasons: _Optional[_Iterable[_Union[OverviewWaiting, _Mapping]]] = ..., failed_last_hour: _Optional[int] = ..., bucket_seconds: _Optional[int] = ..., buckets: _Optional[_Iterable[_Union[_types_pb2.OverviewBucket, _Mapping]]] = ..., failing_jobs: _Optional[_Iterable[_Union[_types_pb2.OverviewFailingJob, _Mapping]]] = ..., history_since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., pollers: _Optional[int] = ...) -> None: ...

@@ -125,6 +125,11 @@ class JobServiceStub:
                 request_serializer=shardcron_dot_v1_dot_jobs__pb2.DeadLettersRequest.SerializeToString,
                 response_deserializer=shardcron_dot_v1_dot_jobs__pb2.DropDeadLettersResponse.FromString,
                 _registered_method=True)
+        self.GetOverview = channel.unary_unary(
+                '/shardcron.v1.JobService/GetOverview',
+                request_serializer=shardcron_dot_v1_dot_jobs__pb2.OverviewRequest.SerializeToString,
+                response_deserializer=shardcron_dot_v1_dot_jobs__pb2.Overview.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -254,6 +259,15 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetOverview(self, request, context):
+        """The owner's runs at a glance: running, waiting and why, failed in the last hour,
+        per-minute outcomes and start lag, the jobs failing now. Kept in each poller's
+        memory: its history begins when the node started (history_since).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -346,6 +360,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.DropDeadLetters,
                     request_deserializer=shardcron_dot_v1_dot_jobs__pb2.DeadLettersRequest.FromString,
                     response_serializer=shardcron_dot_v1_dot_jobs__pb2.DropDeadLettersResponse.SerializeToString,
+            ),
+            'GetOverview': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetOverview,
+                    request_deserializer=shardcron_dot_v1_dot_jobs__pb2.OverviewRequest.FromString,
+                    response_serializer=shardcron_dot_v1_dot_jobs__pb2.Overview.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -834,6 +853,33 @@ class JobService:
             '/shardcron.v1.JobService/DropDeadLetters',
             shardcron_dot_v1_dot_jobs__pb2.DeadLettersRequest.SerializeToString,
             shardcron_dot_v1_dot_jobs__pb2.DropDeadLettersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetOverview(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardcron.v1.JobService/GetOverview',
+            shardcron_dot_v1_dot_jobs__pb2.OverviewRequest.SerializeToString,
+            shardcron_dot_v1_dot_jobs__pb2.Overview.FromString,
             options,
             channel_credentials,
             insecure,

@@ -87,6 +87,12 @@ class RunReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RUN_REASON_SUPERSEDED: _ClassVar[RunReason]
     RUN_REASON_INTERNAL_ERROR: _ClassVar[RunReason]
     RUN_REASON_OOM_KILLED: _ClassVar[RunReason]
+
+class OverviewWindow(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    OVERVIEW_WINDOW_UNSPECIFIED: _ClassVar[OverviewWindow]
+    OVERVIEW_WINDOW_HOUR: _ClassVar[OverviewWindow]
+    OVERVIEW_WINDOW_DAY: _ClassVar[OverviewWindow]
 SCHEDULE_KIND_UNSPECIFIED: ScheduleKind
 SCHEDULE_KIND_IMMEDIATE: ScheduleKind
 SCHEDULE_KIND_AT: ScheduleKind
@@ -140,6 +146,9 @@ RUN_REASON_DEADLINE: RunReason
 RUN_REASON_SUPERSEDED: RunReason
 RUN_REASON_INTERNAL_ERROR: RunReason
 RUN_REASON_OOM_KILLED: RunReason
+OVERVIEW_WINDOW_UNSPECIFIED: OverviewWindow
+OVERVIEW_WINDOW_HOUR: OverviewWindow
+OVERVIEW_WINDOW_DAY: OverviewWindow
 
 class Schedule(_message.Message):
     __slots__ = ("kind", "at", "cron", "timezone", "interval", "anchor", "start_at", "end_at", "jitter", "dst_gap", "dst_overlap")
@@ -290,7 +299,7 @@ class JobSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., task: _Optional[_Union[Task, _Mapping]] = ..., schedule: _Optional[_Union[Schedule, _Mapping]] = ..., priority: _Optional[int] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., concurrency: _Optional[_Union[ConcurrencyPolicy, _Mapping]] = ..., misfire: _Optional[_Union[MisfirePolicy, str]] = ..., starting_deadline: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., pause_after_failures: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "owner", "spec", "state", "version", "created_at", "updated_at", "next_fire_at", "next_fire_key", "idempotency_key", "consecutive_failures", "pause_reason", "schedule_version")
+    __slots__ = ("id", "owner", "spec", "state", "version", "created_at", "updated_at", "next_fire_at", "next_fire_key", "idempotency_key", "consecutive_failures", "pause_reason", "schedule_version", "health")
     ID_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
@@ -304,6 +313,7 @@ class Job(_message.Message):
     CONSECUTIVE_FAILURES_FIELD_NUMBER: _ClassVar[int]
     PAUSE_REASON_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    HEALTH_FIELD_NUMBER: _ClassVar[int]
     id: str
     owner: str
     spec: JobSpec
@@ -317,7 +327,28 @@ class Job(_message.Message):
     consecutive_failures: int
     pause_reason: str
     schedule_version: int
-    def __init__(self, id: _Optional[str] = ..., owner: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., version: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., next_fire_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., next_fire_key: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., consecutive_failures: _Optional[int] = ..., pause_reason: _Optional[str] = ..., schedule_version: _Optional[int] = ...) -> None: ...
+    health: JobHealth
+    def __init__(self, id: _Optional[str] = ..., owner: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., version: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., next_fire_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., next_fire_key: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., consecutive_failures: _Optional[int] = ..., pause_reason: _Optional[str] = ..., schedule_version: _Optional[int] = ..., health: _Optional[_Union[JobHealth, _Mapping]] = ...) -> None: ...
+
+class JobHealth(_message.Message):
+    __slots__ = ("runs", "succeeded", "rated")
+    RUNS_FIELD_NUMBER: _ClassVar[int]
+    SUCCEEDED_FIELD_NUMBER: _ClassVar[int]
+    RATED_FIELD_NUMBER: _ClassVar[int]
+    runs: _containers.RepeatedCompositeFieldContainer[JobHealthRun]
+    succeeded: int
+    rated: int
+    def __init__(self, runs: _Optional[_Iterable[_Union[JobHealthRun, _Mapping]]] = ..., succeeded: _Optional[int] = ..., rated: _Optional[int] = ...) -> None: ...
+
+class JobHealthRun(_message.Message):
+    __slots__ = ("run_id", "state", "due_at")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    DUE_AT_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    state: RunState
+    due_at: _timestamp_pb2.Timestamp
+    def __init__(self, run_id: _Optional[str] = ..., state: _Optional[_Union[RunState, str]] = ..., due_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Run(_message.Message):
     __slots__ = ("id", "job_id", "owner", "fire_key", "fire_at", "due_at", "state", "attempt", "priority", "shard", "worker_id", "lease_token", "lease_expires_at", "created_at", "started_at", "ended_at", "has_exit_code", "exit_code", "reason", "error", "output_bytes", "replayed_from", "dead_letter", "schedule_version", "waiting_reason", "usage")
@@ -412,3 +443,41 @@ class OutputChunk(_message.Message):
     eof: bool
     fencing_token: int
     def __init__(self, run_id: _Optional[str] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., stream: _Optional[str] = ..., eof: _Optional[bool] = ..., fencing_token: _Optional[int] = ...) -> None: ...
+
+class OverviewBucket(_message.Message):
+    __slots__ = ("start", "succeeded", "failed", "other", "lag_counts", "lag_p50_seconds", "lag_p99_seconds")
+    START_FIELD_NUMBER: _ClassVar[int]
+    SUCCEEDED_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    OTHER_FIELD_NUMBER: _ClassVar[int]
+    LAG_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    LAG_P50_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    LAG_P99_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    start: _timestamp_pb2.Timestamp
+    succeeded: int
+    failed: int
+    other: int
+    lag_counts: _containers.RepeatedScalarFieldContainer[int]
+    lag_p50_seconds: float
+    lag_p99_seconds: float
+    def __init__(self, start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., succeeded: _Optional[int] = ..., failed: _Optional[int] = ..., other: _Optional[int] = ..., lag_counts: _Optional[_Iterable[int]] = ..., lag_p50_seconds: _Optional[float] = ..., lag_p99_seconds: _Optional[float] = ...) -> None: ...
+
+class OverviewFailingJob(_message.Message):
+    __slots__ = ("job_id", "name", "consecutive_failures", "state", "reason", "error", "ended_at", "run_id")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CONSECUTIVE_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    ENDED_AT_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    name: str
+    consecutive_failures: int
+    state: RunState
+    reason: RunReason
+    error: str
+    ended_at: _timestamp_pb2.Timestamp
+    run_id: str
+    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., consecutive_failures: _Optional[int] = ..., state: _Optional[_Union[RunState, str]] = ..., reason: _Optional[_Union[RunReason, str]] = ..., error: _Optional[str] = ..., ended_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., run_id: _Optional[str] = ...) -> None: ...
