@@ -8,6 +8,8 @@ against the routes served.
 
 from __future__ import annotations
 
+import base64
+import json
 import threading
 import uuid
 from collections.abc import Iterator
@@ -142,9 +144,14 @@ def test_runs_across_jobs_output_as_json_sse_and_text_then_cancel(
     for t in readers:
         t.join(timeout=30)
     assert followed["text"] == b"two\n"
-    events = followed["sse"].decode().split("\n\n")
-    assert events[0].startswith("event: chunk\nid: 4\ndata: {")  # id: the offset after it
-    assert [e for e in events if e][-1].startswith("event: eof\n")
+    events = [e for e in followed["sse"].decode().split("\n\n") if e]
+    chunks = [e.split("\n", 2) for e in events if e.startswith("event: chunk\n")]
+    # however the bytes are cut into chunks, each event's id is the offset after it
+    data = [base64.b64decode(json.loads(c[2][len("data: ") :])["data"]) for c in chunks]
+    assert b"".join(data) == b"one\ntwo\n"
+    ends = [sum(len(d) for d in data[: i + 1]) for i in range(len(data))]
+    assert [c[1] for c in chunks] == [f"id: {end}" for end in ends]
+    assert events[-1].startswith("event: eof\n")
     status, again = http.call("POST", f"/v1/runs/{first}/cancel")
     assert status == 409 and again["code"] == "FAILED_PRECONDITION"
     assert http.call("POST", f"/v1/runs/{second}/cancel")[0] == 200
