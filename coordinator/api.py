@@ -28,6 +28,7 @@ from shardcron.client.dataclass_copies import copy_with
 from shardcron.client.errors import FailedPrecondition, InvalidArgument, NotFound, ShardcronError
 from shardcron.client.schedule import preview
 from shardcron.client.types import (
+    CommandTask,
     Fire,
     Job,
     JobSpec,
@@ -40,6 +41,7 @@ from shardcron.client.types import (
     Schedule,
     ScheduleKind,
 )
+from shardcron.coordinator.artifacts import Artifacts
 from shardcron.coordinator.ids import (
     new_job_id,
     new_job_ids,
@@ -119,6 +121,7 @@ class JobsApi:
         keys: KeyRing | None = None,
         place_within: timedelta = timedelta(0),
         output_blobs: OutputBlobs | None = None,
+        artifacts: Artifacts | None = None,
     ) -> None:
         """``endings`` is what this node's poller announces ended runs to, and
         ``served_here(shard)`` whether that poller holds the shard (``run_waits``);
@@ -136,6 +139,21 @@ class JobsApi:
         self.keys = keys
         self.place_within = place_within
         self.output_blobs = output_blobs  # None: a run's output is the job store's tail
+        self.artifacts = artifacts  # None: no blob store, no job may name an artifact
+
+    async def _require_artifacts(self, owner: str, specs: Sequence[tuple[JobSpec, str]]) -> None:
+        """Refuses, naming its field, an artifact ``owner`` has not uploaded (each digest
+        looked up once): a job never names code its worker could not fetch."""
+        seen: set[str] = set()
+        for spec, spec_field in specs:
+            task = spec.task
+            if not isinstance(task, CommandTask) or not task.artifact or task.artifact in seen:
+                continue
+            field = f"{spec_field}.task.command.artifact"
+            if self.artifacts is None:
+                raise InvalidArgument(field, "this node keeps no blob store: no artifacts")
+            await self.artifacts.require(owner, task.artifact, field)
+            seen.add(task.artifact)
 
     def _sealed(self, spec: JobSpec) -> JobSpec:
         return spec if self.keys is None else self.keys.sealed_spec(spec)
@@ -207,17 +225,21 @@ class JobsApi:
         single = len(items) == 1
         checked: list[tuple[JobSpec, str]] = []
         kept: dict[int, JobSpec] = {}  # by id(): a spec shared by many jobs is checked once
+        with_artifacts: list[tuple[JobSpec, str]] = []
         for i, (spec, key) in enumerate(items):  # field names made only when needed
             stored = kept.get(id(spec))
             if stored is None:
                 spec_field = "spec" if single else f"jobs[{i}].spec"
                 validate_spec(spec, spec_field)
+                if isinstance(spec.task, CommandTask) and spec.task.artifact:
+                    with_artifacts.append((spec, spec_field))
                 stored = kept[id(spec)] = self._sealed(secrets_for_create(spec, spec_field))
             if key:  # the empty key (none) is valid
                 key_field = "idempotency_key" if single else f"jobs[{i}].idempotency_key"
                 text(key, key_field, limits.MAX_IDEMPOTENCY_KEY)
             checked.append((stored, key))
         items = checked
+        await self._require_artifacts(owner, with_artifacts)
         await self.quotas.check_creates(owner, len(items))
         not_made = len(items)  # what the reservation gives back: all, until the write
         try:
@@ -270,6 +292,7 @@ class JobsApi:
     ) -> Job:
         valid_version(expected_version, required=True)
         validate_spec(spec)
+        await self._require_artifacts(owner, [(spec, "spec")])
         job = await self._load(owner, job_id, expected_version)
         if job.state == JobState.DELETED:
             raise FailedPrecondition(f"job {job_id} is deleted")

@@ -22,9 +22,11 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from shardcron.blobs.archives import ArchiveLimits
 from shardcron.blobs.store import BlobStore
 from shardcron.client.tls import ServerTls, check_listen
 from shardcron.coordinator.api import JobsApi
+from shardcron.coordinator.artifacts import Artifacts
 from shardcron.coordinator.auth import AuthSource
 from shardcron.coordinator.auth.file_quotas import quota_guard
 from shardcron.coordinator.coordination import Assignment, Coordination
@@ -69,6 +71,8 @@ class NodeConfig:
     call_limits: CallLimits = field(default_factory=CallLimits)
     # how runs' output goes to the blob store, when the node is given one
     output: OutputBlobConfig = field(default_factory=OutputBlobConfig)
+    # how large a job's code archive may be, uploaded and unpacked (with a blob store)
+    artifact_limits: ArchiveLimits = field(default_factory=ArchiveLimits)
 
 
 class Node:
@@ -81,8 +85,9 @@ class Node:
         auth: AuthSource | None = None,
         blobs: BlobStore | None = None,
     ) -> None:
-        """``blobs``: where runs' whole output goes (``output_blobs``); None: the job
-        store keeps each run's tail alone, as its ``output_cap_bytes`` says."""
+        """``blobs``: where runs' whole output goes (``output_blobs``) and jobs' code
+        archives (``artifacts``); None: the job store keeps each run's tail alone, as
+        its ``output_cap_bytes`` says, and no job may name an artifact."""
         unknown = config.roles - ROLES
         if unknown:
             raise ValueError(f"unknown roles: {', '.join(sorted(unknown))}")
@@ -101,6 +106,7 @@ class Node:
             auth.refusals.count_into(self.metrics.auth_refused)
         self.raw_store = store
         self.output_blobs = None if blobs is None else OutputBlobs(blobs, config.output)
+        self.artifacts = None if blobs is None else Artifacts(blobs, config.artifact_limits)
         self.store: JobStore = TimedStore(store, self.metrics)  # type: ignore[assignment]
         self.coordination = coordination
         self.poller: Poller | None = None
@@ -173,6 +179,7 @@ class Node:
                 keys=self.config.poller.secret_keys,
                 place_within=self.config.poller.hint_horizon,
                 output_blobs=self.output_blobs,
+                artifacts=self.artifacts,
             )
         self.server, self.port = build_server(
             self.config.listen,
@@ -185,6 +192,7 @@ class Node:
             auth=self.auth,
             open_calls=self.open_calls,
             output_blobs=self.output_blobs,
+            artifacts=self.artifacts,
         )
         if self.poller is not None:
             self.coordination.subscribe(self._follow_session)

@@ -230,6 +230,7 @@ class InProcessWorkers:
 async def _dev(node: Node, auth: AuthSource | None, spec: InProcessWorkers, data_dir: Path) -> None:
     """Serves ``node`` and runs the in-process workers until a signal."""
     from shardcron.worker import Worker, registry
+    from shardcron.worker.artifacts import ArtifactCache
     from shardcron.worker.handlers import load_handler_modules
     from shardcron.worker.metrics import WorkerCollector
 
@@ -239,6 +240,11 @@ async def _dev(node: Node, auth: AuthSource | None, spec: InProcessWorkers, data
     # the in-process workers connect as the node's own calls to other nodes do
     tls = config.tls
     credentials = tls.peer_tls().credentials() if tls is not None else None
+    # one cache of jobs' code archives for every in-process worker, beside the data
+    cache = ArtifactCache(
+        spec.sandbox.artifact_cache or data_dir / "artifact-cache",
+        spec.sandbox.artifact_cache_bytes,
+    )
     workers = [
         Worker(
             "",  # the node's address, once it serves
@@ -249,6 +255,7 @@ async def _dev(node: Node, auth: AuthSource | None, spec: InProcessWorkers, data
             credentials=credentials,
             inherit_env=spec.inherit_env,
             sandbox=spec.sandbox,
+            artifacts=cache,
         )
         for i in range(spec.count)
     ]

@@ -10,7 +10,9 @@ naming the field before anything is sent.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import hashlib
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 
 from shardcron.client.codec import (
@@ -212,3 +214,30 @@ def dropped(resp: jobs_pb2.DropDeadLettersResponse) -> int:
 
 def cluster_status_request() -> cluster_pb2.GetStatusRequest:
     return cluster_pb2.GetStatusRequest()
+
+
+ARTIFACT_CHUNK = 1 << 20  # the bytes of one UploadArtifact message, at most
+ArtifactSource = str | os.PathLike[str] | bytes
+
+
+def upload_artifact_requests(source: ArtifactSource) -> Iterator[jobs_pb2.UploadArtifactRequest]:
+    """An archive (a file's path, or its bytes) as ``UploadArtifact``'s messages: its
+    size and sha256 first (the node checks the bytes against them), then its bytes. A
+    file is read twice (its digest first), a piece at a time."""
+    if isinstance(source, bytes):
+        digest = hashlib.sha256(source).hexdigest()
+        yield jobs_pb2.UploadArtifactRequest(size=len(source), sha256=digest)
+        for start in range(0, len(source), ARTIFACT_CHUNK):
+            yield jobs_pb2.UploadArtifactRequest(data=source[start : start + ARTIFACT_CHUNK])
+        return
+    with open(source, "rb") as f:
+        hashed = hashlib.file_digest(f, "sha256")
+        size = f.tell()
+        f.seek(0)
+        yield jobs_pb2.UploadArtifactRequest(size=size, sha256=hashed.hexdigest())
+        while chunk := f.read(ARTIFACT_CHUNK):
+            yield jobs_pb2.UploadArtifactRequest(data=chunk)
+
+
+def uploaded_artifact(resp: jobs_pb2.UploadArtifactResponse) -> str:
+    return resp.sha256

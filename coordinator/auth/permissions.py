@@ -68,6 +68,7 @@ METHOD_ACCESS: dict[str, Access] = {
         "CancelRun",
         "ReplayDeadLetters",
         "DropDeadLetters",
+        "UploadArtifact",
     ),
     **_rows(
         _JOBS,
@@ -82,7 +83,7 @@ METHOD_ACCESS: dict[str, Access] = {
         "ListDeadLetters",
     ),
     **_rows(_CLUSTER, Access.STATUS, "GetStatus"),
-    **_rows(_WORKER, Access.WORKER, "Connect"),
+    **_rows(_WORKER, Access.WORKER, "Connect", "ReadArtifact"),
     **_rows(
         _POLLER,
         Access.NODE,
