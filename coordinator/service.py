@@ -38,7 +38,7 @@ from shardcron.client.types import (
 )
 from shardcron.coordinator.api import JobsApi
 from shardcron.coordinator.artifacts import Artifacts
-from shardcron.coordinator.audit import ANONYMOUS, AuditInterceptor
+from shardcron.coordinator.audit import ANONYMOUS, AuditInterceptor, log_write
 from shardcron.coordinator.auth import AuthInterceptor, AuthSource, current_caller
 from shardcron.coordinator.coordination import Coordination
 from shardcron.coordinator.grpc_metrics import MetricsInterceptor
@@ -408,8 +408,29 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
         self, requests: AsyncIterator[jobs_pb2.UploadArtifactRequest], context: Any
     ) -> jobs_pb2.UploadArtifactResponse:
         """A job's code archive: the first message says its size (and digest), the
-        bytes follow; stored once checked (``coordinator/artifacts.py``)."""
+        bytes follow; stored once checked (``coordinator/artifacts.py``). Audited here,
+        for either edge: the audit interceptor sees unary calls only."""
         owner = owner_of(context)
+        outcome, reason = "OK", ""
+        try:
+            return await self._upload(owner, requests)
+        except BaseException as e:
+            outcome = codec.status_for(e)[0].name if isinstance(e, ShardcronError) else "INTERNAL"
+            reason = getattr(e, "message", "")
+            raise
+        finally:
+            log_write(
+                principal=principal_of(),
+                owner=owner,
+                method="UploadArtifact",
+                messages=(),
+                outcome=outcome,
+                reason=reason,
+            )
+
+    async def _upload(
+        self, owner: str, requests: AsyncIterator[jobs_pb2.UploadArtifactRequest]
+    ) -> jobs_pb2.UploadArtifactResponse:
         artifacts = self.api.artifacts
         if artifacts is None:
             raise FailedPrecondition("this node keeps no blob store: no artifacts")

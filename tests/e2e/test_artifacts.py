@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import tarfile
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -217,3 +220,37 @@ def test_a_run_whose_artifact_is_gone_fails_clearly(cluster) -> None:  # type: i
     run = client.wait_run(client.run_job_now(job.id).id, timeout=60)
     assert (run.state, run.reason) == (RunState.FAILED, RunReason.SPAWN_FAILED)
     assert digest in run.error and "NOT_FOUND" in run.error
+
+
+def _post(dev: DevServer, body: bytes, content_type: str, query: str = "") -> tuple[int, dict]:
+    request = urllib.request.Request(
+        f"{dev.http_url}/v1/artifacts{query}",
+        data=body,
+        method="POST",
+        headers={"Content-Type": content_type, "x-shardcron-owner": "web"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=15) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_the_http_edge_takes_an_archive_as_bytes_and_nothing_else(cluster) -> None:  # type: ignore[no-untyped-def]
+    dev, _ = cluster
+    archive = tar_of({"run.sh": b"#!/bin/sh\necho web\n"})
+    digest = hashlib.sha256(archive).hexdigest()
+    assert _post(dev, archive, "application/octet-stream", f"?sha256={digest}") == (
+        201,
+        {"sha256": digest, "size": str(len(archive)), "stored": True},
+    )
+    status, answer = _post(dev, archive, "application/octet-stream")
+    assert (status, answer.get("stored", False)) == (200, False)  # JSON leaves out a false
+    for other in ("application/json", "text/plain", "application/x-www-form-urlencoded"):
+        status, answer = _post(dev, archive, other)
+        assert (status, answer["field"]) == (415, "content-type"), other
+    status, answer = _post(dev, tar_of({}, extra=[entry("../x")]), "application/octet-stream")
+    assert (status, answer["field"]) == (400, "artifact")
+    assert "'../x'" in answer["message"]
+    status, answer = _post(dev, archive, "application/octet-stream", "?sha256=" + "0" * 64)
+    assert (status, answer["field"]) == (400, "sha256")
