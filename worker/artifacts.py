@@ -23,6 +23,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import time
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
@@ -75,11 +76,13 @@ class ArtifactCache:
 
     async def _ensure(self, sha256: str, download: Download) -> None:
         path = self.path(sha256)
+        began = time.monotonic()
         digest = await asyncio.to_thread(_digest_of, path)
         if digest == sha256:
             self.stats["hits"] += 1
             with contextlib.suppress(OSError):
                 os.utime(path)  # used now: the last to be evicted
+            log.debug("artifact %s: cached copy checked in %.3fs", sha256, time.monotonic() - began)
             return
         if digest is not None:
             self.stats["tampered"] += 1
@@ -87,6 +90,7 @@ class ArtifactCache:
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
         await self._download(sha256, download)
+        log.debug("artifact %s: fetched and checked in %.3fs", sha256, time.monotonic() - began)
         await asyncio.to_thread(self._evict)
 
     async def _download(self, sha256: str, download: Download) -> None:

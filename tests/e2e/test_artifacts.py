@@ -27,12 +27,15 @@ from pathlib import Path
 import grpc
 import pytest
 
+from deploy import VersityGateway
 from shardcron.blobs.layout import artifact_key
+from shardcron.blobs.s3 import S3BlobStore
 from shardcron.client.errors import InvalidArgument
 from shardcron.client.sdk import Client
 from shardcron.client.types import CommandTask, JobSpec, RunReason, RunState, Schedule
 from shardcron.v1 import jobs_pb2, jobs_pb2_grpc
 from tests.e2e.harness import DevServer, Proc, channel_to
+from tests.support.blob_stores import BUCKET, gateway_options
 from tests.support.containment import shared_dir
 
 RUN_AS = "230000-230999"
@@ -254,3 +257,40 @@ def test_the_http_edge_takes_an_archive_as_bytes_and_nothing_else(cluster) -> No
     assert "'../x'" in answer["message"]
     status, answer = _post(dev, archive, "application/octet-stream", "?sha256=" + "0" * 64)
     assert (status, answer["field"]) == (400, "sha256")
+
+
+async def test_an_artifact_kept_in_s3_runs_on_a_fresh_worker(
+    s3_gateway: VersityGateway, tmp_path: Path
+) -> None:
+    """Over the S3 gateway: an archive past one part (a multipart upload) is stored by
+    the node and fetched back through it by its in-process worker."""
+    prefix = f"t-{time.monotonic_ns()}"
+    server = DevServer(
+        tmp_path / "data",
+        extra=[
+            "--workers", "1",
+            "--blob-store", f"s3://{BUCKET}/{prefix}",
+            "--blob-endpoint", s3_gateway.endpoint,
+            "--blob-region", "us-east-1",
+            "--blob-access-key-file", str(s3_gateway.access_key_file),
+            "--blob-secret-key-file", str(s3_gateway.secret_key_file),
+        ],
+    ).start()  # fmt: skip
+    payload = os.urandom(9 << 20)  # incompressible: the archive passes one 8 MiB part
+    archive = tar_of({"run.sh": b"#!/bin/sh\nsha256sum payload\n", "payload": payload})
+    try:
+        with server.client() as client:
+            digest = client.upload_artifact(archive)
+            state, text, error = _run(client, CommandTask(argv=("./run.sh",), artifact=digest))
+            owner = client.owner
+    finally:
+        server.stop()
+    assert state == RunState.SUCCEEDED, error
+    assert text.split()[0] == hashlib.sha256(payload).hexdigest()
+    store = S3BlobStore(BUCKET, prefix, gateway_options(s3_gateway))
+    await store.open()
+    try:
+        info = await store.head(artifact_key(owner, digest))
+        assert (info.size, info.sha256) == (len(archive), digest)
+    finally:
+        await store.close()
