@@ -294,3 +294,24 @@ async def test_an_artifact_kept_in_s3_runs_on_a_fresh_worker(
         assert (info.size, info.sha256) == (len(archive), digest)
     finally:
         await store.close()
+
+
+def test_the_cli_ships_a_file_with_job_create_and_update(cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    dev, _ = cluster
+    owner = f"cli-{time.monotonic_ns()}"
+    first, second = tmp_path / "v1.tar.gz", tmp_path / "v2.tar"
+    first.write_bytes(tar_of({"run.sh": b"#!/bin/sh\necho version one\n"}))
+    second.write_bytes(tar_of({"run.sh": b"#!/bin/sh\necho version two\n"}, gz=False))
+    created = dev.cli(
+        "--json", "job", "create", "shipped", "--every", "1h", "--artifact", str(first),
+        "--", "./run.sh", owner=owner,
+    )  # fmt: skip
+    job = json.loads(created.stdout)
+    assert job["spec"]["task"]["artifact"] == hashlib.sha256(first.read_bytes()).hexdigest()
+    dev.cli("job", "update", job["id"], "--artifact", str(second), owner=owner)
+    client = dev.client(owner)
+    updated = client.get_job(job["id"]).spec.task
+    assert isinstance(updated, CommandTask)
+    assert updated.artifact == hashlib.sha256(second.read_bytes()).hexdigest()
+    run = client.wait_run(client.run_job_now(job["id"]).id, timeout=60)
+    assert b"".join(c.data for c in client.read_output(run.id)) == b"version two\n"
