@@ -88,17 +88,17 @@ class JobOptions:
     secret_env: tuple[tuple[str, str], ...] = ()
     secret_env_files: tuple[tuple[tuple[str, str], ...], ...] = ()
     cwd: str | None = None
-    # --artifact: the archive's path as given; the command uploads it and puts its
-    # sha256 in ``artifact_sha256`` (``uploaded``) before the spec is made
+    # --artifact: the archive's path, uploaded by the command once the spec is made
+    # (``with_artifact``), so that a usage error never sends it
     artifact: str | None = None
-    artifact_sha256: str | None = None
 
 
-def uploaded(options: JobOptions, upload: Callable[[str], str]) -> JobOptions:
-    """``options`` with the --artifact file uploaded (``upload(path) -> sha256``)."""
-    if options.artifact is None:
-        return options
-    return dataclasses.replace(options, artifact_sha256=upload(options.artifact))
+def with_artifact(spec: JobSpec, options: JobOptions, upload: Callable[[str], str]) -> JobSpec:
+    """``spec`` naming the --artifact file of ``options``, uploaded by ``upload(path)``,
+    which answers its sha256 (a --handler task with --artifact is refused earlier)."""
+    if options.artifact is None or not isinstance(spec.task, CommandTask):
+        return spec
+    return spec.replace(task=dataclasses.replace(spec.task, artifact=upload(options.artifact)))
 
 
 # --------------------------------------------------------------------------- the flags
@@ -339,7 +339,6 @@ def _task_from_options(current: Task | None, o: JobOptions) -> Task:
         env=env,
         cwd=o.cwd,
         secret_env=secret_env,
-        artifact=o.artifact_sha256,
     )
 
 

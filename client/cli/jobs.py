@@ -27,7 +27,7 @@ from shardcron.client.cli.job_options import (
     schedule_flags,
     schedule_from_options,
     spec_from_options,
-    uploaded,
+    with_artifact,
 )
 from shardcron.client.cli.lookups import first_run, last_outcomes, latest_run
 from shardcron.client.cli.output import (
@@ -94,8 +94,9 @@ def job_create(
     """
     if wait_timeout is not None and not wait:
         raise usage_error("--wait-timeout goes with --wait")
+    spec = spec_from_options(options)
     client = state.client()
-    spec = spec_from_options(uploaded(options, client.upload_artifact))
+    spec = with_artifact(spec, options, lambda path: client.upload_artifact(path))
     created = client.create_job(spec, idempotency_key=idempotency_key)
     if quiet and not state.json_output:
         click.echo(created.id)
@@ -217,7 +218,8 @@ def job_update(
         raise usage_error("nothing to change: give at least one option")
     client = state.client()
     current = client.get_job(job_id)
-    spec = apply_options(current.spec, uploaded(options, client.upload_artifact))
+    spec = apply_options(current.spec, options)
+    spec = with_artifact(spec, options, lambda path: client.upload_artifact(path))
     updated = client.update_job(job_id, spec, expected_version=expected_version or current.version)
     rescheduled = updated.spec.schedule != current.spec.schedule
     fires = _next_fires(state, updated) if rescheduled else []
