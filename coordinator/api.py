@@ -41,7 +41,7 @@ from shardcron.client.types import (
     Schedule,
     ScheduleKind,
 )
-from shardcron.coordinator.artifacts import Artifacts
+from shardcron.coordinator.artifacts import Artifacts, record_refs, require_artifacts
 from shardcron.coordinator.ids import (
     new_job_id,
     new_job_ids,
@@ -141,20 +141,6 @@ class JobsApi:
         self.output_blobs = output_blobs  # None: a run's output is the job store's tail
         self.artifacts = artifacts  # None: no blob store, no job may name an artifact
 
-    async def _require_artifacts(self, owner: str, specs: Sequence[tuple[JobSpec, str]]) -> None:
-        """Refuses, naming its field, an artifact ``owner`` has not uploaded (each digest
-        looked up once): a job never names code its worker could not fetch."""
-        seen: set[str] = set()
-        for spec, spec_field in specs:
-            task = spec.task
-            if not isinstance(task, CommandTask) or not task.artifact or task.artifact in seen:
-                continue
-            field = f"{spec_field}.task.command.artifact"
-            if self.artifacts is None:
-                raise InvalidArgument(field, "this node keeps no blob store: no artifacts")
-            await self.artifacts.require(owner, task.artifact, field)
-            seen.add(task.artifact)
-
     def _sealed(self, spec: JobSpec) -> JobSpec:
         return spec if self.keys is None else self.keys.sealed_spec(spec)
 
@@ -239,7 +225,7 @@ class JobsApi:
                 text(key, key_field, limits.MAX_IDEMPOTENCY_KEY)
             checked.append((stored, key))
         items = checked
-        await self._require_artifacts(owner, with_artifacts)
+        await require_artifacts(self.artifacts, owner, with_artifacts)
         await self.quotas.check_creates(owner, len(items))
         not_made = len(items)  # what the reservation gives back: all, until the write
         try:
@@ -252,6 +238,7 @@ class JobsApi:
                 self._new_job(job_id, owner, spec, key, now, place)
                 for job_id, (spec, key) in zip(ids, items, strict=True)
             ]
+            await record_refs(self.store, owner, [n.job for n in new])
             not_made = 0  # a write that raises may have landed: kept counted
             results = await self.store.create_jobs(new)
             created = [n for n, (_, fresh) in zip(new, results, strict=True) if fresh]
@@ -292,7 +279,7 @@ class JobsApi:
     ) -> Job:
         valid_version(expected_version, required=True)
         validate_spec(spec)
-        await self._require_artifacts(owner, [(spec, "spec")])
+        await require_artifacts(self.artifacts, owner, [(spec, "spec")])
         job = await self._load(owner, job_id, expected_version)
         if job.state == JobState.DELETED:
             raise FailedPrecondition(f"job {job_id} is deleted")
@@ -323,6 +310,7 @@ class JobsApi:
                 next_fire_key=updated.next_fire_key,
             )
         due = [r for r in runs if r.state == RunState.PENDING]
+        await record_refs(self.store, owner, [updated])
         stored = await self.store.update_job(
             updated, expected_version=expected_version, progress=progress, runs=runs, due=due
         )

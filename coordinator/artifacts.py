@@ -9,7 +9,8 @@ entry (``shardcron.blobs.archives``, in a thread) and only then written, under
 anyone of that owner, are stored once. A refused upload stores nothing.
 
 A job names its artifact by digest (``CommandTask.artifact``); a create or update
-naming one its owner has not uploaded is refused (``require``). A worker reads one
+naming one its owner has not uploaded is refused (``require_artifacts``), and the
+store records that the job refers to it before the job is written (``record_refs``). A worker reads one
 through the node whose poller holds the run's lease (``WorkerStreamServicer``),
 which asks the poller (``Poller.artifact_of``) before it opens the blob.
 """
@@ -19,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import tempfile
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import IO
 
@@ -27,6 +28,8 @@ from shardcron.blobs.archives import ArchiveLimits, check_archive
 from shardcron.blobs.layout import artifact_key
 from shardcron.blobs.store import BlobReader, BlobStore, exists
 from shardcron.client.errors import InvalidArgument
+from shardcron.client.types import CommandTask, Job, JobSpec
+from shardcron.coordinator.store import ArtifactRef, JobStore
 
 CHUNK = 1 << 20  # the largest piece of an upload or a read, in bytes
 SPOOL_IN_MEMORY = 8 << 20  # an upload's bytes held in memory before they go to disk
@@ -77,6 +80,37 @@ class Artifacts:
     async def open(self, owner: str, sha256: str) -> BlobReader:
         """An open read of the owner's artifact (``BlobNotFound`` when gone)."""
         return await self.store.get_stream(artifact_key(owner, sha256))
+
+
+async def require_artifacts(
+    artifacts: Artifacts | None, owner: str, specs: Sequence[tuple[JobSpec, str]]
+) -> None:
+    """Refuses, naming its field (``<spec field>.task.command.artifact``), an artifact
+    ``owner`` has not uploaded, each digest looked up once: a job never names code its
+    worker could not fetch. ``artifacts`` None: the node keeps no blob store."""
+    seen: set[str] = set()
+    for spec, spec_field in specs:
+        task = spec.task
+        if not isinstance(task, CommandTask) or not task.artifact or task.artifact in seen:
+            continue
+        field = f"{spec_field}.task.command.artifact"
+        if artifacts is None:
+            raise InvalidArgument(field, "this node keeps no blob store: no artifacts")
+        await artifacts.require(owner, task.artifact, field)
+        seen.add(task.artifact)
+
+
+async def record_refs(store: JobStore, owner: str, jobs: Sequence[Job]) -> None:
+    """Records which of ``jobs`` name an artifact, before they are written: the sweep
+    of artifacts no job refers to (``artifact_retention``) reads these, and never
+    deletes one a job names."""
+    refs = [
+        ArtifactRef(owner=owner, sha256=job.spec.task.artifact, job_id=job.id)
+        for job in jobs
+        if isinstance(job.spec.task, CommandTask) and job.spec.task.artifact
+    ]
+    if refs:
+        await store.add_artifact_refs(refs)
 
 
 async def _spool(chunks: AsyncIterable[bytes], spool: IO[bytes], size: int) -> str:

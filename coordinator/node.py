@@ -19,6 +19,7 @@ import logging
 import socket
 import uuid
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 import grpc
 
@@ -26,6 +27,11 @@ from shardcron.blobs.archives import ArchiveLimits
 from shardcron.blobs.store import BlobStore
 from shardcron.client.tls import ServerTls, check_listen
 from shardcron.coordinator.api import JobsApi
+from shardcron.coordinator.artifact_retention import (
+    DEFAULT_GRACE,
+    DEFAULT_INTERVAL,
+    ArtifactSweeper,
+)
 from shardcron.coordinator.artifacts import Artifacts
 from shardcron.coordinator.auth import AuthSource
 from shardcron.coordinator.auth.file_quotas import quota_guard
@@ -73,6 +79,9 @@ class NodeConfig:
     output: OutputBlobConfig = field(default_factory=OutputBlobConfig)
     # how large a job's code archive may be, uploaded and unpacked (with a blob store)
     artifact_limits: ArchiveLimits = field(default_factory=ArchiveLimits)
+    # an artifact no job refers to is deleted once this old (``artifact_retention``)
+    artifact_grace: timedelta = DEFAULT_GRACE
+    artifact_sweep_interval: timedelta = DEFAULT_INTERVAL
 
 
 class Node:
@@ -113,6 +122,7 @@ class Node:
         self.api: JobsApi | None = None
         self.router: ShardRouter | None = None
         self.retention: RetentionSweeper | None = None
+        self.artifact_sweeper: ArtifactSweeper | None = None
         self._leader_watch: asyncio.Task[None] | None = None
         self._health_update: asyncio.Task[None] | None = None
         self.server: grpc.aio.Server | None = None
@@ -228,6 +238,14 @@ class Node:
                 on_blob_failure=lambda outcome: failures.labels(outcome=outcome).inc(),
             )
             self.retention.start()
+        if self.artifacts is not None and self.api is not None:
+            self.artifact_sweeper = ArtifactSweeper(
+                self.store,
+                self.artifacts.store,
+                grace=self.config.artifact_grace,
+                interval=self.config.artifact_sweep_interval,
+            )
+            self.artifact_sweeper.start()
         await self.server.health.serving()  # type: ignore[attr-defined]
         log.info(
             "node %s serving on %s (roles: %s)",
@@ -258,6 +276,8 @@ class Node:
     async def stop(self, grace: float = 2.0) -> None:
         if self.retention is not None:
             await self.retention.stop()
+        if self.artifact_sweeper is not None:
+            await self.artifact_sweeper.stop()
         if self._leader_watch is not None:
             self._leader_watch.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -1,16 +1,19 @@
 """Artifacts without processes: the archive checks a node makes before it stores one
 (``blobs/archives.py``), the upload's bounds (``coordinator/artifacts.py``, on a file
-blob store), and a worker's cache (``worker/artifacts.py``): a copy changed on disk is
+blob store), the sweep of artifacts no job refers to (on a real SQLite store: the
+contract suite runs the references over Cassandra too), and a worker's cache (``worker/artifacts.py``): a copy changed on disk is
 fetched again, bytes of another digest are refused, the least recently used copies go
 first and one in use never."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import os
 import tarfile
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -20,8 +23,13 @@ from shardcron.blobs.files import FileBlobStore
 from shardcron.blobs.layout import artifact_key
 from shardcron.blobs.store import exists
 from shardcron.client.errors import InvalidArgument
-from shardcron.coordinator.artifacts import Artifacts
+from shardcron.client.types import CommandTask, Job, JobSpec, JobState
+from shardcron.coordinator.artifact_retention import ArtifactSweeper
+from shardcron.coordinator.artifacts import Artifacts, record_refs
+from shardcron.coordinator.sqlite.store import SqliteStore
+from shardcron.coordinator.store import NewJob
 from shardcron.worker.artifacts import ArtifactCache, ArtifactFetchFailed
+from tests.support.store_builders import ALICE, make_job
 
 
 def tar_of(entries: list[tarfile.TarInfo | tuple[str, bytes]], mode: str = "w:gz") -> bytes:
@@ -193,3 +201,58 @@ async def test_the_least_recently_used_copies_go_first_never_one_in_use(tmp_path
             pass
     kept = sorted(os.listdir(tmp_path / "cache"))
     assert kept == sorted([digests[0], digests[3]])
+
+
+async def test_the_sweep_deletes_only_artifacts_no_job_names_past_the_grace(
+    sqlite_store: SqliteStore, tmp_path: Path
+) -> None:
+    """On a real store: the references are what the api records; the sweep reads them
+    and the jobs they name, never every job."""
+    blobs = FileBlobStore(tmp_path / "blobs")
+    await blobs.open()
+    digests = {}
+    for name in ("kept", "renamed", "deleted", "unnamed", "fresh", "bobs"):
+        owner = "bob" if name == "bobs" else ALICE
+        data = tar_of([(name, name.encode())])
+        digests[name] = hashlib.sha256(data).hexdigest()
+        await blobs.put(artifact_key(owner, digests[name]), data)
+
+    def job(name: str, state: JobState = JobState.ACTIVE, owner: str = ALICE) -> Job:
+        task = CommandTask(argv=("./run",), artifact=digests[name])
+        return make_job(owner, state=state, spec=JobSpec(name=name, task=task))
+
+    keeping = [job("kept"), job("kept"), job("renamed"), job("deleted", JobState.DELETED)]
+    keeping.append(job("bobs", owner="bob"))
+    for j in keeping:
+        await record_refs(sqlite_store, j.owner, [j])
+        await sqlite_store.create_jobs([NewJob(job=j)])
+    # the job of "renamed" now names "kept": its old reference stays until a sweep
+    moved = keeping[2]
+    spec = moved.spec.replace(task=CommandTask(argv=("./run",), artifact=digests["kept"]))
+    await record_refs(sqlite_store, ALICE, [dataclasses.replace(moved, spec=spec)])
+    await sqlite_store.update_job(dataclasses.replace(moved, spec=spec), expected_version=1)
+    # a job that was never written (its create failed after the reference)
+    ghost = job("unnamed")
+    await record_refs(sqlite_store, ALICE, [ghost])
+
+    old = (datetime.now(UTC) - timedelta(hours=3)).timestamp()
+    for name, digest in digests.items():  # uploaded 3 hours ago, but "fresh"
+        if name != "fresh":
+            owner = "bob" if name == "bobs" else ALICE
+            os.utime(tmp_path / "blobs" / artifact_key(owner, digest), (old, old))
+    now = [datetime.now(UTC)]
+    sweeper = ArtifactSweeper(sqlite_store, blobs, grace=timedelta(hours=1), clock=lambda: now[0])
+    assert await sweeper.sweep() == 3  # renamed, deleted, unnamed; not fresh
+    left = {e.key for e in (await blobs.list("artifacts/")).items}
+    assert left == {
+        artifact_key(ALICE, digests["kept"]),
+        artifact_key(ALICE, digests["fresh"]),
+        artifact_key("bob", digests["bobs"]),
+    }
+    # the stale references went with them; the live ones stay
+    assert await sqlite_store.artifact_refs(ALICE, digests["renamed"]) == []
+    assert await sqlite_store.artifact_refs(ALICE, digests["unnamed"]) == []
+    assert len(await sqlite_store.artifact_refs(ALICE, digests["kept"])) == 3
+    now[0] = datetime.now(UTC) + timedelta(hours=2)
+    assert await sweeper.sweep() == 1  # fresh, past its grace now
+    await blobs.close()

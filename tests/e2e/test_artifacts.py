@@ -12,10 +12,12 @@ the archive in a job.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
 import os
+import sqlite3
 import tarfile
 import time
 import urllib.error
@@ -315,3 +317,12 @@ def test_the_cli_ships_a_file_with_job_create_and_update(cluster, tmp_path: Path
     assert updated.artifact == hashlib.sha256(second.read_bytes()).hexdigest()
     run = client.wait_run(client.run_job_now(job["id"]).id, timeout=60)
     assert b"".join(c.data for c in client.read_output(run.id)) == b"version two\n"
+    # the node recorded that the job refers to each archive it named (the sweep of
+    # artifacts no job refers to drops the first one's, once the grace has passed)
+    with contextlib.closing(
+        sqlite3.connect(f"file:{dev.data_dir}/shardcron.db?mode=ro", uri=True)
+    ) as db:
+        refs = db.execute("SELECT sha256 FROM artifact_refs WHERE job_id = ?", (job["id"],))
+        assert sorted(r[0] for r in refs) == sorted(
+            hashlib.sha256(p.read_bytes()).hexdigest() for p in (first, second)
+        )
