@@ -23,6 +23,7 @@ from shardcron.client.limits import clip
 
 FIELD = "artifact"  # what a refusal names, whichever call carried the archive
 MIB = 1 << 20
+MAX_ARCHIVE_BYTES = 1 << 40  # what a node may be told to take, at most: 1 TiB
 # Where the filter pretends to unpack: never touched (nothing is written), only used to
 # tell whether an entry's path and link target stay below it.
 _ROOT = "/nonexistent/shardcron-artifact"

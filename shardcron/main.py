@@ -184,6 +184,8 @@ def dev(
         node_id="dev",
         poller=poller,
         output=OutputBlobConfig(limit_bytes=blobs.output_limit),
+        artifact_limits=blobs.artifact_limits,
+        artifact_grace=blobs.artifact_grace,
         tls=server_tls,
         insecure=insecure,
         quotas=quota_file,
@@ -568,6 +570,8 @@ def node(
         http_allowed_origins=edge.allowed_origins,
         call_limits=edge.call_limits,
         output=OutputBlobConfig(limit_bytes=blobs.output_limit),
+        artifact_limits=blobs.artifact_limits,
+        artifact_grace=blobs.artifact_grace,
     )
     tune_collector()
     try:

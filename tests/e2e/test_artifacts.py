@@ -41,6 +41,7 @@ from tests.support.blob_stores import BUCKET, gateway_options
 from tests.support.containment import shared_dir
 
 RUN_AS = "230000-230999"
+MAX_ENTRIES = 50  # the node's --artifact-max-entries
 
 
 def tar_of(files: dict[str, bytes], *, gz: bool = True, extra: list[tarfile.TarInfo] = ()) -> bytes:
@@ -66,7 +67,8 @@ def entry(name: str, kind: bytes = tarfile.REGTYPE, linkname: str = "") -> tarfi
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[DevServer, Path]]:
     base = tmp_path_factory.mktemp("artifacts")
-    dev = DevServer(base / "data", extra=["--workers", "0", "--lease-ttl", "3s"]).start()
+    extra = ["--workers", "0", "--lease-ttl", "3s", "--artifact-max-entries", str(MAX_ENTRIES)]
+    dev = DevServer(base / "data", extra=extra).start()
     with shared_dir() as shared:
         run_dir = shared / "runs"
         cache = base / "worker-cache"
@@ -208,6 +210,17 @@ def test_an_unsafe_archive_is_refused_naming_the_entry(cluster, extra, named) ->
     assert not (
         dev.data_dir / "blobs" / artifact_key(owner, hashlib.sha256(archive).hexdigest())
     ).exists()
+
+
+def test_the_nodes_bound_on_entries_holds(cluster) -> None:  # type: ignore[no-untyped-def]
+    dev, _ = cluster
+    client = dev.client()
+    files = {f"f{i:03d}": b"" for i in range(MAX_ENTRIES + 1)}
+    with pytest.raises(InvalidArgument) as refused:
+        client.upload_artifact(tar_of(files))
+    assert f"'f{MAX_ENTRIES:03d}': more than {MAX_ENTRIES} entries" in refused.value.reason
+    files.popitem()
+    assert client.upload_artifact(tar_of(files))
 
 
 def test_a_run_whose_artifact_is_gone_fails_clearly(cluster) -> None:  # type: ignore[no-untyped-def]
