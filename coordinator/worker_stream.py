@@ -236,22 +236,24 @@ class WorkerStreamServicer(worker_pb2_grpc.WorkerServiceServicer):
         a worker learns nothing of runs, or code, not leased to it."""
         caller = current_caller()
         principal = caller.principal if caller is not None else ""
-        owner = None
+        owner = artifacts = None
         if self._artifacts is not None:
             artifacts, artifact_of = self._artifacts
             owner = artifact_of(
                 request.run_id, request.fencing_token, request.worker_id, principal, request.sha256
             )
-        if owner is None:
+        if owner is None or artifacts is None:
             await context.abort(
                 grpc.StatusCode.NOT_FOUND,
                 f"run_id: no lease of run {clip(request.run_id)!r} with that token and "
                 "artifact is held here by this worker",
             )
+            return
         try:
             reader = await artifacts.open(owner, request.sha256)
         except ShardcronError as e:
             await context.abort(*status_for(e))
+            return
         async with reader:
             first = True
             async for chunk in reader:

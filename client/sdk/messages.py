@@ -11,9 +11,11 @@ naming the field before anything is sent.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
+from typing import BinaryIO
 
 from shardcron.client.codec import (
     fire_from_proto,
@@ -223,18 +225,27 @@ ArtifactSource = str | os.PathLike[str] | bytes
 def upload_artifact_requests(source: ArtifactSource) -> Iterator[jobs_pb2.UploadArtifactRequest]:
     """An archive (a file's path, or its bytes) as ``UploadArtifact``'s messages: its
     size and sha256 first (the node checks the bytes against them), then its bytes. A
-    file is read twice (its digest first), a piece at a time."""
+    file is opened and hashed here (an error reading it raises here, before any call)
+    and read again, a piece at a time, as the messages are sent."""
     if isinstance(source, bytes):
         digest = hashlib.sha256(source).hexdigest()
-        yield jobs_pb2.UploadArtifactRequest(size=len(source), sha256=digest)
-        for start in range(0, len(source), ARTIFACT_CHUNK):
-            yield jobs_pb2.UploadArtifactRequest(data=source[start : start + ARTIFACT_CHUNK])
-        return
-    with open(source, "rb") as f:
-        hashed = hashlib.file_digest(f, "sha256")
+        first = jobs_pb2.UploadArtifactRequest(size=len(source), sha256=digest)
+        pieces = (source[i : i + ARTIFACT_CHUNK] for i in range(0, len(source), ARTIFACT_CHUNK))
+        return itertools.chain([first], (jobs_pb2.UploadArtifactRequest(data=p) for p in pieces))
+    f = open(source, "rb")  # noqa: SIM115 (closed by the generator below)
+    try:
+        digest = hashlib.file_digest(f, "sha256").hexdigest()
         size = f.tell()
         f.seek(0)
-        yield jobs_pb2.UploadArtifactRequest(size=size, sha256=hashed.hexdigest())
+    except BaseException:
+        f.close()
+        raise
+    return _file_requests(f, size, digest)
+
+
+def _file_requests(f: BinaryIO, size: int, digest: str) -> Iterator[jobs_pb2.UploadArtifactRequest]:
+    with f:
+        yield jobs_pb2.UploadArtifactRequest(size=size, sha256=digest)
         while chunk := f.read(ARTIFACT_CHUNK):
             yield jobs_pb2.UploadArtifactRequest(data=chunk)
 
