@@ -295,8 +295,10 @@ async def test_an_artifact_kept_in_s3_runs_on_a_fresh_worker(
             digest = client.upload_artifact(archive)
             state, text, error = _run(client, CommandTask(argv=("./run.sh",), artifact=digest))
             owner = client.owner
+        metrics = server.metrics()
     finally:
         server.stop()
+    assert 'shardcron_worker_artifacts_total{outcome="fetched"} 1.0' in metrics
     assert state == RunState.SUCCEEDED, error
     assert text.split()[0] == hashlib.sha256(payload).hexdigest()
     store = S3BlobStore(BUCKET, prefix, gateway_options(s3_gateway))
