@@ -151,6 +151,8 @@ class CommandExecutor:
                 )
             try:  # kept in the cache until its supervisor unpacked it and started the run
                 async with cache.held(task.artifact, partial(fetch, task.artifact)) as archive:
+                    if run.stopping:  # cancelled or killed while it was fetched
+                        return stopped_result(run, False, utcnow())
                     launched = await self._launch(run, task, started, str(archive))
             except ArtifactFetchFailed as e:
                 return failed_result(RunReason.SPAWN_FAILED, str(e), started)

@@ -50,6 +50,8 @@ from .artifacts import ArtifactFetchFailed
 from .outbox import Outbox
 
 log = logging.getLogger(__name__)
+# seconds one artifact's read may take in all (a node that stops answering fails the run)
+ARTIFACT_READ_TIMEOUT = 600.0
 
 WELCOME_TIMEOUT = 10.0
 DEFAULT_LEASE_TTL = 30.0
@@ -230,7 +232,10 @@ class PollerLink:
             run_id=run_id, fencing_token=token, sha256=sha256, worker_id=self.worker.worker_id
         )
         try:
-            async for chunk in stub.ReadArtifact(request, metadata=self.worker.metadata):
+            call = stub.ReadArtifact(
+                request, metadata=self.worker.metadata, timeout=ARTIFACT_READ_TIMEOUT
+            )
+            async for chunk in call:
                 yield chunk.data
         except grpc.aio.AioRpcError as e:
             raise ArtifactFetchFailed(
