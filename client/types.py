@@ -217,6 +217,9 @@ class CommandTask:
     # Write-only environment: the command gets it, no reply or log shows its values
     # (read back, each value is SECRET_PLACEHOLDER); kept out of repr for the logs' sake.
     secret_env: dict[str, str] = field(default_factory=dict, repr=False)
+    # The sha256 of the code archive the run's directory gets unpacked before the
+    # command starts (its owner's, uploaded first); "" = none.
+    artifact: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -29,6 +29,7 @@ from shardcron.client.errors import FailedPrecondition, InvalidArgument, NotFoun
 from shardcron.client.overview import Overview, OverviewPart, OverviewWindow
 from shardcron.client.schedule import preview
 from shardcron.client.types import (
+    CommandTask,
     Fire,
     Job,
     JobSpec,
@@ -41,6 +42,7 @@ from shardcron.client.types import (
     Schedule,
     ScheduleKind,
 )
+from shardcron.coordinator.artifacts import Artifacts, record_refs, require_artifacts
 from shardcron.coordinator.ids import (
     new_job_id,
     new_job_ids,
@@ -125,6 +127,7 @@ class JobsApi:
         keys: KeyRing | None = None,
         place_within: timedelta = timedelta(0),
         output_blobs: OutputBlobs | None = None,
+        artifacts: Artifacts | None = None,
     ) -> None:
         """``endings`` is what this node's poller announces ended runs to, and
         ``served_here(shard)`` whether that poller holds the shard (``run_waits``);
@@ -142,6 +145,7 @@ class JobsApi:
         self.keys = keys
         self.place_within = place_within
         self.output_blobs = output_blobs  # None: a run's output is the job store's tail
+        self.artifacts = artifacts  # None: no blob store, no job may name an artifact
 
     def _sealed(self, spec: JobSpec) -> JobSpec:
         return spec if self.keys is None else self.keys.sealed_spec(spec)
@@ -213,17 +217,21 @@ class JobsApi:
         single = len(items) == 1
         checked: list[tuple[JobSpec, str]] = []
         kept: dict[int, JobSpec] = {}  # by id(): a spec shared by many jobs is checked once
+        with_artifacts: list[tuple[JobSpec, str]] = []
         for i, (spec, key) in enumerate(items):  # field names made only when needed
             stored = kept.get(id(spec))
             if stored is None:
                 spec_field = "spec" if single else f"jobs[{i}].spec"
                 validate_spec(spec, spec_field)
+                if isinstance(spec.task, CommandTask) and spec.task.artifact:
+                    with_artifacts.append((spec, spec_field))
                 stored = kept[id(spec)] = self._sealed(secrets_for_create(spec, spec_field))
             if key:  # the empty key (none) is valid
                 key_field = "idempotency_key" if single else f"jobs[{i}].idempotency_key"
                 text(key, key_field, limits.MAX_IDEMPOTENCY_KEY)
             checked.append((stored, key))
         items = checked
+        await require_artifacts(self.artifacts, owner, with_artifacts)
         await self.quotas.check_creates(owner, len(items))
         not_made = len(items)  # what the reservation gives back: all, until the write
         try:
@@ -236,6 +244,7 @@ class JobsApi:
                 self._new_job(job_id, owner, spec, key, now, place)
                 for job_id, (spec, key) in zip(ids, items, strict=True)
             ]
+            await record_refs(self.store, owner, [n.job for n in new])
             not_made = 0  # a write that raises may have landed: kept counted
             results = await self.store.create_jobs(new)
             created = [n for n, (_, fresh) in zip(new, results, strict=True) if fresh]
@@ -283,6 +292,7 @@ class JobsApi:
     ) -> Job:
         valid_version(expected_version, required=True)
         validate_spec(spec)
+        await require_artifacts(self.artifacts, owner, [(spec, "spec")])
         job = await self._load(owner, job_id, expected_version)
         if job.state == JobState.DELETED:
             raise FailedPrecondition(f"job {job_id} is deleted")
@@ -313,6 +323,7 @@ class JobsApi:
                 next_fire_key=updated.next_fire_key,
             )
         due = [r for r in runs if r.state == RunState.PENDING]
+        await record_refs(self.store, owner, [updated])
         stored = await self.store.update_job(
             updated, expected_version=expected_version, progress=progress, runs=runs, due=due
         )

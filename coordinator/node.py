@@ -19,12 +19,20 @@ import logging
 import socket
 import uuid
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 import grpc
 
+from shardcron.blobs.archives import ArchiveLimits
 from shardcron.blobs.store import BlobStore
 from shardcron.client.tls import ServerTls, check_listen
 from shardcron.coordinator.api import JobsApi
+from shardcron.coordinator.artifact_retention import (
+    DEFAULT_GRACE,
+    DEFAULT_INTERVAL,
+    ArtifactSweeper,
+)
+from shardcron.coordinator.artifacts import Artifacts
 from shardcron.coordinator.auth import AuthSource
 from shardcron.coordinator.auth.file_quotas import quota_guard
 from shardcron.coordinator.coordination import Assignment, Coordination
@@ -69,6 +77,11 @@ class NodeConfig:
     call_limits: CallLimits = field(default_factory=CallLimits)
     # how runs' output goes to the blob store, when the node is given one
     output: OutputBlobConfig = field(default_factory=OutputBlobConfig)
+    # how large a job's code archive may be, uploaded and unpacked (with a blob store)
+    artifact_limits: ArchiveLimits = field(default_factory=ArchiveLimits)
+    # an artifact no job refers to is deleted once this old (``artifact_retention``)
+    artifact_grace: timedelta = DEFAULT_GRACE
+    artifact_sweep_interval: timedelta = DEFAULT_INTERVAL
 
 
 class Node:
@@ -81,8 +94,9 @@ class Node:
         auth: AuthSource | None = None,
         blobs: BlobStore | None = None,
     ) -> None:
-        """``blobs``: where runs' whole output goes (``output_blobs``); None: the job
-        store keeps each run's tail alone, as its ``output_cap_bytes`` says."""
+        """``blobs``: where runs' whole output goes (``output_blobs``) and jobs' code
+        archives (``artifacts``); None: the job store keeps each run's tail alone, as
+        its ``output_cap_bytes`` says, and no job may name an artifact."""
         unknown = config.roles - ROLES
         if unknown:
             raise ValueError(f"unknown roles: {', '.join(sorted(unknown))}")
@@ -101,12 +115,14 @@ class Node:
             auth.refusals.count_into(self.metrics.auth_refused)
         self.raw_store = store
         self.output_blobs = None if blobs is None else OutputBlobs(blobs, config.output)
+        self.artifacts = None if blobs is None else Artifacts(blobs, config.artifact_limits)
         self.store: JobStore = TimedStore(store, self.metrics)  # type: ignore[assignment]
         self.coordination = coordination
         self.poller: Poller | None = None
         self.api: JobsApi | None = None
         self.router: ShardRouter | None = None
         self.retention: RetentionSweeper | None = None
+        self.artifact_sweeper: ArtifactSweeper | None = None
         self._leader_watch: asyncio.Task[None] | None = None
         self._health_update: asyncio.Task[None] | None = None
         self.server: grpc.aio.Server | None = None
@@ -173,6 +189,7 @@ class Node:
                 keys=self.config.poller.secret_keys,
                 place_within=self.config.poller.hint_horizon,
                 output_blobs=self.output_blobs,
+                artifacts=self.artifacts,
             )
         self.server, self.port = build_server(
             self.config.listen,
@@ -185,6 +202,7 @@ class Node:
             auth=self.auth,
             open_calls=self.open_calls,
             output_blobs=self.output_blobs,
+            artifacts=self.artifacts,
         )
         if self.poller is not None:
             self.coordination.subscribe(self._follow_session)
@@ -220,6 +238,14 @@ class Node:
                 on_blob_failure=lambda outcome: failures.labels(outcome=outcome).inc(),
             )
             self.retention.start()
+        if self.artifacts is not None and self.api is not None:
+            self.artifact_sweeper = ArtifactSweeper(
+                self.store,
+                self.artifacts.store,
+                grace=self.config.artifact_grace,
+                interval=self.config.artifact_sweep_interval,
+            )
+            self.artifact_sweeper.start()
         await self.server.health.serving()  # type: ignore[attr-defined]
         log.info(
             "node %s serving on %s (roles: %s)",
@@ -250,6 +276,8 @@ class Node:
     async def stop(self, grace: float = 2.0) -> None:
         if self.retention is not None:
             await self.retention.stop()
+        if self.artifact_sweeper is not None:
+            await self.artifact_sweeper.stop()
         if self._leader_watch is not None:
             self._leader_watch.cancel()
             with contextlib.suppress(asyncio.CancelledError):

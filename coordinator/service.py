@@ -27,7 +27,7 @@ from grpc_reflection.v1alpha import reflection
 
 from shardcron.client import codec, limits
 from shardcron.client.codec.common import get_duration, get_time
-from shardcron.client.errors import InvalidArgument, ShardcronError
+from shardcron.client.errors import FailedPrecondition, InvalidArgument, ShardcronError
 from shardcron.client.types import (
     DEFAULT_OWNER,
     OWNER_HEADER,
@@ -37,7 +37,8 @@ from shardcron.client.types import (
     ShardInfo,
 )
 from shardcron.coordinator.api import JobsApi
-from shardcron.coordinator.audit import ANONYMOUS, AuditInterceptor
+from shardcron.coordinator.artifacts import Artifacts
+from shardcron.coordinator.audit import ANONYMOUS, AuditInterceptor, log_write
 from shardcron.coordinator.auth import AuthInterceptor, AuthSource, current_caller
 from shardcron.coordinator.coordination import Coordination
 from shardcron.coordinator.grpc_metrics import MetricsInterceptor
@@ -410,6 +411,54 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
         )
         return jobs_pb2.DropDeadLettersResponse(dropped=n)
 
+    @rpc
+    async def UploadArtifact(
+        self, requests: AsyncIterator[jobs_pb2.UploadArtifactRequest], context: Any
+    ) -> jobs_pb2.UploadArtifactResponse:
+        """A job's code archive: the first message says its size (and digest), the
+        bytes follow; stored once checked (``coordinator/artifacts.py``). Audited here,
+        for either edge: the audit interceptor sees unary calls only."""
+        owner = owner_of(context)
+        outcome, reason = "OK", ""
+        try:
+            return await self._upload(owner, requests)
+        except BaseException as e:
+            outcome = codec.status_for(e)[0].name if isinstance(e, ShardcronError) else "INTERNAL"
+            reason = getattr(e, "message", "")
+            raise
+        finally:
+            log_write(
+                principal=principal_of(),
+                owner=owner,
+                method="UploadArtifact",
+                messages=(),
+                outcome=outcome,
+                reason=reason,
+            )
+
+    async def _upload(
+        self, owner: str, requests: AsyncIterator[jobs_pb2.UploadArtifactRequest]
+    ) -> jobs_pb2.UploadArtifactResponse:
+        artifacts = self.api.artifacts
+        if artifacts is None:
+            raise FailedPrecondition("this node keeps no blob store: no artifacts")
+        first = await anext(aiter(requests), None)
+        if first is None:
+            raise InvalidArgument("size", "required: the first message says the size")
+
+        async def chunks() -> AsyncIterator[bytes]:
+            if first.data:
+                yield first.data
+            async for request in requests:
+                if request.size or request.sha256:
+                    raise InvalidArgument("size", "only the first message says size and sha256")
+                yield request.data
+
+        uploaded = await artifacts.upload(owner, first.size, first.sha256, chunks())
+        return jobs_pb2.UploadArtifactResponse(
+            sha256=uploaded.sha256, size=uploaded.size, stored=uploaded.stored
+        )
+
 
 class ClusterServiceServicer(cluster_pb2_grpc.ClusterServiceServicer):
     def __init__(self, coordination: Coordination, router: ShardRouter | None) -> None:
@@ -456,6 +505,7 @@ def build_server(
     auth: AuthSource | None = None,
     open_calls: OpenCalls | None = None,
     output_blobs: OutputBlobs | None = None,
+    artifacts: Artifacts | None = None,
 ) -> tuple[grpc.aio.Server, int]:
     """A gRPC server with the services of the roles given, TLS when ``credentials`` are
     given (every service on the one port); returns it (not started) and its port.
@@ -497,6 +547,7 @@ def build_server(
                 auth=auth,
                 open_calls=open_calls,
                 output=None if output_blobs is None else (output_blobs, poller.output_owner),
+                artifacts=None if artifacts is None else (artifacts, poller.artifact_of),
             ),
             server,
         )

@@ -83,6 +83,17 @@ class JobProgress:
     pause_reason: str | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ArtifactRef:
+    """A job that may name an artifact (``CommandTask.artifact``) of its owner: written
+    before the job is, so no job names an artifact without one; one whose job no longer
+    names it is removed by the artifact sweep (``artifact_retention``)."""
+
+    owner: str
+    sha256: str
+    job_id: str
+
+
 @runtime_checkable
 class JobStore(Protocol):
     """Durable jobs, runs, due index, run output and per-shard cursors.
@@ -288,6 +299,19 @@ class JobStore(Protocol):
 
     async def oldest_due(self, shard: int) -> datetime | None:
         """The due time of the oldest due-index row of ``shard`` (where a shard with no cursor starts)."""
+
+    # --- artifact references ------------------------------------------------
+
+    async def add_artifact_refs(self, refs: Sequence[ArtifactRef]) -> None:
+        """Records each reference (idempotent), durably before it returns."""
+
+    async def artifact_refs(self, owner: str, sha256: str, *, limit: int = 100) -> list[str]:
+        """The ids of the first ``limit`` jobs recorded as referring to the owner's
+        artifact, in id order: one read of one partition, however many jobs the store
+        holds."""
+
+    async def remove_artifact_refs(self, refs: Sequence[ArtifactRef]) -> None:
+        """Removes each reference; one not recorded is no error."""
 
     # --- output -------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from shardcron.client.types import OWNER_HEADER, CommandTask, HandlerTask, JobSp
 _OWNER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,127}")
 _LABEL_KEY = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._/-]{{0,{lim.MAX_LABEL_KEY - 1}}}")
 _HANDLER = re.compile(rf"[A-Za-z_][A-Za-z0-9_.:-]{{0,{lim.MAX_HANDLER_NAME - 1}}}")
+_SHA256 = re.compile(r"[0-9a-f]{64}")  # an artifact's digest, as the blob keys take it
 
 
 def validate_owner(owner: str) -> str:
@@ -138,6 +139,8 @@ def _command(task: CommandTask, path: str) -> None:
     text(task.cwd, f"{path}.cwd", lim.MAX_CWD)
     if task.cwd and not task.cwd.startswith("/"):
         raise InvalidArgument(f"{path}.cwd", "must be an absolute path")
+    if task.artifact and not _SHA256.fullmatch(task.artifact):
+        raise InvalidArgument(f"{path}.artifact", "must be a sha256: 64 lowercase hex digits")
 
 
 def _handler(task: HandlerTask, path: str) -> None:

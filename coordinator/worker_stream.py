@@ -27,6 +27,7 @@ import grpc
 from shardcron.client.codec.errors import status_for
 from shardcron.client.codec.stream import decode_worker_message, encode_poller_message
 from shardcron.client.errors import InvalidArgument, ResourceExhausted, ShardcronError
+from shardcron.client.limits import clip
 from shardcron.client.stream import (
     CancelOrder,
     Cancels,
@@ -44,6 +45,7 @@ from shardcron.client.stream import (
     Welcome,
     WorkerEvent,
 )
+from shardcron.coordinator.artifacts import Artifacts
 from shardcron.coordinator.audit import ANONYMOUS
 from shardcron.coordinator.auth import AuthSource, Caller, PrincipalDenied, current_caller
 from shardcron.coordinator.open_calls import LongCall, OpenCalls
@@ -67,6 +69,9 @@ CONNECT_METHOD = "/shardcron.v1.WorkerService/Connect"  # the lease stream, as a
 # whose run's output a stream sends under a token, and its job's output limit (0: the
 # node's), when it counts (else None): the poller's
 OutputOwner = Callable[["WorkerOutbox", str, int], tuple[str, int] | None]
+# the owner of a run whose lease a stream of (worker id, principal) holds under a token and
+# whose job names an artifact, when all that holds (else None): the poller's
+ArtifactOf = Callable[[str, int, str, str, str], str | None]
 # (lease generation, carries leases, message), the end of the stream, or a failure
 _Item = tuple[int, bool, worker_pb2.PollerMessage] | ShardcronError | None
 
@@ -181,8 +186,10 @@ class WorkerStreamServicer(worker_pb2_grpc.WorkerServiceServicer):
         auth: AuthSource | None = None,
         open_calls: OpenCalls | None = None,
         output: tuple[OutputBlobs, OutputOwner] | None = None,
+        artifacts: tuple[Artifacts, ArtifactOf] | None = None,
     ) -> None:
         self._submit = submit
+        self._artifacts = artifacts  # the blob store's artifacts, and which a lease names
         self._output = output  # the blob store's writer, and whose output counts
         self._open_calls = open_calls or OpenCalls()  # streams per principal, bounded
         self._may_lease = may_lease
@@ -220,6 +227,39 @@ class WorkerStreamServicer(worker_pb2_grpc.WorkerServiceServicer):
                 yield msg
         finally:
             self._open_calls.release(LongCall.WORKER_STREAM, principal)
+
+    async def ReadArtifact(
+        self, request: worker_pb2.ReadArtifactRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[worker_pb2.ArtifactChunk]:
+        """The artifact of a run whose lease a stream of the caller's principal and
+        worker id holds here, and whose job names it: any other ask is NOT_FOUND, so
+        a worker learns nothing of runs, or code, not leased to it."""
+        caller = current_caller()
+        principal = caller.principal if caller is not None else ""
+        owner = artifacts = None
+        if self._artifacts is not None:
+            artifacts, artifact_of = self._artifacts
+            owner = artifact_of(
+                request.run_id, request.fencing_token, request.worker_id, principal, request.sha256
+            )
+        if owner is None or artifacts is None:
+            await context.abort(
+                grpc.StatusCode.NOT_FOUND,
+                f"run_id: no lease of run {clip(request.run_id)!r} with that token and "
+                "artifact is held here by this worker",
+            )
+            return
+        try:
+            reader = await artifacts.open(owner, request.sha256)
+        except ShardcronError as e:
+            await context.abort(*status_for(e))
+            return
+        async with reader:
+            first = True
+            async for chunk in reader:
+                size = reader.info.size if first else 0
+                first = False
+                yield worker_pb2.ArtifactChunk(data=chunk, size=size)
 
 
 def _notice(run_id: str, token: int, text: bytes) -> OutputPiece:

@@ -184,6 +184,8 @@ def dev(
         node_id="dev",
         poller=poller,
         output=OutputBlobConfig(limit_bytes=blobs.output_limit),
+        artifact_limits=blobs.artifact_limits,
+        artifact_grace=blobs.artifact_grace,
         tls=server_tls,
         insecure=insecure,
         quotas=quota_file,
@@ -230,6 +232,7 @@ class InProcessWorkers:
 async def _dev(node: Node, auth: AuthSource | None, spec: InProcessWorkers, data_dir: Path) -> None:
     """Serves ``node`` and runs the in-process workers until a signal."""
     from shardcron.worker import Worker, registry
+    from shardcron.worker.artifacts import ArtifactCache
     from shardcron.worker.handlers import load_handler_modules
     from shardcron.worker.metrics import WorkerCollector
 
@@ -239,6 +242,11 @@ async def _dev(node: Node, auth: AuthSource | None, spec: InProcessWorkers, data
     # the in-process workers connect as the node's own calls to other nodes do
     tls = config.tls
     credentials = tls.peer_tls().credentials() if tls is not None else None
+    # one cache of jobs' code archives for every in-process worker, beside the data
+    cache = ArtifactCache(
+        spec.sandbox.artifact_cache or data_dir / "artifact-cache",
+        spec.sandbox.artifact_cache_bytes,
+    )
     workers = [
         Worker(
             "",  # the node's address, once it serves
@@ -249,6 +257,7 @@ async def _dev(node: Node, auth: AuthSource | None, spec: InProcessWorkers, data
             credentials=credentials,
             inherit_env=spec.inherit_env,
             sandbox=spec.sandbox,
+            artifacts=cache,
         )
         for i in range(spec.count)
     ]
@@ -561,6 +570,8 @@ def node(
         http_allowed_origins=edge.allowed_origins,
         call_limits=edge.call_limits,
         output=OutputBlobConfig(limit_bytes=blobs.output_limit),
+        artifact_limits=blobs.artifact_limits,
+        artifact_grace=blobs.artifact_grace,
     )
     tune_collector()
     try:

@@ -1,6 +1,7 @@
 """How ``worker`` and ``dev`` contain the commands they run, as flags, declared once:
-``--containment``, ``--run-as``, ``--run-as-range`` and ``--run-dir``, handed over as a
-``SandboxConfig``; and the check that no file holding a secret of the process (a key
+``--containment``, ``--run-as``, ``--run-as-range``, ``--run-dir`` and where and how
+much of jobs' code archives are cached (``--artifact-cache``, ``--artifact-cache-size``),
+handed over as a ``SandboxConfig``; and the check that no file holding a secret of the process (a key
 file, an auth file, a token file) can be read by the users its commands run as.
 
 ``dev`` started as root runs each owner's commands as a uid of its own out of
@@ -18,6 +19,7 @@ from typing import Any
 
 import click
 
+from shardcron.worker.artifacts import DEFAULT_CACHE_BYTES
 from shardcron.worker.containment.hosts import KINDS
 from shardcron.worker.run_users import parse_uid_range, readable_by_others
 from shardcron.worker.sandbox import SandboxConfig
@@ -35,7 +37,7 @@ def _range(_ctx: click.Context, _param: click.Parameter, value: str | None) -> A
 
 
 def sandbox_options(*, dev: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """The four flags, handed to the command as ``sandbox`` (a ``SandboxConfig``)."""
+    """The flags, handed to the command as ``sandbox`` (a ``SandboxConfig``)."""
 
     def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
         def wrapped(
@@ -44,6 +46,8 @@ def sandbox_options(*, dev: bool) -> Callable[[Callable[..., Any]], Callable[...
             run_as: str | None,
             run_as_range: tuple[int, int] | None,
             run_dir: str | None,
+            artifact_cache: str | None,
+            artifact_cache_size: int,
             **kwargs: Any,
         ) -> Any:
             if run_as is not None:
@@ -53,6 +57,8 @@ def sandbox_options(*, dev: bool) -> Callable[[Callable[..., Any]], Callable[...
                 run_as=run_as,
                 run_as_range=run_as_range,
                 run_dir=Path(run_dir) if run_dir else None,
+                artifact_cache=Path(artifact_cache) if artifact_cache else None,
+                artifact_cache_bytes=artifact_cache_size,
             )
             return f(*args, sandbox=config, **kwargs)
 
@@ -90,6 +96,20 @@ def sandbox_options(*, dev: bool) -> Callable[[Callable[..., Any]], Callable[...
                     default=None,
                     help="Where the runs' private directories and the owners' uid map live "
                     "[/var/lib/shardcron/runs as root, else in the temporary directory].",
+                ),
+                click.option(
+                    "--artifact-cache",
+                    type=click.Path(file_okay=False),
+                    default=None,
+                    help="Where jobs' code archives are cached [RUN_DIR/artifact-cache].",
+                ),
+                click.option(
+                    "--artifact-cache-size",
+                    type=click.IntRange(min=1),
+                    default=DEFAULT_CACHE_BYTES,
+                    show_default=True,
+                    help="The artifact cache's bound in bytes: past it, the archives used "
+                    "least recently are removed.",
                 ),
             ]
         ):

@@ -54,6 +54,11 @@ STATUS = {"admin": (OK, OK), "writer": (OK, OK), "reader": (OK, OK)}
 WORKER = {"admin": (OK, OK), "worker": (OK, OK)}
 NODE = {"node": (OK, OK)}
 PUBLIC = {role: (OK, OK) for role in ROLES}
+# past the permission check, a node without a blob store keeps no artifacts, and no run
+# is leased to anyone: what answers then is the servicer
+NO_BLOBS, NO_LEASE = "FAILED_PRECONDITION", "NOT_FOUND"
+UPLOAD = {"admin": (NO_BLOBS, NO_BLOBS), "writer": (NO_BLOBS, DENIED)}
+READ_ARTIFACT = {"admin": (NO_LEASE, NO_LEASE), "worker": (NO_LEASE, NO_LEASE)}
 
 
 @dataclass
@@ -207,7 +212,22 @@ CALLS: dict[str, tuple[dict[str, tuple[str, str]], Call]] = {
         STATUS,
         lambda s, md, o: s.cluster.GetStatus(cluster_pb2.GetStatusRequest(), metadata=md),
     ),
+    "/shardcron.v1.JobService/UploadArtifact": (
+        UPLOAD,
+        lambda s, md, o: s.jobs.UploadArtifact(
+            iter([jobs_pb2.UploadArtifactRequest(size=1, data=b"x")]), metadata=md
+        ),
+    ),
     "/shardcron.v1.WorkerService/Connect": (WORKER, _connect),
+    "/shardcron.v1.WorkerService/ReadArtifact": (
+        READ_ARTIFACT,
+        lambda s, md, o: _drain(
+            s.worker.ReadArtifact(
+                worker_pb2.ReadArtifactRequest(run_id=o.run_id, fencing_token=1, sha256="0" * 64),
+                metadata=md,
+            )
+        ),
+    ),
     "/shardcron.v1.PollerService/NotifyRuns": (
         NODE,
         lambda s, md, o: s.poller.NotifyRuns(

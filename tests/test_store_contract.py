@@ -40,7 +40,7 @@ from shardcron.client.types import (
 from shardcron.coordinator.ids import new_job_id, run_id, utcnow
 from shardcron.coordinator.rows import UnreadableRow
 from shardcron.coordinator.sqlite.store import SqliteStore
-from shardcron.coordinator.store import DueEntry, JobProgress, JobStore, NewJob
+from shardcron.coordinator.store import ArtifactRef, DueEntry, JobProgress, JobStore, NewJob
 from shardcron.coordinator.store_rules import PAGE_BYTES, PageKind, fit_page
 from tests.support.bad_rows import spoil
 from tests.support.cassandra import cassandra_backend
@@ -1032,3 +1032,34 @@ async def test_final_runs_and_their_output_expire_after_the_retention(
     assert (await store.get_job(ALICE, job.id)).id == job.id  # jobs never expire
     with pytest.raises(NotFound):
         await store.get_run(ALICE, ended.id)
+
+
+# --------------------------------------------------------------------------- artifact references
+
+
+async def test_artifact_references_are_kept_per_owner_and_digest(
+    store: JobStore, store_factory
+) -> None:
+    a, b = "a" * 64, "b" * 64
+    jobs = sorted(new_job_id() for _ in range(3))
+    assert await store.artifact_refs(ALICE, a) == []
+    await store.add_artifact_refs(
+        [ArtifactRef(owner=ALICE, sha256=a, job_id=j) for j in reversed(jobs)]
+        + [ArtifactRef(owner=ALICE, sha256=b, job_id=jobs[0])]
+        + [ArtifactRef(owner="bob", sha256=a, job_id=jobs[1])]
+    )
+    await store.add_artifact_refs([ArtifactRef(owner=ALICE, sha256=a, job_id=jobs[0])])  # again
+    assert await store.artifact_refs(ALICE, a) == jobs  # in id order, each once
+    assert await store.artifact_refs(ALICE, b) == [jobs[0]]
+    assert await store.artifact_refs("bob", a) == [jobs[1]]  # another owner's are apart
+    assert await store.artifact_refs(ALICE, a, limit=2) == jobs[:2]
+    await store.remove_artifact_refs(
+        [
+            ArtifactRef(owner=ALICE, sha256=a, job_id=jobs[1]),
+            ArtifactRef(owner=ALICE, sha256=a, job_id="gone"),
+        ]
+    )
+    await store.close()
+    again = await store_factory()  # durable
+    assert await again.artifact_refs(ALICE, a) == [jobs[0], jobs[2]]
+    assert await again.artifact_refs("bob", a) == [jobs[1]]

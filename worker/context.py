@@ -12,7 +12,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -83,6 +83,9 @@ class RunContext:
     lease_deadline: float | None = None
     owner: str = ""
     resources: Resources | None = None
+    # the bytes of the artifact (by sha256) its command names, from the node holding its
+    # lease (None: this run cannot fetch one)
+    fetch_artifact: Callable[[str], AsyncIterator[bytes]] | None = None
     # told of each renewal: the command's supervisor, once it runs
     on_lease_extended: Callable[[float], None] | None = field(default=None, init=False, repr=False)
     cancel_reason: RunReason = field(default=RunReason.NONE, init=False)

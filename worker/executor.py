@@ -30,6 +30,7 @@ from typing import Any
 from shardcron.client.types import CommandTask, HandlerTask, RunReason, RunState, RunUsage
 from shardcron.worker.handlers import HandlerRegistry
 
+from .artifacts import ArtifactCache, ArtifactFetchFailed
 from .context import (
     ExecResult,
     Executor,
@@ -103,8 +104,10 @@ class CommandExecutor:
         base_env: Mapping[str, str] | None = None,
         inherit_env: bool = False,
         sandbox: Sandbox | None = None,
+        artifacts: ArtifactCache | None = None,
     ) -> None:
         self.kill_grace = kill_grace
+        self.artifacts = artifacts  # None: a command naming an artifact fails
         self.base_env = base_env
         self.inherit_env = inherit_env
         self._own_sandbox = sandbox is None
@@ -138,13 +141,43 @@ class CommandExecutor:
         if run.stopping:
             return stopped_result(run, False, utcnow())
         started = utcnow()
+        if not task.artifact:
+            launched = await self._launch(run, task, started, None)
+        else:
+            fetch, cache = run.fetch_artifact, self.artifacts
+            if fetch is None or cache is None:
+                return failed_result(
+                    RunReason.SPAWN_FAILED, "this worker cannot fetch artifacts", started
+                )
+            try:  # kept in the cache until its supervisor unpacked it and started the run
+                async with cache.held(task.artifact, partial(fetch, task.artifact)) as archive:
+                    if run.stopping:  # cancelled or killed while it was fetched
+                        return stopped_result(run, False, utcnow())
+                    launched = await self._launch(run, task, started, str(archive))
+            except ArtifactFetchFailed as e:
+                return failed_result(RunReason.SPAWN_FAILED, str(e), started)
+        if isinstance(launched, ExecResult):
+            return launched
+        supervised, place = launched
+        return await self._supervise(run, supervised, place, started)
+
+    async def _launch(
+        self, run: RunContext, task: CommandTask, started: datetime, archive: str | None
+    ) -> tuple[Supervised, RunPlace] | ExecResult:
+        """Starts the run's command (``archive``: the path of its checked artifact, which
+        its supervisor unpacks first); the run's result when it did not start."""
         sandbox = self.sandbox
         try:
             if not sandbox.opened:
                 sandbox.open()
             place = sandbox.place(run.run_id, run.fencing_token, run.owner, task)
             supervised = await sandbox.launch(
-                place, task, self._env(run, task, place), run.resources, run.lease_deadline
+                place,
+                task,
+                self._env(run, task, place),
+                run.resources,
+                run.lease_deadline,
+                archive=archive,
             )
         except (OSError, ValueError) as e:
             return failed_result(RunReason.SPAWN_FAILED, f"cannot contain the run: {e}", started)
@@ -157,7 +190,7 @@ class CommandExecutor:
         except BaseException:
             supervised.close()  # its supervisor kills the run at the socket's end
             raise
-        return await self._supervise(run, supervised, place, started)
+        return supervised, place
 
     async def _supervise(
         self, run: RunContext, supervised: Supervised, place: RunPlace, started: datetime
@@ -271,6 +304,8 @@ def _spawn_error(task: CommandTask, failure: SpawnFailed) -> str:
         return f"working directory {cwd!r}: {failure.error}"
     if failure.stage == "user":
         return f"cannot run as the run's user: {failure.error}"
+    if failure.stage == "artifact":
+        return f"cannot unpack its artifact {task.artifact}: {failure.error}"
     return f"cannot contain the run ({failure.stage}): {failure.error}"
 
 

@@ -46,9 +46,12 @@ from shardcron.client.stream import (
 )
 from shardcron.v1 import worker_pb2, worker_pb2_grpc
 
+from .artifacts import ArtifactFetchFailed
 from .outbox import Outbox
 
 log = logging.getLogger(__name__)
+# seconds one artifact's read may take in all (a node that stops answering fails the run)
+ARTIFACT_READ_TIMEOUT = 600.0
 
 WELCOME_TIMEOUT = 10.0
 DEFAULT_LEASE_TTL = 30.0
@@ -83,6 +86,7 @@ class StreamOwner(Protocol):
     """
 
     stats: Counter[str]  # counters the link adds to (sent_*, received_*, reconnects)
+    worker_id: str  # its Hello's, which a ReadArtifact names too
     metadata: tuple[tuple[str, str], ...]  # gRPC metadata of every stream
     credentials: grpc.ChannelCredentials | None  # TLS for every stream; None = plaintext
 
@@ -146,6 +150,7 @@ class PollerLink:
         self._closing = False
         self._session_welcomed = False
         self._call: grpc.aio.StreamStreamCall | None = None
+        self._stub: worker_pb2_grpc.WorkerServiceStub | None = None  # while its channel is open
         self._task: asyncio.Task | None = None
 
     @property
@@ -194,7 +199,7 @@ class PollerLink:
     async def _run(self) -> None:
         failures = 0
         async with open_channel(self.address, self.worker.credentials) as channel:
-            stub = worker_pb2_grpc.WorkerServiceStub(channel)
+            stub = self._stub = worker_pb2_grpc.WorkerServiceStub(channel)
             while not self._closing:
                 self._session_welcomed = False
                 try:
@@ -216,6 +221,26 @@ class PollerLink:
                 failures = 0 if self._session_welcomed else failures + 1
                 self.worker.stats["reconnects"] += 1
                 await asyncio.sleep(backoff_delay(failures))
+
+    async def read_artifact(self, run_id: str, token: int, sha256: str) -> AsyncIterator[bytes]:
+        """The bytes of the artifact of a run this poller leased to this worker
+        (``WorkerService.ReadArtifact``); ``ArtifactFetchFailed`` when it refuses or fails."""
+        stub = self._stub
+        if stub is None:
+            raise ArtifactFetchFailed(f"artifact {sha256}: no connection to poller {self.address}")
+        request = worker_pb2.ReadArtifactRequest(
+            run_id=run_id, fencing_token=token, sha256=sha256, worker_id=self.worker.worker_id
+        )
+        try:
+            call = stub.ReadArtifact(
+                request, metadata=self.worker.metadata, timeout=ARTIFACT_READ_TIMEOUT
+            )
+            async for chunk in call:
+                yield chunk.data
+        except grpc.aio.AioRpcError as e:
+            raise ArtifactFetchFailed(
+                f"artifact {sha256}: poller {self.address} answered {e.code().name}: {e.details()}"
+            ) from None
 
     async def _session(self, stub: worker_pb2_grpc.WorkerServiceStub) -> None:
         """One stream, until it ends or fails."""

@@ -34,6 +34,14 @@ RUN_OUTCOMES = (
     RunState.CANCELLED.value,
 )
 
+# the worker's artifact cache counts (``worker.artifacts``), by the outcome they export
+ARTIFACT_OUTCOMES = (
+    ("cached", "hits"),
+    ("fetched", "downloads"),
+    ("tampered", "tampered"),
+    ("evicted", "evicted"),
+)
+
 
 class WorkerCollector(Collector):
     """The metrics of the workers ``workers()`` returns (one, or those of a dev node)."""
@@ -93,6 +101,18 @@ class WorkerCollector(Collector):
             "Pollers this worker has an open lease stream to",
             value=sum(1 for w in workers for link in w.links if link.connected),
         )
+        caches = {id(w.artifacts): w.artifacts for w in workers}.values()  # dev's is shared
+        uses = [dict(c.stats) for c in caches]
+        artifacts = CounterMetricFamily(
+            "shardcron_worker_artifacts",
+            "Code archives taken for command runs, by outcome: from the cache, fetched from "
+            "a node, fetched again because the cached copy did not match its digest, and "
+            "removed from the cache to keep it in its bound",
+            labels=["outcome"],
+        )
+        for outcome, key in ARTIFACT_OUTCOMES:
+            artifacts.add_metric([outcome], sum(u.get(key, 0) for u in uses))
+        yield artifacts
         yield _histogram(
             "shardcron_worker_run_peak_memory_bytes",
             "Peak memory of each command run, from its cgroup when it ended (estimated on a worker without cgroups)",

@@ -24,8 +24,10 @@ from typing import Any
 from shardcron.client.limits import DEFAULT_PIDS_LIMIT
 from shardcron.client.types import CommandTask, Resources
 
+from .artifacts import DEFAULT_CACHE_BYTES
 from .containment.hosts import Containment, Unusable, choose, run_name, worker_subtree
 from .containment.run_home import remove_tree
+from .containment.unpack import WORK_DIR
 from .run_users import FixedUser, OwnerUids, OwnUser, RunDirs, RunUser, RunUsers, default_run_dir
 from .supervisor_client import Supervised, Supervisors
 
@@ -43,13 +45,20 @@ class SandboxConfig:
     own for each owner, out of (first, last); neither: the worker's own user.
     ``run_dir``: where the runs' private directories and the owners' uid map live
     (default ``/var/lib/shardcron/runs`` as root, else one in the temporary directory).
-    ``default_pids``: a run's process limit when its job sets none."""
+    ``default_pids``: a run's process limit when its job sets none. ``artifact_cache``
+    and ``artifact_cache_bytes``: where, and how much of, jobs' code archives are cached."""
 
     containment: str = "auto"
     run_as: str | None = None
     run_as_range: tuple[int, int] | None = None
     run_dir: Path | None = None
     default_pids: int = DEFAULT_PIDS_LIMIT
+    artifact_cache: Path | None = None  # None: RUN_DIR/artifact-cache
+    artifact_cache_bytes: int = DEFAULT_CACHE_BYTES
+
+    def artifact_cache_dir(self) -> Path:
+        """Where jobs' code archives are cached (``worker.artifacts``)."""
+        return self.artifact_cache or (self.run_dir or default_run_dir()) / "artifact-cache"
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,14 +153,20 @@ class Sandbox:
         env: dict[str, str],
         resources: Resources | None,
         deadline: float | None,
+        *,
+        archive: str | None = None,
     ) -> Supervised:
-        """Starts the run's supervisor; OSError when it cannot."""
+        """Starts the run's supervisor; OSError when it cannot. ``archive``: the path of
+        the run's artifact, which the supervisor unpacks into ``HOME/work`` (the
+        command's working directory unless its task names one) before the command."""
         assert self.containment is not None, "Sandbox.open first"
         res = resources or Resources()
+        work = f"{place.home}/{WORK_DIR}" if archive is not None else ""
         config: dict[str, Any] = {
             "argv": list(task.argv),
             "env": env,
-            "cwd": task.cwd,
+            "cwd": task.cwd or work,
+            "artifact": archive,
             "uid": None if place.user is None else place.user.uid,
             "gid": None if place.user is None else place.user.gid,
             "home": place.home,

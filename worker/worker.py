@@ -28,7 +28,7 @@ import socket
 import time
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Awaitable, Coroutine, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +47,7 @@ from shardcron.client.stream import (
 from shardcron.client.types import HandlerTask, RunReason
 
 from .adrift import AdriftResults
+from .artifacts import ArtifactCache, ArtifactFetchFailed
 from .due_gate import DueGate, run_when_due, start_if_due
 from .executor import (
     CommandExecutor,
@@ -114,7 +115,10 @@ class Worker:
         credentials: grpc.ChannelCredentials | None = None,
         inherit_env: bool = False,  # commands get this process's environment, but credentials
         sandbox: SandboxConfig | None = None,
+        artifacts: ArtifactCache | None = None,
     ) -> None:
+        """``artifacts``: the cache of jobs' code archives (shared by the workers of one
+        process; default: one of its own where ``sandbox`` says)."""
         if slots < 1:
             raise ValueError("slots must be at least 1")
         self.target = target
@@ -148,9 +152,16 @@ class Worker:
         self._done = asyncio.Event()
         # Where and as whom commands run: a cage and a supervisor per run, which kills it
         # at its lease deadline and when this process dies.
-        self.sandbox = Sandbox(sandbox or SandboxConfig(), self.worker_id, self.instance_id)
+        sandbox = sandbox or SandboxConfig()
+        self.sandbox = Sandbox(sandbox, self.worker_id, self.instance_id)
+        self.artifacts = artifacts or ArtifactCache(
+            sandbox.artifact_cache_dir(), sandbox.artifact_cache_bytes
+        )
         self._commands = CommandExecutor(
-            kill_grace=kill_grace, sandbox=self.sandbox, inherit_env=inherit_env
+            kill_grace=kill_grace,
+            sandbox=self.sandbox,
+            inherit_env=inherit_env,
+            artifacts=self.artifacts,
         )
         self._handlers: HandlerExecutor | None = None
         self._due_gate = DueGate()  # leases given ahead, held until their due instant
@@ -434,6 +445,7 @@ class Worker:
                 lease_deadline=deadline,
                 owner=lease.owner,
                 resources=lease.resources,
+                fetch_artifact=partial(self._fetch_artifact, lease.run_id, lease.fencing_token),
             )
             run = HeldRun(
                 ctx=ctx, link=link, token=lease.fencing_token, slots=slots, deadline=deadline
@@ -460,6 +472,13 @@ class Worker:
         if run is not None and run.token == token:
             link = run.link  # the poller holding the lease now (its shard may have moved)
         link.outbox.output(run_id, token, stream, data)
+
+    def _fetch_artifact(self, run_id: str, token: int, sha256: str) -> AsyncIterator[bytes]:
+        """The artifact's bytes, from the poller holding the run's lease now."""
+        run = self._runs.get(run_id)
+        if run is None or run.token != token:
+            raise ArtifactFetchFailed(f"artifact {sha256}: the run's lease is gone")
+        return run.link.read_artifact(run_id, token, sha256)
 
     async def _output_room(self, run_id: str) -> None:
         """Waits while the stream of the poller holding the run has a full output buffer."""

@@ -88,6 +88,17 @@ class JobOptions:
     secret_env: tuple[tuple[str, str], ...] = ()
     secret_env_files: tuple[tuple[tuple[str, str], ...], ...] = ()
     cwd: str | None = None
+    # --artifact: the archive's path, uploaded by the command once the spec is made
+    # (``with_artifact``), so that a usage error never sends it
+    artifact: str | None = None
+
+
+def with_artifact(spec: JobSpec, options: JobOptions, upload: Callable[[str], str]) -> JobSpec:
+    """``spec`` naming the --artifact file of ``options``, uploaded by ``upload(path)``,
+    which answers its sha256 (a --handler task with --artifact is refused earlier)."""
+    if options.artifact is None or not isinstance(spec.task, CommandTask):
+        return spec
+    return spec.replace(task=dataclasses.replace(spec.task, artifact=upload(options.artifact)))
 
 
 # --------------------------------------------------------------------------- the flags
@@ -199,6 +210,13 @@ JOB_FLAGS = [
         help="Secret environment from a file of KEY=VALUE lines (keeps values off the command line).",
     ),
     click.option("--cwd", metavar="DIR", help="Command working directory."),
+    click.option(
+        "--artifact",
+        metavar="FILE",
+        type=click.Path(exists=True, dir_okay=False),
+        help="A tar or tar.gz of the job's code: uploaded (once: stored by its sha256), "
+        "unpacked into the run's directory, where the command runs unless --cwd says.",
+    ),
 ]
 
 COMMAND_ARGV = click.argument("argv", nargs=-1, type=click.UNPROCESSED, metavar="[-- ARGV...]")
@@ -297,9 +315,10 @@ def _task_from_options(current: Task | None, o: JobOptions) -> Task:
         raise usage_error("give either a command after -- or --handler, not both")
     secrets = {k: v for pairs in (*o.secret_env_files, o.secret_env) for k, v in pairs}
     if o.handler is not None or (not o.argv and isinstance(current, HandlerTask)):
-        if o.env or o.cwd is not None or secrets:
+        if o.env or o.cwd is not None or secrets or o.artifact is not None:
             raise usage_error(
-                "--env, --secret-env and --cwd apply to a command, not to a --handler task"
+                "--env, --secret-env, --cwd and --artifact apply to a command, "
+                "not to a --handler task"
             )
         base = current if isinstance(current, HandlerTask) else HandlerTask(name=o.handler or "")
         return _given(base, name=o.handler, payload=o.payload)
@@ -314,7 +333,13 @@ def _task_from_options(current: Task | None, o: JobOptions) -> Task:
         raise usage_error("give the command to run after --, or --handler NAME")
     # an update sends back the placeholders it read (kept) with the keys given here
     secret_env = {**base_cmd.secret_env, **secrets} if secrets else None
-    return _given(base_cmd, argv=tuple(o.argv) or None, env=env, cwd=o.cwd, secret_env=secret_env)
+    return _given(
+        base_cmd,
+        argv=tuple(o.argv) or None,
+        env=env,
+        cwd=o.cwd,
+        secret_env=secret_env,
+    )
 
 
 def schedule_from_options(current: Schedule, o: JobOptions) -> Schedule:

@@ -28,6 +28,7 @@ from shardcron.client.cli.job_options import (
     schedule_flags,
     schedule_from_options,
     spec_from_options,
+    with_artifact,
 )
 from shardcron.client.cli.lookups import first_run, last_outcomes, latest_run
 from shardcron.client.cli.output import (
@@ -96,6 +97,7 @@ def job_create(
         raise usage_error("--wait-timeout goes with --wait")
     spec = spec_from_options(options)
     client = state.client()
+    spec = with_artifact(spec, options, lambda path: client.upload_artifact(path))
     created = client.create_job(spec, idempotency_key=idempotency_key)
     if quiet and not state.json_output:
         click.echo(created.id)
@@ -231,6 +233,7 @@ def job_update(
     client = state.client()
     current = client.get_job(job_id)
     spec = apply_options(current.spec, options)
+    spec = with_artifact(spec, options, lambda path: client.upload_artifact(path))
     updated = client.update_job(job_id, spec, expected_version=expected_version or current.version)
     rescheduled = updated.spec.schedule != current.spec.schedule
     fires = _next_fires(state, updated) if rescheduled else []

@@ -162,6 +162,8 @@ def print_job(job: Job, last: Run | None = None, *, utc: bool = False) -> None:
         if spec.task.secret_env:  # the server shows keys only; never print a value
             pairs += [("secret env", ", ".join(f"{k}=***" for k in sorted(spec.task.secret_env)))]
         pairs += [("cwd", spec.task.cwd or "-")]
+        if spec.task.artifact:
+            pairs += [("artifact", spec.task.artifact)]
     pairs += [
         ("next fire", tv.when(job.next_fire_at, with_zone=True)),
         ("priority", spec.priority),

@@ -190,6 +190,7 @@ def task_to_proto(task: Task, field: str = "task", *, redact: bool = False) -> t
             secret_env=(
                 dict.fromkeys(task.secret_env, SECRET_PLACEHOLDER) if redact else task.secret_env
             ),
+            artifact=task.artifact,
         )
         return types_pb2.Task(command=command)
     if isinstance(task, HandlerTask):
@@ -211,6 +212,7 @@ def task_from_proto(msg: types_pb2.Task, field: str = "task") -> Task:
             env=dict(msg.command.env),
             cwd=msg.command.cwd,
             secret_env=dict(msg.command.secret_env),
+            artifact=msg.command.artifact,
         )
     if which == "handler":
         if not msg.handler.name:

@@ -151,6 +151,11 @@ class AsyncClient:
             await self._call(self._channels.jobs_for_create(specs, self._jobs).CreateJobs, req)
         )
 
+    async def upload_artifact(self, source: messages.ArtifactSource) -> str:
+        """See ``Client.upload_artifact``."""
+        requests = messages.upload_artifact_requests(source)
+        return messages.uploaded_artifact(await self._call(self._jobs.UploadArtifact, requests))
+
     async def get_job(self, job_id: str) -> Job:
         return job_from_proto(await self._call(self._jobs.GetJob, messages.get_job_request(job_id)))
 

@@ -10,8 +10,12 @@ naming the field before anything is sent.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import hashlib
+import itertools
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
+from typing import BinaryIO
 
 from shardcron.client.codec import (
     fire_from_proto,
@@ -214,3 +218,39 @@ def dropped(resp: jobs_pb2.DropDeadLettersResponse) -> int:
 
 def cluster_status_request() -> cluster_pb2.GetStatusRequest:
     return cluster_pb2.GetStatusRequest()
+
+
+ARTIFACT_CHUNK = 1 << 20  # the bytes of one UploadArtifact message, at most
+ArtifactSource = str | os.PathLike[str] | bytes
+
+
+def upload_artifact_requests(source: ArtifactSource) -> Iterator[jobs_pb2.UploadArtifactRequest]:
+    """An archive (a file's path, or its bytes) as ``UploadArtifact``'s messages: its
+    size and sha256 first (the node checks the bytes against them), then its bytes. A
+    file is opened and hashed here (an error reading it raises here, before any call)
+    and read again, a piece at a time, as the messages are sent."""
+    if isinstance(source, bytes):
+        digest = hashlib.sha256(source).hexdigest()
+        first = jobs_pb2.UploadArtifactRequest(size=len(source), sha256=digest)
+        pieces = (source[i : i + ARTIFACT_CHUNK] for i in range(0, len(source), ARTIFACT_CHUNK))
+        return itertools.chain([first], (jobs_pb2.UploadArtifactRequest(data=p) for p in pieces))
+    f = open(source, "rb")  # noqa: SIM115 (closed by the generator below)
+    try:
+        digest = hashlib.file_digest(f, "sha256").hexdigest()
+        size = f.tell()
+        f.seek(0)
+    except BaseException:
+        f.close()
+        raise
+    return _file_requests(f, size, digest)
+
+
+def _file_requests(f: BinaryIO, size: int, digest: str) -> Iterator[jobs_pb2.UploadArtifactRequest]:
+    with f:
+        yield jobs_pb2.UploadArtifactRequest(size=size, sha256=digest)
+        while chunk := f.read(ARTIFACT_CHUNK):
+            yield jobs_pb2.UploadArtifactRequest(data=chunk)
+
+
+def uploaded_artifact(resp: jobs_pb2.UploadArtifactResponse) -> str:
+    return resp.sha256

@@ -144,6 +144,14 @@ class Client:
             self._call(self._channels.jobs_for_create(specs, self._jobs).CreateJobs, req)
         )
 
+    def upload_artifact(self, source: messages.ArtifactSource) -> str:
+        """Uploads a job's code archive (a tar or tar.gz file's path, or its bytes) for
+        this owner and returns its sha256: a ``CommandTask(artifact=...)`` names it. The
+        same bytes are stored once; an unsafe archive is refused with InvalidArgument
+        naming the entry."""
+        requests = messages.upload_artifact_requests(source)
+        return messages.uploaded_artifact(self._call(self._jobs.UploadArtifact, requests))
+
     def get_job(self, job_id: str) -> Job:
         """Raises NotFound for an unknown id (or one of another owner)."""
         return job_from_proto(self._call(self._jobs.GetJob, messages.get_job_request(job_id)))

@@ -68,6 +68,7 @@ METHOD_ACCESS: dict[str, Access] = {
         "CancelRun",
         "ReplayDeadLetters",
         "DropDeadLetters",
+        "UploadArtifact",
     ),
     **_rows(
         _JOBS,
@@ -83,7 +84,7 @@ METHOD_ACCESS: dict[str, Access] = {
         "GetOverview",
     ),
     **_rows(_CLUSTER, Access.STATUS, "GetStatus"),
-    **_rows(_WORKER, Access.WORKER, "Connect"),
+    **_rows(_WORKER, Access.WORKER, "Connect", "ReadArtifact"),
     **_rows(
         _POLLER,
         Access.NODE,

@@ -38,6 +38,10 @@ Layout and why:
   the highest cursor wins without a read or a lightweight transaction.
 - ``run_output`` ((run_id), byte_offset): chunks keyed by their absolute offset, with
   the kept head and the end as static columns.
+- ``artifact_refs`` ((owner, sha256), job_id): the jobs that may name an artifact, one
+  partition per artifact, so the artifact sweep reads its first few and never every
+  job (``coordinator/artifact_retention.py``). A keyspace made before it gets it from
+  ``shardcron store init`` (a node refuses one that lacks it).
 - Retention (``CassandraStore(retention=...)``) is TTLs, not a sweep: a final run
   that is not a dead letter is written with a TTL that ends ``retention`` after it
   ended, and its ``runs_by_id`` row with it; output chunks and their ends live
@@ -81,6 +85,7 @@ TABLES = (
     "shard_buckets",
     "shard_cursors",
     "run_output",
+    "artifact_refs",
     "schema_version",
 )
 
@@ -168,6 +173,8 @@ def schema_cql(keyspace: str, *, due_ttl: timedelta = DEFAULT_DUE_TTL) -> list[s
             run_id text, byte_offset bigint, stream text, data blob,
             head_offset bigint static, end_offset bigint static,
             PRIMARY KEY ((run_id), byte_offset)) WITH CLUSTERING ORDER BY (byte_offset ASC)""",
+        f"""CREATE TABLE IF NOT EXISTS {ks}.artifact_refs (
+            owner text, sha256 text, job_id text, PRIMARY KEY ((owner, sha256), job_id))""",
         f"""CREATE TABLE IF NOT EXISTS {ks}.schema_version (
             id int PRIMARY KEY, version int, shard_count int, bucket_seconds int,
             created_at bigint)""",

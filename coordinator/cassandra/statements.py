@@ -95,6 +95,12 @@ STATEMENTS: dict[str, str] = {
     "save_cursor": (
         "INSERT INTO shard_cursors (shard, bucket_start) VALUES (?, ?) USING TIMESTAMP ?"
     ),
+    # the jobs that may name an artifact: one partition per owner and digest
+    "add_artifact_ref": "INSERT INTO artifact_refs (owner, sha256, job_id) VALUES (?, ?, ?)",
+    "artifact_refs": "SELECT job_id FROM artifact_refs WHERE owner = ? AND sha256 = ? LIMIT ?",
+    "remove_artifact_ref": (
+        "DELETE FROM artifact_refs WHERE owner = ? AND sha256 = ? AND job_id = ?"
+    ),
     # output
     "output_ends": "SELECT head_offset, end_offset FROM run_output WHERE run_id = ? LIMIT 1",
     "output_first_from": (

@@ -88,6 +88,7 @@ from shardcron.coordinator.cassandra.session import Cql
 from shardcron.coordinator.cassandra.statements import LWT, prepare
 from shardcron.coordinator.cassandra.writes import (
     MAX_TTL,
+    P_JOBS,
     P_RUNS,
     WritePlanner,
     Writes,
@@ -101,6 +102,7 @@ from shardcron.coordinator.store import (
     DEFAULT_BUCKET_SECONDS,
     DEFAULT_OUTPUT_CAP_BYTES,
     DEFAULT_SHARD_COUNT,
+    ArtifactRef,
     DueEntry,
     JobProgress,
     NewJob,
@@ -439,6 +441,29 @@ class CassandraStore:
             us = _us(at)
             stmt = self._cql.bind("save_cursor", (shard, us, max(us, 1)))
             writes.add(P_RUNS, ("shard_cursors", shard), stmt, 40)
+        if writes:
+            await self._flush(writes)
+
+    async def add_artifact_refs(self, refs: Sequence[ArtifactRef]) -> None:
+        await self._artifact_refs("add_artifact_ref", refs)
+
+    async def artifact_refs(self, owner: str, sha256: str, *, limit: int = 100) -> list[str]:
+        if limit < 1:
+            return []
+        rows = []
+        params = (owner, sha256, limit)
+        async for page in self._cql.pages(self._cql.ps["artifact_refs"], params):
+            rows.extend(job_id for (job_id,) in page)
+        return rows
+
+    async def remove_artifact_refs(self, refs: Sequence[ArtifactRef]) -> None:
+        await self._artifact_refs("remove_artifact_ref", refs)
+
+    async def _artifact_refs(self, statement: str, refs: Sequence[ArtifactRef]) -> None:
+        writes = Writes()
+        for r in refs:
+            stmt = self._cql.bind(statement, (r.owner, r.sha256, r.job_id))
+            writes.add(P_JOBS, ("artifact_refs", r.owner, r.sha256), stmt, 200)
         if writes:
             await self._flush(writes)
 

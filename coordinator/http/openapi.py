@@ -148,6 +148,11 @@ def _operation(route: Route, schemas: _Schemas) -> dict[str, Any]:
             },
         },
     }
+    if route.octets:
+        op["requestBody"] = {
+            "required": True,
+            "content": {"application/octet-stream": {"schema": {"type": "string"}}},
+        }
     if route.body and route.request is not None:
         op["requestBody"] = {
             "required": route.body_required,

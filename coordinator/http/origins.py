@@ -17,7 +17,9 @@ page of another site from using the node, checked before a request's credential:
 - **Content type.** A write (``POST``, ``PUT``, ``PATCH``, ``DELETE``) that sends a
   body, or names a content type, must send ``application/json``: a form or a "simple"
   ``text/plain`` request, which browsers send to other sites without asking first,
-  never reaches the API.
+  never reaches the API. The one route whose body is bytes, an artifact's upload,
+  takes ``application/octet-stream`` alone: not a type a browser sends to another
+  site without asking first either.
 
 A refusal is PERMISSION_DENIED (403) naming the header, or INVALID_ARGUMENT with HTTP
 415 for the content type; it changes nothing.
@@ -38,6 +40,7 @@ from shardcron.client.limits import clip
 from shardcron.client.tls import listen_host
 
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+JSON, OCTETS = "application/json", "application/octet-stream"
 _WILDCARDS = frozenset({"", "0.0.0.0", "::"})
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -95,9 +98,10 @@ class SitePolicy:
         origins = {o.strip().rstrip("/").lower() for o in allowed_origins if o.strip()}
         return cls(hosts=frozenset(hosts), origins=frozenset(origins))
 
-    def check(self, request: web.Request) -> None:
+    def check(self, request: web.Request, *, octets: bool = False) -> None:
         """Raises ``PermissionDenied`` for a request these rules refuse, and
-        ``UnsupportedMediaType`` for a write that is not JSON."""
+        ``UnsupportedMediaType`` for a write that is not JSON (with ``octets``, the
+        route of a body of bytes: not ``application/octet-stream``)."""
         host_header = request.headers.get("Host", "")
         named = _split_host(host_header)
         if named is None or not (named[0] in self.hosts or _is_ip(named[0])):
@@ -112,7 +116,7 @@ class SitePolicy:
                 " (--http-allowed-origins names more)"
             )
         if request.method in WRITE_METHODS:
-            _check_json(request)
+            _check_type(request, OCTETS if octets else JSON)
 
     def _origin_allowed(self, origin: str, scheme: str, host: tuple[str, int | None]) -> bool:
         if origin.strip().rstrip("/").lower() in self.origins:
@@ -128,11 +132,11 @@ class SitePolicy:
         return same_host and (url.explicit_port or default) == (host[1] or default)
 
 
-def _check_json(request: web.Request) -> None:
+def _check_type(request: web.Request, wanted: str) -> None:
     has_body = bool(request.content_length) or request.headers.get("Transfer-Encoding")
     if not has_body and "Content-Type" not in request.headers:
         return  # a write with nothing to read (pause, cancel, delete)
-    if request.content_type != "application/json":
+    if request.content_type != wanted:
         raise UnsupportedMediaType(
-            "content-type", f"must be application/json, not {clip(request.content_type)!r}"
+            "content-type", f"must be {wanted}, not {clip(request.content_type)!r}"
         )

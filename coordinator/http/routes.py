@@ -10,7 +10,7 @@ exactly what the gRPC method does; errors are answered by ``errors.error_respons
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import MappingProxyType
@@ -19,6 +19,8 @@ from typing import Any
 from aiohttp import web
 from google.protobuf.message import Message
 
+from shardcron.client.errors import InvalidArgument
+from shardcron.coordinator.artifacts import CHUNK as ARTIFACT_CHUNK
 from shardcron.coordinator.http.mapping import to_json
 from shardcron.coordinator.http.output import OUTPUT_SCHEMA, read_output
 from shardcron.coordinator.http.services import Handler, Services
@@ -52,6 +54,7 @@ class Route:
     extra_query: Mapping[str, str] = field(default_factory=dict)  # name -> meaning
     status: int = 200
     content: str = "application/json"
+    octets: bool = False  # its body is bytes (application/octet-stream), read by its handler
 
     def __post_init__(self) -> None:
         if self.handler is None:
@@ -71,6 +74,24 @@ def unary(rpc: str, status: int = 200) -> Handler:
         return web.json_response(to_json(await services.call(rpc, message, request)), status=status)
 
     return handle
+
+
+async def upload_artifact(
+    services: Services, request: web.Request, message: jobs_pb2.UploadArtifactRequest
+) -> web.Response:
+    """``UploadArtifact`` with the body's bytes, streamed as they arrive: its size is
+    the ``Content-Length`` (required), its sha256 the optional query parameter."""
+    size = request.content_length
+    if size is None:
+        raise InvalidArgument("content-length", "required: the archive's size in bytes")
+
+    async def requests() -> AsyncIterator[jobs_pb2.UploadArtifactRequest]:
+        yield jobs_pb2.UploadArtifactRequest(size=size, sha256=message.sha256)
+        while chunk := await request.content.read(ARTIFACT_CHUNK):
+            yield jobs_pb2.UploadArtifactRequest(data=chunk)
+
+    answer = await services.call("UploadArtifact", requests(), request)  # type: ignore[arg-type]
+    return web.json_response(to_json(answer), status=201 if answer.stored else 200)
 
 
 async def create_job(
@@ -216,6 +237,13 @@ def _routes() -> tuple[Route, ...]:
             rpc="DropDeadLetters", summary="Clear dead letters without running them",
             request=jobs_pb2.DeadLettersRequest, response=jobs_pb2.DropDeadLettersResponse,
             body=True, body_required=True,
+        ),
+        Route(
+            method="POST", path="/v1/artifacts", operation="uploadArtifact",
+            rpc="UploadArtifact",
+            summary="Store a job's code archive (tar, tar.gz) sent as the body, by its sha256",
+            handler=upload_artifact, request=jobs_pb2.UploadArtifactRequest,
+            response=jobs_pb2.UploadArtifactResponse, query=("sha256",), octets=True,
         ),
         Route(
             method="GET", path="/v1/cluster", operation="getCluster", rpc="GetStatus",

@@ -183,7 +183,7 @@ def _guard(policy: SitePolicy, services: Services) -> Any:
     ) -> web.StreamResponse:
         route: Route | None = getattr(handler, "api_route", None)
         try:
-            policy.check(request)
+            policy.check(request, octets=route is not None and route.octets)
         except ShardcronError as e:
             if route is not None:
                 services.refused_write(route.rpc, request, e)

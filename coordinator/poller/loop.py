@@ -170,6 +170,14 @@ class Poller:
         thread, before it writes the output to the blob store (``WorkerStreams.output_owner``)."""
         return self._streams.output_owner(link, run_id, token)
 
+    def artifact_of(
+        self, run_id: str, token: int, worker_id: str, principal: str, sha256: str
+    ) -> str | None:
+        """The run's owner when a stream of ``worker_id`` and ``principal`` holds its
+        lease under ``token`` and its job names the artifact ``sha256`` (else None):
+        asked by the ``ReadArtifact`` edge, in this loop's thread."""
+        return self._streams.artifact_of(run_id, token, worker_id, principal, sha256)
+
     def on_assignment(self, assignment: Assignment) -> asyncio.Future[None]:
         """Takes a new assignment; the future is done once it is applied and what the
         turn decided before it is written (or failed): only then may a shard taken

@@ -62,7 +62,7 @@ from shardcron.client.stream import (
     Welcome,
     WorkerEvent,
 )
-from shardcron.client.types import JobSpec, OutputChunk, RunState
+from shardcron.client.types import CommandTask, JobSpec, OutputChunk, RunState
 from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.poller.config import MAX_DEFERRED, PollerConfig
 from shardcron.coordinator.poller.end_rules import Outcome
@@ -253,6 +253,27 @@ class WorkerStreams:
         if run_id not in self._table.recent_final or ended is None:
             return None
         return ended[3] if ended[:3] == (token, book.id, book.instance_id) else None
+
+    def artifact_of(
+        self, run_id: str, token: int, worker_id: str, principal: str, sha256: str
+    ) -> str | None:
+        """The run's owner when its lease under ``token`` is held here by a stream of
+        ``worker_id`` opened by ``principal`` (or, taken over from an earlier owner and
+        not renewed here yet, was granted to ``worker_id``), and its job's command
+        names the artifact ``sha256``; else None."""
+        slot = self._table.held_slot(run_id, token)
+        if slot is None or not sha256:
+            return None
+        holder = slot.worker
+        if holder is None:
+            if slot.run.worker_id != worker_id:
+                return None
+        elif holder.id != worker_id or holder.principal != principal:
+            return None
+        task = slot.job.spec.task if slot.job is not None else None
+        if not isinstance(task, CommandTask) or task.artifact != sha256:
+            return None
+        return slot.run.owner
 
     def replay_deferred(self, turn: Turn, now: datetime) -> None:
         """Answers what was kept until every owned shard was loaded."""

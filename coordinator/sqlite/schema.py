@@ -62,6 +62,9 @@ CREATE TABLE IF NOT EXISTS run_output (
     stream TEXT NOT NULL, data BLOB NOT NULL, PRIMARY KEY (run_id, seq));
 CREATE TABLE IF NOT EXISTS shard_cursors (
     shard INTEGER PRIMARY KEY, bucket_start INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS artifact_refs (
+    owner TEXT NOT NULL, sha256 TEXT NOT NULL, job_id TEXT NOT NULL,
+    PRIMARY KEY (owner, sha256, job_id)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS store_layout (
     shard_count INTEGER NOT NULL, bucket_seconds INTEGER NOT NULL);
 INSERT INTO schema_version SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM schema_version);
@@ -96,6 +99,13 @@ SAVE_CURSOR = (
     "INSERT INTO shard_cursors (shard, bucket_start) VALUES (?, ?) ON CONFLICT(shard)"
     " DO UPDATE SET bucket_start = excluded.bucket_start"
     " WHERE excluded.bucket_start > shard_cursors.bucket_start"  # never backwards
+)
+ADD_ARTIFACT_REF = (
+    "INSERT INTO artifact_refs (owner, sha256, job_id) VALUES (?, ?, ?) ON CONFLICT DO NOTHING"
+)
+REMOVE_ARTIFACT_REF = "DELETE FROM artifact_refs WHERE owner = ? AND sha256 = ? AND job_id = ?"
+ARTIFACT_REFS = (
+    "SELECT job_id FROM artifact_refs WHERE owner = ? AND sha256 = ? ORDER BY job_id LIMIT ?"
 )
 COUNT_JOBS = "SELECT count(*) FROM jobs WHERE owner = ? AND state != 'DELETED'"
 # Retention walks every run in id order, a chunk per write transaction; no index on

@@ -23,6 +23,7 @@ from shardcron.coordinator.rows import BadRowLog, RowCodec, _dt, _spec_to_json, 
 from shardcron.coordinator.sqlite import writes
 from shardcron.coordinator.sqlite.group_commit import Conn, GroupCommitDb
 from shardcron.coordinator.sqlite.schema import (
+    ARTIFACT_REFS,
     COUNT_JOBS,
     SELECT_ACTIVE_RUNS,
     SELECT_JOB,
@@ -36,6 +37,7 @@ from shardcron.coordinator.store import (
     DEFAULT_BUCKET_SECONDS,
     DEFAULT_OUTPUT_CAP_BYTES,
     DEFAULT_SHARD_COUNT,
+    ArtifactRef,
     DueEntry,
     JobProgress,
     NewJob,
@@ -357,6 +359,20 @@ class SqliteStore:
             return
 
         await self._db.write(functools.partial(writes.save_cursors, rows), len(rows))
+
+    async def add_artifact_refs(self, refs: Sequence[ArtifactRef]) -> None:
+        rows = [(r.owner, r.sha256, r.job_id) for r in refs]
+        if rows:
+            await self._db.write(functools.partial(writes.add_artifact_refs, rows), len(rows))
+
+    async def artifact_refs(self, owner: str, sha256: str, *, limit: int = 100) -> list[str]:
+        rows = await self._all(ARTIFACT_REFS, (owner, sha256, max(0, limit)))
+        return [job_id for (job_id,) in rows]
+
+    async def remove_artifact_refs(self, refs: Sequence[ArtifactRef]) -> None:
+        rows = [(r.owner, r.sha256, r.job_id) for r in refs]
+        if rows:
+            await self._db.write(functools.partial(writes.remove_artifact_refs, rows), len(rows))
 
     async def expire_runs(self, now: datetime, *, chunk: int = 2000) -> list[tuple[str, str]]:
         retention = self.retention

@@ -18,9 +18,11 @@ from typing import Any
 from shardcron.client.errors import NotFound, VersionConflict
 from shardcron.coordinator.rows import _dt
 from shardcron.coordinator.sqlite.schema import (
+    ADD_ARTIFACT_REF,
     INSERT_DUE,
     INSERT_JOB,
     PRUNE_DUE,
+    REMOVE_ARTIFACT_REF,
     RUNS_AFTER,
     SAVE_CURSOR,
     SELECT_JOB,
@@ -108,6 +110,14 @@ def commit(runs: list[Row], due: list[Row], progress: Statements, conn: Conn) ->
 def run_statements(conn: Conn, statements: Statements) -> None:
     for sql, rows in statements:
         conn.executemany(sql, rows)
+
+
+def add_artifact_refs(rows: list[Row], conn: Conn) -> None:
+    conn.executemany(ADD_ARTIFACT_REF, rows).close()
+
+
+def remove_artifact_refs(rows: list[Row], conn: Conn) -> None:
+    conn.executemany(REMOVE_ARTIFACT_REF, rows).close()
 
 
 def save_cursors(rows: list[Row], conn: Conn) -> None:

@@ -51,7 +51,9 @@ Config (JSON): ``argv``, ``env``, ``cwd`` ("": the run's directory when it has a
 of its own, else the worker's), ``uid`` and ``gid`` (null: the worker's own user),
 ``home`` (the run's private directory: made 0700 here, or the last run's emptied and
 renamed, with ``tmp`` for ``TMPDIR`` and the secret files, given to the run's user,
-emptied and kept for the next run, or removed, at the end), ``secrets``
+emptied and kept for the next run, or removed, at the end), ``artifact`` (the path
+of an archive to unpack into ``home/work`` before the command, as its user:
+``unpack``; null: none), ``secrets``
 (files to write, 0400, in ``home/secrets``: name -> text), ``containment``
 (``hosts.Containment.describe``), ``name`` (the run's, for its directory and what the
 supervisor says), ``cage`` (the name of this supervisor's cage: the same for each of
@@ -77,6 +79,7 @@ from typing import Any
 from .cage import Limits, RunCage, Used, signal_all, write
 from .hosts import from_description
 from .run_home import SpareHome, make_home, remove_tree
+from .unpack import unpack
 
 PR_SET_CHILD_SUBREAPER = 36
 DRAIN_WAIT = 5.0  # seconds the killed processes of a run may take to be gone
@@ -265,6 +268,15 @@ class Supervisor:
             self.ctl.send("E", stage="contain", errno=e.errno or 0, error=str(e))
             self._clean_up()
             return False  # it may be in a cage it could not finish making
+        if self.config.get("artifact"):
+            try:
+                unpack(self.config["artifact"], self.home, self.uid, self.config.get("gid"))
+            except OSError as e:
+                os.close(self.out_fd)
+                os.close(self.err_fd)
+                self.ctl.send("E", stage="artifact", errno=e.errno or 0, error=e.strerror or str(e))
+                self._clean_up()
+                return self.clean
         pid, failure = self._spawn(self.config["env"])
         os.close(self.out_fd)  # the command holds them now: EOF comes when it is gone
         os.close(self.err_fd)

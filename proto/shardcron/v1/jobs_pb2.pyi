@@ -11,6 +11,26 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class UploadArtifactRequest(_message.Message):
+    __slots__ = ("size", "sha256", "data")
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    size: int
+    sha256: str
+    data: bytes
+    def __init__(self, size: _Optional[int] = ..., sha256: _Optional[str] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class UploadArtifactResponse(_message.Message):
+    __slots__ = ("sha256", "size", "stored")
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    STORED_FIELD_NUMBER: _ClassVar[int]
+    sha256: str
+    size: int
+    stored: bool
+    def __init__(self, sha256: _Optional[str] = ..., size: _Optional[int] = ..., stored: _Optional[bool] = ...) -> None: ...
+
 class CreateJobRequest(_message.Message):
     __slots__ = ("spec", "idempotency_key")
     SPEC_FIELD_NUMBER: _ClassVar[int]

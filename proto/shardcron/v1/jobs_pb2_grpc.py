@@ -130,6 +130,11 @@ class JobServiceStub:
                 request_serializer=shardcron_dot_v1_dot_jobs__pb2.OverviewRequest.SerializeToString,
                 response_deserializer=shardcron_dot_v1_dot_jobs__pb2.Overview.FromString,
                 _registered_method=True)
+        self.UploadArtifact = channel.stream_unary(
+                '/shardcron.v1.JobService/UploadArtifact',
+                request_serializer=shardcron_dot_v1_dot_jobs__pb2.UploadArtifactRequest.SerializeToString,
+                response_deserializer=shardcron_dot_v1_dot_jobs__pb2.UploadArtifactResponse.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -268,6 +273,18 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UploadArtifact(self, request_iterator, context):
+        """Stores a job's code archive (tar, optionally gzip-compressed) for the caller's
+        owner, content-addressed: the same bytes are stored once. The first message
+        carries the size (and optionally the sha256), then the bytes follow in chunks
+        of at most 1 MiB. An archive past the node's bounds, with an absolute path, a
+        `..`, a link out of its directory or a special file is refused with
+        INVALID_ARGUMENT naming the entry (field "artifact"); nothing is stored.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -365,6 +382,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.GetOverview,
                     request_deserializer=shardcron_dot_v1_dot_jobs__pb2.OverviewRequest.FromString,
                     response_serializer=shardcron_dot_v1_dot_jobs__pb2.Overview.SerializeToString,
+            ),
+            'UploadArtifact': grpc.stream_unary_rpc_method_handler(
+                    servicer.UploadArtifact,
+                    request_deserializer=shardcron_dot_v1_dot_jobs__pb2.UploadArtifactRequest.FromString,
+                    response_serializer=shardcron_dot_v1_dot_jobs__pb2.UploadArtifactResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -880,6 +902,33 @@ class JobService:
             '/shardcron.v1.JobService/GetOverview',
             shardcron_dot_v1_dot_jobs__pb2.OverviewRequest.SerializeToString,
             shardcron_dot_v1_dot_jobs__pb2.Overview.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UploadArtifact(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/shardcron.v1.JobService/UploadArtifact',
+            shardcron_dot_v1_dot_jobs__pb2.UploadArtifactRequest.SerializeToString,
+            shardcron_dot_v1_dot_jobs__pb2.UploadArtifactResponse.FromString,
             options,
             channel_credentials,
             insecure,

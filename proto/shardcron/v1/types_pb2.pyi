@@ -177,7 +177,7 @@ class Schedule(_message.Message):
     def __init__(self, kind: _Optional[_Union[ScheduleKind, str]] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., cron: _Optional[str] = ..., timezone: _Optional[str] = ..., interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., anchor: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., jitter: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., dst_gap: _Optional[_Union[DstGap, str]] = ..., dst_overlap: _Optional[_Union[DstOverlap, str]] = ...) -> None: ...
 
 class CommandTask(_message.Message):
-    __slots__ = ("argv", "env", "cwd", "secret_env")
+    __slots__ = ("argv", "env", "cwd", "secret_env", "artifact")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -196,11 +196,13 @@ class CommandTask(_message.Message):
     ENV_FIELD_NUMBER: _ClassVar[int]
     CWD_FIELD_NUMBER: _ClassVar[int]
     SECRET_ENV_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACT_FIELD_NUMBER: _ClassVar[int]
     argv: _containers.RepeatedScalarFieldContainer[str]
     env: _containers.ScalarMap[str, str]
     cwd: str
     secret_env: _containers.ScalarMap[str, str]
-    def __init__(self, argv: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., cwd: _Optional[str] = ..., secret_env: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    artifact: str
+    def __init__(self, argv: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., cwd: _Optional[str] = ..., secret_env: _Optional[_Mapping[str, str]] = ..., artifact: _Optional[str] = ...) -> None: ...
 
 class HandlerTask(_message.Message):
     __slots__ = ("name", "payload")

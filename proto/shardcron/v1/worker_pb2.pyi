@@ -11,6 +11,26 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class ReadArtifactRequest(_message.Message):
+    __slots__ = ("run_id", "fencing_token", "sha256", "worker_id")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    fencing_token: int
+    sha256: str
+    worker_id: str
+    def __init__(self, run_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., sha256: _Optional[str] = ..., worker_id: _Optional[str] = ...) -> None: ...
+
+class ArtifactChunk(_message.Message):
+    __slots__ = ("data", "size")
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    size: int
+    def __init__(self, data: _Optional[bytes] = ..., size: _Optional[int] = ...) -> None: ...
+
 class WorkerMessage(_message.Message):
     __slots__ = ("hello", "credits", "heartbeat", "started", "results", "output", "refused")
     HELLO_FIELD_NUMBER: _ClassVar[int]

@@ -39,6 +39,11 @@ class WorkerServiceStub:
                 request_serializer=shardcron_dot_v1_dot_worker__pb2.WorkerMessage.SerializeToString,
                 response_deserializer=shardcron_dot_v1_dot_worker__pb2.PollerMessage.FromString,
                 _registered_method=True)
+        self.ReadArtifact = channel.unary_stream(
+                '/shardcron.v1.WorkerService/ReadArtifact',
+                request_serializer=shardcron_dot_v1_dot_worker__pb2.ReadArtifactRequest.SerializeToString,
+                response_deserializer=shardcron_dot_v1_dot_worker__pb2.ArtifactChunk.FromString,
+                _registered_method=True)
 
 
 class WorkerServiceServicer:
@@ -50,6 +55,15 @@ class WorkerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReadArtifact(self, request, context):
+        """The code archive of a run leased to the caller (the lease held by a stream of
+        the same principal and worker id), in chunks of at most 1 MiB. NOT_FOUND unless
+        this poller holds that lease and its job names that artifact.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -57,6 +71,11 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     servicer.Connect,
                     request_deserializer=shardcron_dot_v1_dot_worker__pb2.WorkerMessage.FromString,
                     response_serializer=shardcron_dot_v1_dot_worker__pb2.PollerMessage.SerializeToString,
+            ),
+            'ReadArtifact': grpc.unary_stream_rpc_method_handler(
+                    servicer.ReadArtifact,
+                    request_deserializer=shardcron_dot_v1_dot_worker__pb2.ReadArtifactRequest.FromString,
+                    response_serializer=shardcron_dot_v1_dot_worker__pb2.ArtifactChunk.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -86,6 +105,33 @@ class WorkerService:
             '/shardcron.v1.WorkerService/Connect',
             shardcron_dot_v1_dot_worker__pb2.WorkerMessage.SerializeToString,
             shardcron_dot_v1_dot_worker__pb2.PollerMessage.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadArtifact(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/shardcron.v1.WorkerService/ReadArtifact',
+            shardcron_dot_v1_dot_worker__pb2.ReadArtifactRequest.SerializeToString,
+            shardcron_dot_v1_dot_worker__pb2.ArtifactChunk.FromString,
             options,
             channel_credentials,
             insecure,
