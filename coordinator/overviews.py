@@ -14,20 +14,24 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from shardcron.client.overview import Overview, OverviewWindow, merge, window_starts
+from shardcron.client.overview import Overview, OverviewPart, OverviewWindow, merge, window_starts
 from shardcron.client.types import JobState, RunState
 from shardcron.coordinator.store import JobStore
 
-if TYPE_CHECKING:
-    from shardcron.coordinator.api import PollerLink
+
+class OverviewParts(Protocol):
+    """What the overview needs of the api's ``PollerLink``: every poller's part."""
+
+    async def overview_parts(self, owner: str, window: OverviewWindow) -> list[OverviewPart]: ...
+
 
 _STREAK_STATES = (RunState.FAILED, RunState.TIMED_OUT)  # the runs a job's streak counts
 
 
 async def read_overview(
-    link: PollerLink, store: JobStore, owner: str, window: OverviewWindow, now: datetime
+    link: OverviewParts, store: JobStore, owner: str, window: OverviewWindow, now: datetime
 ) -> Overview:
     """``owner``'s overview over ``window``, its buckets ending with ``now``'s."""
     parts = await link.overview_parts(owner, window)
