@@ -439,12 +439,12 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
     async def _upload(
         self, owner: str, requests: AsyncIterator[jobs_pb2.UploadArtifactRequest]
     ) -> jobs_pb2.UploadArtifactResponse:
+        first = await anext(aiter(requests), None)  # bad bytes: INVALID_ARGUMENT first
+        if first is None:
+            raise InvalidArgument("size", "required: the first message says the size")
         artifacts = self.api.artifacts
         if artifacts is None:
             raise FailedPrecondition("this node keeps no blob store: no artifacts")
-        first = await anext(aiter(requests), None)
-        if first is None:
-            raise InvalidArgument("size", "required: the first message says the size")
 
         async def chunks() -> AsyncIterator[bytes]:
             if first.data:
