@@ -25,13 +25,15 @@ from datetime import datetime, timedelta
 
 from shardcron.client.dataclass_copies import copy_with
 from shardcron.client.saturating import saturating_add
-from shardcron.client.types import Job, JobState, RunReason, RunState
+from shardcron.client.types import Job, JobState, LateReason, RunLateness, RunReason, RunState
 from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.poller.clock import Clock
 from shardcron.coordinator.poller.config import JOB_ROW_GRACE, JOB_ROW_RETRY, PollerConfig
 from shardcron.coordinator.poller.end_rules import Outcome, completed_by_fire
 from shardcron.coordinator.poller.ends import Ends
 from shardcron.coordinator.poller.fires import on_fire_due, retry_misfired
+from shardcron.coordinator.poller.lateness import LateCut, late_after, missed, skipped
+from shardcron.coordinator.poller.lateness import behind as behind_since
 from shardcron.coordinator.poller.overlap import waits_for_instant
 from shardcron.coordinator.poller.placement import past_deadline
 from shardcron.coordinator.poller.table import RunTable, Slot
@@ -55,6 +57,7 @@ class Due:
         self._metrics = metrics
         self._clock = clock  # monotonic only: how old a job copy is
         self._shard_count = shard_count
+        self.late = LateCut(late_after(config.lease_lead))
 
     def take(self, now: datetime, lead: timedelta) -> list[Slot]:
         """Runs due by ``now`` + ``lead`` (more for a crowded instant), at most a batch,
@@ -87,6 +90,8 @@ class Due:
     def trigger(self, slot: Slot, now: datetime, turn: Turn) -> None:
         """A run comes due with its job as last read (None: no job row)."""
         run, ends = slot.run, self._ends
+        if slot.waits is None and self.late.late(run.due_at, now):
+            slot.waits = behind_since(run.due_at)  # the poller came to it late
         job = self._table.trigger(slot)
         if job is None and now - run.created_at < JOB_ROW_GRACE:
             # A store that writes a create in steps (Cassandra: runs, due rows, then the
@@ -130,10 +135,12 @@ class Due:
             self._table.drop(slot, "its job is paused")
             return
         if retry_misfired(job, run, now=now, grace=self._config.misfire_grace):
-            ends.end(slot, _ended(RunState.SKIPPED, RunReason.MISFIRE), turn, now)
+            text = f"misfire policy {job.spec.misfire.value}: a retry due after a later fire"
+            late = skipped(LateReason.MISFIRE, text)
+            ends.end(slot, _ended(RunState.SKIPPED, RunReason.MISFIRE, late), turn, now)
             return
         if past_deadline(job, run, now):
-            ends.end(slot, _ended(RunState.MISSED, RunReason.DEADLINE), turn, now)
+            ends.end(slot, missed_deadline(slot, now), turn, now)
             return
         ends.overlap.admit(slot, fresh, turn, now)
 
@@ -186,8 +193,15 @@ class Due:
         """Runs waiting to start past their starting deadline are MISSED."""
         for slot in self._table.missed(now):
             with self._ends.isolated(slot, turn, now, where="deadline"):
-                self._ends.end(slot, _ended(RunState.MISSED, RunReason.DEADLINE), turn, now)
+                self._ends.end(slot, missed_deadline(slot, now), turn, now)
 
 
-def _ended(state: RunState, reason: RunReason) -> Outcome:
-    return Outcome(state=state, reason=reason)
+def missed_deadline(slot: Slot, now: datetime) -> Outcome:
+    """A run past its starting deadline is MISSED, saying what it waited for."""
+    deadline = slot.job.spec.starting_deadline if slot.job is not None else None
+    late = missed(slot.waits, deadline, now)
+    return Outcome(state=RunState.MISSED, reason=RunReason.DEADLINE, lateness=late)
+
+
+def _ended(state: RunState, reason: RunReason, lateness: RunLateness | None = None) -> Outcome:
+    return Outcome(state=state, reason=reason, lateness=lateness)
