@@ -288,6 +288,27 @@ async def test_a_run_held_by_its_jobs_concurrency_limit_says_so(
     assert "concurrency limit: 2 runs of its job going for 2.0 s" in lateness.text
 
 
+async def test_a_run_held_back_by_a_pause_says_it_was_paused_once_resumed(
+    sqlite_store: SqliteStore, poller: Poller, clock: FakeClock
+) -> None:
+    """A one-off run of a paused job waits in the store; resumed, it is leased late,
+    and says it was paused, not that the poller was behind."""
+    link = connect(poller, "w", waits=False)
+    job = make_job(state=JobState.PAUSED)
+    run = run_of(job, clock.now())
+    await hold(sqlite_store, poller, job, run)
+    await turns_until(lambda: poller.phase_of(run.id) is None, poller)  # dropped: paused
+    assert link.granted(run.id) is None
+    await wait_seconds(poller, clock, 5)
+    resumed = dataclasses.replace(job, state=JobState.ACTIVE, version=2, updated_at=clock.now())
+    await sqlite_store.update_job(resumed, expected_version=1, due=[run])
+    poller.runs_created([run], [resumed])  # ResumeJob indexes it again
+    lateness = (await leased_record(sqlite_store, poller, link, run)).lateness
+    assert lateness is not None
+    assert lateness.reason == LateReason.PAUSED
+    assert lateness.text == "leased 5.0 s after its due time: paused for 5.0 s"
+
+
 # --- skipped or missed ---------------------------------------------------------------------
 
 

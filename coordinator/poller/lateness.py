@@ -12,7 +12,9 @@ record of the run (a copy keeps it), never in a write of its own.
 summed by code in the run's slot (``Slot.waits``), from the rules that see them:
 
 - the poller came to it late (``Due.trigger`` past the cut-off): the time from its
-  due instant, ``POLLER_BEHIND``;
+  due instant, ``POLLER_BEHIND``; ``PAUSED`` instead for a run of a job that held
+  runs back in the store while paused, until one of its runs comes on time (the
+  poller remembers such jobs, a bounded number, not across a restart);
 - its job's limit queued it, its overlap policy held it back (``Overlap.admit``):
   ``CONCURRENCY_LIMIT`` or ``OVERLAP``, until it is admitted;
 - it is ready and no worker takes it: once a second, with the waiting-runs gauge
@@ -149,6 +151,8 @@ def behind(due_at: datetime) -> Waits:
 def _said(code: LateReason, text: str, seconds: float) -> str:
     if code is LateReason.POLLER_BEHIND:
         return f"poller behind by {seconds:.1f} s"
+    if code is LateReason.PAUSED:
+        return f"paused for {seconds:.1f} s"
     return f"{text} for {seconds:.1f} s"
 
 
