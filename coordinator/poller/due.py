@@ -32,8 +32,14 @@ from shardcron.coordinator.poller.config import JOB_ROW_GRACE, JOB_ROW_RETRY, Po
 from shardcron.coordinator.poller.end_rules import Outcome, completed_by_fire
 from shardcron.coordinator.poller.ends import Ends
 from shardcron.coordinator.poller.fires import on_fire_due, retry_misfired
-from shardcron.coordinator.poller.lateness import LateCut, Waits, late_after, missed, skipped
-from shardcron.coordinator.poller.lateness import behind as behind_since
+from shardcron.coordinator.poller.lateness import (
+    LateCut,
+    Waits,
+    behind_since,
+    late_after,
+    missed,
+    skipped,
+)
 from shardcron.coordinator.poller.overlap import waits_for_instant
 from shardcron.coordinator.poller.placement import past_deadline
 from shardcron.coordinator.poller.table import RunTable, Slot

@@ -80,10 +80,6 @@ class LateCut:
         self._now: datetime | None = None
         self._cut: datetime | None = None
 
-    @property
-    def after(self) -> timedelta:
-        return self._after
-
     def before(self, now: datetime) -> datetime:
         if now is not self._now:
             self._now, self._cut = now, now - self._after
@@ -143,7 +139,7 @@ class Waits:
         self.texts[code] = self.text
 
 
-def behind(due_at: datetime) -> Waits:
+def behind_since(due_at: datetime) -> Waits:
     """The waits of a run the poller came to late: behind since its due instant."""
     return Waits(due_at, LateReason.POLLER_BEHIND, "the poller came to it late")
 

@@ -38,7 +38,6 @@ from shardcron.client.types import (
     LateReason,
     OverlapPolicy,
     Run,
-    RunLateness,
     RunReason,
     RunState,
 )
@@ -208,5 +207,5 @@ _HELD_BACK = "overlap: waiting to learn whether a run taken over from another po
 
 def _overlap_skip(job: Job, admitted: Collection[Slot]) -> Outcome:
     text = f"overlap: {_previous(admitted)} still running ({job.spec.concurrency.overlap.value})"
-    late: RunLateness = skipped(LateReason.OVERLAP, text)
+    late = skipped(LateReason.OVERLAP, text)
     return Outcome(state=RunState.SKIPPED, reason=RunReason.OVERLAP, lateness=late)
