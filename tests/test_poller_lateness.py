@@ -36,12 +36,16 @@ from shardcron.coordinator.poller.events import WorkerConnected, WorkerMessage
 from shardcron.coordinator.poller.lateness import (
     LATE_AFTER,
     TEXT_LIMIT,
+    Waits,
     from_wait,
     late_after,
+    leased,
 )
 from shardcron.coordinator.poller.placement import WaitReason
 from shardcron.coordinator.sqlite.store import SqliteStore
 from shardcron.coordinator.store import NewJob
+from tests.support.held_runs import T0, Held, worker
+from tests.support.held_runs import job as held_job
 from tests.support.pollers import (
     SHARDS,
     FakeClock,
@@ -138,6 +142,41 @@ def test_late_means_past_a_second_or_the_lease_lead_whichever_is_longer() -> Non
 @pytest.mark.parametrize("reason", list(WaitReason))
 def test_every_reason_a_ready_run_waits_for_has_its_code(reason: WaitReason) -> None:
     assert from_wait(reason).name == reason.name
+
+
+def test_the_wait_met_the_longest_names_the_lateness_with_its_last_words() -> None:
+    waits = Waits(T0)
+    waits.seen(LateReason.NO_WORKER_FOR_HANDLER, "no connected worker serves handler x", T0 + S)
+    waits.note(LateReason.NO_FREE_SLOT, "waiting for a free slot", T0 + 3 * S)
+    waits.note(LateReason.NO_WORKER_FOR_HANDLER, "no connected worker serves handler y", T0 + 8 * S)
+    late = leased(waits, T0, T0 + 9 * S)
+    # 3 s then 1 s without a worker for the handler, 5 s without a free slot between
+    assert (late.reason, late.waited) == (LateReason.NO_FREE_SLOT, 5 * S)
+    assert late.text == "leased 9.0 s after its due time: waiting for a free slot for 5.0 s"
+    waits.note(LateReason.NO_WORKER_FOR_HANDLER, "no connected worker serves handler y", T0 + 9 * S)
+    again = leased(waits, T0, T0 + 12 * S)  # refused, then no worker for 3 s more
+    assert again.reason == LateReason.NO_WORKER_FOR_HANDLER
+    assert again.text.endswith("no connected worker serves handler y for 7.0 s")
+
+
+def test_a_lateness_text_is_bounded_whatever_the_labels() -> None:
+    waits = Waits(T0, LateReason.NO_WORKER_WITH_LABELS, "no worker has label " + "k=v, " * 100)
+    late = leased(waits, T0, T0 + 2 * S)
+    assert len(late.text) == TEXT_LIMIT and late.text.endswith("...")
+
+
+def test_runs_placed_on_time_keep_no_waits_and_record_nothing() -> None:
+    """The common path: nothing is made for a run on time."""
+    h = Held()
+    jobs = [held_job(f"j{i}") for i in range(50)]
+    slots = [h.slot(j) for j in jobs]
+    for j in jobs:
+        h.table.cache_job(j)
+    for s in h.table.take_due(T0, T0, 100, to_instant=lambda s: False):
+        h.due_rules.trigger(s, T0 + LATE_AFTER, h.turn)  # exactly at the cut-off: on time
+    h.leasing.dispatch([worker(slots=100)], T0 + LATE_AFTER, h.turn)
+    assert all(s.waits is None and s.run.lateness is None for s in slots)
+    assert len(h.turn.runs) == 50
 
 
 # --- on time ------------------------------------------------------------------------------
