@@ -232,6 +232,9 @@ async def test_a_run_whose_workers_are_full_waited_for_a_free_slot(
     assert lateness.reason == LateReason.NO_FREE_SLOT
     assert lateness.text == ("leased 4.0 s after its due time: waiting for a free slot for 4.0 s")
     assert lateness.waited == 4 * S
+    counted = poller.metrics.registry.get_sample_value
+    assert counted("shardcron_runs_late_total", {"reason": "NO_FREE_SLOT"}) == 1
+    assert counted("shardcron_runs_late_total", {"reason": "POLLER_BEHIND"}) is None
     # the record the run ends with keeps it
     finish(poller, link, late, clock)
     ended = await final_record(sqlite_store, poller, late)

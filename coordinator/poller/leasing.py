@@ -104,8 +104,10 @@ class Leasing:
             if (fault := unopenable(self._config, slot.job)) is not None:
                 ends.fault(slot, fault, turn, now, where="secrets")  # never to a worker
                 continue
-            due = slot.run.due_at
-            late = leased(slot.waits, due, now) if cut.late(due, now) else None
+            due, late = slot.run.due_at, None
+            if cut.late(due, now):
+                late = leased(slot.waits, due, now)
+                self._metrics.runs_late.labels(reason=late.reason.value).inc()
             run = self._table.lease(slot, worker, now, late)
             turn.runs[run.id] = run
             turn.leases.append(slot)
