@@ -41,8 +41,9 @@ from shardcron.coordinator.poller.turn import Turn
 from shardcron.coordinator.poller.workers import WorkerBook
 
 WAITING_GAUGE_EVERY = 1.0  # seconds between counts of the runs waiting, by reason
-# ready runs past their due instant told what they wait for, per class and count: the
-# earliest due (a backlog's later runs are told at the next counts, as earlier ones go)
+# ready runs past their due instant told what they wait for, per class and count (a
+# bound on the count's work; a run of a larger backlog never told says, when leased
+# late, that it waited for a worker)
 SEEN_PER_CLASS = 10_000
 
 

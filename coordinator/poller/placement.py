@@ -280,8 +280,8 @@ class ReadyRuns:
         return iter(self._classes.values())
 
     def past_due(self, cls: _Class, now: datetime, limit: int) -> list[str]:
-        """The class's runs due before ``now``, at most ``limit`` (the earliest of each
-        lane first), left in."""
+        """The class's runs due by ``now``, left in: at most ``limit`` of them (which
+        ones, of more, is the lanes' heap order's: not the earliest)."""
         out: list[str] = []
         for owners in cls.lanes.values():
             for lane in owners.values():
