@@ -30,6 +30,7 @@ __all__ = [
     "JobHealthRun",
     "JobSpec",
     "JobState",
+    "LateReason",
     "MisfirePolicy",
     "OutputChunk",
     "OverlapPolicy",
@@ -37,6 +38,7 @@ __all__ = [
     "Resources",
     "RetryPolicy",
     "Run",
+    "RunLateness",
     "RunReason",
     "RunState",
     "Schedule",
@@ -148,6 +150,38 @@ class RunReason(StrEnum):
     SUPERSEDED = "SUPERSEDED"  # cancelled: the job's schedule changed before this fire ran
     INTERNAL_ERROR = "INTERNAL_ERROR"  # failed: the scheduler failed handling it (see error)
     OOM_KILLED = "OOM_KILLED"  # failed: killed at its memory limit (the error names it)
+
+
+class LateReason(StrEnum):
+    """What a run that was leased late, skipped or missed waited for the longest (the
+    machine-readable code of its ``RunLateness``)."""
+
+    NONE = ""
+    POLLER_BEHIND = "POLLER_BEHIND"  # the poller came to it late (busy, down, catching up)
+    NO_WORKER_FOR_OWNER = "NO_WORKER_FOR_OWNER"  # no connected worker's pool takes its owner
+    NO_WORKER_FOR_HANDLER = "NO_WORKER_FOR_HANDLER"
+    NO_WORKER_FOR_COMMANDS = "NO_WORKER_FOR_COMMANDS"
+    NO_WORKER_WITH_LABELS = "NO_WORKER_WITH_LABELS"
+    NO_CAPACITY = "NO_CAPACITY"  # no worker big enough, or none with the cpu/memory free
+    NO_FREE_SLOT = "NO_FREE_SLOT"  # the workers that fit it were full
+    CONCURRENCY_LIMIT = "CONCURRENCY_LIMIT"  # its job's max_concurrent runs were going
+    OVERLAP = "OVERLAP"  # its job's overlap policy held it or skipped it
+    PAUSED = "PAUSED"  # its job was paused
+    MISFIRE = "MISFIRE"  # its misfire policy dropped it
+    DEADLINE = "DEADLINE"  # its starting deadline passed
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunLateness:
+    """Why a run was leased more than the poller's lateness threshold after its due
+    instant, or was skipped or missed: the ``reason`` it waited for the longest and
+    for how long (``waited``), and ``text`` for a person, at most 200 characters
+    ("waiting for a free slot for 12.0 s", "paused", "overlap: a run of the job was
+    still running (FORBID)")."""
+
+    reason: LateReason
+    text: str
+    waited: timedelta = timedelta(0)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -396,6 +430,8 @@ class Run:
     # never stored (stores neither write nor read it).
     waiting_reason: str = ""
     usage: RunUsage | None = None  # what its command used; None: no command ran
+    # why it was leased late, skipped or missed; None: on time, or not decided yet
+    lateness: RunLateness | None = None
 
     @property
     def is_final(self) -> bool:

@@ -63,6 +63,14 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.runs_late = Counter(
+            "shardcron_runs_late_total",
+            "Runs leased more than max(1 s, the lease lead) after their due time, by what "
+            "they waited for the longest: POLLER_BEHIND, NO_WORKER_*, NO_CAPACITY, "
+            "NO_FREE_SLOT, CONCURRENCY_LIMIT, OVERLAP, PAUSED",
+            ["reason"],
+            registry=r,
+        )
         self.long_calls = Gauge(
             "shardcron_long_calls_open",
             "Long calls open on this node, by kind: max_follows (output follows), max_waits "

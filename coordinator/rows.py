@@ -27,7 +27,17 @@ from enum import Enum
 from typing import Any, TypeVar
 
 from shardcron.client.errors import FailedPrecondition
-from shardcron.client.types import Job, JobSpec, JobState, Run, RunReason, RunState, RunUsage
+from shardcron.client.types import (
+    Job,
+    JobSpec,
+    JobState,
+    LateReason,
+    Run,
+    RunLateness,
+    RunReason,
+    RunState,
+    RunUsage,
+)
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -155,7 +165,8 @@ _RUN_COLS = (
     "id, job_id, owner, shard, state, dead_letter, due_at, fire_key, fire_at, attempt,"
     " priority, worker_id, lease_token, lease_expires_at, created_at, started_at, ended_at,"
     " exit_code, reason, error, output_bytes, replayed_from, schedule_version,"
-    " peak_memory_bytes, cpu_micros, limits_enforced"
+    " peak_memory_bytes, cpu_micros, limits_enforced,"
+    " late_reason, late_text, late_waited_micros"
 )
 _RUN_COL_COUNT = _RUN_COLS.count(",") + 1
 
@@ -211,13 +222,14 @@ class RowCodec:
 
     def run_row(self, r: Run) -> tuple[Any, ...]:
         # ``_time`` written out: a run row is written at each of a run's state changes
-        null, lease, created, started, ended, used = (
+        null, lease, created, started, ended, used, late = (
             self.null,
             r.lease_expires_at,
             r.created_at,
             r.started_at,
             r.ended_at,
             r.usage,
+            r.lateness,
         )
         return (
             r.id, r.job_id, r.owner, r.shard, str(r.state), bool(r.dead_letter),
@@ -229,6 +241,8 @@ class RowCodec:
             null if used is None else used.peak_memory_bytes,
             null if used is None else round(used.cpu_seconds * 1e6),
             used is not None and used.limits_enforced,
+            "" if late is None else str(late.reason), "" if late is None else late.text,
+            null if late is None else late.waited // _US,
         )  # fmt: skip
 
     def row_run(self, r: Sequence[Any]) -> Run:
@@ -244,8 +258,20 @@ class RowCodec:
             lease_expires_at=t(r[13]), created_at=t(r[14]), started_at=t(r[15]),
             ended_at=t(r[16]), exit_code=self._opt(r[17]), reason=RunReason(r[18]),
             error=r[19], output_bytes=r[20], replayed_from=r[21], schedule_version=r[22],
-            usage=self._usage(r[23], r[24], r[25]),
+            usage=self._usage(r[23], r[24], r[25]), lateness=self._lateness(r[26], r[27], r[28]),
         )  # fmt: skip
+
+    def _lateness(self, reason: Any, text: Any, waited_micros: Any) -> RunLateness | None:
+        """A run's lateness from its three columns; none where the reason is empty or
+        null (a run on time, or written before the columns existed)."""
+        if not reason:
+            return None
+        waited = self._opt(waited_micros)
+        return RunLateness(
+            reason=LateReason(reason),
+            text=text or "",
+            waited=timedelta(0, 0, waited or 0),
+        )
 
     def _usage(self, peak: Any, cpu_micros: Any, enforced: Any) -> RunUsage | None:
         """A run's usage from its three columns; none where ``peak`` is null (a handler

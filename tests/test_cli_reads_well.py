@@ -21,8 +21,10 @@ from shardcron.client.types import (
     JobHealth,
     JobHealthRun,
     JobState,
+    LateReason,
     Page,
     Run,
+    RunLateness,
     RunReason,
     RunState,
     RunUsage,
@@ -275,6 +277,34 @@ def test_run_get_shows_what_its_command_used_and_whether_limits_held() -> None:
     )
     handler = ran("run-1", RunState.SUCCEEDED)
     assert "used           -\n" in invoke(["run", "get", "run-1"], obj=Runs([handler])).stdout
+
+
+def test_run_get_and_list_say_why_a_run_was_late_skipped_or_missed() -> None:
+    slow = RunLateness(
+        reason=LateReason.NO_FREE_SLOT,
+        text="leased 4.0 s after its due time: waiting for a free slot for 4.0 s",
+        waited=timedelta(seconds=4),
+    )
+    late = ran("run-3", RunState.SUCCEEDED, lateness=slow)
+    paused = ran(
+        "run-2", RunState.SKIPPED, reason=RunReason.PAUSED,
+        lateness=RunLateness(reason=LateReason.PAUSED, text="paused"),
+    )  # fmt: skip
+    missed = ran(
+        "run-1", RunState.MISSED, reason=RunReason.DEADLINE,
+        lateness=RunLateness(reason=LateReason.NO_WORKER_WITH_LABELS, text="its deadline..."),
+    )  # fmt: skip
+    out = invoke(["run", "get", "run-3"], obj=Runs([late])).stdout
+    assert (
+        "late           leased 4.0 s after its due time: waiting for a free slot for 4.0 s"
+        " [NO_FREE_SLOT]\n"
+    ) in out
+    on_time = ran("run-3", RunState.SUCCEEDED)
+    assert "late           -\n" in invoke(["run", "get", "run-3"], obj=Runs([on_time])).stdout
+    lines = invoke(["run", "list", "job-1"], obj=Runs([late, paused, missed])).stdout.splitlines()
+    assert lines[1].endswith("late: NO_FREE_SLOT")
+    assert lines[2].endswith(" PAUSED")  # the reason says it already
+    assert lines[3].endswith("DEADLINE, late: NO_WORKER_WITH_LABELS")
 
 
 # --------------------------------------------------------------------------- jobs

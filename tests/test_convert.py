@@ -39,12 +39,14 @@ from shardcron.client.types import (
     Job,
     JobSpec,
     JobState,
+    LateReason,
     MisfirePolicy,
     OutputChunk,
     OverlapPolicy,
     Resources,
     RetryPolicy,
     Run,
+    RunLateness,
     RunReason,
     RunState,
     Schedule,
@@ -135,6 +137,11 @@ def full_run() -> Run:
         dead_letter=True,
         schedule_version=7,
         waiting_reason="no connected worker serves handler resize",
+        lateness=RunLateness(
+            reason=LateReason.NO_WORKER_WITH_LABELS,
+            text="leased 31.0 s after its due time: no worker has label gpu=a100 for 30.5 s",
+            waited=timedelta(seconds=30, microseconds=500_000),
+        ),
     )
 
 
@@ -292,6 +299,7 @@ ENUMS: list[tuple[ProtoEnum, object, str]] = [
     (codec_common.JOB_STATE, types_pb2.JobState, "JOB_STATE_"),
     (codec_common.RUN_STATE, types_pb2.RunState, "RUN_STATE_"),
     (codec_common.RUN_REASON, types_pb2.RunReason, "RUN_REASON_"),
+    (codec_common.LATE_REASON, types_pb2.LateReason, "LATE_REASON_"),
 ]
 
 
@@ -382,6 +390,7 @@ def test_run_unset_optional_fields() -> None:
     assert run.exit_code is None
     assert run.started_at is run.ended_at is run.lease_expires_at is run.created_at is None
     assert run.attempt == 1
+    assert run.lateness is None
 
 
 def test_output_chunk_and_cluster_defaults() -> None:

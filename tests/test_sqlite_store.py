@@ -62,6 +62,37 @@ async def test_a_file_made_before_runs_recorded_usage_gets_the_columns_on_open(
         await reopened.close()
 
 
+async def test_a_file_made_before_runs_recorded_lateness_gets_the_columns_on_open(
+    tmp_path: Path,
+) -> None:
+    """The lateness columns came after files were made: opening such a file adds them;
+    its runs read with no lateness, and new ones keep theirs."""
+    from shardcron.client.types import LateReason, RunLateness, RunState
+    from shardcron.coordinator.store import NewJob
+
+    path = tmp_path / "old.db"
+    store = SqliteStore(path, **CONTRACT_CONFIG)
+    await store.open()
+    job = make_job()
+    old = make_run(job, state=RunState.SUCCEEDED)
+    await store.create_jobs([NewJob(job=job, runs=[old])])
+    await store.close()
+    with sqlite3.connect(path) as conn:  # the runs table as files had it then
+        for column in ("late_reason", "late_text", "late_waited_micros"):
+            conn.execute(f"ALTER TABLE runs DROP COLUMN {column}")
+
+    reopened = SqliteStore(path, **CONTRACT_CONFIG)
+    await reopened.open()
+    try:
+        assert (await reopened.get_run(job.owner, old.id)).lateness is None
+        paused = RunLateness(reason=LateReason.PAUSED, text="paused")
+        late = make_run(job, attempt=2, state=RunState.SKIPPED, lateness=paused)
+        await reopened.commit(runs=[late])
+        assert (await reopened.get_run(job.owner, late.id)).lateness == paused
+    finally:
+        await reopened.close()
+
+
 async def test_sqlite_group_commit_shares_transactions(tmp_path: Path) -> None:
     import asyncio
 

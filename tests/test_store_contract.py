@@ -31,8 +31,10 @@ from shardcron.client.types import (
     Job,
     JobSpec,
     JobState,
+    LateReason,
     OutputChunk,
     Run,
+    RunLateness,
     RunReason,
     RunState,
     RunUsage,
@@ -216,6 +218,31 @@ async def test_run_round_trips_every_field(store: JobStore) -> None:
     await store.commit(runs=[measured, unmeasured])
     assert await store.get_run(ALICE, measured.id) == measured
     assert await store.get_run(ALICE, unmeasured.id) == unmeasured
+
+
+async def test_a_runs_lateness_round_trips_with_its_lease_and_its_end(store: JobStore) -> None:
+    """Why a run was late rides on the records the poller writes anyway: it is kept as
+    written on the LEASED record, on the final one after it, and a run on time has none."""
+    job = await create(store, make_job())
+    late = RunLateness(
+        reason=LateReason.NO_WORKER_WITH_LABELS,
+        text="no worker has label gpu=a100 for 12.5 s",
+        waited=timedelta(seconds=12, microseconds=500_001),
+    )
+    leased = make_run(job, state=RunState.LEASED, worker_id="w-1", lease_token=5, lateness=late)
+    await store.commit(runs=[leased])
+    assert (await store.get_run(ALICE, leased.id)).lateness == late
+    ended = dataclasses.replace(leased, state=RunState.SUCCEEDED, ended_at=T0 + S)
+    skipped = make_run(
+        job, attempt=2, state=RunState.SKIPPED, reason=RunReason.PAUSED,
+        lateness=RunLateness(reason=LateReason.PAUSED, text="paused"),
+    )  # fmt: skip
+    on_time = make_run(job, attempt=3, state=RunState.SUCCEEDED)
+    await store.commit(runs=[ended, skipped, on_time])
+    assert await store.get_run(ALICE, leased.id) == ended
+    assert (await store.get_runs([skipped.id]))[skipped.id] == skipped
+    assert ended in (await store.list_runs(ALICE, job.id)).items
+    assert (await store.get_run(ALICE, on_time.id)).lateness is None
 
 
 async def test_a_runs_waiting_reason_is_never_stored(store: JobStore) -> None:

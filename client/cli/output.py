@@ -32,6 +32,7 @@ from shardcron.client.types import (
     Fire,
     Job,
     Run,
+    RunLateness,
     RunState,
     RunUsage,
     Schedule,
@@ -283,6 +284,7 @@ def print_run(run: Run, tv: TimeView) -> None:
         ("state", run.state.value),
         ("reason", run.reason.value or "-"),
         ("waiting", run.waiting_reason or "-"),
+        ("late", lateness_text(run.lateness)),
         ("error", run.error or "-"),
         ("attempt", run.attempt),
         ("fire", f"{at(run.fire_at)} ({run.fire_key})"),
@@ -304,6 +306,25 @@ def print_run(run: Run, tv: TimeView) -> None:
         ("dead letter", "yes" if run.dead_letter else "no"),
     ]
     print_fields(pairs)
+
+
+def lateness_text(lateness: RunLateness | None) -> str:
+    """Why a run was leased late, skipped or missed, as ``run get`` shows it: the
+    poller's words, then its code."""
+    if lateness is None:
+        return "-"
+    return f"{lateness.text} [{lateness.reason.value}]"
+
+
+def _reason_cell(run: Run) -> str:
+    """``run list``'s REASON: the run's reason (or why it waits, or its error), and
+    ``late: CODE`` when it was late for a reason the first does not say already."""
+    said = run.reason.value or run.waiting_reason or run.error
+    late = run.lateness
+    if late is None or late.reason.value == said:
+        return said or "-"
+    marker = f"late: {late.reason.value}"
+    return f"{said}, {marker}" if said else marker
 
 
 def usage_text(usage: RunUsage | None) -> str:
@@ -337,7 +358,7 @@ def print_runs(runs: Sequence[Run], tv: TimeView) -> None:
                 tv.precise(r.started_at, day_of=r.fire_at),
                 took(r.started_at, r.ended_at),
                 "-" if r.exit_code is None else r.exit_code,
-                r.reason.value or r.waiting_reason or r.error or "-",
+                _reason_cell(r),
             )
             for r in runs
         ),

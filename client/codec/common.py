@@ -28,8 +28,10 @@ from shardcron.client.types import (
     DstGap,
     DstOverlap,
     JobState,
+    LateReason,
     MisfirePolicy,
     OverlapPolicy,
+    RunLateness,
     RunReason,
     RunState,
     RunUsage,
@@ -201,6 +203,24 @@ def usage_from_proto(msg: Any, path: str) -> RunUsage | None:
     )
 
 
+def lateness_to_proto(lateness: RunLateness) -> types_pb2.RunLateness:
+    msg = types_pb2.RunLateness(reason=LATE_REASON.to_proto(lateness.reason), text=lateness.text)
+    set_duration(msg, "waited", lateness.waited)
+    return msg
+
+
+def lateness_from_proto(msg: Any, path: str) -> RunLateness | None:
+    """The ``lateness`` of a run (``path`` names the run), None when unset."""
+    if not msg.HasField("lateness"):
+        return None
+    late, where = msg.lateness, f"{path}.lateness"
+    return RunLateness(
+        reason=LATE_REASON.from_proto(late.reason, f"{where}.reason", LateReason.NONE),
+        text=late.text,
+        waited=get_duration(late, "waited", where, timedelta(0)) or timedelta(0),
+    )
+
+
 def required_text(value: str, path: str) -> str:
     if not value:
         raise InvalidArgument(path, "required")
@@ -273,3 +293,4 @@ MISFIRE_POLICY = ProtoEnum(
 JOB_STATE = ProtoEnum(JobState, types_pb2.JobState, "JOB_STATE_")
 RUN_STATE = ProtoEnum(RunState, types_pb2.RunState, "RUN_STATE_")
 RUN_REASON = ProtoEnum(RunReason, types_pb2.RunReason, "RUN_REASON_")  # UNSPECIFIED is NONE
+LATE_REASON = ProtoEnum(LateReason, types_pb2.LateReason, "LATE_REASON_")  # UNSPECIFIED is NONE

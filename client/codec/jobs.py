@@ -31,6 +31,8 @@ from shardcron.client.codec.common import (
     get_duration,
     get_required_time,
     get_time,
+    lateness_from_proto,
+    lateness_to_proto,
     non_negative,
     set_duration,
     set_time,
@@ -475,6 +477,8 @@ def run_to_proto(run: Run) -> types_pb2.Run:
     set_time(msg, "ended_at", run.ended_at)
     if run.usage is not None:
         msg.usage.CopyFrom(usage_to_proto(run.usage))
+    if run.lateness is not None:
+        msg.lateness.CopyFrom(lateness_to_proto(run.lateness))
     return msg
 
 
@@ -505,6 +509,7 @@ def run_from_proto(msg: types_pb2.Run, field: str = "run") -> Run:
         schedule_version=msg.schedule_version,
         waiting_reason=msg.waiting_reason,
         usage=usage_from_proto(msg, field),
+        lateness=lateness_from_proto(msg, field),
     )
 
 

@@ -25,17 +25,27 @@ from datetime import datetime, timedelta
 
 from shardcron.client.dataclass_copies import copy_with
 from shardcron.client.saturating import saturating_add
-from shardcron.client.types import Job, JobState, RunReason, RunState
+from shardcron.client.types import Job, JobState, LateReason, RunLateness, RunReason, RunState
 from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.poller.clock import Clock
 from shardcron.coordinator.poller.config import JOB_ROW_GRACE, JOB_ROW_RETRY, PollerConfig
 from shardcron.coordinator.poller.end_rules import Outcome, completed_by_fire
 from shardcron.coordinator.poller.ends import Ends
 from shardcron.coordinator.poller.fires import on_fire_due, retry_misfired
+from shardcron.coordinator.poller.lateness import (
+    LateCut,
+    Waits,
+    behind_since,
+    late_after,
+    missed,
+    skipped,
+)
 from shardcron.coordinator.poller.overlap import waits_for_instant
 from shardcron.coordinator.poller.placement import past_deadline
 from shardcron.coordinator.poller.table import RunTable, Slot
 from shardcron.coordinator.poller.turn import Turn
+
+PAUSED_JOBS_KEPT = 10_000  # jobs remembered as having held runs back for a pause
 
 
 class Due:
@@ -55,6 +65,9 @@ class Due:
         self._metrics = metrics
         self._clock = clock  # monotonic only: how old a job copy is
         self._shard_count = shard_count
+        self.late = LateCut(late_after(config.lease_lead))
+        # jobs whose runs waited in the store for a pause, the latest last (``_held_for_pause``)
+        self._paused: dict[str, None] = {}
 
     def take(self, now: datetime, lead: timedelta) -> list[Slot]:
         """Runs due by ``now`` + ``lead`` (more for a crowded instant), at most a batch,
@@ -88,6 +101,10 @@ class Due:
         """A run comes due with its job as last read (None: no job row)."""
         run, ends = slot.run, self._ends
         job = self._table.trigger(slot)
+        if slot.waits is None and self.late.late(run.due_at, now):
+            slot.waits = self._late_since_due(run.job_id, run.due_at)
+        elif self._paused and job is not None and job.state != JobState.PAUSED:
+            self._paused.pop(job.id, None)  # a run of it on time: its backlog is over
         if job is None and now - run.created_at < JOB_ROW_GRACE:
             # A store that writes a create in steps (Cassandra: runs, due rows, then the
             # job row) can show the run before its job: look again shortly, at that time
@@ -127,15 +144,34 @@ class Due:
         elif paused:
             # a one-off, retry or manual run of a paused job waits in the store;
             # ResumeJob indexes it again
+            self._held_for_pause(job.id)
             self._table.drop(slot, "its job is paused")
             return
         if retry_misfired(job, run, now=now, grace=self._config.misfire_grace):
-            ends.end(slot, _ended(RunState.SKIPPED, RunReason.MISFIRE), turn, now)
+            text = f"misfire policy {job.spec.misfire.value}: a retry due after a later fire"
+            late = skipped(LateReason.MISFIRE, text)
+            ends.end(slot, _ended(RunState.SKIPPED, RunReason.MISFIRE, late), turn, now)
             return
         if past_deadline(job, run, now):
-            ends.end(slot, _ended(RunState.MISSED, RunReason.DEADLINE), turn, now)
+            ends.end(slot, missed_deadline(slot, now), turn, now)
             return
         ends.overlap.admit(slot, fresh, turn, now)
+
+    def _held_for_pause(self, job_id: str) -> None:
+        """A run of the job waits in the store while it is paused: when the job resumes,
+        its runs that come due late say they were paused (until one comes on time)."""
+        paused = self._paused
+        paused.pop(job_id, None)
+        paused[job_id] = None
+        if len(paused) > PAUSED_JOBS_KEPT:
+            del paused[next(iter(paused))]  # the job paused longest ago
+
+    def _late_since_due(self, job_id: str, due_at: datetime) -> Waits:
+        """The waits of a run the poller comes to late: paused, if its job held runs back
+        for a pause, else the poller was behind."""
+        if job_id in self._paused:
+            return Waits(due_at, LateReason.PAUSED, "paused")
+        return behind_since(due_at)
 
     def _fire(self, slot: Slot, job: Job, paused: bool, turn: Turn, now: datetime) -> bool:
         """The schedule's current fire is due: records its outcome and the next fire.
@@ -186,8 +222,15 @@ class Due:
         """Runs waiting to start past their starting deadline are MISSED."""
         for slot in self._table.missed(now):
             with self._ends.isolated(slot, turn, now, where="deadline"):
-                self._ends.end(slot, _ended(RunState.MISSED, RunReason.DEADLINE), turn, now)
+                self._ends.end(slot, missed_deadline(slot, now), turn, now)
 
 
-def _ended(state: RunState, reason: RunReason) -> Outcome:
-    return Outcome(state=state, reason=reason)
+def missed_deadline(slot: Slot, now: datetime) -> Outcome:
+    """A run past its starting deadline is MISSED, saying what it waited for."""
+    deadline = slot.job.spec.starting_deadline if slot.job is not None else None
+    late = missed(slot.waits, deadline, now)
+    return Outcome(state=RunState.MISSED, reason=RunReason.DEADLINE, lateness=late)
+
+
+def _ended(state: RunState, reason: RunReason, lateness: RunLateness | None = None) -> Outcome:
+    return Outcome(state=state, reason=reason, lateness=lateness)

@@ -27,6 +27,7 @@ from shardcron.client.types import (
     Job,
     JobState,
     Run,
+    RunLateness,
     RunReason,
     RunState,
     RunUsage,
@@ -53,6 +54,7 @@ class Outcome:
     reported: bool = False  # its worker reported this end (a result)
     record: Run | None = None  # the final record, made by the fire rules already
     usage: RunUsage | None = None  # what its command used, as its worker reported
+    lateness: RunLateness | None = None  # why it was skipped or missed (``lateness``)
 
 
 def final_run(
@@ -68,10 +70,12 @@ def final_run(
     output_bytes: int = 0,
     lease_expires_at: datetime | None = None,
     usage: RunUsage | None = None,
+    lateness: RunLateness | None = None,
 ) -> Run:
     """The run's final record; ``output_bytes`` received since it was loaded are added,
-    ``lease_expires_at`` (the lease's last expiry, when it is still held) set, and
-    ``usage`` (what its command used, as its worker reported) kept."""
+    ``lease_expires_at`` (the lease's last expiry, when it is still held) set,
+    ``usage`` (what its command used, as its worker reported) kept, and ``lateness``
+    (why it did not run on time) set, else the one its lease had kept."""
     return copy_with(
         run,
         state=state,
@@ -83,6 +87,7 @@ def final_run(
         output_bytes=run.output_bytes + output_bytes,
         lease_expires_at=lease_expires_at or run.lease_expires_at,
         usage=usage,
+        lateness=lateness or run.lateness,
     )
 
 

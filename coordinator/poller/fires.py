@@ -22,8 +22,10 @@ from shardcron.client.schedule import iter_fires, jitter_delay, next_fire
 from shardcron.client.types import (
     Fire,
     Job,
+    LateReason,
     MisfirePolicy,
     Run,
+    RunLateness,
     RunReason,
     RunState,
     Schedule,
@@ -84,10 +86,37 @@ def is_extra_run(run: Run) -> bool:
     return run.fire_key.startswith((MANUAL_PREFIX, REPLAY_PREFIX))
 
 
-def skipped_run(job: Job, fire: Fire, reason: RunReason, *, shard_count: int, now: datetime) -> Run:
+def skipped_run(
+    job: Job,
+    fire: Fire,
+    reason: RunReason,
+    *,
+    shard_count: int,
+    now: datetime,
+    lateness: RunLateness | None = None,
+) -> Run:
     base = make_run(job, fire, shard_count=shard_count, now=now)
     state = RunState.MISSED if reason == RunReason.DEADLINE else RunState.SKIPPED
-    return dataclasses.replace(base, state=state, reason=reason, ended_at=now)
+    return dataclasses.replace(base, state=state, reason=reason, ended_at=now, lateness=lateness)
+
+
+def skip_lateness(
+    job: Job, reason: RunReason, fire_at: datetime, now: datetime
+) -> RunLateness | None:
+    """Why a fire its rules skip did not run, in words (``coordinator.poller.lateness``):
+    paused, or dropped by the misfire policy that many seconds after its time; None
+    for a skip of another kind (a DST gap is no lateness)."""
+    if reason == RunReason.PAUSED:
+        return RunLateness(reason=LateReason.PAUSED, text="paused")
+    if reason != RunReason.MISFIRE:
+        return None
+    late = (now - fire_at).total_seconds()
+    policy = job.spec.misfire.value
+    return RunLateness(
+        reason=LateReason.MISFIRE,
+        text=f"misfire policy {policy}: came due {late:.1f} s after its fire time",
+        waited=max(timedelta(0), now - fire_at),
+    )
 
 
 def skip_records(job: Job, skipped: list[Fire], *, shard_count: int, now: datetime) -> list[Run]:
@@ -224,7 +253,12 @@ def _take_until(
 
 def _skip(out: FireOutcome, job: Job, runs: list[Run], reason: RunReason, now: datetime) -> None:
     for r in runs:
-        out.runs.append(dataclasses.replace(r, state=RunState.SKIPPED, reason=reason, ended_at=now))
+        late = skip_lateness(job, reason, r.fire_at, now)
+        out.runs.append(
+            dataclasses.replace(
+                r, state=RunState.SKIPPED, reason=reason, ended_at=now, lateness=late
+            )
+        )
         out.skipped[reason] = out.skipped.get(reason, 0) + 1
         out.run_this = False
 
@@ -241,7 +275,10 @@ def _skip_fires(
         why = fire.skip_reason if fire.skip_reason != RunReason.NONE else reason
         out.skipped[why] = out.skipped.get(why, 0) + 1
         if i < MAX_SKIP_RECORDS:
-            out.runs.append(skipped_run(job, fire, why, shard_count=shard_count, now=now))
+            late = skip_lateness(job, why, fire.at, now)
+            out.runs.append(
+                skipped_run(job, fire, why, shard_count=shard_count, now=now, lateness=late)
+            )
 
 
 def is_scheduled_fire(job: Job, run: Run) -> bool:
@@ -302,4 +339,5 @@ def retry_run(job: Job, failed: Run, *, now: datetime) -> Run | None:
         output_bytes=0,
         dead_letter=False,
         usage=None,
+        lateness=None,
     )

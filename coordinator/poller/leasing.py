@@ -20,12 +20,14 @@ import math
 from collections.abc import Collection, Iterator
 from datetime import datetime
 
-from shardcron.client.types import RunReason, RunState
+from shardcron.client.types import LateReason, RunReason, RunState
 from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.poller.clock import Clock
 from shardcron.coordinator.poller.config import PollerConfig
+from shardcron.coordinator.poller.due import missed_deadline
 from shardcron.coordinator.poller.end_rules import Outcome
 from shardcron.coordinator.poller.ends import Ends
+from shardcron.coordinator.poller.lateness import LateCut, Waits, from_wait, late_after, leased
 from shardcron.coordinator.poller.lease_grants import lease_grant, unopenable
 from shardcron.coordinator.poller.placement import (
     WaitReason,
@@ -39,6 +41,10 @@ from shardcron.coordinator.poller.turn import Turn
 from shardcron.coordinator.poller.workers import WorkerBook
 
 WAITING_GAUGE_EVERY = 1.0  # seconds between counts of the runs waiting, by reason
+# ready runs past their due instant told what they wait for, per class and count (a
+# bound on the count's work; a run of a larger backlog never told says, when leased
+# late, that it waited for a worker)
+SEEN_PER_CLASS = 10_000
 
 
 def placements(
@@ -85,26 +91,30 @@ class Leasing:
         self._metrics = metrics
         self._clock = clock  # monotonic only: when the waiting gauges were last set
         self._waiting_counted_at = -math.inf
+        self.late = LateCut(late_after(config.lease_lead))
 
     def dispatch(self, workers: Collection[WorkerBook], now: datetime, turn: Turn) -> None:
         """Leases ready runs to workers with room; the leases go out after the commit."""
-        leased = 0
-        ends = self._ends
+        count = 0
+        ends, cut = self._ends, self.late
         for slot, worker in placements(self._table, workers, now, self._config.max_batch):
             if worker is None:
-                missed = Outcome(state=RunState.MISSED, reason=RunReason.DEADLINE)
-                ends.end(slot, missed, turn, now)
+                ends.end(slot, missed_deadline(slot, now), turn, now)
                 continue
             assert slot.job is not None
             if (fault := unopenable(self._config, slot.job)) is not None:
                 ends.fault(slot, fault, turn, now, where="secrets")  # never to a worker
                 continue
-            run = self._table.lease(slot, worker, now)
+            due, late = slot.run.due_at, None
+            if cut.late(due, now):
+                late = leased(slot.waits, due, now)
+                self._metrics.runs_late.labels(reason=late.reason.value).inc()
+            run = self._table.lease(slot, worker, now, late)
             turn.runs[run.id] = run
             turn.leases.append(slot)
-            leased += 1
-        if leased:
-            self._metrics.runs_leased.inc(leased)
+            count += 1
+        if count:
+            self._metrics.runs_leased.inc(count)
 
     def send_lease(self, slot: Slot, now: datetime) -> None:
         """Sends a lease once it is durable; its TTL counts from now, as the worker's will
@@ -180,13 +190,37 @@ class Leasing:
             1 for rid in self._table.leases.held() if (s := slots.get(rid)) and s.run.owner == owner
         )
 
-    def waiting_counts(self, workers: Collection[WorkerBook]) -> dict[WaitReason, int]:
-        """Runs waiting, by reason: O(classes × workers)."""
+    def waiting_counts(
+        self, workers: Collection[WorkerBook], now: datetime | None = None
+    ) -> dict[WaitReason, int]:
+        """Runs waiting, by reason: O(classes × workers). With ``now``, each ready run
+        past its due instant is told what it waits for (``lateness``): its class's
+        reason, or the poller's turn when some worker has room for the class."""
         counts = dict.fromkeys(WaitReason, 0)
         for cls in self._table.ready.classes():
-            counts[why_waiting(cls.spec, cls.owner, workers)[0]] += cls.count
+            reason, text = why_waiting(cls.spec, cls.owner, workers)
+            counts[reason] += cls.count
+            if now is not None:
+                if any(w.fits(cls.spec, cls.owner) for w in workers):
+                    code, text = LateReason.POLLER_BEHIND, "the poller placed other runs first"
+                else:
+                    code = from_wait(reason)
+                self._seen_waiting(
+                    self._table.ready.past_due(cls, now, SEEN_PER_CLASS), code, text, now
+                )
         counts[WaitReason.CONCURRENCY_LIMIT] = self._table.blocked
         return counts
+
+    def _seen_waiting(
+        self, run_ids: Collection[str], code: LateReason, text: str, now: datetime
+    ) -> None:
+        """These ready runs, past their due instant, wait for ``code`` (``text``)."""
+        slots = self._table.slots
+        for rid in run_ids:
+            slot = slots[rid]
+            if slot.waits is None:
+                slot.waits = Waits(slot.run.due_at)
+            slot.waits.seen(code, text, now)
 
     def count_waiting(self, workers: Collection[WorkerBook], now: datetime) -> None:
         """Sets the waiting-runs and shard-lag gauges, at most once a second (they look
@@ -195,7 +229,7 @@ class Leasing:
         if at - self._waiting_counted_at < WAITING_GAUGE_EVERY:
             return
         self._waiting_counted_at = at
-        for reason, n in self.waiting_counts(workers).items():
+        for reason, n in self.waiting_counts(workers, now).items():
             self._metrics.waiting_runs.labels(reason=reason.value).set(n)
         oldest = self._table.oldest_due(LAG_PHASES).values()
         lag = (now - min(oldest)).total_seconds() if oldest else 0.0

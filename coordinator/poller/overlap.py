@@ -33,8 +33,16 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from enum import Enum
 
-from shardcron.client.types import Job, OverlapPolicy, Run, RunReason, RunState
+from shardcron.client.types import (
+    Job,
+    LateReason,
+    OverlapPolicy,
+    Run,
+    RunReason,
+    RunState,
+)
 from shardcron.coordinator.poller.end_rules import Outcome
+from shardcron.coordinator.poller.lateness import Waits, bounded, skipped
 from shardcron.coordinator.poller.table import Place, RunTable, Slot
 from shardcron.coordinator.poller.turn import Turn
 
@@ -125,12 +133,17 @@ class Overlap:
         admitted = table.admitted(job.id)
         verdict = decide(job, admitted, queued=table.queued(job.id), fresh_fire=fresh_fire)
         if verdict == Verdict.READY:
+            if slot.waits is not None:
+                slot.waits.note(None, "", now)  # what it waits for next is not known yet
             table.make_ready(slot)
         elif verdict == Verdict.HOLD:
+            _waits(slot, now).note(LateReason.OVERLAP, _HELD_BACK, now)
             table.hold_back(slot)
         elif verdict == Verdict.SKIP:
-            self._end(slot, Outcome(state=RunState.SKIPPED, reason=RunReason.OVERLAP), turn, now)
+            self._end(slot, _overlap_skip(job, admitted), turn, now)
         else:
+            code, text = _blocked(job, admitted)
+            _waits(slot, now).note(code, text, now)
             table.queue(slot, first=verdict == Verdict.REPLACE)
             replaced = victim(admitted) if verdict == Verdict.REPLACE else None
             if replaced is not None:
@@ -144,7 +157,7 @@ class Overlap:
         in order; then its fires held back are decided again: those due before
         ``ran_until`` (when its worker says the run went on until) overlapped it and
         are skipped, the others may run."""
-        self._table.unblock(job_id, concurrency_limit)
+        self._table.unblock(job_id, concurrency_limit, now)
         self._decide_held_again(job_id, turn, now, ran_until)
 
     def claimed(self, job_id: str, turn: Turn, now: datetime) -> None:
@@ -158,7 +171,41 @@ class Overlap:
         for slot in self._table.release_held(job_id):
             with self._isolated(slot, turn, now, where="admit"):
                 if skipped_by_reported_end(slot.run.due_at, until):
-                    skipped = Outcome(state=RunState.SKIPPED, reason=RunReason.OVERLAP)
-                    self._end(slot, skipped, turn, now)
+                    assert slot.job is not None
+                    self._end(slot, _overlap_skip(slot.job, ()), turn, now)
                 else:
                     self.admit(slot, True, turn, now)
+
+
+# --- why a run waits or is skipped, in words (``lateness``) -------------------------------
+
+
+def _waits(slot: Slot, now: datetime) -> Waits:
+    """The run's waits, begun at its due instant (or now, if it is due later)."""
+    if slot.waits is None:
+        slot.waits = Waits(max(now, slot.run.due_at))
+    return slot.waits
+
+
+def _previous(admitted: Collection[Slot]) -> str:
+    first = next(iter(admitted), None)
+    return "previous run" if first is None else f"previous run {first.run.id}"
+
+
+def _blocked(job: Job, admitted: Collection[Slot]) -> tuple[LateReason, str]:
+    limit = concurrency_limit(job)
+    policy = job.spec.concurrency.overlap.value
+    if limit == 1:
+        return LateReason.OVERLAP, bounded(
+            f"overlap: {_previous(admitted)} still running ({policy})"
+        )
+    return LateReason.CONCURRENCY_LIMIT, f"concurrency limit: {len(admitted)} runs of its job going"
+
+
+_HELD_BACK = "overlap: waiting to learn whether a run taken over from another poller still runs"
+
+
+def _overlap_skip(job: Job, admitted: Collection[Slot]) -> Outcome:
+    text = f"overlap: {_previous(admitted)} still running ({job.spec.concurrency.overlap.value})"
+    late = skipped(LateReason.OVERLAP, text)
+    return Outcome(state=RunState.SKIPPED, reason=RunReason.OVERLAP, lateness=late)

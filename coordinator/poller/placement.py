@@ -279,6 +279,17 @@ class ReadyRuns:
     def classes(self) -> Iterator[_Class]:
         return iter(self._classes.values())
 
+    def past_due(self, cls: _Class, now: datetime, limit: int) -> list[str]:
+        """The class's runs due by ``now``, left in: at most ``limit`` of them (which
+        ones, of more, is the lanes' heap order's: not the earliest)."""
+        out: list[str] = []
+        for owners in cls.lanes.values():
+            for lane in owners.values():
+                if len(out) >= limit:
+                    return out
+                out += lane.until(now, limit - len(out))
+        return out
+
     # --- placement --------------------------------------------------------------------
 
     def _head(self, cls: _Class, priority: int) -> tuple[str, str]:

@@ -32,11 +32,12 @@ from enum import Enum
 from shardcron.client.dataclass_copies import copy_with
 from shardcron.client.errors import Unavailable
 from shardcron.client.saturating import saturating_add
-from shardcron.client.types import Job, Run, RunReason, RunState
+from shardcron.client.types import Job, Run, RunLateness, RunReason, RunState
 from shardcron.coordinator.poller.clock import Clock
 from shardcron.coordinator.poller.config import PollerConfig
 from shardcron.coordinator.poller.crowded_instants import CrowdedInstants
 from shardcron.coordinator.poller.end_rules import Outcome, final_run
+from shardcron.coordinator.poller.lateness import Waits
 from shardcron.coordinator.poller.lease_book import LeaseBook
 from shardcron.coordinator.poller.placement import ReadyRuns
 from shardcron.coordinator.poller.timeline import Timeline
@@ -106,6 +107,8 @@ class Slot:
     cancel_reason: RunReason | None = None  # a cancel was sent to its worker
     cancel_waiters: list[asyncio.Future[Run]] = field(default_factory=list)
     output_bytes: int = 0  # output received since the run was loaded
+    # what it waited for past its due instant (``lateness``); None: nothing yet
+    waits: Waits | None = None
 
     @property
     def phase(self) -> Phase:
@@ -346,15 +349,17 @@ class RunTable:
         """A FORBID fire waits to learn whether its job's orphans still go."""
         self._move(slot, Place.HELD_BACK)
 
-    def unblock(self, job_id: str, limit: Callable[[Job], float]) -> None:
+    def unblock(self, job_id: str, limit: Callable[[Job], float], now: datetime) -> None:
         """Admits the job's queued runs, in order, while fewer are admitted than the
-        ``limit`` of the next one's job copy."""
+        ``limit`` of the next one's job copy; the wait for the limit is over at ``now``."""
         queue = self._queued.get(job_id)
         while queue:
             slot = next(iter(queue.values()))
             assert slot.job is not None
             if len(self._admitted.get(job_id, ())) >= limit(slot.job):
                 return
+            if slot.waits is not None:
+                slot.waits.note(None, "", now)
             self._move(slot, Place.READY)
 
     def release_held(self, job_id: str) -> list[Slot]:
@@ -389,9 +394,12 @@ class RunTable:
 
     # --- leases ------------------------------------------------------------------------
 
-    def lease(self, slot: Slot, worker: WorkerBook, now: datetime) -> Run:
+    def lease(
+        self, slot: Slot, worker: WorkerBook, now: datetime, lateness: RunLateness | None = None
+    ) -> Run:
         """The ready run goes to ``worker``: a new token, held one TTL from now (from
-        its due instant for a run leased ahead of it, which its worker waits for)."""
+        its due instant for a run leased ahead of it, which its worker waits for); a
+        run leased late says why (``lateness``)."""
         assert slot.place in (Place.READY, Place.NOT_DUE) and slot.job is not None
         token, expires = self.leases.grant(slot.run.id, worker.id, max(now, slot.run.due_at))
         self._move(slot, Place.LEASED)
@@ -401,6 +409,7 @@ class RunTable:
             worker_id=worker.id,
             lease_token=token,
             lease_expires_at=expires,
+            lateness=lateness or slot.run.lateness,
         )
         slot.worker = worker
         worker.hold(slot.run.id, slot.job.spec.resources)
@@ -476,6 +485,7 @@ class RunTable:
             output_bytes=slot.output_bytes,
             lease_expires_at=self.leases.expires_at(rid),
             usage=outcome.usage,
+            lateness=outcome.lateness,
         )
         self._remove(slot)
         self.recent_final[rid] = self._clock.monotonic()

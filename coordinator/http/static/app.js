@@ -534,6 +534,7 @@ async function runPage(runId) {
       <dt>Worker</dt><dd>${esc(r.workerId || "–")}</dd>
       <dt>Exit code</dt><dd>${r.hasExitCode ? esc(r.exitCode || 0) : "–"}</dd>
       <dt>Used</dt><dd id="run-usage">${esc(usage(r))}</dd>
+      <dt>Late</dt><dd id="run-late">${r.lateness ? esc(r.lateness.text) : "–"}</dd>
       <dt>Reason</dt><dd>${esc(reason(r) || "–")}${r.error ? ` <span class="muted">${esc(r.error)}</span>` : ""}</dd>`;
   };
   draw(run);

@@ -88,6 +88,22 @@ class RunReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RUN_REASON_INTERNAL_ERROR: _ClassVar[RunReason]
     RUN_REASON_OOM_KILLED: _ClassVar[RunReason]
 
+class LateReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LATE_REASON_UNSPECIFIED: _ClassVar[LateReason]
+    LATE_REASON_POLLER_BEHIND: _ClassVar[LateReason]
+    LATE_REASON_NO_WORKER_FOR_OWNER: _ClassVar[LateReason]
+    LATE_REASON_NO_WORKER_FOR_HANDLER: _ClassVar[LateReason]
+    LATE_REASON_NO_WORKER_FOR_COMMANDS: _ClassVar[LateReason]
+    LATE_REASON_NO_WORKER_WITH_LABELS: _ClassVar[LateReason]
+    LATE_REASON_NO_CAPACITY: _ClassVar[LateReason]
+    LATE_REASON_NO_FREE_SLOT: _ClassVar[LateReason]
+    LATE_REASON_CONCURRENCY_LIMIT: _ClassVar[LateReason]
+    LATE_REASON_OVERLAP: _ClassVar[LateReason]
+    LATE_REASON_PAUSED: _ClassVar[LateReason]
+    LATE_REASON_MISFIRE: _ClassVar[LateReason]
+    LATE_REASON_DEADLINE: _ClassVar[LateReason]
+
 class OverviewWindow(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     OVERVIEW_WINDOW_UNSPECIFIED: _ClassVar[OverviewWindow]
@@ -146,6 +162,19 @@ RUN_REASON_DEADLINE: RunReason
 RUN_REASON_SUPERSEDED: RunReason
 RUN_REASON_INTERNAL_ERROR: RunReason
 RUN_REASON_OOM_KILLED: RunReason
+LATE_REASON_UNSPECIFIED: LateReason
+LATE_REASON_POLLER_BEHIND: LateReason
+LATE_REASON_NO_WORKER_FOR_OWNER: LateReason
+LATE_REASON_NO_WORKER_FOR_HANDLER: LateReason
+LATE_REASON_NO_WORKER_FOR_COMMANDS: LateReason
+LATE_REASON_NO_WORKER_WITH_LABELS: LateReason
+LATE_REASON_NO_CAPACITY: LateReason
+LATE_REASON_NO_FREE_SLOT: LateReason
+LATE_REASON_CONCURRENCY_LIMIT: LateReason
+LATE_REASON_OVERLAP: LateReason
+LATE_REASON_PAUSED: LateReason
+LATE_REASON_MISFIRE: LateReason
+LATE_REASON_DEADLINE: LateReason
 OVERVIEW_WINDOW_UNSPECIFIED: OverviewWindow
 OVERVIEW_WINDOW_HOUR: OverviewWindow
 OVERVIEW_WINDOW_DAY: OverviewWindow
@@ -353,7 +382,7 @@ class JobHealthRun(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., state: _Optional[_Union[RunState, str]] = ..., due_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Run(_message.Message):
-    __slots__ = ("id", "job_id", "owner", "fire_key", "fire_at", "due_at", "state", "attempt", "priority", "shard", "worker_id", "lease_token", "lease_expires_at", "created_at", "started_at", "ended_at", "has_exit_code", "exit_code", "reason", "error", "output_bytes", "replayed_from", "dead_letter", "schedule_version", "waiting_reason", "usage")
+    __slots__ = ("id", "job_id", "owner", "fire_key", "fire_at", "due_at", "state", "attempt", "priority", "shard", "worker_id", "lease_token", "lease_expires_at", "created_at", "started_at", "ended_at", "has_exit_code", "exit_code", "reason", "error", "output_bytes", "replayed_from", "dead_letter", "schedule_version", "waiting_reason", "usage", "lateness")
     ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
@@ -380,6 +409,7 @@ class Run(_message.Message):
     SCHEDULE_VERSION_FIELD_NUMBER: _ClassVar[int]
     WAITING_REASON_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
+    LATENESS_FIELD_NUMBER: _ClassVar[int]
     id: str
     job_id: str
     owner: str
@@ -406,7 +436,18 @@ class Run(_message.Message):
     schedule_version: int
     waiting_reason: str
     usage: RunUsage
-    def __init__(self, id: _Optional[str] = ..., job_id: _Optional[str] = ..., owner: _Optional[str] = ..., fire_key: _Optional[str] = ..., fire_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., due_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state: _Optional[_Union[RunState, str]] = ..., attempt: _Optional[int] = ..., priority: _Optional[int] = ..., shard: _Optional[int] = ..., worker_id: _Optional[str] = ..., lease_token: _Optional[int] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ended_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., has_exit_code: _Optional[bool] = ..., exit_code: _Optional[int] = ..., reason: _Optional[_Union[RunReason, str]] = ..., error: _Optional[str] = ..., output_bytes: _Optional[int] = ..., replayed_from: _Optional[str] = ..., dead_letter: _Optional[bool] = ..., schedule_version: _Optional[int] = ..., waiting_reason: _Optional[str] = ..., usage: _Optional[_Union[RunUsage, _Mapping]] = ...) -> None: ...
+    lateness: RunLateness
+    def __init__(self, id: _Optional[str] = ..., job_id: _Optional[str] = ..., owner: _Optional[str] = ..., fire_key: _Optional[str] = ..., fire_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., due_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state: _Optional[_Union[RunState, str]] = ..., attempt: _Optional[int] = ..., priority: _Optional[int] = ..., shard: _Optional[int] = ..., worker_id: _Optional[str] = ..., lease_token: _Optional[int] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ended_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., has_exit_code: _Optional[bool] = ..., exit_code: _Optional[int] = ..., reason: _Optional[_Union[RunReason, str]] = ..., error: _Optional[str] = ..., output_bytes: _Optional[int] = ..., replayed_from: _Optional[str] = ..., dead_letter: _Optional[bool] = ..., schedule_version: _Optional[int] = ..., waiting_reason: _Optional[str] = ..., usage: _Optional[_Union[RunUsage, _Mapping]] = ..., lateness: _Optional[_Union[RunLateness, _Mapping]] = ...) -> None: ...
+
+class RunLateness(_message.Message):
+    __slots__ = ("reason", "text", "waited")
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    WAITED_FIELD_NUMBER: _ClassVar[int]
+    reason: LateReason
+    text: str
+    waited: _duration_pb2.Duration
+    def __init__(self, reason: _Optional[_Union[LateReason, str]] = ..., text: _Optional[str] = ..., waited: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class RunUsage(_message.Message):
     __slots__ = ("peak_memory_bytes", "cpu_seconds", "limits_enforced")
