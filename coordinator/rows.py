@@ -155,7 +155,7 @@ _RUN_COLS = (
     "id, job_id, owner, shard, state, dead_letter, due_at, fire_key, fire_at, attempt,"
     " priority, worker_id, lease_token, lease_expires_at, created_at, started_at, ended_at,"
     " exit_code, reason, error, output_bytes, replayed_from, schedule_version,"
-    " peak_memory_bytes, cpu_micros, limits_enforced"
+    " peak_memory_bytes, cpu_micros, limits_enforced, output_sha256, output_truncated"
 )
 _RUN_COL_COUNT = _RUN_COLS.count(",") + 1
 
@@ -228,7 +228,7 @@ class RowCodec:
             str(r.reason), r.error, r.output_bytes, r.replayed_from, r.schedule_version,
             null if used is None else used.peak_memory_bytes,
             null if used is None else round(used.cpu_seconds * 1e6),
-            used is not None and used.limits_enforced,
+            used is not None and used.limits_enforced, r.output_sha256, r.output_truncated,
         )  # fmt: skip
 
     def row_run(self, r: Sequence[Any]) -> Run:
@@ -244,7 +244,8 @@ class RowCodec:
             lease_expires_at=t(r[13]), created_at=t(r[14]), started_at=t(r[15]),
             ended_at=t(r[16]), exit_code=self._opt(r[17]), reason=RunReason(r[18]),
             error=r[19], output_bytes=r[20], replayed_from=r[21], schedule_version=r[22],
-            usage=self._usage(r[23], r[24], r[25]),
+            usage=self._usage(r[23], r[24], r[25]), output_sha256=r[26] or "",
+            output_truncated=r[27] or "",
         )  # fmt: skip
 
     def _usage(self, peak: Any, cpu_micros: Any, enforced: Any) -> RunUsage | None:

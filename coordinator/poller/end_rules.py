@@ -53,6 +53,8 @@ class Outcome:
     reported: bool = False  # its worker reported this end (a result)
     record: Run | None = None  # the final record, made by the fire rules already
     usage: RunUsage | None = None  # what its command used, as its worker reported
+    output_sha256: str = ""  # its output's digest, from the node that wrote it
+    output_truncated: str = ""  # why its output was cut
 
 
 def final_run(
@@ -68,10 +70,13 @@ def final_run(
     output_bytes: int = 0,
     lease_expires_at: datetime | None = None,
     usage: RunUsage | None = None,
+    output_sha256: str = "",
+    output_truncated: str = "",
 ) -> Run:
     """The run's final record; ``output_bytes`` received since it was loaded are added,
     ``lease_expires_at`` (the lease's last expiry, when it is still held) set, and
-    ``usage`` (what its command used, as its worker reported) kept."""
+    ``usage`` (what its command used, as its worker reported) kept, with the digest of its
+    output and why it was cut."""
     return copy_with(
         run,
         state=state,
@@ -83,6 +88,8 @@ def final_run(
         output_bytes=run.output_bytes + output_bytes,
         lease_expires_at=lease_expires_at or run.lease_expires_at,
         usage=usage,
+        output_sha256=output_sha256,
+        output_truncated=output_truncated,
     )
 
 

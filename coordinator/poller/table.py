@@ -471,6 +471,8 @@ class RunTable:
             output_bytes=slot.output_bytes,
             lease_expires_at=self.leases.expires_at(rid),
             usage=outcome.usage,
+            output_sha256=outcome.output_sha256,
+            output_truncated=outcome.output_truncated,
         )
         self._remove(slot)
         self.recent_final[rid] = self._clock.monotonic()
