@@ -4,6 +4,7 @@ by fencing token, parts continued after a restart, cuts (limit, failing store) s
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 from pathlib import Path
@@ -97,7 +98,7 @@ async def test_parts_go_on_after_a_restart_of_the_node(
     second = OutputBlobs(FileBlobStore(tmp_path / "b"), SMALL_PARTS)
     await second.start()
     await second.take(OWNER, piece(4, b"y" * 10))
-    await second.finish(RUN_ID, 4)
+    assert (await second.finish(RUN_ID, 4)).sha256 == ""  # it did not see the attempt whole
     assert await whole(second, sqlite_store, 4) == b"x" * 2500 + b"y" * 10
     await second.stop()
 
@@ -113,7 +114,10 @@ async def test_the_limit_cuts_the_output_and_says_so_then_and_at_the_end(
     said = await limited.take(OWNER, piece(5, b"k" * 1000))
     assert b"output truncated: the limit of 1200 bytes" in said
     assert await limited.take(OWNER, piece(5, b"k" * 1000)) == b""
-    assert b"the limit of 1200 bytes" in await limited.finish(RUN_ID, 5)  # said at the end too
+    done = await limited.finish(RUN_ID, 5)
+    assert b"the limit of 1200 bytes" in done.notice  # said at the end too
+    assert done.truncated == "the limit of 1200 bytes kept per run was reached"
+    assert done.sha256 == hashlib.sha256(b"k" * 1200).hexdigest()
     assert await whole(limited, sqlite_store, 5) == b"k" * 1200
     await limited.stop()
 
@@ -140,7 +144,10 @@ async def test_a_failing_blob_store_cuts_the_output_says_so_and_never_raises(
     said = await failing.take(OWNER, piece(6, b"lost" * 250))
     assert b"output truncated: blob store unavailable" in said
     assert await failing.take(OWNER, piece(6, b"more")) == b""
-    assert b"blob store unavailable" in await failing.finish(RUN_ID, 6)
+    done = await failing.finish(RUN_ID, 6)
+    assert b"blob store unavailable" in done.notice
+    assert done.truncated.startswith("blob store unavailable for ")
+    assert done.sha256 == hashlib.sha256(b"kept" * 250).hexdigest()  # what its parts hold
     # another attempt meanwhile is cut at its first part, without waiting on the store
     said = await failing.take(OWNER, piece(8, b"next" * 250))
     assert b"output truncated: blob store unavailable" in said
