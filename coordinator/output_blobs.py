@@ -236,6 +236,10 @@ class OutputBlobs:
             or attempt.buffered >= self.config.part_bytes
             or self._unpaused_buffered() >= self.config.buffer_bytes
         ):
+            if self._down_since is not None and attempt.room is not None and not cut_by_limit:
+                # the store is down: only the ticker tries it, never the stream's reads
+                self._pause(attempt, now, "a write failed lately")
+                return b""
             failed = await self._flush(attempt)
             if failed or cut_by_limit:
                 return notice(attempt.cut)
@@ -316,17 +320,7 @@ class OutputBlobs:
             attempt.segments[:0] = unwritten
             attempt.buffered += size
             self._buffered += size
-            if attempt.paused_at is None:
-                log.warning(
-                    "output of run %s (token %d) paused: blob store %s unavailable: %s",
-                    attempt.run_id,
-                    attempt.token,
-                    self.store.url,
-                    error,
-                )
-                attempt.paused_at = now
-                attempt.since = now
-                attempt.room(False)
+            self._pause(attempt, now, error)
             return False
         since = attempt.paused_at if attempt.paused_at is not None else self._down_since
         attempt.cut = attempt.cut or _unavailable(now - since)
@@ -338,6 +332,21 @@ class OutputBlobs:
             error,
         )
         return True
+
+    def _pause(self, attempt: _Attempt, now: float, error: str) -> None:
+        """Tells the attempt's worker to keep its output until the store is back."""
+        if attempt.paused_at is not None or attempt.room is None:
+            return
+        log.warning(
+            "output of run %s (token %d) paused: blob store %s unavailable: %s",
+            attempt.run_id,
+            attempt.token,
+            self.store.url,
+            error,
+        )
+        attempt.paused_at = now
+        attempt.since = now
+        attempt.room(False)
 
     async def _next_part(self, attempt: _Attempt) -> int:
         """The part after the attempt's last one written (by this node or another)."""

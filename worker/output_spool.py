@@ -86,6 +86,7 @@ class _RunSpool:
     file: BinaryIO | None = None
     write_at: int = 0
     read_at: int = 0
+    held: int = 0  # bytes of output in the file not sent yet (its records' headers aside)
     dropped: int = 0  # bytes dropped: the spool was full, or did not drain in time
     drain: asyncio.Task[None] | None = None
     drained: asyncio.Event = field(default_factory=asyncio.Event)
@@ -155,7 +156,7 @@ class OutputSpools:
         spool = self._spools.get((run_id, token))
         if spool is None or spool.paused_since is None:
             return
-        log.info("output of run %s resumed by its node (%d bytes kept)", run_id, spool.pending)
+        log.info("output of run %s resumed by its node (%d bytes kept)", run_id, spool.held)
         spool.unavailable += time.monotonic() - spool.paused_since
         spool.paused_since = None
         if spool.drain is None or spool.drain.done():
@@ -202,7 +203,7 @@ class OutputSpools:
         spool = self._spools.get((run_id, token))
         if spool is None:
             return SpoolEnd()
-        dropped = spool.dropped + spool.pending
+        dropped = spool.dropped + spool.held
         seconds = spool.paused_for(time.monotonic())
         self._forget(spool)
         if not dropped:
@@ -232,6 +233,7 @@ class OutputSpools:
         os.pwrite(spool.file.fileno(), header + data, spool.write_at)
         size = _HEADER.size + len(data)
         spool.write_at += size
+        spool.held += len(data)
         self._bytes += size
         self.spooled_bytes += len(data)
 
@@ -245,6 +247,7 @@ class OutputSpools:
             stream, size = _HEADER.unpack(os.pread(fd, _HEADER.size, spool.read_at))
             data = os.pread(fd, size, spool.read_at + _HEADER.size)
             spool.read_at += _HEADER.size + size
+            spool.held -= size
             out.append((_STREAMS[stream], data))
             taken += size
         if not spool.pending:  # caught up: the file starts again, its bytes freed
@@ -266,9 +269,9 @@ class OutputSpools:
                 await sink.output_room()
         except Exception:  # a fault of this run's spool: its output is cut, others go on
             log.exception("output spool of run %s failed", spool.run_id)
-            spool.dropped += spool.pending
+            spool.dropped += spool.held
             self._bytes -= spool.write_at
-            spool.read_at = spool.write_at = 0
+            spool.read_at = spool.write_at = spool.held = 0
         finally:
             if not spool.paused and not spool.pending:
                 spool.drained.set()
@@ -278,7 +281,7 @@ class OutputSpools:
         if spool.drain is not None and not spool.drain.done():
             spool.drain.cancel()
         self._bytes -= spool.write_at
-        spool.read_at = spool.write_at = 0
+        spool.read_at = spool.write_at = spool.held = 0
         spool.drained.set()
         if spool.file is not None:
             spool.file.close()
