@@ -124,3 +124,15 @@ async def test_no_spool_keeps_nothing(tmp_path: Path, sink: Sink) -> None:
     spools.pause(RUN, TOKEN)
     emit(spools, sink, "stdout", b"as ever")
     assert sink.data() == b"as ever"
+
+
+async def test_spool_files_an_earlier_process_left_are_removed(tmp_path: Path, sink: Sink) -> None:
+    (tmp_path / "spool").mkdir()
+    (tmp_path / "spool" / "0-1234-99").write_bytes(b"x" * 100)
+    spools = spools_on(tmp_path, sink)
+    spools.pause(RUN, TOKEN)
+    emit(spools, sink, "stdout", b"kept")
+    [kept] = (tmp_path / "spool").iterdir()  # this process's own, the earlier one gone
+    assert kept.name != "0-1234-99" and kept.read_bytes().endswith(b"kept")
+    spools.close()
+    assert list((tmp_path / "spool").iterdir()) == []

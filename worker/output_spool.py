@@ -18,7 +18,8 @@ paused. At the run's end its result waits until its spool has drained, at most
 taken and its lease renewed while it waits.
 
 A new stream to the run's poller (a reconnect, the node restarted) resumes every run
-of that stream: the node that answers pauses again those it cannot take.
+of that stream: the node that answers pauses again those it cannot take. Spool files
+an earlier process left in a given directory are removed when this one first spools.
 """
 
 from __future__ import annotations
@@ -132,6 +133,9 @@ class OutputSpools:
                 self._dir = Path(tempfile.mkdtemp(prefix="shardcron-spool-"))
             else:
                 base.mkdir(parents=True, exist_ok=True, mode=0o700)
+                for left in base.iterdir():  # an earlier process's: its runs are gone
+                    if left.is_file() and not left.is_symlink():
+                        left.unlink(missing_ok=True)
                 self._dir = base
         return self._dir
 

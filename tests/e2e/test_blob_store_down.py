@@ -10,7 +10,9 @@ for how long the store was unavailable.
 from __future__ import annotations
 
 import hashlib
+import json
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -110,6 +112,10 @@ def test_the_blob_store_killed_mid_run_and_restarted_loses_no_output(
             assert hashlib.sha256(logs).hexdigest() == run.output_sha256
             shown = server.cli("run", "get", run.id, owner=c.owner).stdout
             assert run.output_sha256 in shown
+            url = f"{server.http_url}/v1/runs/{run.id}"
+            req = urllib.request.Request(url, headers={"X-Shardcron-Owner": c.owner})
+            with urllib.request.urlopen(req, timeout=10) as answer:
+                assert json.load(answer)["outputSha256"] == run.output_sha256
         log = server.proc.output() if server.proc else ""
         assert "paused by its node" in log and "resumed by its node" in log
     finally:
