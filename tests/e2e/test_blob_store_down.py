@@ -144,3 +144,38 @@ def test_output_past_the_spool_bound_is_cut_and_the_run_says_for_how_long(
             assert b"output truncated: blob store unavailable for" in got
     finally:
         server.stop()
+
+
+def test_a_run_ending_while_the_store_is_down_ends_on_time_its_output_cut_and_said(
+    gateway: VersityGateway, tmp_path: Path
+) -> None:
+    """The store stays down past the run's end: its result waits for its spool at most
+    ``--output-drain-wait``, then goes with the rest cut and said; the run succeeds, and
+    other runs go on meanwhile."""
+    server = dev_on(gateway, tmp_path / "data", "--output-drain-wait", "2s")
+    try:
+        with server.client() as c:
+            job = c.create_job(writer(200, 0.05))
+            run = wait_until(
+                lambda: next(
+                    (r for r in c.list_runs(job.id).items if r.state == RunState.RUNNING), None
+                ),
+                timeout=60,
+                what="the run running",
+            )
+            time.sleep(1)
+            gateway.stop(grace=0)  # SIGKILL, and not started again until the run ends
+            [run] = c.wait_job_runs(job.id, count=1, timeout=120)
+            assert run.state == RunState.SUCCEEDED, run
+            assert "blob store unavailable for " in run.output_truncated
+            other = c.create_job(JobSpec(name="meanwhile", task=CommandTask(argv=("true",))))
+            [after] = c.wait_job_runs(other.id, count=1, timeout=60)
+            assert after.state == RunState.SUCCEEDED  # the poller never waited on the store
+            gateway.start(buckets=[BUCKET])
+            got = read_all(c, run.id)
+            assert b"[shardcron: output truncated: blob store unavailable for " in got
+            assert b" s (on its worker)]" in got  # its spool did not drain in the wait
+            kept = got[: got.find(b"\n[shardcron: output truncated")]
+            assert kept and kept in written(200)  # what the job store's tail kept of it
+    finally:
+        server.stop()
