@@ -162,6 +162,7 @@ class OutputBlobs:
         self._attempts: dict[tuple[str, int], _Attempt] = {}
         self._buffered = 0  # over every attempt
         self._ticker: asyncio.Task[None] | None = None
+        self._writes: set[asyncio.Task[bool]] = set()  # flushes beside the stream's reads
         self._down_until = 0.0  # monotonic: writes fail at once until then
         self._retry = self.config.retry_after  # the next wait after a failed write
         self._down_since: float | None = None  # monotonic: the first failure of a streak
@@ -175,6 +176,8 @@ class OutputBlobs:
             self._ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._ticker
+        if self._writes:
+            await asyncio.gather(*self._writes, return_exceptions=True)
         for attempt in list(self._attempts.values()):
             await self._flush(attempt)
         await self.store.close()
@@ -184,6 +187,11 @@ class OutputBlobs:
         return self._buffered
 
     # --- writing --------------------------------------------------------------------
+
+    @property
+    def writing(self) -> int:
+        """Writes going on beside the streams' reads."""
+        return len(self._writes)
 
     @property
     def paused(self) -> int:
@@ -236,14 +244,33 @@ class OutputBlobs:
             or attempt.buffered >= self.config.part_bytes
             or self._unpaused_buffered() >= self.config.buffer_bytes
         ):
-            if self._down_since is not None and attempt.room is not None and not cut_by_limit:
-                # the store is down: only the ticker tries it, never the stream's reads
-                self._pause(attempt, now, "a write failed lately")
+            if attempt.room is not None and not cut_by_limit:
+                self._write_beside(attempt, now)
                 return b""
             failed = await self._flush(attempt)
             if failed or cut_by_limit:
                 return notice(attempt.cut)
         return b""
+
+    def _write_beside(self, attempt: _Attempt, now: float) -> None:
+        """The attempt of a worker that keeps output: its buffer is written by a task of
+        its own, so the stream's reads never wait on the store. While the store is down
+        (only the ticker tries it), or while a write of the attempt is still going and
+        another part waits behind it, the worker is paused instead."""
+        if self._down_since is not None:
+            self._pause(attempt, now, "unavailable: a write failed lately")
+        elif attempt.lock.locked():
+            if attempt.buffered >= 2 * self.config.part_bytes:
+                self._pause(attempt, now, "writes slower than the output")
+        else:
+            task = asyncio.create_task(self._flush(attempt))
+            self._writes.add(task)
+            task.add_done_callback(self._written)
+
+    def _written(self, task: asyncio.Task[bool]) -> None:
+        self._writes.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("output write failed", exc_info=task.exception())
 
     def _unpaused_buffered(self) -> int:
         """The bytes buffered for attempts not paused (what paused ones hold is written
@@ -320,7 +347,7 @@ class OutputBlobs:
             attempt.segments[:0] = unwritten
             attempt.buffered += size
             self._buffered += size
-            self._pause(attempt, now, error)
+            self._pause(attempt, now, f"unavailable: {error}")
             return False
         since = attempt.paused_at if attempt.paused_at is not None else self._down_since
         attempt.cut = attempt.cut or _unavailable(now - since)
@@ -338,7 +365,7 @@ class OutputBlobs:
         if attempt.paused_at is not None or attempt.room is None:
             return
         log.warning(
-            "output of run %s (token %d) paused: blob store %s unavailable: %s",
+            "output of run %s (token %d) paused: blob store %s: %s",
             attempt.run_id,
             attempt.token,
             self.store.url,

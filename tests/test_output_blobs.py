@@ -211,9 +211,11 @@ async def test_a_store_down_pauses_the_workers_output_keeps_it_and_resumes(
     try:
         kept = b"".join(b"%06d\n" % i for i in range(300))  # 2,100 bytes: two parts
         assert await blobs.take(OWNER, piece(11, kept), room=said.append) == b""
+        await until(lambda: blobs.buffered == blobs.writing == 0, 10, "written beside")
         os.kill(pid, signal.SIGSTOP)  # it takes connections and never answers
         more = b"m" * 1500
         assert await blobs.take(OWNER, piece(11, more), room=said.append) == b""
+        assert blobs.writing == 1 and said == []  # the write goes on beside; take never waited
         await until(lambda: said == [False], 10, "the worker paused")
         in_flight = b"f" * 3000  # what the worker sent before the pause reached it
         assert await blobs.take(OWNER, piece(11, in_flight), room=said.append) == b""
@@ -232,7 +234,7 @@ async def test_a_store_down_pauses_the_workers_output_keeps_it_and_resumes(
         assert await whole(blobs, sqlite_store, 11) == whole_output
         # past the bound of what paused attempts hold: cut, and said for how long
         os.kill(pid, signal.SIGSTOP)
-        cut = await blobs.take(OWNER, piece(12, b"c" * 1500), room=said.append)
+        assert await blobs.take(OWNER, piece(12, b"c" * 1500), room=said.append) == b""
         await until(lambda: said[-1] is False, 10, "the next attempt paused")
         cut = await blobs.take(OWNER, piece(12, b"c" * 9000), room=said.append)
         assert b"output truncated: blob store unavailable for " in cut
