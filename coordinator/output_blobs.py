@@ -24,11 +24,14 @@ found parts written before: a node restart or a shard move mid-run).
 **The store down.** A write that fails or takes longer than ``write_timeout`` makes no
 write be tried for a while (``retry_after``, doubled at each failure up to
 ``retry_most``, back to ``retry_after`` at the first success). An attempt whose worker
-keeps output on its disk (``Hello.output_spool``: the edge passes ``room``) is not
-cut: its buffer is kept, its worker told to stop sending its output (``room(False)``:
-an ``OutputRoom`` pause; heartbeats, results and the other runs go on), its buffer
-written again once the store is back (by the ticker, never by the stream's reads),
-and its worker told to send again (``room(True)``). Output in flight meanwhile is
+keeps output on its disk (``Hello.output_spool``: the edge passes ``room``) has its
+parts written by tasks beside the stream's reads, which never wait on the store; it
+is not cut: its buffer is kept, its worker told to stop sending its output
+(``room(False)``: an ``OutputRoom`` pause; heartbeats, results and the other runs go
+on), its buffer written again once the store is back (by the ticker), and its worker
+told to send again (``room(True)``). It is paused too when a part comes due while
+its last write is still going (a slow store), and at once while the store is known
+down. Output in flight meanwhile is
 kept while all buffers stay within ``held_bytes``; past it, or for a worker without a
 spool, the attempt's parts end: "output truncated: blob store unavailable for N s"
 (N: how long it had been unavailable to that attempt). A result that arrives while
@@ -38,8 +41,9 @@ is cut and said.
 **Bounds.** An attempt keeps at most ``limit_bytes``; the run goes on past a cut, the
 job store keeps the tail as ever, and the cut is said in that tail when it happens
 and again at the run's end (``take`` and ``finish`` give the notice for the edge to
-add): "output truncated: ...". A buffer waits for its write, so a slow store holds
-back the worker's stream by ``write_timeout`` at most, once per ``retry_after``. The
+add): "output truncated: ...". For a worker that does not keep output, a buffer
+waits for its write, so a slow store holds back its stream by ``write_timeout`` at
+most, once per ``retry_after``. The
 limit is the job's (``resources.output_limit_bytes``, which the poller gives with the
 owner), else the node's ``limit_bytes``.
 
