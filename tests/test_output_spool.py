@@ -94,6 +94,8 @@ async def test_output_past_the_bound_is_cut_never_holed_and_said(
     assert kept == b"".join(b"%04d" % i + b"." * 996 for i in range(len(kept) // 1000))
     assert 8_000 <= len(kept) < 10_000
     assert ended.dropped_bytes == 20_000 + len(b"after the cut") - len(kept)
+    assert spools.dropped_bytes == ended.dropped_bytes  # counted for the worker's metrics
+    assert spools.spooled_bytes == len(kept) and spools.bytes == 0
 
 
 async def test_a_result_waits_for_its_spool_a_bounded_time_then_says_what_was_cut(

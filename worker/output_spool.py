@@ -117,6 +117,7 @@ class OutputSpools:
         self._bytes = 0  # in every spool file, together
         self._dir: Path | None = None
         self.spooled_bytes = 0  # ever written to a spool (a counter)
+        self.dropped_bytes = 0  # ever dropped: a spool full, or not drained in time
 
     @property
     def enabled(self) -> bool:
@@ -213,6 +214,7 @@ class OutputSpools:
         if not dropped:
             return SpoolEnd()
         log.warning("output of run %s cut: %d bytes its node could not take", run_id, dropped)
+        self.dropped_bytes += dropped
         return SpoolEnd(
             truncated=f"blob store unavailable for {max(1, round(seconds))} s",
             dropped_bytes=dropped,

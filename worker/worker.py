@@ -167,6 +167,11 @@ class Worker:
         return self._slots_used
 
     @property
+    def output_spool(self) -> OutputSpools:
+        """Its runs' output kept on disk while their node cannot take it (read-only)."""
+        return self._spools
+
+    @property
     def running(self) -> list[str]:
         return list(self._runs)
 
