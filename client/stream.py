@@ -7,7 +7,7 @@ reads from it is one of the frozen classes below, decoded and validated by
 Worker to poller: ``Hello`` (first, once), then any of ``Credits``, ``Heartbeat``,
 ``Started``, ``Results``, ``Output`` and ``Refused``.
 Poller to worker: ``Welcome`` (first), then any of ``Leases``, ``Cancels``,
-``Renewals``, ``ResultAcks`` and ``Demand``.
+``Renewals``, ``ResultAcks``, ``Demand`` and ``OutputRoom``.
 
 Times are aware UTC datetimes; a fencing token is ``epoch << 32 | sequence``.
 
@@ -53,6 +53,13 @@ class RunOutcome:
     ended_at: datetime | None = None
     job_id: str = ""  # the run's job, as in ``LeaseRef``
     usage: RunUsage | None = None  # what its command used; None for a handler
+    # why the worker cut the run's output (its spool full, or not drained in time at
+    # the run's end); "" when it sent all of it
+    output_truncated: str = ""
+    output_dropped_bytes: int = 0  # bytes of output the worker dropped
+    # the sha256 (hex) of the run's whole output, set by the node that wrote it to the
+    # blob store (never read from the wire); "" when it did not see the attempt whole
+    output_sha256: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,6 +97,8 @@ class Hello:
     instance_id: str = ""
     # holds each lease until its due_at before starting it: may be leased ahead of due
     waits_for_due: bool = False
+    # keeps a run's output on its disk while an ``OutputRoom`` pauses it
+    output_spool: bool = False
 
 
 def check_hello(hello: Hello, path: str = "hello") -> None:
@@ -277,5 +286,14 @@ class Demand:
     slots: int
 
 
-PollerEvent = Welcome | Leases | Cancels | Renewals | ResultAcks | Demand
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutputRoom:
+    """The node cannot write these runs' output to the blob store now (``paused``), or
+    can again (``resumed``): a paused run's worker keeps its output on its disk."""
+
+    paused: tuple[LeaseRef, ...] = ()
+    resumed: tuple[LeaseRef, ...] = ()
+
+
+PollerEvent = Welcome | Leases | Cancels | Renewals | ResultAcks | Demand | OutputRoom
 """What a poller sends."""

@@ -432,6 +432,10 @@ class Run:
     usage: RunUsage | None = None  # what its command used; None: no command ran
     # why it was leased late, skipped or missed; None: on time, or not decided yet
     lateness: RunLateness | None = None
+    # the sha256 (hex) of its whole output in the blob store, as the node that wrote
+    # it hashed it; "": no node saw the attempt whole, or no blob store
+    output_sha256: str = ""
+    output_truncated: str = ""  # why its output was cut; "": it is whole
 
     @property
     def is_final(self) -> bool:

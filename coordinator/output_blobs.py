@@ -15,15 +15,37 @@ writes under its own token, and readers read the token of the run's lease: it ne
 overwrites a newer attempt's parts. An attempt first seen on this node (a restart, a
 shard move) lists its parts and goes on after the last.
 
-**Bounds and failures.** An attempt keeps at most ``limit_bytes``; a write that fails
-or takes longer than ``write_timeout`` ends the attempt's parts, and no write is tried
-for ``retry_after`` (those attempts' parts end at once). Either way the run
-goes on, the job store keeps the tail as ever, and the cut is said in that tail when it
-happens and again at the run's end (``take`` and ``finish`` return the notice for the
-edge to add): "output truncated: ...". A buffer waits for its write, so a slow store
-holds back the worker's stream (and the command's pipe) by ``write_timeout`` at most,
-once per ``retry_after``. The limit is the job's (``resources.output_limit_bytes``,
-which the poller gives with the owner), else the node's ``limit_bytes``.
+**The record.** Each attempt's parts are hashed in order as they are written: at the
+result, ``finish`` gives the sha256 of the attempt's whole output, which the run's
+record keeps (``Run.output_sha256``), and why it was cut (``Run.output_truncated``).
+The digest is empty when this node did not see the attempt from its first part (it
+found parts written before: a node restart or a shard move mid-run).
+
+**The store down.** A write that fails or takes longer than ``write_timeout`` makes no
+write be tried for a while (``retry_after``, doubled at each failure up to
+``retry_most``, back to ``retry_after`` at the first success). An attempt whose worker
+keeps output on its disk (``Hello.output_spool``: the edge passes ``room``) has its
+parts written by tasks beside the stream's reads, which never wait on the store; it
+is not cut: its buffer is kept, its worker told to stop sending its output
+(``room(False)``: an ``OutputRoom`` pause; heartbeats, results and the other runs go
+on), its buffer written again once the store is back (by the ticker), and its worker
+told to send again (``room(True)``). It is paused too when a part comes due while
+its last write is still going (a slow store), and at once while the store is known
+down. Output in flight meanwhile is
+kept while all buffers stay within ``held_bytes``; past it, or for a worker without a
+spool, the attempt's parts end: "output truncated: blob store unavailable for N s"
+(N: how long it had been unavailable to that attempt). A result that arrives while
+the store is down (its worker waited its bound) writes what it can once, and the rest
+is cut and said.
+
+**Bounds.** An attempt keeps at most ``limit_bytes``; the run goes on past a cut, the
+job store keeps the tail as ever, and the cut is said in that tail when it happens
+and again at the run's end (``take`` and ``finish`` give the notice for the edge to
+add): "output truncated: ...". For a worker that does not keep output, a buffer
+waits for its write, so a slow store holds back its stream by ``write_timeout`` at
+most, once per ``retry_after``. The
+limit is the job's (``resources.output_limit_bytes``, which the poller gives with the
+owner), else the node's ``limit_bytes``.
 
 **Reading** (``read``): bytes below the end of the parts come from the parts (ranges of
 the blobs); bytes past it from the job store's tail, which numbers the same bytes
@@ -36,8 +58,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from shardcron.blobs.errors import BlobStoreUnavailable
@@ -65,9 +89,14 @@ class OutputBlobConfig:
     # seconds one part's write may take before output is cut: well within a lease's
     # renewal, as the stream's reads wait for it
     write_timeout: float = 5.0
-    # seconds after a failed write during which writes are not tried (their output cut
-    # at once), so a store that is down holds a stream back once, not once per run
-    retry_after: float = 30.0
+    # seconds after a failed write during which writes are not tried (doubled at each
+    # failure up to ``retry_most``), so a store that is down holds a stream back once,
+    # not once per run
+    retry_after: float = 1.0
+    retry_most: float = 15.0
+    # all attempts' buffers while the store is down, at most: output in flight to a
+    # paused attempt past it is cut
+    held_bytes: int = 256 << 20
     limit_bytes: int = DEFAULT_LIMIT_BYTES  # per attempt
     idle_forget: float = 300.0  # seconds after which a quiet attempt's state is dropped
 
@@ -78,6 +107,26 @@ class OutputBlobConfig:
             raise ValueError(f"output limit: must be in [0, {MAX_LIMIT_BYTES}] bytes")
         if self.flush_interval <= 0 or self.write_timeout <= 0:
             raise ValueError("flush_interval and write_timeout: must be > 0 seconds")
+        if not 0 < self.retry_after <= self.retry_most:
+            raise ValueError("retry_after: must be in (0, retry_most] seconds")
+        if self.held_bytes < self.buffer_bytes:
+            raise ValueError("held_bytes: must be at least buffer_bytes")
+
+
+# Tells an attempt's worker it may send the attempt's output (True) or must keep it
+# (False): an ``OutputRoom`` on the stream that holds its lease.
+Room = Callable[[bool], None]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Finished:
+    """What an attempt's output came to, at its result: the notice for its tail when it
+    was cut (else ``b""``), the sha256 (hex) of its parts when this node wrote them all
+    ("" otherwise), and why it was cut ("" when whole)."""
+
+    notice: bytes = b""
+    sha256: str = ""
+    truncated: str = ""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -93,6 +142,14 @@ class _Attempt:
     seen: float = 0.0  # monotonic time of the last output
     cut: str = ""  # why its parts ended early; "" while they go on
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    digest: hashlib._Hash = field(default_factory=hashlib.sha256)  # of the parts written
+    whole: bool = False  # this node wrote its parts from the first
+    room: Room | None = None  # its worker keeps output while paused; None: cut instead
+    paused_at: float | None = None  # monotonic: when its worker was told to keep output
+
+
+def _unavailable(seconds: float) -> str:
+    return f"blob store unavailable for {max(1, round(seconds))} s"
 
 
 def notice(reason: str) -> bytes:
@@ -109,7 +166,10 @@ class OutputBlobs:
         self._attempts: dict[tuple[str, int], _Attempt] = {}
         self._buffered = 0  # over every attempt
         self._ticker: asyncio.Task[None] | None = None
+        self._writes: set[asyncio.Task[bool]] = set()  # flushes beside the stream's reads
         self._down_until = 0.0  # monotonic: writes fail at once until then
+        self._retry = self.config.retry_after  # the next wait after a failed write
+        self._down_since: float | None = None  # monotonic: the first failure of a streak
 
     async def start(self) -> None:
         await self.store.open()
@@ -120,6 +180,8 @@ class OutputBlobs:
             self._ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._ticker
+        if self._writes:
+            await asyncio.gather(*self._writes, return_exceptions=True)
         for attempt in list(self._attempts.values()):
             await self._flush(attempt)
         await self.store.close()
@@ -130,10 +192,23 @@ class OutputBlobs:
 
     # --- writing --------------------------------------------------------------------
 
-    async def take(self, owner: str, piece: OutputPiece, *, limit: int = 0) -> bytes:
+    @property
+    def writing(self) -> int:
+        """Writes going on beside the streams' reads."""
+        return len(self._writes)
+
+    @property
+    def paused(self) -> int:
+        """Attempts whose worker keeps their output now."""
+        return sum(1 for a in self._attempts.values() if a.paused_at is not None)
+
+    async def take(
+        self, owner: str, piece: OutputPiece, *, limit: int = 0, room: Room | None = None
+    ) -> bytes:
         """Adds ``piece`` to its attempt's output, of which ``limit`` bytes are kept (its
         job's; 0: the node's ``limit_bytes``); returns the notice to add to the run's
-        tail when this cut its output (else ``b""``)."""
+        tail when this cut its output (else ``b""``). ``room``: how to pause and resume
+        the attempt's worker, when it keeps output on its disk meanwhile."""
         key = (piece.run_id, piece.fencing_token)
         attempt = self._attempts.get(key)
         now = time.monotonic()
@@ -142,6 +217,8 @@ class OutputBlobs:
                 owner=owner, run_id=piece.run_id, token=piece.fencing_token
             )
         attempt.seen = now
+        if room is not None:
+            attempt.room = room
         if attempt.cut or not piece.data:
             return b""
         limit = limit or self.config.limit_bytes
@@ -149,6 +226,10 @@ class OutputBlobs:
         if attempt.kept + len(data) > limit:
             data = data[: limit - attempt.kept]
             attempt.cut = f"the limit of {limit} bytes kept per run was reached"
+        if attempt.paused_at is not None and self._buffered + len(data) > self.config.held_bytes:
+            attempt.cut = _unavailable(now - attempt.paused_at)
+            log.warning("output of run %s cut: %s", attempt.run_id, attempt.cut)
+            return notice(attempt.cut)
         if data:
             if not attempt.segments:
                 attempt.since = now
@@ -160,59 +241,143 @@ class OutputBlobs:
             attempt.kept += len(data)
             self._buffered += len(data)
         cut_by_limit = attempt.cut
+        if attempt.paused_at is not None:
+            return notice(attempt.cut) if cut_by_limit else b""  # the ticker writes it
         if (
             cut_by_limit
             or attempt.buffered >= self.config.part_bytes
-            or self._buffered >= self.config.buffer_bytes
+            or self._unpaused_buffered() >= self.config.buffer_bytes
         ):
+            if attempt.room is not None and not cut_by_limit:
+                self._write_beside(attempt, now)
+                return b""
             failed = await self._flush(attempt)
             if failed or cut_by_limit:
                 return notice(attempt.cut)
         return b""
 
-    async def finish(self, run_id: str, token: int) -> bytes:
-        """The attempt's result arrived: its buffer is written and its state dropped.
-        Returns the notice to add to the run's tail when its output was cut (again: the
-        one said when it was cut may have left the tail since), else ``b""``."""
+    def _write_beside(self, attempt: _Attempt, now: float) -> None:
+        """The attempt of a worker that keeps output: its buffer is written by a task of
+        its own, so the stream's reads never wait on the store. While the store is down
+        (only the ticker tries it), or while a write of the attempt is still going and
+        another part waits behind it, the worker is paused instead."""
+        if self._down_since is not None:
+            self._pause(attempt, now, "unavailable: a write failed lately")
+        elif attempt.lock.locked():
+            if attempt.buffered >= 2 * self.config.part_bytes:
+                self._pause(attempt, now, "writes slower than the output")
+        else:
+            task = asyncio.create_task(self._flush(attempt))
+            self._writes.add(task)
+            task.add_done_callback(self._written)
+
+    def _written(self, task: asyncio.Task[bool]) -> None:
+        self._writes.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("output write failed", exc_info=task.exception())
+
+    def _unpaused_buffered(self) -> int:
+        """The bytes buffered for attempts not paused (what paused ones hold is written
+        when the store is back, not to make room)."""
+        if self._buffered < self.config.buffer_bytes:
+            return self._buffered
+        held = sum(a.buffered for a in self._attempts.values() if a.paused_at is not None)
+        return self._buffered - held
+
+    async def finish(self, run_id: str, token: int) -> Finished:
+        """The attempt's result arrived: its buffer is written (tried once, its worker
+        having waited for room) and its state dropped. Gives its digest, and the notice
+        to add to the run's tail when its output was cut (again: the one said when it
+        was cut may have left the tail since)."""
         attempt = self._attempts.pop((run_id, token), None)
         if attempt is None:
-            return b""
+            return Finished()
+        attempt.room = None  # no more pauses: what cannot be written now is cut
         await self._flush(attempt)
-        return notice(attempt.cut) if attempt.cut else b""
+        sha = attempt.digest.hexdigest() if attempt.whole else ""
+        if not attempt.cut:
+            return Finished(sha256=sha)
+        return Finished(notice=notice(attempt.cut), sha256=sha, truncated=attempt.cut)
 
     async def _flush(self, attempt: _Attempt) -> bool:
-        """Writes the attempt's buffer as parts; True when a write failed just now (the
-        attempt's output is cut from there on)."""
+        """Writes the attempt's buffer as parts; True when a write failed just now and
+        the attempt's output is cut from there on. An attempt whose worker keeps output
+        (``room``) keeps what was not written, and its worker is paused instead."""
         async with attempt.lock:
             segments, attempt.segments = attempt.segments, []
             size, attempt.buffered = attempt.buffered, 0
             self._buffered -= size
             if not segments:
                 return False
+            written = 0
             try:
                 if time.monotonic() < self._down_until:
                     raise BlobStoreUnavailable("a write failed lately; not tried")
                 async with asyncio.timeout(self.config.write_timeout):
                     if attempt.next_part is None:
                         attempt.next_part = await self._next_part(attempt)
+                        attempt.whole = attempt.next_part == 0
                     for stream, data in segments:
                         key = output_part_key(
                             attempt.owner, attempt.run_id, attempt.token, stream, attempt.next_part
                         )
                         await self.store.put(key, bytes(data))
+                        attempt.digest.update(data)
                         attempt.next_part += 1
+                        written += 1
             except (BlobStoreUnavailable, TimeoutError) as e:
-                log.warning(
-                    "output of run %s (token %d) cut: blob store %s unavailable: %s",
-                    attempt.run_id,
-                    attempt.token,
-                    self.store.url,
-                    e,
-                )
-                attempt.cut = "blob store unavailable"
-                self._down_until = max(self._down_until, time.monotonic() + self.config.retry_after)
-                return True
+                return self._failed(attempt, segments[written:], e)
+            self._retry, self._down_since = self.config.retry_after, None
+            if attempt.paused_at is not None and attempt.room is not None:
+                log.info("output of run %s: blob store back, worker resumed", attempt.run_id)
+                attempt.paused_at = None
+                attempt.room(True)
             return False
+
+    def _failed(
+        self, attempt: _Attempt, unwritten: list[tuple[str, bytearray]], failure: Exception
+    ) -> bool:
+        """A write of the attempt failed: no write is tried for a while; the attempt is
+        paused and keeps ``unwritten`` when its worker keeps output, else it is cut."""
+        now = time.monotonic()
+        error = str(failure) or f"no answer within {self.config.write_timeout:g}s"
+        if now >= self._down_until:  # a write was tried: wait longer before the next
+            self._down_until = now + self._retry
+            self._retry = min(self._retry * 2, self.config.retry_most)
+        if self._down_since is None:
+            self._down_since = now
+        if attempt.room is not None and not attempt.cut:
+            size = sum(len(data) for _, data in unwritten)
+            attempt.segments[:0] = unwritten
+            attempt.buffered += size
+            self._buffered += size
+            self._pause(attempt, now, f"unavailable: {error}")
+            return False
+        since = attempt.paused_at if attempt.paused_at is not None else self._down_since
+        attempt.cut = attempt.cut or _unavailable(now - since)
+        log.warning(
+            "output of run %s (token %d) cut: blob store %s unavailable: %s",
+            attempt.run_id,
+            attempt.token,
+            self.store.url,
+            error,
+        )
+        return True
+
+    def _pause(self, attempt: _Attempt, now: float, error: str) -> None:
+        """Tells the attempt's worker to keep its output until the store is back."""
+        if attempt.paused_at is not None or attempt.room is None:
+            return
+        log.warning(
+            "output of run %s (token %d) paused: blob store %s: %s",
+            attempt.run_id,
+            attempt.token,
+            self.store.url,
+            error,
+        )
+        attempt.paused_at = now
+        attempt.since = now
+        attempt.room(False)
 
     async def _next_part(self, attempt: _Attempt) -> int:
         """The part after the attempt's last one written (by this node or another)."""
@@ -223,13 +388,23 @@ class OutputBlobs:
         return 0
 
     async def _tick(self) -> None:
-        """Writes buffers older than ``flush_interval``; forgets attempts long quiet."""
+        """Writes buffers older than ``flush_interval``, and paused attempts' buffers once
+        writes may be tried again; forgets attempts long quiet."""
         config = self.config
         while True:
             await asyncio.sleep(config.flush_interval / 4)
             now = time.monotonic()
             for key, attempt in list(self._attempts.items()):
-                if attempt.segments and now - attempt.since >= config.flush_interval:
+                if attempt.paused_at is not None:
+                    if time.monotonic() < self._down_until:
+                        continue
+                    if not attempt.segments and attempt.room is not None:
+                        attempt.paused_at = None  # nothing to write: its next output will
+                        attempt.room(True)
+                        continue
+                if attempt.segments and (
+                    attempt.paused_at is not None or now - attempt.since >= config.flush_interval
+                ):
                     try:
                         await self._flush(attempt)
                     except Exception:  # a fault of one attempt; the others go on

@@ -166,7 +166,7 @@ _RUN_COLS = (
     " priority, worker_id, lease_token, lease_expires_at, created_at, started_at, ended_at,"
     " exit_code, reason, error, output_bytes, replayed_from, schedule_version,"
     " peak_memory_bytes, cpu_micros, limits_enforced,"
-    " late_reason, late_text, late_waited_micros"
+    " late_reason, late_text, late_waited_micros, output_sha256, output_truncated"
 )
 _RUN_COL_COUNT = _RUN_COLS.count(",") + 1
 
@@ -243,6 +243,7 @@ class RowCodec:
             used is not None and used.limits_enforced,
             "" if late is None else str(late.reason), "" if late is None else late.text,
             null if late is None else late.waited // _US,
+            r.output_sha256, r.output_truncated,
         )  # fmt: skip
 
     def row_run(self, r: Sequence[Any]) -> Run:
@@ -259,6 +260,7 @@ class RowCodec:
             ended_at=t(r[16]), exit_code=self._opt(r[17]), reason=RunReason(r[18]),
             error=r[19], output_bytes=r[20], replayed_from=r[21], schedule_version=r[22],
             usage=self._usage(r[23], r[24], r[25]), lateness=self._lateness(r[26], r[27], r[28]),
+            output_sha256=r[29] or "", output_truncated=r[30] or "",
         )  # fmt: skip
 
     def _lateness(self, reason: Any, text: Any, waited_micros: Any) -> RunLateness | None:

@@ -7,7 +7,10 @@ that does not decode ends that stream alone with ``INVALID_ARGUMENT`` and change
 nothing else), the poller's messages out, a revoked principal, a silent worker. With
 a blob store (``output_blobs``), the output of a lease the stream holds goes there
 from here, before the message reaches the inbox, and a result waits until its run's
-output is written.
+output is written, and carries its digest and why it was cut to the poller. While the
+store is down, a worker that keeps output on its disk (``Hello.output_spool``) is
+told to pause that run's output (``OutputRoom``), and to resume it once the store is
+back; its heartbeats, results and other runs go on.
 ``WorkerOutbox`` is the loop's ``WorkerLink`` to one worker: it batches everything a
 turn sends into one message per kind (a message per lease costs the poller and the
 worker far more than one per turn: ``bench/`` measures it) and never writes a lease
@@ -26,6 +29,7 @@ import grpc
 
 from shardcron.client.codec.errors import status_for
 from shardcron.client.codec.stream import decode_worker_message, encode_poller_message
+from shardcron.client.dataclass_copies import copy_with
 from shardcron.client.errors import InvalidArgument, ResourceExhausted, ShardcronError
 from shardcron.client.limits import clip
 from shardcron.client.stream import (
@@ -34,9 +38,11 @@ from shardcron.client.stream import (
     Demand,
     Hello,
     LeaseGrant,
+    LeaseRef,
     Leases,
     Output,
     OutputPiece,
+    OutputRoom,
     Renewal,
     Renewals,
     ResultAck,
@@ -49,7 +55,7 @@ from shardcron.coordinator.artifacts import Artifacts
 from shardcron.coordinator.audit import ANONYMOUS
 from shardcron.coordinator.auth import AuthSource, Caller, PrincipalDenied, current_caller
 from shardcron.coordinator.open_calls import LongCall, OpenCalls
-from shardcron.coordinator.output_blobs import OutputBlobs
+from shardcron.coordinator.output_blobs import OutputBlobs, Room, notice
 from shardcron.coordinator.poller.events import (
     InboxEvent,
     WorkerClosed,
@@ -114,6 +120,13 @@ class WorkerOutbox:
     @property
     def demand_standing(self) -> bool:
         return (self._demand_sent if self._demand is None else self._demand) > 0
+
+    def output_room(self, ref: LeaseRef, *, resumed: bool) -> None:
+        """Pauses or resumes the output of one lease: sent at once, not with a turn (the
+        blob writer decides it, on the stream's own task)."""
+        if not self.closed:
+            room = OutputRoom(resumed=(ref,)) if resumed else OutputRoom(paused=(ref,))
+            self._put(encode_poller_message(room))
 
     def demand(self, slots: int) -> None:
         """Sent when it changes, and a standing demand again every second (a worker
@@ -384,21 +397,41 @@ class LeaseStream:
         notice added to its run's tail where output was cut."""
         notices: list[OutputPiece] = []
         if isinstance(event, Results):
+            outcomes = []
             for outcome in event.outcomes:
-                cut = await blobs.finish(outcome.run_id, outcome.fencing_token)
-                if cut:
-                    notices.append(_notice(outcome.run_id, outcome.fencing_token, cut))
-            if not notices:
-                return event
-            self._submit(WorkerMessage(link=self.outbox, event=Output(pieces=tuple(notices))))
-            return event
+                run_id, token = outcome.run_id, outcome.fencing_token
+                if outcome.output_truncated:  # its worker cut it: said in its tail too
+                    said = notice(f"{outcome.output_truncated} (on its worker)")
+                    notices.append(_notice(run_id, token, said))
+                done = await blobs.finish(run_id, token)
+                if done.notice:
+                    notices.append(_notice(run_id, token, done.notice))
+                truncated = "; ".join(t for t in (outcome.output_truncated, done.truncated) if t)
+                outcomes.append(
+                    copy_with(outcome, output_sha256=done.sha256, output_truncated=truncated)
+                )
+            if notices:
+                output = Output(pieces=tuple(notices))
+                self._submit(WorkerMessage(link=self.outbox, event=output))
+            return Results(outcomes=tuple(outcomes))
         for piece in event.pieces:
             holder = owner_of(self.outbox, piece.run_id, piece.fencing_token)
             if holder is not None:
-                cut = await blobs.take(holder[0], piece, limit=holder[1])
+                room = self._room(piece) if self.hello.output_spool else None
+                cut = await blobs.take(holder[0], piece, limit=holder[1], room=room)
                 if cut:
                     notices.append(_notice(piece.run_id, piece.fencing_token, cut))
         return Output(pieces=event.pieces + tuple(notices)) if notices else event
+
+    def _room(self, piece: OutputPiece) -> Room:
+        """How the blob writer pauses and resumes the output of ``piece``'s attempt."""
+        ref = LeaseRef(run_id=piece.run_id, fencing_token=piece.fencing_token)
+        outbox = self.outbox
+
+        def room(resumed: bool) -> None:
+            outbox.output_room(ref, resumed=resumed)
+
+        return room
 
     async def _watch_silence(self, timeout: float) -> None:
         """Closes the stream of a worker silent for ``timeout`` while it owes messages."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import socket
 from dataclasses import dataclass
@@ -51,9 +52,11 @@ from shardcron.role_commands import (
     until_signalled,
 )
 from shardcron.sandbox_options import check_private, sandbox_options
+from shardcron.spool_options import output_spool_options
 
 if TYPE_CHECKING:
     from shardcron.coordinator.node import Node
+    from shardcron.worker.output_spool import OutputSpoolConfig
     from shardcron.worker.sandbox import SandboxConfig
 
 
@@ -113,6 +116,7 @@ if TYPE_CHECKING:
 @inherit_env_option
 @sandbox_options(dev=True)
 @blob_options(dev=True)
+@output_spool_options(dev=True)
 @click.option("--log-level", default="info", show_default=True)
 def dev(
     listen: str,
@@ -137,6 +141,7 @@ def dev(
     edge: EdgeOptions,
     sandbox: SandboxConfig,
     blobs: BlobOptions,
+    output_spool: OutputSpoolConfig,
 ) -> None:
     """Run every role in one process on the embedded SQLite store."""
     from shardcron.coordinator.data_dir_lock import DataDirInUse, lock_data_dir
@@ -209,6 +214,7 @@ def dev(
             token=in_process_token,
             inherit_env=inherit_env,
             sandbox=sandbox,
+            output_spool=output_spool,
         )
         asyncio.run(_dev(node, auth, workers, data))
     except ShardcronError as e:
@@ -227,6 +233,8 @@ class InProcessWorkers:
     token: str | None  # the in-process workers' own token, with an auth file
     inherit_env: bool
     sandbox: SandboxConfig  # how their commands are contained, and as whom they run
+    # how much output each keeps on disk while the blob store is down: under DATA_DIR/spool
+    output_spool: OutputSpoolConfig
 
 
 async def _dev(node: Node, auth: AuthSource | None, spec: InProcessWorkers, data_dir: Path) -> None:
@@ -258,6 +266,9 @@ async def _dev(node: Node, auth: AuthSource | None, spec: InProcessWorkers, data
             inherit_env=spec.inherit_env,
             sandbox=spec.sandbox,
             artifacts=cache,
+            output_spool=dataclasses.replace(
+                spec.output_spool, directory=data_dir / "spool" / f"dev-worker-{i}"
+            ),
         )
         for i in range(spec.count)
     ]
@@ -334,6 +345,7 @@ async def _dev(node: Node, auth: AuthSource | None, spec: InProcessWorkers, data
 )
 @inherit_env_option
 @sandbox_options(dev=False)
+@output_spool_options(dev=False)
 @click.option("--log-level", default="info", show_default=True)
 def worker_cmd(
     worker_target: str,
@@ -353,6 +365,7 @@ def worker_cmd(
     inherit_env: bool,
     log_level: str,
     sandbox: SandboxConfig,
+    output_spool: OutputSpoolConfig,
 ) -> None:
     """Run a worker that takes leases from a node, or from every poller of a cluster (--zk)."""
     setup_logging(log_level)
@@ -387,6 +400,7 @@ def worker_cmd(
             credentials=credentials,
             inherit_env=inherit_env,
             sandbox=sandbox,
+            output_spool=output_spool,
         )
     except ShardcronError as e:  # a --label or --id past what a node takes
         raise click.ClickException(f"cannot start: {e.message}") from e

@@ -38,6 +38,7 @@ from shardcron.client.stream import (
     Leases,
     Output,
     OutputPiece,
+    OutputRoom,
     Refused,
     Renewal,
     Renewals,
@@ -72,6 +73,8 @@ OUTCOME = RunOutcome(
     started_at=T0,
     ended_at=T0 + timedelta(seconds=2),
     usage=RunUsage(peak_memory_bytes=67_108_864, cpu_seconds=0.75, limits_enforced=True),
+    output_truncated="blob store unavailable for 45 s",
+    output_dropped_bytes=1 << 30,
 )
 GRANT = LeaseGrant(
     run_id="r-1",
@@ -106,6 +109,7 @@ WORKER_EVENTS: list[Any] = [
         held=(REF, LeaseRef(run_id="r-3", fencing_token=5)),
         credit_limit=3,
         instance_id="5f0c",
+        output_spool=True,
     ),
     Hello(worker_id="w-2", slots=1),
     Hello(worker_id="w-3", slots=4, credit_limit=0),
@@ -186,6 +190,8 @@ POLLER_EVENTS: list[Any] = [
     ),
     Demand(slots=0),
     Demand(slots=12),
+    OutputRoom(paused=(REF, LeaseRef(run_id="r-3", fencing_token=5, job_id="j-3"))),
+    OutputRoom(resumed=(REF,)),
 ]
 
 
@@ -455,6 +461,16 @@ MALFORMED_WORKER: list[tuple[str, Callable[[], worker_pb2.WorkerMessage], str]] 
     ),
     ("result without run_id", lambda: _result(run_id=""), "results.results[0].run_id"),
     (
+        "result with a long truncation text",
+        lambda: _result(output_truncated="x" * 513),
+        "results.results[0].output_truncated",
+    ),
+    (
+        "result with negative dropped bytes",
+        lambda: _result(output_truncated="cut", output_dropped_bytes=-1),
+        "results.results[0].output_dropped_bytes",
+    ),
+    (
         "result with a bad end time",
         lambda: _result(ended_at=_ts(1, -5)),
         "results.results[0].ended_at",
@@ -529,6 +545,11 @@ MALFORMED_POLLER: list[tuple[str, Callable[[], worker_pb2.PollerMessage], str]] 
         "acks.acks[0].run_id",
     ),
     ("negative demand", lambda: _p(demand=worker_pb2.Demand(slots=-2)), "demand.slots"),
+    (
+        "output room without run_id",
+        lambda: _p(output_room=worker_pb2.OutputRoom(resumed=[worker_pb2.LeaseRef()])),
+        "output_room.resumed[0].run_id",
+    ),
 ]
 
 

@@ -133,6 +133,8 @@ def full_run() -> Run:
         reason=RunReason.NON_ZERO_EXIT,
         error="killed",
         output_bytes=4096,
+        output_sha256="9f" * 32,
+        output_truncated="blob store unavailable for 45 s",
         replayed_from="run-0",
         dead_letter=True,
         schedule_version=7,

@@ -172,3 +172,37 @@ async def test_a_store_file_made_without_auto_vacuum_is_converted_on_open(tmp_pa
     await store.close()
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA auto_vacuum").fetchone() == (2,)
+
+
+async def test_a_file_made_before_runs_recorded_their_outputs_digest_gets_the_columns(
+    tmp_path: Path,
+) -> None:
+    """The output digest and truncation columns came after files were made: opening such
+    a file adds them; its runs read them as empty, and new ones keep theirs."""
+    from shardcron.client.types import RunState
+    from shardcron.coordinator.store import NewJob
+
+    path = tmp_path / "old.db"
+    store = SqliteStore(path, **CONTRACT_CONFIG)
+    await store.open()
+    job = make_job()
+    old = make_run(job, state=RunState.SUCCEEDED)
+    await store.create_jobs([NewJob(job=job, runs=[old])])
+    await store.close()
+    with sqlite3.connect(path) as conn:  # the runs table as files had it then
+        for column in ("output_sha256", "output_truncated"):
+            conn.execute(f"ALTER TABLE runs DROP COLUMN {column}")
+
+    reopened = SqliteStore(path, **CONTRACT_CONFIG)
+    await reopened.open()
+    try:
+        got = await reopened.get_run(job.owner, old.id)
+        assert (got.output_sha256, got.output_truncated) == ("", "")
+        cut = make_run(
+            job, attempt=2, state=RunState.SUCCEEDED, output_sha256="ab" * 32,
+            output_truncated="blob store unavailable for 3 s",
+        )  # fmt: skip
+        await reopened.commit(runs=[cut])
+        assert await reopened.get_run(job.owner, cut.id) == cut
+    finally:
+        await reopened.close()

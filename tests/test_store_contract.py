@@ -245,6 +245,26 @@ async def test_a_runs_lateness_round_trips_with_its_lease_and_its_end(store: Job
     assert (await store.get_run(ALICE, on_time.id)).lateness is None
 
 
+async def test_a_runs_output_record_round_trips(store: JobStore) -> None:
+    """The digest of a run's output and why it was cut are stored with the run, and a
+    run without them reads them as empty."""
+    job = await create(store, make_job())
+    cut = make_run(
+        job, state=RunState.SUCCEEDED, output_bytes=1 << 20, output_sha256="ab" * 32,
+        output_truncated="blob store unavailable for 45 s",
+    )  # fmt: skip
+    whole = make_run(job, attempt=2, state=RunState.SUCCEEDED, output_sha256="0f" * 32)
+    plain = make_run(job, attempt=3, state=RunState.FAILED)
+    await store.commit(runs=[cut, whole, plain])
+    assert await store.get_run(ALICE, cut.id) == cut
+    got = await store.get_runs([cut.id, whole.id, plain.id])
+    assert (got[cut.id], got[whole.id], got[plain.id]) == (cut, whole, plain)
+    assert (got[plain.id].output_sha256, got[plain.id].output_truncated) == ("", "")
+    listed = {r.id: r for r in (await store.list_runs(ALICE, job.id)).items}
+    assert listed[cut.id].output_truncated == "blob store unavailable for 45 s"
+    assert listed[whole.id].output_sha256 == "0f" * 32
+
+
 async def test_a_runs_waiting_reason_is_never_stored(store: JobStore) -> None:
     """Why a run waits is the poller's answer when the run is read, not a stored field."""
     job = await create(store, make_job())

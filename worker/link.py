@@ -37,6 +37,7 @@ from shardcron.client.stream import (
     Hello,
     LeaseGrant,
     Leases,
+    OutputRoom,
     PollerEvent,
     Renewals,
     ResultAck,
@@ -107,6 +108,10 @@ class StreamOwner(Protocol):
     def on_cancels(self, link: PollerLink, orders: Sequence[CancelOrder]) -> None: ...
 
     def on_acks(self, link: PollerLink, acks: Sequence[ResultAck]) -> None: ...
+
+    def on_output_room(self, link: PollerLink, room: OutputRoom) -> None:
+        """The node pauses or resumes runs' output (``Hello.output_spool``)."""
+        ...
 
     def rebalance(self) -> None:
         """Share the slots among the streams again (one opened, closed or asked)."""
@@ -344,5 +349,7 @@ class PollerLink:
             self.demand = event.slots
             self.demand_at = time.monotonic()
             w.rebalance()
+        elif isinstance(event, OutputRoom):
+            w.on_output_room(self, event)
         elif isinstance(event, Welcome):
             self._on_welcome(event)  # a repeated Welcome only updates the timings

@@ -96,6 +96,22 @@ class WorkerCollector(Collector):
             "Runs executing on this worker now",
             value=sum(len(w.running) for w in workers),
         )
+        spools = [w.output_spool for w in workers]
+        yield GaugeMetricFamily(
+            "shardcron_worker_output_spool_bytes",
+            "Bytes in this worker's output spool files now: runs' output kept while their node cannot write it to the blob store",
+            value=sum(s.bytes for s in spools),
+        )
+        yield _counter(
+            "shardcron_worker_output_spooled_bytes",
+            "Bytes of runs' output kept in the output spool while their node could not write it to the blob store",
+            sum(s.spooled_bytes for s in spools),
+        )
+        yield _counter(
+            "shardcron_worker_output_dropped_bytes",
+            "Bytes of runs' output dropped: the output spool was full, or had not drained within the wait at the run's end",
+            sum(s.dropped_bytes for s in spools),
+        )
         yield GaugeMetricFamily(
             "shardcron_worker_pollers_connected",
             "Pollers this worker has an open lease stream to",

@@ -33,6 +33,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import shardcron
+from shardcron.client.dataclass_copies import copy_with
 from shardcron.client.sdk.connection import call_metadata
 from shardcron.client.stream import (
     CancelOrder,
@@ -40,6 +41,7 @@ from shardcron.client.stream import (
     Hello,
     LeaseGrant,
     LeaseRef,
+    OutputRoom,
     Renewals,
     ResultAck,
     check_hello,
@@ -62,7 +64,8 @@ from .handlers import HandlerRegistry
 from .handlers import registry as default_registry
 from .leased_runs import HeldRun, lapsed, lease_deadline
 from .link import PollerLink
-from .outbox import MAX_HEARTBEAT_LEASES
+from .outbox import MAX_HEARTBEAT_LEASES, Outbox
+from .output_spool import OutputSpoolConfig, OutputSpools, SpoolEnd
 from .sandbox import Sandbox, SandboxConfig
 from .shares import shared_limits
 from .targets import Target, next_reading, read_targets
@@ -116,6 +119,7 @@ class Worker:
         inherit_env: bool = False,  # commands get this process's environment, but credentials
         sandbox: SandboxConfig | None = None,
         artifacts: ArtifactCache | None = None,
+        output_spool: OutputSpoolConfig | None = None,
     ) -> None:
         """``artifacts``: the cache of jobs' code archives (shared by the workers of one
         process; default: one of its own where ``sandbox`` says)."""
@@ -133,6 +137,9 @@ class Worker:
         self.cpu_millis = cpu_millis
         self.memory_mb = memory_mb
         # what a node refuses in a Hello is refused here, before any stream opens
+        self._runs: dict[str, HeldRun] = {}
+        # runs' output kept on disk while their node cannot take it
+        self._spools = OutputSpools(output_spool or OutputSpoolConfig(), self._sink_of)
         check_hello(self._hello(), path="")
         self.kill_grace = kill_grace
         pairs = metadata.items() if isinstance(metadata, dict) else metadata or ()
@@ -140,7 +147,6 @@ class Worker:
         self.credentials = credentials
         self.stats: Counter[str] = Counter()
         self.usage = UsageCounts()  # what its command runs used
-        self._runs: dict[str, HeldRun] = {}
         self._slots_used = 0
         self._links: dict[str, PollerLink] = {}
         self._adrift = AdriftResults()  # results whose poller no longer serves their shard
@@ -170,6 +176,11 @@ class Worker:
     @property
     def slots_used(self) -> int:
         return self._slots_used
+
+    @property
+    def output_spool(self) -> OutputSpools:
+        """Its runs' output kept on disk while their node cannot take it (read-only)."""
+        return self._spools
 
     @property
     def running(self) -> list[str]:
@@ -205,6 +216,7 @@ class Worker:
             tasks = [r.task for r in self._runs.values() if r.task is not None]
             if tasks:
                 await asyncio.wait(tasks, timeout=self.kill_grace + 1)
+            self._spools.close()
             try:  # the runs ended: their supervisors are done or finishing
                 await self.sandbox.close()
             except Exception:
@@ -345,6 +357,8 @@ class Worker:
         now = time.monotonic()
         held = []
         for r in self._runs_of(link):
+            # a new stream: its node pauses again the output it cannot take
+            self._spools.resume(r.ctx.run_id, r.token)
             # Heartbeats of the old stream will never be answered; Hello.held will.
             r.pending_renewals.clear()
             r.pending_renewals.append(now)
@@ -374,6 +388,7 @@ class Worker:
             version=shardcron.__version__,
             instance_id=self.instance_id,
             waits_for_due=True,  # due_gate.run_when_due
+            output_spool=self._spools.enabled,
             **stream,
         )
 
@@ -468,6 +483,8 @@ class Worker:
         self, link: PollerLink, run_id: str, token: int, stream: str, data: bytes
     ) -> None:
         self.stats["output_bytes"] += len(data)
+        if self._spools.takes(run_id, token, stream, data):
+            return  # its node cannot take it now: kept on disk
         run = self._runs.get(run_id)
         if run is not None and run.token == token:
             link = run.link  # the poller holding the lease now (its shard may have moved)
@@ -479,6 +496,19 @@ class Worker:
         if run is None or run.token != token:
             raise ArtifactFetchFailed(f"artifact {sha256}: the run's lease is gone")
         return run.link.read_artifact(run_id, token, sha256)
+
+    def _sink_of(self, run_id: str, token: int) -> Outbox | None:
+        """Where the run's spooled output goes: the stream of the poller holding it."""
+        run = self._runs.get(run_id)
+        return run.link.outbox if run is not None and run.token == token else None
+
+    def on_output_room(self, link: PollerLink, room: OutputRoom) -> None:
+        """The node pauses or resumes runs' output (``output_spool``)."""
+        for refs, act in ((room.paused, self._spools.pause), (room.resumed, self._spools.resume)):
+            for ref in refs:
+                run = self._runs.get(ref.run_id)
+                if run is not None and run.link is link and run.token == ref.fencing_token:
+                    act(ref.run_id, ref.fencing_token)
 
     async def _output_room(self, run_id: str) -> None:
         """Waits while the stream of the poller holding the run has a full output buffer."""
@@ -602,16 +632,21 @@ class Worker:
             run.task = asyncio.get_running_loop().create_task(self._settle(run, res))
             return
         self._release(run)
-        self._report(run, res)
+        self._report(run, res, self._spools.end(run.ctx.run_id, run.token))
 
     async def _settle(self, run: HeldRun, outcome: Awaitable[ExecResult]) -> None:
         try:
-            res = await outcome
-        except Exception as e:
-            res = worker_error(run.ctx.run_id, e)
+            try:
+                res = await outcome
+            except Exception as e:
+                res = worker_error(run.ctx.run_id, e)
+            # its result goes once its kept output has gone (bounded), its slot held
+            spooled = await self._spools.settle(
+                run.ctx.run_id, run.token, lambda: run.lost or run.abandoned
+            )
         finally:
             self._release(run)
-        self._report(run, res)
+        self._report(run, res, spooled)
 
     def _release(self, run: HeldRun) -> None:
         """The run's slots and place given back: it ended, or will never be reported."""
@@ -625,8 +660,9 @@ class Worker:
             del self._runs[run.ctx.run_id]
         self.rebalance()
 
-    def _report(self, run: HeldRun, res: ExecResult) -> None:
-        """Sends the run's result to its poller (or, seeking one, to every poller)."""
+    def _report(self, run: HeldRun, res: ExecResult, spooled: SpoolEnd) -> None:
+        """Sends the run's result to its poller (or, seeking one, to every poller), with
+        what of its output was dropped (``spooled``)."""
         if res.usage is not None:
             self.usage.observe(res.usage)
         if run.lost or run.abandoned:
@@ -634,6 +670,12 @@ class Worker:
             return
         self.stats[res.state.value.lower()] += 1
         outcome = run.outcome(res)
+        if spooled.truncated:
+            outcome = copy_with(
+                outcome,
+                output_truncated=spooled.truncated,
+                output_dropped_bytes=spooled.dropped_bytes,
+            )
         if run.seeking:  # no poller renews its lease now: offered to every one
             self._adrift.add(outcome)
             for link in self._links.values():

@@ -300,6 +300,8 @@ def print_run(run: Run, tv: TimeView) -> None:
     pairs += [
         ("used", usage_text(run.usage)),
         ("output", f"{run.output_bytes} bytes"),
+        ("output sha256", run.output_sha256 or "-"),
+        ("truncated", run.output_truncated or "-"),
         ("priority", run.priority),
         ("shard", run.shard),
         ("replayed from", run.replayed_from or "-"),

@@ -468,6 +468,8 @@ def run_to_proto(run: Run) -> types_pb2.Run:
         dead_letter=run.dead_letter,
         schedule_version=run.schedule_version,
         waiting_reason=run.waiting_reason,
+        output_sha256=run.output_sha256,
+        output_truncated=run.output_truncated,
     )
     set_time(msg, "fire_at", run.fire_at)
     set_time(msg, "due_at", run.due_at)
@@ -510,6 +512,8 @@ def run_from_proto(msg: types_pb2.Run, field: str = "run") -> Run:
         waiting_reason=msg.waiting_reason,
         usage=usage_from_proto(msg, field),
         lateness=lateness_from_proto(msg, field),
+        output_sha256=msg.output_sha256,
+        output_truncated=msg.output_truncated,
     )
 
 

@@ -45,6 +45,7 @@ from shardcron.client.stream import (
     Leases,
     Output,
     OutputPiece,
+    OutputRoom,
     PollerEvent,
     Refused,
     Renewal,
@@ -124,7 +125,21 @@ def _outcome_from_proto(msg: worker_pb2.RunResult, path: str) -> RunOutcome:
         ended_at=get_time(msg, "ended_at", path),
         job_id=msg.job_id,
         usage=usage_from_proto(msg, path),
+        output_truncated=_truncation(msg.output_truncated, path) if msg.output_truncated else "",
+        output_dropped_bytes=msg.output_dropped_bytes
+        and non_negative(msg.output_dropped_bytes, f"{path}.output_dropped_bytes"),
     )
+
+
+MAX_TRUNCATION_TEXT = 512  # characters of a result's ``output_truncated``
+
+
+def _truncation(text: str, path: str) -> str:
+    if len(text) > MAX_TRUNCATION_TEXT:
+        raise InvalidArgument(
+            f"{path}.output_truncated", f"at most {MAX_TRUNCATION_TEXT} characters"
+        )
+    return text
 
 
 _FINAL_STATES = {n: state for n, state in RUN_STATE.by_number.items() if state.is_final}
@@ -153,6 +168,9 @@ def _add_outcomes(out: Any, outcomes: Sequence[RunOutcome], path: str) -> None:
             exit_code=o.exit_code or 0,
             job_id=o.job_id,
         )
+        if o.output_truncated:
+            msg.output_truncated = o.output_truncated
+            msg.output_dropped_bytes = o.output_dropped_bytes
         set_time(msg, "started_at", o.started_at)
         set_time(msg, "ended_at", o.ended_at)
         if o.usage is not None:
@@ -204,6 +222,7 @@ def _hello_from_proto(msg: worker_pb2.Hello, path: str) -> Hello:
         ),
         instance_id=msg.instance_id,
         waits_for_due=msg.waits_for_due,
+        output_spool=msg.output_spool,
     )
     check_hello(hello, path)
     return hello
@@ -222,6 +241,7 @@ def _hello_to_proto(hello: Hello, path: str) -> worker_pb2.Hello:
         held=_refs_to_proto(hello.held, f"{path}.held"),
         instance_id=hello.instance_id,
         waits_for_due=hello.waits_for_due,
+        output_spool=hello.output_spool,
     )
     _add_outcomes(msg.pending_results, hello.pending_results, f"{path}.pending_results")
     if hello.credit_limit is not None:
@@ -375,6 +395,13 @@ def _demand_from_proto(msg: worker_pb2.Demand, path: str) -> Demand:
     return Demand(slots=non_negative(msg.slots, f"{path}.slots"))
 
 
+def _output_room_from_proto(msg: worker_pb2.OutputRoom, path: str) -> OutputRoom:
+    return OutputRoom(
+        paused=each(msg.paused, f"{path}.paused", _ref_from_proto),
+        resumed=each(msg.resumed, f"{path}.resumed", _ref_from_proto),
+    )
+
+
 _POLLER_READERS: dict[str, Callable[[Any, str], PollerEvent]] = {
     "welcome": _welcome_from_proto,
     "leases": leases_from_proto,
@@ -382,6 +409,7 @@ _POLLER_READERS: dict[str, Callable[[Any, str], PollerEvent]] = {
     "renewals": _renewals_from_proto,
     "acks": _acks_from_proto,
     "demand": _demand_from_proto,
+    "output_room": _output_room_from_proto,
 }
 
 
@@ -434,4 +462,10 @@ def encode_poller_message(event: PollerEvent) -> worker_pb2.PollerMessage:
     if isinstance(event, Demand):
         demand = worker_pb2.Demand(slots=non_negative(event.slots, "demand.slots"))
         return worker_pb2.PollerMessage(demand=demand)
+    if isinstance(event, OutputRoom):
+        room = worker_pb2.OutputRoom(
+            paused=_refs_to_proto(event.paused, "output_room.paused"),
+            resumed=_refs_to_proto(event.resumed, "output_room.resumed"),
+        )
+        return worker_pb2.PollerMessage(output_room=room)
     raise TypeError(f"not a poller event: {event!r}")

@@ -55,6 +55,8 @@ class Outcome:
     record: Run | None = None  # the final record, made by the fire rules already
     usage: RunUsage | None = None  # what its command used, as its worker reported
     lateness: RunLateness | None = None  # why it was skipped or missed (``lateness``)
+    output_sha256: str = ""  # its output's digest, from the node that wrote it
+    output_truncated: str = ""  # why its output was cut
 
 
 def final_run(
@@ -71,11 +73,14 @@ def final_run(
     lease_expires_at: datetime | None = None,
     usage: RunUsage | None = None,
     lateness: RunLateness | None = None,
+    output_sha256: str = "",
+    output_truncated: str = "",
 ) -> Run:
     """The run's final record; ``output_bytes`` received since it was loaded are added,
     ``lease_expires_at`` (the lease's last expiry, when it is still held) set,
-    ``usage`` (what its command used, as its worker reported) kept, and ``lateness``
-    (why it did not run on time) set, else the one its lease had kept."""
+    ``usage`` (what its command used, as its worker reported) kept, ``lateness``
+    (why it did not run on time) set, else the one its lease had kept, with the digest of
+    its output and why it was cut."""
     return copy_with(
         run,
         state=state,
@@ -88,6 +93,8 @@ def final_run(
         lease_expires_at=lease_expires_at or run.lease_expires_at,
         usage=usage,
         lateness=lateness or run.lateness,
+        output_sha256=output_sha256,
+        output_truncated=output_truncated,
     )
 
 

@@ -430,6 +430,8 @@ class WorkerStreams:
             ended_at=outcome.ended_at or now,
             reported=True,
             usage=outcome.usage,
+            output_sha256=outcome.output_sha256,
+            output_truncated=outcome.output_truncated,
         )
         with self._ends.isolated(slot, turn, now, where="result"):
             self._ends.end(slot, ended, turn, now)

@@ -486,6 +486,8 @@ class RunTable:
             lease_expires_at=self.leases.expires_at(rid),
             usage=outcome.usage,
             lateness=outcome.lateness,
+            output_sha256=outcome.output_sha256,
+            output_truncated=outcome.output_truncated,
         )
         self._remove(slot)
         self.recent_final[rid] = self._clock.monotonic()

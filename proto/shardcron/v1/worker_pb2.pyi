@@ -50,23 +50,25 @@ class WorkerMessage(_message.Message):
     def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., credits: _Optional[_Union[Credits, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., started: _Optional[_Union[Started, _Mapping]] = ..., results: _Optional[_Union[Results, _Mapping]] = ..., output: _Optional[_Union[Output, _Mapping]] = ..., refused: _Optional[_Union[Refused, _Mapping]] = ...) -> None: ...
 
 class PollerMessage(_message.Message):
-    __slots__ = ("welcome", "leases", "cancels", "renewals", "acks", "demand")
+    __slots__ = ("welcome", "leases", "cancels", "renewals", "acks", "demand", "output_room")
     WELCOME_FIELD_NUMBER: _ClassVar[int]
     LEASES_FIELD_NUMBER: _ClassVar[int]
     CANCELS_FIELD_NUMBER: _ClassVar[int]
     RENEWALS_FIELD_NUMBER: _ClassVar[int]
     ACKS_FIELD_NUMBER: _ClassVar[int]
     DEMAND_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_ROOM_FIELD_NUMBER: _ClassVar[int]
     welcome: Welcome
     leases: Leases
     cancels: Cancels
     renewals: Renewals
     acks: ResultAcks
     demand: Demand
-    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., leases: _Optional[_Union[Leases, _Mapping]] = ..., cancels: _Optional[_Union[Cancels, _Mapping]] = ..., renewals: _Optional[_Union[Renewals, _Mapping]] = ..., acks: _Optional[_Union[ResultAcks, _Mapping]] = ..., demand: _Optional[_Union[Demand, _Mapping]] = ...) -> None: ...
+    output_room: OutputRoom
+    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., leases: _Optional[_Union[Leases, _Mapping]] = ..., cancels: _Optional[_Union[Cancels, _Mapping]] = ..., renewals: _Optional[_Union[Renewals, _Mapping]] = ..., acks: _Optional[_Union[ResultAcks, _Mapping]] = ..., demand: _Optional[_Union[Demand, _Mapping]] = ..., output_room: _Optional[_Union[OutputRoom, _Mapping]] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("worker_id", "slots", "cpu_millis", "memory_mb", "labels", "handlers", "runs_commands", "version", "pending_results", "held", "credit_limit", "instance_id", "waits_for_due")
+    __slots__ = ("worker_id", "slots", "cpu_millis", "memory_mb", "labels", "handlers", "runs_commands", "version", "pending_results", "held", "credit_limit", "instance_id", "waits_for_due", "output_spool")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -87,6 +89,7 @@ class Hello(_message.Message):
     CREDIT_LIMIT_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     WAITS_FOR_DUE_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_SPOOL_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     slots: int
     cpu_millis: int
@@ -100,7 +103,8 @@ class Hello(_message.Message):
     credit_limit: int
     instance_id: str
     waits_for_due: bool
-    def __init__(self, worker_id: _Optional[str] = ..., slots: _Optional[int] = ..., cpu_millis: _Optional[int] = ..., memory_mb: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., handlers: _Optional[_Iterable[str]] = ..., runs_commands: _Optional[bool] = ..., version: _Optional[str] = ..., pending_results: _Optional[_Iterable[_Union[RunResult, _Mapping]]] = ..., held: _Optional[_Iterable[_Union[LeaseRef, _Mapping]]] = ..., credit_limit: _Optional[int] = ..., instance_id: _Optional[str] = ..., waits_for_due: _Optional[bool] = ...) -> None: ...
+    output_spool: bool
+    def __init__(self, worker_id: _Optional[str] = ..., slots: _Optional[int] = ..., cpu_millis: _Optional[int] = ..., memory_mb: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., handlers: _Optional[_Iterable[str]] = ..., runs_commands: _Optional[bool] = ..., version: _Optional[str] = ..., pending_results: _Optional[_Iterable[_Union[RunResult, _Mapping]]] = ..., held: _Optional[_Iterable[_Union[LeaseRef, _Mapping]]] = ..., credit_limit: _Optional[int] = ..., instance_id: _Optional[str] = ..., waits_for_due: _Optional[bool] = ..., output_spool: _Optional[bool] = ...) -> None: ...
 
 class Credits(_message.Message):
     __slots__ = ("limit",)
@@ -139,7 +143,7 @@ class Started(_message.Message):
     def __init__(self, leases: _Optional[_Iterable[_Union[LeaseRef, _Mapping]]] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class RunResult(_message.Message):
-    __slots__ = ("run_id", "fencing_token", "state", "has_exit_code", "exit_code", "reason", "error", "started_at", "ended_at", "job_id", "usage")
+    __slots__ = ("run_id", "fencing_token", "state", "has_exit_code", "exit_code", "reason", "error", "started_at", "ended_at", "job_id", "usage", "output_truncated", "output_dropped_bytes")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -151,6 +155,8 @@ class RunResult(_message.Message):
     ENDED_AT_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_DROPPED_BYTES_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     fencing_token: int
     state: _types_pb2.RunState
@@ -162,7 +168,9 @@ class RunResult(_message.Message):
     ended_at: _timestamp_pb2.Timestamp
     job_id: str
     usage: _types_pb2.RunUsage
-    def __init__(self, run_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., state: _Optional[_Union[_types_pb2.RunState, str]] = ..., has_exit_code: _Optional[bool] = ..., exit_code: _Optional[int] = ..., reason: _Optional[_Union[_types_pb2.RunReason, str]] = ..., error: _Optional[str] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ended_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., job_id: _Optional[str] = ..., usage: _Optional[_Union[_types_pb2.RunUsage, _Mapping]] = ...) -> None: ...
+    output_truncated: str
+    output_dropped_bytes: int
+    def __init__(self, run_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., state: _Optional[_Union[_types_pb2.RunState, str]] = ..., has_exit_code: _Optional[bool] = ..., exit_code: _Optional[int] = ..., reason: _Optional[_Union[_types_pb2.RunReason, str]] = ..., error: _Optional[str] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ended_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., job_id: _Optional[str] = ..., usage: _Optional[_Union[_types_pb2.RunUsage, _Mapping]] = ..., output_truncated: _Optional[str] = ..., output_dropped_bytes: _Optional[int] = ...) -> None: ...
 
 class Results(_message.Message):
     __slots__ = ("results",)
@@ -287,3 +295,11 @@ class Demand(_message.Message):
     SLOTS_FIELD_NUMBER: _ClassVar[int]
     slots: int
     def __init__(self, slots: _Optional[int] = ...) -> None: ...
+
+class OutputRoom(_message.Message):
+    __slots__ = ("paused", "resumed")
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    RESUMED_FIELD_NUMBER: _ClassVar[int]
+    paused: _containers.RepeatedCompositeFieldContainer[LeaseRef]
+    resumed: _containers.RepeatedCompositeFieldContainer[LeaseRef]
+    def __init__(self, paused: _Optional[_Iterable[_Union[LeaseRef, _Mapping]]] = ..., resumed: _Optional[_Iterable[_Union[LeaseRef, _Mapping]]] = ...) -> None: ...
