@@ -319,6 +319,16 @@ class RunUsage:
     limits_enforced: bool = True
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunResultFile:
+    """One result file of a run, as the node holding its lease stored it in the blob
+    store (``results/<owner>/<run>/<name>``)."""
+
+    name: str
+    size: int
+    sha256: str  # 64 lowercase hex digits
+
+
 @fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Run:
@@ -351,6 +361,8 @@ class Run:
     # never stored (stores neither write nor read it).
     waiting_reason: str = ""
     usage: RunUsage | None = None  # what its command used; None: no command ran
+    results: tuple[RunResultFile, ...] = ()  # its result files kept, by name
+    results_note: str = ""  # what of its result files was not kept, and why
 
     @property
     def is_final(self) -> bool:

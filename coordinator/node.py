@@ -35,6 +35,7 @@ from shardcron.coordinator.open_calls import CallLimits, LongCall, OpenCalls
 from shardcron.coordinator.output_blobs import OutputBlobConfig, OutputBlobs
 from shardcron.coordinator.poller import Poller, PollerConfig
 from shardcron.coordinator.quotas import Quotas
+from shardcron.coordinator.result_blobs import ResultBlobs
 from shardcron.coordinator.retention import RetentionSweeper, sweep_interval
 from shardcron.coordinator.router import ShardRouter
 from shardcron.coordinator.run_waits import RunEndings
@@ -101,6 +102,7 @@ class Node:
             auth.refusals.count_into(self.metrics.auth_refused)
         self.raw_store = store
         self.output_blobs = None if blobs is None else OutputBlobs(blobs, config.output)
+        self.result_blobs = ResultBlobs(blobs)  # none kept without a blob store, and said
         self.store: JobStore = TimedStore(store, self.metrics)  # type: ignore[assignment]
         self.coordination = coordination
         self.poller: Poller | None = None
@@ -185,6 +187,7 @@ class Node:
             auth=self.auth,
             open_calls=self.open_calls,
             output_blobs=self.output_blobs,
+            result_blobs=self.result_blobs,
         )
         if self.poller is not None:
             self.coordination.subscribe(self._follow_session)
@@ -265,6 +268,7 @@ class Node:
             await self.server.stop(grace)
         if self.router is not None:
             await self.router.close()
+        await self.result_blobs.stop()
         if self.output_blobs is not None:
             await self.output_blobs.stop()
         await self.raw_store.close()

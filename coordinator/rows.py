@@ -27,7 +27,16 @@ from enum import Enum
 from typing import Any, TypeVar
 
 from shardcron.client.errors import FailedPrecondition
-from shardcron.client.types import Job, JobSpec, JobState, Run, RunReason, RunState, RunUsage
+from shardcron.client.types import (
+    Job,
+    JobSpec,
+    JobState,
+    Run,
+    RunReason,
+    RunResultFile,
+    RunState,
+    RunUsage,
+)
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -155,7 +164,7 @@ _RUN_COLS = (
     "id, job_id, owner, shard, state, dead_letter, due_at, fire_key, fire_at, attempt,"
     " priority, worker_id, lease_token, lease_expires_at, created_at, started_at, ended_at,"
     " exit_code, reason, error, output_bytes, replayed_from, schedule_version,"
-    " peak_memory_bytes, cpu_micros, limits_enforced"
+    " peak_memory_bytes, cpu_micros, limits_enforced, results"
 )
 _RUN_COL_COUNT = _RUN_COLS.count(",") + 1
 
@@ -229,6 +238,7 @@ class RowCodec:
             null if used is None else used.peak_memory_bytes,
             null if used is None else round(used.cpu_seconds * 1e6),
             used is not None and used.limits_enforced,
+            results_to_json(r.results, r.results_note) if r.results or r.results_note else "",
         )  # fmt: skip
 
     def row_run(self, r: Sequence[Any]) -> Run:
@@ -245,6 +255,7 @@ class RowCodec:
             ended_at=t(r[16]), exit_code=self._opt(r[17]), reason=RunReason(r[18]),
             error=r[19], output_bytes=r[20], replayed_from=r[21], schedule_version=r[22],
             usage=self._usage(r[23], r[24], r[25]),
+            **results_from_json(r[26] if len(r) > 26 else None),
         )  # fmt: skip
 
     def _usage(self, peak: Any, cpu_micros: Any, enforced: Any) -> RunUsage | None:
@@ -255,6 +266,24 @@ class RowCodec:
         return RunUsage(
             peak_memory_bytes=peak, cpu_seconds=cpu_micros / 1e6, limits_enforced=bool(enforced)
         )
+
+
+def results_to_json(files: Sequence[RunResultFile], note: str) -> str:
+    """A run's ``results`` column: its result files (name, size, sha256) and its note."""
+    listed = [[f.name, f.size, f.sha256] for f in files]
+    return json.dumps({"files": listed, "note": note}, separators=(",", ":"))
+
+
+def results_from_json(text: Any) -> dict[str, Any]:
+    """The ``results`` and ``results_note`` of a run from its column (empty: none)."""
+    if not text:
+        return {}
+    value = json.loads(text)
+    files = tuple(
+        RunResultFile(name=str(name), size=int(size), sha256=str(sha))
+        for name, size, sha in value.get("files", ())
+    )
+    return {"results": files, "results_note": str(value.get("note", ""))}
 
 
 # --------------------------------------------------------------------------- unreadable rows

@@ -48,6 +48,7 @@ from shardcron.coordinator.output_blobs import OutputBlobs
 from shardcron.coordinator.poller import Poller
 from shardcron.coordinator.request_decoding import DecodingInterceptor
 from shardcron.coordinator.request_size import RequestSizeInterceptor
+from shardcron.coordinator.result_blobs import ResultBlobs
 from shardcron.coordinator.router import PollerServiceServicer, ShardRouter
 from shardcron.coordinator.status_workers import listed, merge_workers, viewer_of
 from shardcron.coordinator.store_rules import PAGE_BYTES, PageKind, fit_page, owner_runs_key
@@ -448,6 +449,7 @@ def build_server(
     auth: AuthSource | None = None,
     open_calls: OpenCalls | None = None,
     output_blobs: OutputBlobs | None = None,
+    result_blobs: ResultBlobs | None = None,
 ) -> tuple[grpc.aio.Server, int]:
     """A gRPC server with the services of the roles given, TLS when ``credentials`` are
     given (every service on the one port); returns it (not started) and its port.
@@ -489,6 +491,7 @@ def build_server(
                 auth=auth,
                 open_calls=open_calls,
                 output=None if output_blobs is None else (output_blobs, poller.output_owner),
+                results=None if result_blobs is None else (result_blobs, poller.output_owner),
             ),
             server,
         )

@@ -26,6 +26,7 @@ import grpc
 
 from shardcron.client.codec.errors import status_for
 from shardcron.client.codec.stream import decode_worker_message, encode_poller_message
+from shardcron.client.dataclass_copies import copy_with
 from shardcron.client.errors import InvalidArgument, ResourceExhausted, ShardcronError
 from shardcron.client.stream import (
     CancelOrder,
@@ -40,7 +41,9 @@ from shardcron.client.stream import (
     Renewals,
     ResultAck,
     ResultAcks,
+    ResultFiles,
     Results,
+    RunOutcome,
     Welcome,
     WorkerEvent,
 )
@@ -54,6 +57,7 @@ from shardcron.coordinator.poller.events import (
     WorkerConnected,
     WorkerMessage,
 )
+from shardcron.coordinator.result_blobs import ResultBlobs
 from shardcron.coordinator.worker_silence import SilenceWatch
 from shardcron.v1 import worker_pb2, worker_pb2_grpc
 
@@ -181,9 +185,11 @@ class WorkerStreamServicer(worker_pb2_grpc.WorkerServiceServicer):
         auth: AuthSource | None = None,
         open_calls: OpenCalls | None = None,
         output: tuple[OutputBlobs, OutputOwner] | None = None,
+        results: tuple[ResultBlobs, OutputOwner] | None = None,
     ) -> None:
         self._submit = submit
         self._output = output  # the blob store's writer, and whose output counts
+        self._results = results  # the writer of result files, and whose runs count
         self._open_calls = open_calls or OpenCalls()  # streams per principal, bounded
         self._may_lease = may_lease
         self._auth = auth  # a stream of a principal a reload removed or changed is ended
@@ -214,6 +220,7 @@ class WorkerStreamServicer(worker_pb2_grpc.WorkerServiceServicer):
             auth=self._auth,
             silence_timeout=self._silence_timeout,
             output=self._output,
+            results=self._results,
         )
         try:
             async for msg in stream.serve():
@@ -267,9 +274,11 @@ class LeaseStream:
         auth: AuthSource | None,
         silence_timeout: float | None,
         output: tuple[OutputBlobs, OutputOwner] | None = None,
+        results: tuple[ResultBlobs, OutputOwner] | None = None,
     ) -> None:
         self.hello = hello
         self._output = output
+        self._results = results
         self.caller = caller
         self.outbox = WorkerOutbox()
         self._requests = requests
@@ -322,6 +331,11 @@ class LeaseStream:
                 self._silence.heard(event, time.monotonic())
                 if isinstance(event, Hello):
                     continue  # a second Hello changes nothing
+                if isinstance(event, ResultFiles):
+                    await self._take_results(event)
+                    continue
+                if isinstance(event, Results) and self._results is not None:
+                    event = await self._results_kept(event, self._results[0])
                 if self._output is not None and isinstance(event, Output | Results):
                     event = await self._to_blobs(event, *self._output)
                 self._submit(WorkerMessage(link=outbox, event=event))
@@ -335,6 +349,27 @@ class LeaseStream:
         finally:
             self._submit(WorkerClosed(link=outbox))
             outbox.close()
+
+    async def _take_results(self, event: ResultFiles) -> None:
+        """Result files of the leases this stream holds go to the blob store; the rest
+        are dropped (a stale or foreign lease writes nothing)."""
+        if self._results is None:
+            return
+        blobs, owner_of = self._results
+        for piece in event.pieces:
+            holder = owner_of(self.outbox, piece.run_id, piece.fencing_token)
+            if holder is not None:
+                await blobs.take(holder[0], piece)
+
+    async def _results_kept(self, event: Results, blobs: ResultBlobs) -> Results:
+        """Each result with the result files its run kept, and what was not."""
+        outcomes: list[RunOutcome] = []
+        for o in event.outcomes:
+            kept, note = await blobs.finish(o.run_id, o.fencing_token, o.results_note)
+            if kept or note != o.results_note:
+                o = copy_with(o, results=kept, results_note=note)
+            outcomes.append(o)
+        return Results(outcomes=tuple(outcomes))
 
     async def _to_blobs(
         self, event: Output | Results, blobs: OutputBlobs, owner_of: OutputOwner

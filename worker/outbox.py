@@ -5,7 +5,7 @@ Items of one kind queued while the previous message was being written (or within
 one coalescing window) leave as ONE message: Started refs, Results and Output
 chunks are merged; a Heartbeat is built at send time with the leases held then.
 
-Output is flushed when 64 KiB is buffered, when ``output_interval`` has passed since
+Output, and the pieces of a run's result files, are flushed when 64 KiB is buffered, when ``output_interval`` has passed since
 the oldest buffered byte, or before a Results message (so a run's output precedes
 its result). A command's output is read no faster than the stream takes it: its
 reader waits (``output_room``, up to ``OUTPUT_ROOM_WAIT``) while more than half of
@@ -50,6 +50,8 @@ from shardcron.client.stream import (
     Output,
     OutputPiece,
     Refused,
+    ResultFilePiece,
+    ResultFiles,
     Results,
     RunOutcome,
     Started,
@@ -106,7 +108,7 @@ class Outbox:
         self.dropped_output_bytes = 0
         self._started: list[tuple[LeaseRef, datetime]] = []  # each with when it started
         self._results: list[RunOutcome] = []
-        self._chunks: list[_Chunk] = []
+        self._chunks: list[_Chunk | ResultFilePiece] = []  # output and result files
         self._chunk_bytes = 0
         self._chunks_since: float | None = None
         self._credits: int | None = None
@@ -168,7 +170,7 @@ class Outbox:
             return
         last = self._chunks[-1] if self._chunks else None
         if (
-            last is not None
+            isinstance(last, _Chunk)
             and last.run_id == run_id
             and last.token == token
             and last.stream == stream
@@ -182,11 +184,21 @@ class Outbox:
             self._chunks_since = time.monotonic()
         self._chunk_bytes += len(data)
         while self._chunk_bytes > self.output_buffer and len(self._chunks) > 1:
+            # a result file's piece dropped drops its file: the node says so on the run
             dropped = self._chunks.pop(0)
             self._chunk_bytes -= len(dropped.data)
             self.dropped_output_bytes += len(dropped.data)
         if was_empty or self._chunk_bytes >= MAX_OUTPUT_MESSAGE:
             self._wake.set()
+
+    def result_piece(self, piece: ResultFilePiece) -> None:
+        """Bytes of one of a run's result files: sent with output, before its result, and
+        held back by ``output_room`` alike."""
+        self._chunks.append(piece)
+        if self._chunks_since is None:
+            self._chunks_since = time.monotonic()
+        self._chunk_bytes += len(piece.data)
+        self._wake.set()
 
     async def output_room(self, wait: float = OUTPUT_ROOM_WAIT) -> None:
         """Returns once at most half of ``output_buffer`` waits to be sent, or after
@@ -348,8 +360,16 @@ class Outbox:
     def _output_messages(self) -> list[WorkerEvent]:
         out: list[WorkerEvent] = []
         batch: list[OutputPiece] = []
-        size = 0
+        files: list[ResultFilePiece] = []
+        size = files_size = 0
         for c in self._chunks:
+            if isinstance(c, ResultFilePiece):
+                if files and files_size + len(c.data) > MAX_OUTPUT_MESSAGE:
+                    out.append(ResultFiles(pieces=tuple(files)))
+                    files, files_size = [], 0
+                files.append(c)
+                files_size += len(c.data)
+                continue
             if batch and size + len(c.data) > MAX_OUTPUT_MESSAGE:
                 out.append(Output(pieces=tuple(batch)))
                 batch, size = [], 0
@@ -360,6 +380,8 @@ class Outbox:
             size += len(c.data)
         if batch:
             out.append(Output(pieces=tuple(batch)))
+        if files:
+            out.append(ResultFiles(pieces=tuple(files)))
         self._chunks = []
         self._chunk_bytes = 0
         self._chunks_since = None

@@ -42,6 +42,7 @@ from shardcron.client.stream import (
     LeaseRef,
     Renewals,
     ResultAck,
+    ResultFilePiece,
     check_hello,
 )
 from shardcron.client.types import HandlerTask, RunReason
@@ -431,6 +432,7 @@ class Worker:
                 timeout=lease.timeout.total_seconds() if lease.timeout else None,
                 on_output=partial(self._on_output, link, lease.run_id, lease.fencing_token),
                 output_room=partial(self._output_room, lease.run_id),
+                on_result_piece=partial(self._on_result_piece, link, lease.run_id),
                 lease_deadline=deadline,
                 owner=lease.owner,
                 resources=lease.resources,
@@ -460,6 +462,13 @@ class Worker:
         if run is not None and run.token == token:
             link = run.link  # the poller holding the lease now (its shard may have moved)
         link.outbox.output(run_id, token, stream, data)
+
+    def _on_result_piece(self, link: PollerLink, run_id: str, piece: ResultFilePiece) -> None:
+        """A piece of one of the run's result files, to the poller holding its lease."""
+        run = self._runs.get(run_id)
+        if run is not None and run.token == piece.fencing_token:
+            link = run.link
+        link.outbox.result_piece(piece)
 
     async def _output_room(self, run_id: str) -> None:
         """Waits while the stream of the poller holding the run has a full output buffer."""

@@ -53,6 +53,7 @@ from shardcron.client.types import (
     RetryPolicy,
     Run,
     RunReason,
+    RunResultFile,
     RunState,
     Schedule,
     ScheduleKind,
@@ -433,7 +434,10 @@ def run_to_proto(run: Run) -> types_pb2.Run:
         dead_letter=run.dead_letter,
         schedule_version=run.schedule_version,
         waiting_reason=run.waiting_reason,
+        results_note=run.results_note,
     )
+    for f in run.results:
+        msg.results.add(name=f.name, size=f.size, sha256=f.sha256)
     set_time(msg, "fire_at", run.fire_at)
     set_time(msg, "due_at", run.due_at)
     set_time(msg, "lease_expires_at", run.lease_expires_at)
@@ -472,6 +476,10 @@ def run_from_proto(msg: types_pb2.Run, field: str = "run") -> Run:
         schedule_version=msg.schedule_version,
         waiting_reason=msg.waiting_reason,
         usage=usage_from_proto(msg, field),
+        results=tuple(
+            RunResultFile(name=f.name, size=f.size, sha256=f.sha256) for f in msg.results
+        ),
+        results_note=msg.results_note,
     )
 
 

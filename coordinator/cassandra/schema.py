@@ -91,6 +91,7 @@ ADDED_COLUMNS = (
     ("runs", "peak_memory_bytes", "bigint"),
     ("runs", "cpu_micros", "bigint"),
     ("runs", "limits_enforced", "boolean"),
+    ("runs", "results", "text"),
 )
 
 
@@ -149,7 +150,7 @@ def schema_cql(keyspace: str, *, due_ttl: timedelta = DEFAULT_DUE_TTL) -> list[s
             started_at bigint, ended_at bigint, exit_code bigint, reason text, error text,
             output_bytes bigint, replayed_from text, schedule_version int,
             peak_memory_bytes bigint, cpu_micros bigint, limits_enforced boolean,
-            PRIMARY KEY ((job_id), id)) WITH CLUSTERING ORDER BY (id DESC)""",
+            results text, PRIMARY KEY ((job_id), id)) WITH CLUSTERING ORDER BY (id DESC)""",
         f"""CREATE TABLE IF NOT EXISTS {ks}.runs_by_id (
             id text PRIMARY KEY, job_id text, owner text)""",
         f"""CREATE TABLE IF NOT EXISTS {ks}.dead_letters (

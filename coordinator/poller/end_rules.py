@@ -28,6 +28,7 @@ from shardcron.client.types import (
     JobState,
     Run,
     RunReason,
+    RunResultFile,
     RunState,
     RunUsage,
     ScheduleKind,
@@ -53,6 +54,8 @@ class Outcome:
     reported: bool = False  # its worker reported this end (a result)
     record: Run | None = None  # the final record, made by the fire rules already
     usage: RunUsage | None = None  # what its command used, as its worker reported
+    results: tuple[RunResultFile, ...] = ()  # its result files, as its node stored them
+    results_note: str = ""  # what of them was not kept, and why
 
 
 def final_run(
@@ -68,10 +71,13 @@ def final_run(
     output_bytes: int = 0,
     lease_expires_at: datetime | None = None,
     usage: RunUsage | None = None,
+    results: tuple[RunResultFile, ...] = (),
+    results_note: str = "",
 ) -> Run:
     """The run's final record; ``output_bytes`` received since it was loaded are added,
     ``lease_expires_at`` (the lease's last expiry, when it is still held) set, and
-    ``usage`` (what its command used, as its worker reported) kept."""
+    ``usage`` (what its command used, as its worker reported) and its result files
+    kept."""
     return copy_with(
         run,
         state=state,
@@ -83,6 +89,8 @@ def final_run(
         output_bytes=run.output_bytes + output_bytes,
         lease_expires_at=lease_expires_at or run.lease_expires_at,
         usage=usage,
+        results=results,
+        results_note=results_note,
     )
 
 

@@ -409,6 +409,8 @@ class WorkerStreams:
             ended_at=outcome.ended_at or now,
             reported=True,
             usage=outcome.usage,
+            results=outcome.results,
+            results_note=outcome.results_note,
         )
         with self._ends.isolated(slot, turn, now, where="result"):
             self._ends.end(slot, ended, turn, now)

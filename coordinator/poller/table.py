@@ -471,6 +471,8 @@ class RunTable:
             output_bytes=slot.output_bytes,
             lease_expires_at=self.leases.expires_at(rid),
             usage=outcome.usage,
+            results=outcome.results,
+            results_note=outcome.results_note,
         )
         self._remove(slot)
         self.recent_final[rid] = self._clock.monotonic()

@@ -48,7 +48,7 @@ CREATE TABLE IF NOT EXISTS runs (
     exit_code INTEGER, reason TEXT NOT NULL, error TEXT NOT NULL,
     output_bytes INTEGER NOT NULL, replayed_from TEXT NOT NULL,
     schedule_version INTEGER NOT NULL, peak_memory_bytes INTEGER, cpu_micros INTEGER,
-    limits_enforced INTEGER);
+    limits_enforced INTEGER, results TEXT);
 CREATE INDEX IF NOT EXISTS runs_by_job ON runs (job_id, id DESC);
 CREATE INDEX IF NOT EXISTS runs_by_owner ON runs (owner, job_id, id DESC);
 CREATE INDEX IF NOT EXISTS runs_dead_letters ON runs (owner, dead_letter, id)
@@ -117,6 +117,7 @@ ADDED_COLUMNS = (
     ("runs", "peak_memory_bytes", "INTEGER"),
     ("runs", "cpu_micros", "INTEGER"),
     ("runs", "limits_enforced", "INTEGER"),
+    ("runs", "results", "TEXT"),
 )
 
 
