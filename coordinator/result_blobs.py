@@ -17,6 +17,8 @@ was not kept, which the edge puts on the result: the poller records both on the 
 The node keeps at most ``MAX_RESULT_FILES`` files of ``MAX_RESULT_FILE_BYTES`` each and
 ``MAX_RESULT_BYTES`` in all per run, whatever the worker sends; what passes them is
 said in the note. A node without a blob store keeps none, and says so.
+
+**Reading** (``read_result``): a file the run lists, by byte range, from the blob store.
 """
 
 from __future__ import annotations
@@ -28,18 +30,19 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from shardcron.blobs.errors import BlobStoreUnavailable
+from shardcron.blobs.errors import BlobNotFound, BlobStoreUnavailable
 from shardcron.blobs.layout import result_key, results_prefix
-from shardcron.blobs.store import BlobStore
-from shardcron.client.errors import ShardcronError
+from shardcron.blobs.store import BlobStore, ByteRange
+from shardcron.client.errors import InvalidArgument, NotFound, ShardcronError
 from shardcron.client.limits import (
     MAX_RESULT_BYTES,
     MAX_RESULT_FILE_BYTES,
     MAX_RESULT_FILES,
     MAX_RESULTS_NOTE,
+    clip,
 )
 from shardcron.client.stream import ResultFilePiece
-from shardcron.client.types import RunResultFile
+from shardcron.client.types import Run, RunResultFile
 
 log = logging.getLogger("shardcron.results")
 
@@ -139,7 +142,7 @@ class ResultBlobs:
         if why:
             attempt.refused.add(name)
             if self.store is not None:
-                attempt.notes.append(f"{name}: {why}")
+                attempt.notes.append(f"{name}: not kept: {why}")
             return None
         file = _File(
             name=name,
@@ -265,6 +268,31 @@ def _why(e: BaseException) -> str:
 def _note(notes: list[str]) -> str:
     text = "; ".join(notes)
     return text if len(text) <= MAX_RESULTS_NOTE else text[: MAX_RESULTS_NOTE - 3] + "..."
+
+
+async def read_result(
+    store: BlobStore, run: Run, name: str, offset: int, limit: int | None
+) -> AsyncIterator[tuple[int, bytes]]:
+    """The bytes of the run's result file ``name`` from ``offset``, at most ``limit``
+    (None: to its end), as (offset, data) pieces of at most 1 MiB; ``NotFound`` when the
+    run does not list it. The run is the caller's: its owner names the key."""
+    listed = next((f for f in run.results if f.name == name), None)
+    if listed is None:
+        raise NotFound(f"run {run.id} has no result file {clip(name)!r}")
+    if not 0 <= offset <= listed.size:
+        raise InvalidArgument("offset", f"must be in [0, {listed.size}], the file's size")
+    end = listed.size if limit is None else min(listed.size, offset + limit)
+    if end <= offset:
+        return
+    try:
+        reader = await store.get_stream(result_key(run.owner, run.id, name), ByteRange(offset, end))
+    except BlobNotFound:
+        raise NotFound(f"result file {name!r} of run {run.id} is no longer kept") from None
+    async with reader:
+        at = reader.start
+        async for data in reader:
+            yield at, data
+            at += len(data)
 
 
 async def delete_results(store: BlobStore, owner: str, run_id: str) -> int:

@@ -338,6 +338,24 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
             async for chunk in self._follow(owner, request.run_id, request.offset, context):
                 yield chunk
 
+    @stream_rpc
+    async def ReadRunResult(
+        self, request: jobs_pb2.ReadRunResultRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[jobs_pb2.RunResultChunk]:
+        owner = owner_of(context)
+        if not limits.is_result_name(request.name):
+            raise InvalidArgument(
+                "name", f"{limits.clip(request.name)!r} is not a result file name"
+            )
+        for field, value in (("offset", request.offset), ("limit", request.limit)):
+            if not 0 <= value <= limits.MAX_OUTPUT_OFFSET:
+                raise InvalidArgument(field, f"must be in [0, {limits.MAX_OUTPUT_OFFSET}]")
+        pieces = self.api.read_result(
+            owner, request.run_id, request.name, request.offset, request.limit or None
+        )
+        async for offset, data in pieces:
+            yield jobs_pb2.RunResultChunk(offset=offset, data=data)
+
     async def _follow(
         self, owner: str, run_id: str, offset: int, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[types_pb2.OutputChunk]:

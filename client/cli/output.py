@@ -288,12 +288,26 @@ def print_run(run: Run, tv: TimeView) -> None:
     pairs += [
         ("used", usage_text(run.usage)),
         ("output", f"{run.output_bytes} bytes"),
+        ("results", results_text(run)),
         ("priority", run.priority),
         ("shard", run.shard),
         ("replayed from", run.replayed_from or "-"),
         ("dead letter", "yes" if run.dead_letter else "no"),
     ]
     print_fields(pairs)
+
+
+def results_text(run: Run) -> str:
+    """A run's result files, as ``run get`` shows them (``run results`` lists them)."""
+    text = f"{len(run.results)} files" if run.results else "-"
+    return f"{text} ({run.results_note})" if run.results_note else text
+
+
+def print_results(run: Run) -> None:
+    """A run's result files as ``run results`` lists them, and what was left out."""
+    print_table(((f.name, f.size, f.sha256) for f in run.results), ["NAME", "SIZE", "SHA256"])
+    if run.results_note:
+        click.echo(f"left out: {run.results_note}", err=True)
 
 
 def usage_text(usage: RunUsage | None) -> str:
