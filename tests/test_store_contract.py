@@ -34,6 +34,7 @@ from shardcron.client.types import (
     OutputChunk,
     Run,
     RunReason,
+    RunResultFile,
     RunState,
     RunUsage,
 )
@@ -216,6 +217,22 @@ async def test_run_round_trips_every_field(store: JobStore) -> None:
     await store.commit(runs=[measured, unmeasured])
     assert await store.get_run(ALICE, measured.id) == measured
     assert await store.get_run(ALICE, unmeasured.id) == unmeasured
+
+
+async def test_a_runs_result_files_round_trip(store: JobStore) -> None:
+    job = await create(store, make_job())
+    files = (
+        RunResultFile(name="a.json", size=12, sha256="ab" * 32),
+        RunResultFile(name="big.bin", size=64 << 20, sha256="0" * 64),
+    )
+    kept = make_run(job, state=RunState.SUCCEEDED, results=files, results_note="x: left out")
+    noted = make_run(job, attempt=2, state=RunState.FAILED, results_note="no blob store")
+    await store.commit(runs=[kept, noted])
+    assert await store.get_run(ALICE, kept.id) == kept
+    assert await store.get_run(ALICE, noted.id) == noted
+    assert (await store.get_runs([kept.id]))[kept.id].results == files
+    listed = {r.id: r for r in (await store.list_runs(ALICE, job.id)).items}
+    assert listed[kept.id].results == files and listed[noted.id].results == ()
 
 
 async def test_a_runs_waiting_reason_is_never_stored(store: JobStore) -> None:
