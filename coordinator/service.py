@@ -509,7 +509,7 @@ def build_server(
                 auth=auth,
                 open_calls=open_calls,
                 output=None if output_blobs is None else (output_blobs, poller.output_owner),
-                results=None if result_blobs is None else (result_blobs, poller.output_owner),
+                results=None if result_blobs is None else (result_blobs, poller.results_owner),
             ),
             server,
         )

@@ -71,6 +71,9 @@ CONNECT_METHOD = "/shardcron.v1.WorkerService/Connect"  # the lease stream, as a
 # whose run's output a stream sends under a token, and its job's output limit (0: the
 # node's), when it counts (else None): the poller's
 OutputOwner = Callable[["WorkerOutbox", str, int], tuple[str, int] | None]
+# whose run's result files a stream sends under a token, while it holds that lease
+# (else None): the poller's
+ResultsOwner = Callable[["WorkerOutbox", str, int], str | None]
 # (lease generation, carries leases, message), the end of the stream, or a failure
 _Item = tuple[int, bool, worker_pb2.PollerMessage] | ShardcronError | None
 
@@ -185,7 +188,7 @@ class WorkerStreamServicer(worker_pb2_grpc.WorkerServiceServicer):
         auth: AuthSource | None = None,
         open_calls: OpenCalls | None = None,
         output: tuple[OutputBlobs, OutputOwner] | None = None,
-        results: tuple[ResultBlobs, OutputOwner] | None = None,
+        results: tuple[ResultBlobs, ResultsOwner] | None = None,
     ) -> None:
         self._submit = submit
         self._output = output  # the blob store's writer, and whose output counts
@@ -274,7 +277,7 @@ class LeaseStream:
         auth: AuthSource | None,
         silence_timeout: float | None,
         output: tuple[OutputBlobs, OutputOwner] | None = None,
-        results: tuple[ResultBlobs, OutputOwner] | None = None,
+        results: tuple[ResultBlobs, ResultsOwner] | None = None,
     ) -> None:
         self.hello = hello
         self._output = output
@@ -335,7 +338,7 @@ class LeaseStream:
                     await self._take_results(event)
                     continue
                 if isinstance(event, Results) and self._results is not None:
-                    event = await self._results_kept(event, self._results[0])
+                    event = await self._results_kept(event, *self._results)
                 if self._output is not None and isinstance(event, Output | Results):
                     event = await self._to_blobs(event, *self._output)
                 self._submit(WorkerMessage(link=outbox, event=event))
@@ -357,14 +360,21 @@ class LeaseStream:
             return
         blobs, owner_of = self._results
         for piece in event.pieces:
-            holder = owner_of(self.outbox, piece.run_id, piece.fencing_token)
-            if holder is not None:
-                await blobs.take(holder[0], piece)
+            owner = owner_of(self.outbox, piece.run_id, piece.fencing_token)
+            if owner is not None:
+                await blobs.take(owner, piece)
 
-    async def _results_kept(self, event: Results, blobs: ResultBlobs) -> Results:
-        """Each result with the result files its run kept, and what was not."""
+    async def _results_kept(
+        self, event: Results, blobs: ResultBlobs, owner_of: ResultsOwner
+    ) -> Results:
+        """Each result of a lease this stream holds with the result files its run kept,
+        and what was not (another stream's result, which the poller refuses, ends no
+        holder's files)."""
         outcomes: list[RunOutcome] = []
         for o in event.outcomes:
+            if owner_of(self.outbox, o.run_id, o.fencing_token) is None:
+                outcomes.append(o)
+                continue
             kept, note = await blobs.finish(o.run_id, o.fencing_token, o.results_note)
             if kept or note != o.results_note:
                 o = copy_with(o, results=kept, results_note=note)

@@ -254,6 +254,16 @@ class WorkerStreams:
             return None
         return ended[3] if ended[:3] == (token, book.id, book.instance_id) else None
 
+    def results_owner(self, link: WorkerLink, run_id: str, token: int) -> str | None:
+        """The run's owner when result files under ``token`` from ``link`` count: while
+        the stream holds that lease, and never after the run ended (its files are listed
+        on its record then, and stay as listed)."""
+        book = self._books.get(link)
+        slot = self._table.held_slot(run_id, token)
+        if book is None or slot is None or not self._holds(book, slot):
+            return None
+        return slot.run.owner
+
     def replay_deferred(self, turn: Turn, now: datetime) -> None:
         """Answers what was kept until every owned shard was loaded."""
         if not self._deferred or not self._settled():
