@@ -15,6 +15,7 @@ from enum import StrEnum
 from typing import Generic, TypeVar
 
 from shardcron.client.dataclass_copies import fast_init
+from shardcron.client.limits import MAX_RESULT_BYTES, MAX_RESULT_FILE_BYTES, MAX_RESULT_FILES
 
 # What ``shardcron.client`` re-exports: the public domain types.
 __all__ = [
@@ -33,9 +34,11 @@ __all__ = [
     "OverlapPolicy",
     "Page",
     "Resources",
+    "ResultLimits",
     "RetryPolicy",
     "Run",
     "RunReason",
+    "RunResultFile",
     "RunState",
     "Schedule",
     "ScheduleKind",
@@ -259,6 +262,24 @@ class ConcurrencyPolicy:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ResultLimits:
+    """The most of a run's result files kept (``$SHARDCRON_RESULT_DIR``); 0: the largest
+    allowed (``limits.MAX_RESULT_*``). What passes them is left out and said on the run."""
+
+    max_files: int = 0
+    max_file_bytes: int = 0
+    max_bytes: int = 0  # all of a run's files together
+
+    def bounds(self) -> tuple[int, int, int]:
+        """Files, bytes per file, bytes in all, each 0 read as its largest."""
+        return (
+            self.max_files or MAX_RESULT_FILES,
+            self.max_file_bytes or MAX_RESULT_FILE_BYTES,
+            self.max_bytes or MAX_RESULT_BYTES,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Resources:
     slots: int = 1
     cpu_millis: int = 0
@@ -267,6 +288,7 @@ class Resources:
     pids_limit: int = 0  # processes a command's run may have at once; 0: the worker's default
     # bytes of a run's output kept in the blob store; 0: the node's limit
     output_limit_bytes: int = 0
+    results: ResultLimits = field(default_factory=ResultLimits)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

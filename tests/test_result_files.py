@@ -106,9 +106,11 @@ async def test_each_run_starts_with_an_empty_result_dir(executor: CommandExecuto
     first = script('printf a > "$SHARDCRON_RESULT_DIR/a"; echo "$SHARDCRON_RESULT_DIR"')
     _, files, _ = await run_with_results(executor, first, "r1")
     assert files == {"a": b"a"}
-    second = script('ls -A "$SHARDCRON_RESULT_DIR" | wc -l > "$SHARDCRON_RESULT_DIR/count"')
+    second = script(
+        'n=$(ls -A "$SHARDCRON_RESULT_DIR" | wc -l); echo $n > "$SHARDCRON_RESULT_DIR/count"'
+    )
     _, files, _ = await run_with_results(executor, second, "r2")
-    assert files == {"count": b"1\n"}  # only its own file
+    assert files == {"count": b"0\n"}  # nothing of the run before
 
 
 def test_bounds_leave_files_out_and_say_so(tmp_path: Path) -> None:

@@ -22,12 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shardcron.client.limits import (
-    DEFAULT_PIDS_LIMIT,
-    MAX_RESULT_BYTES,
-    MAX_RESULT_FILE_BYTES,
-    MAX_RESULT_FILES,
-)
+from shardcron.client.limits import DEFAULT_PIDS_LIMIT
 from shardcron.client.types import CommandTask, Resources
 
 from .containment.hosts import Containment, Unusable, choose, run_name, worker_subtree
@@ -171,7 +166,7 @@ class Sandbox:
                 "pids": res.pids_limit or self.config.default_pids,
             },
             "deadline": deadline,
-            "results": [MAX_RESULT_FILES, MAX_RESULT_FILE_BYTES, MAX_RESULT_BYTES],
+            "results": list(res.results.bounds()),
         }
         return await self.supervisors.launch(config)
 

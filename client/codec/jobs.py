@@ -50,6 +50,7 @@ from shardcron.client.types import (
     JobState,
     OutputChunk,
     Resources,
+    ResultLimits,
     RetryPolicy,
     Run,
     RunReason,
@@ -269,7 +270,7 @@ def concurrency_from_proto(
 
 
 def resources_to_proto(r: Resources, field: str = "resources") -> types_pb2.Resources:
-    return build(
+    msg = build(
         types_pb2.Resources,
         field,
         slots=r.slots,
@@ -279,6 +280,20 @@ def resources_to_proto(r: Resources, field: str = "resources") -> types_pb2.Reso
         pids_limit=r.pids_limit,
         output_limit_bytes=r.output_limit_bytes,
     )
+    if r.results != NO_RESULT_LIMITS:
+        msg.results.CopyFrom(
+            build(
+                types_pb2.ResultLimits,
+                f"{field}.results",
+                max_files=r.results.max_files,
+                max_file_bytes=r.results.max_file_bytes,
+                max_bytes=r.results.max_bytes,
+            )
+        )
+    return msg
+
+
+NO_RESULT_LIMITS = ResultLimits()
 
 
 def resources_from_proto(msg: types_pb2.Resources, field: str = "resources") -> Resources:
@@ -290,6 +305,13 @@ def resources_from_proto(msg: types_pb2.Resources, field: str = "resources") -> 
         labels=dict(msg.labels),
         pids_limit=non_negative(msg.pids_limit, f"{field}.pids_limit"),
         output_limit_bytes=non_negative(msg.output_limit_bytes, f"{field}.output_limit_bytes"),
+        results=ResultLimits(
+            max_files=non_negative(msg.results.max_files, f"{field}.results.max_files"),
+            max_file_bytes=non_negative(
+                msg.results.max_file_bytes, f"{field}.results.max_file_bytes"
+            ),
+            max_bytes=non_negative(msg.results.max_bytes, f"{field}.results.max_bytes"),
+        ),
     )
 
 

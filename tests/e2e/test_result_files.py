@@ -7,6 +7,7 @@ for the module (the harness's ``dev``), each test with an owner of its own.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import urllib.error
@@ -18,7 +19,7 @@ import pytest
 
 from shardcron.client.errors import InvalidArgument, NotFound
 from shardcron.client.sdk import Client
-from shardcron.client.types import CommandTask, JobSpec, Run, RunState
+from shardcron.client.types import CommandTask, JobSpec, Resources, ResultLimits, Run, RunState
 from tests.e2e.harness import DevServer
 
 BIG = 3 << 20  # bytes of big.bin: many pieces, more than one blob store chunk
@@ -32,8 +33,11 @@ def big_bytes() -> bytes:
     return b"".join(b"%d\n" % i for i in range(1, 500_000))[:BIG]
 
 
-def run_of(c: Client, script: str) -> Run:
-    job = c.create_job(sh(script))
+def run_of(c: Client, script: str, resources: Resources | None = None) -> Run:
+    spec = sh(script)
+    if resources is not None:
+        spec = dataclasses.replace(spec, resources=resources)
+    job = c.create_job(spec)
     [run] = c.wait_job_runs(job.id, count=1, timeout=60)
     return run
 
@@ -144,3 +148,19 @@ def test_bounds_leave_files_out_and_say_so(client: Client) -> None:
     assert run.state == RunState.SUCCEEDED, run.error
     assert len(run.results) == 100
     assert "3 files left out: a run keeps 100" in run.results_note
+
+
+def test_a_jobs_own_bounds_leave_files_out_and_say_so(client: Client) -> None:
+    limits = ResultLimits(max_files=2, max_file_bytes=10, max_bytes=15)
+    run = run_of(
+        client,
+        'cd "$SHARDCRON_RESULT_DIR" && printf 12345678 > a && printf 12345678901 > b'
+        " && printf 12345678 > c && printf 12 > d && printf 1 > e",
+        Resources(results=limits),
+    )
+    assert run.state == RunState.SUCCEEDED, run.error
+    assert [f.name for f in run.results] == ["a", "d"]
+    note = run.results_note
+    assert "b: left out: 11 bytes, past the 10 a result file may hold" in note
+    assert "c: left out: past the bytes a run's result files may hold together" in note
+    assert "1 file left out: a run keeps 2" in note

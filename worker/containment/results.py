@@ -67,7 +67,9 @@ def collect(home: str, uid: int | None, bounds: list[int]) -> dict[str, Any]:
             total = 0
             for i, name in enumerate(names):
                 if len(files) >= max_files:
-                    notes.append(f"{len(names) - i} files left out: a run keeps {max_files}")
+                    left = len(names) - i
+                    noun = "file" if left == 1 else "files"
+                    notes.append(f"{left} {noun} left out: a run keeps {max_files}")
                     break
                 taken = _take(src, dst, name, uid, max_file_bytes, max_bytes - total, notes)
                 if taken is not None:

@@ -232,7 +232,7 @@ class ConcurrencyPolicy(_message.Message):
     def __init__(self, max_concurrent: _Optional[int] = ..., overlap: _Optional[_Union[OverlapPolicy, str]] = ...) -> None: ...
 
 class Resources(_message.Message):
-    __slots__ = ("slots", "cpu_millis", "memory_mb", "labels", "pids_limit", "output_limit_bytes")
+    __slots__ = ("slots", "cpu_millis", "memory_mb", "labels", "pids_limit", "output_limit_bytes", "results")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -246,13 +246,25 @@ class Resources(_message.Message):
     LABELS_FIELD_NUMBER: _ClassVar[int]
     PIDS_LIMIT_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_LIMIT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
     slots: int
     cpu_millis: int
     memory_mb: int
     labels: _containers.ScalarMap[str, str]
     pids_limit: int
     output_limit_bytes: int
-    def __init__(self, slots: _Optional[int] = ..., cpu_millis: _Optional[int] = ..., memory_mb: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., pids_limit: _Optional[int] = ..., output_limit_bytes: _Optional[int] = ...) -> None: ...
+    results: ResultLimits
+    def __init__(self, slots: _Optional[int] = ..., cpu_millis: _Optional[int] = ..., memory_mb: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., pids_limit: _Optional[int] = ..., output_limit_bytes: _Optional[int] = ..., results: _Optional[_Union[ResultLimits, _Mapping]] = ...) -> None: ...
+
+class ResultLimits(_message.Message):
+    __slots__ = ("max_files", "max_file_bytes", "max_bytes")
+    MAX_FILES_FIELD_NUMBER: _ClassVar[int]
+    MAX_FILE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    max_files: int
+    max_file_bytes: int
+    max_bytes: int
+    def __init__(self, max_files: _Optional[int] = ..., max_file_bytes: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
 
 class JobSpec(_message.Message):
     __slots__ = ("name", "task", "schedule", "priority", "retry", "timeout", "concurrency", "misfire", "starting_deadline", "resources", "pause_after_failures", "labels")
