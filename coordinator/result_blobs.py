@@ -93,6 +93,7 @@ class ResultBlobs:
         self.store = store
         self.config = config or ResultBlobConfig()
         self._attempts: dict[tuple[str, int], _Attempt] = {}
+        self._swept = 0.0  # monotonic time of the last look for idle attempts
 
     async def take(self, owner: str, piece: ResultFilePiece) -> None:
         """Adds ``piece`` to its file (the run is ``owner``'s, and the stream that sent it
@@ -226,7 +227,11 @@ class ResultBlobs:
         self._attempts.clear()
 
     def _forget_idle(self, now: float) -> None:
-        """Drops attempts long quiet (a result that never came, a stream that moved)."""
+        """Drops attempts long quiet (a result that never came, a stream that moved);
+        looks once a second at most."""
+        if now - self._swept < 1.0:
+            return
+        self._swept = now
         for key, attempt in list(self._attempts.items()):
             if now - attempt.seen >= self.config.idle_forget:
                 del self._attempts[key]

@@ -81,6 +81,9 @@ class RunContext:
     output_room: Callable[[], Awaitable[None]] | None = None
     # given each piece of the command's result files, in order, before its result
     on_result_piece: Callable[[ResultFilePiece], None] | None = None
+    # awaited after each piece: ``output_room``, waiting longer (a piece dropped drops
+    # its file)
+    result_room: Callable[[], Awaitable[None]] | None = None
     # time.monotonic() by which a command must be dead unless its lease is renewed: its
     # supervisor kills it then (None: never); moved by each renewal (``extend_lease``)
     lease_deadline: float | None = None

@@ -76,6 +76,10 @@ RESULT_GAP_WEIGHT = 0.2  # of the newest gap between two results, in their movin
 
 
 OUTPUT_ROOM_WAIT = 5.0  # seconds a command's reader waits for the stream to take output
+# seconds a run's result files wait for the stream to take their last piece: a piece
+# dropped drops its file, and the node may hold the stream back while its blob store
+# takes a part (up to 30 s)
+RESULT_ROOM_WAIT = 60.0
 
 
 class _Chunk:

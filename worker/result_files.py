@@ -5,7 +5,8 @@ folder of the worker's own user once nothing of the run is left, with each file'
 and sha256, and says what it left out (``containment.results``). ``send_results`` sends
 each file as ``ResultFilePiece``s in order (``PIECE_BYTES`` each) ahead of the run's
 result, held back as output is when the stream does not take them
-(``RunContext.output_room``), then removes the folder. What the worker could not send
+(``RunContext.result_room``: longer than output, as a piece dropped drops its file),
+then removes the folder. What the worker could not send
 is said in the note it returns, which goes on the run with what the supervisor left out.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 from typing import Any
@@ -72,9 +74,11 @@ async def _send(run: RunContext, folder: str, name: str, size: int, sha256: str)
                 )
             )
             offset += len(data)
-            if run.output_room is not None:
-                await run.output_room()
             if last:
                 return
+            if run.result_room is not None:
+                await run.result_room()
+            if run.killed:  # the lease is lost: no node would take the rest
+                raise OSError(errno.ECANCELED, "the run's lease was lost")
     finally:
         os.close(fd)
