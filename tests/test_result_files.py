@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import os
 import textwrap
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -18,6 +19,8 @@ from shardcron.client.types import CommandTask, RunState
 from shardcron.worker import CommandExecutor, RunContext
 from shardcron.worker.containment import results as supervisor_results
 from shardcron.worker.containment.results import collect
+from shardcron.worker.sandbox import Sandbox, SandboxConfig
+from tests.support.containment import needs_root
 
 
 @pytest.fixture
@@ -155,3 +158,27 @@ def test_files_of_another_user_are_left_out(tmp_path: Path) -> None:
 )
 def test_the_supervisor_and_the_codec_agree_on_names(name: str) -> None:
     assert supervisor_results.is_name(name) == is_result_name(name)
+
+
+@needs_root
+async def test_a_run_of_its_own_user_keeps_its_files() -> None:
+    """A run with a user of its own writes into a result dir that user owns; its files
+    (owned by it) are taken, and the copies left for the worker are gone after."""
+    sandbox = Sandbox(
+        SandboxConfig(containment="none", run_as_range=(232000, 232999)),
+        f"results-{uuid.uuid4().hex[:6]}",
+    )
+    executor = CommandExecutor(sandbox=sandbox)
+    try:
+        task = script('id -u > "$SHARDCRON_RESULT_DIR/uid"')
+        pieces: list[ResultFilePiece] = []
+        ctx = RunContext(run_id="r1", task=task, owner="alice", on_result_piece=pieces.append)
+        res = await executor.execute(ctx)
+        assert res.state == RunState.SUCCEEDED, res.error
+        [piece] = pieces
+        assert piece.name == "uid" and 232000 <= int(piece.data) <= 232999
+        assert res.results_note == ""
+        assert sandbox.dirs is not None
+        assert [p for p in sandbox.dirs.base.iterdir() if p.name.endswith(".results")] == []
+    finally:
+        await sandbox.close()
