@@ -44,7 +44,7 @@ from shardcron.coordinator.output_blobs import OutputBlobs, list_parts
 from shardcron.coordinator.poller import Poller, due, fires, overlap
 from shardcron.coordinator.poller.events import CancelRun
 from shardcron.coordinator.poller.workers import WorkerBook
-from shardcron.coordinator.result_blobs import ResultBlobs
+from shardcron.coordinator.result_blobs import NO_BLOB_STORE, ResultBlobs
 from shardcron.coordinator.router import PollerServiceServicer, ShardRouter
 from shardcron.coordinator.store import NewJob
 from shardcron.coordinator.worker_stream import WorkerStreamServicer
@@ -765,3 +765,20 @@ async def test_result_files_reach_the_blob_store_only_from_the_lease_holder(
         holder.cancel()
         forger.cancel()
     await store.close()
+
+
+async def test_a_node_without_a_blob_store_keeps_no_result_files_and_says_so(
+    poller: Poller,
+) -> None:
+    servicer = WorkerStreamServicer(
+        poller.submit, poller.may_lease, results=(ResultBlobs(None), poller.results_owner)
+    )
+    async with serving(servicer) as stub:
+        holder = await connect(stub, "w-holder")
+        _, run = await submit(poller, "alice")
+        lease = await lease_of(holder, run)
+        await holder.write(result_file(lease, "report.txt", b"mine"))
+        await still_served(poller, holder, lease)
+        ended = await stored_run(poller, run.id)
+        assert (ended.results, ended.results_note) == ((), NO_BLOB_STORE)
+        holder.cancel()
