@@ -174,13 +174,15 @@ def run_results(state: CliState, run_id: str, name: str | None, path: str | None
         for data in client.read_result(found.id, name):
             digest.update(data)
             out.write(data)
-    finally:
+        if digest.hexdigest() != listed.sha256:
+            raise click.ClickException(f"{name}: the bytes read do not match its sha256")
+    except BaseException:
         if not to_stdout:
             out.close()
-    if digest.hexdigest() != listed.sha256:
-        if not to_stdout:
-            os.unlink(path)  # type: ignore[arg-type]
-        raise click.ClickException(f"{name}: the bytes read do not match its sha256")
+            os.unlink(path)  # type: ignore[arg-type]  # never a partial file left
+        raise
+    if not to_stdout:
+        out.close()
 
 
 @run.command("wait")

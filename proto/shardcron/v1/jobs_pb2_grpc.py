@@ -262,7 +262,8 @@ class JobServiceServicer:
     def ReadRunResult(self, request, context):
         """One result file of a run (Run.results names them), from the node's blob store:
         its bytes from offset, at most limit bytes (0: to its end). NOT_FOUND for a run
-        of another owner, or a name the run does not list.
+        of another owner, or a name the run does not list; FAILED_PRECONDITION on a node
+        without a blob store.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
