@@ -77,6 +77,7 @@ class _File:
 class _Attempt:
     owner: str
     run_id: str
+    writer: tuple[str, str]  # the worker id and instance id of the stream that sent it
     open: dict[str, _File] = field(default_factory=dict)
     kept: list[RunResultFile] = field(default_factory=list)
     refused: set[str] = field(default_factory=set)  # names dropped: their pieces too
@@ -95,15 +96,18 @@ class ResultBlobs:
         self._attempts: dict[tuple[str, int], _Attempt] = {}
         self._swept = 0.0  # monotonic time of the last look for idle attempts
 
-    async def take(self, owner: str, piece: ResultFilePiece) -> None:
-        """Adds ``piece`` to its file (the run is ``owner``'s, and the stream that sent it
-        holds its lease): a first piece opens the file, a last one stores it."""
+    async def take(self, owner: str, piece: ResultFilePiece, writer: tuple[str, str]) -> None:
+        """Adds ``piece`` to its file (the run is ``owner``'s, and the stream that sent it,
+        of the worker process ``writer``, holds its lease): a first piece opens the file,
+        a last one stores it."""
         now = time.monotonic()
         self._forget_idle(now)
         key = (piece.run_id, piece.fencing_token)
         attempt = self._attempts.get(key)
         if attempt is None:
-            attempt = self._attempts[key] = _Attempt(owner=owner, run_id=piece.run_id)
+            attempt = self._attempts[key] = _Attempt(
+                owner=owner, run_id=piece.run_id, writer=writer
+            )
         attempt.seen = now
         name = piece.name
         if name in attempt.refused or any(f.name == name for f in attempt.kept):
@@ -204,14 +208,17 @@ class ResultBlobs:
         await _cancel(file)
 
     async def finish(
-        self, run_id: str, token: int, worker_note: str
+        self, run_id: str, token: int, worker_note: str, writer: tuple[str, str] | None = None
     ) -> tuple[tuple[RunResultFile, ...], str]:
         """The attempt's result arrived: its files kept (by name), and the note of what
-        was not, ``worker_note`` (what the worker left out) first."""
-        attempt = self._attempts.pop((run_id, token), None)
+        was not, ``worker_note`` (what the worker left out) first. ``writer``: the
+        worker process the result came from, when no stream's lease vouches for it (a
+        result re-sent in a Hello): only the process that sent the files ends them."""
         notes = [worker_note] if worker_note else []
-        if attempt is None:
+        attempt = self._attempts.get((run_id, token))
+        if attempt is None or (writer is not None and writer != attempt.writer):
             return (), _note(notes)
+        del self._attempts[(run_id, token)]
         for file in list(attempt.open.values()):
             await self._drop(attempt, file, "its last piece did not come")
         if self.store is None and attempt.refused:

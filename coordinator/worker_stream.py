@@ -297,6 +297,8 @@ class LeaseStream:
         """Announces the worker to the poller, then sends what the poller queues for it
         until either side ends the stream; the poller hears of its end once."""
         caller = self.caller
+        if self._results is not None and self.hello.pending_results:
+            self.hello = await self._pending_results_kept(self._results[0])
         self._submit(
             WorkerConnected(
                 link=self.outbox,
@@ -362,7 +364,26 @@ class LeaseStream:
         for piece in event.pieces:
             owner = owner_of(self.outbox, piece.run_id, piece.fencing_token)
             if owner is not None:
-                await blobs.take(owner, piece)
+                await blobs.take(owner, piece, self._writer)
+
+    @property
+    def _writer(self) -> tuple[str, str]:
+        """The worker process this stream is of, as result files record it."""
+        return self.hello.worker_id, self.hello.instance_id
+
+    async def _pending_results_kept(self, blobs: ResultBlobs) -> Hello:
+        """The Hello with each result it re-sends carrying the result files its run kept,
+        when this worker process sent them on its stream before (no lease vouches for a
+        Hello's results yet: the files' sender does)."""
+        outcomes: list[RunOutcome] = []
+        for o in self.hello.pending_results:
+            kept, note = await blobs.finish(
+                o.run_id, o.fencing_token, o.results_note, writer=self._writer
+            )
+            if kept or note != o.results_note:
+                o = copy_with(o, results=kept, results_note=note)
+            outcomes.append(o)
+        return copy_with(self.hello, pending_results=tuple(outcomes))
 
     async def _results_kept(
         self, event: Results, blobs: ResultBlobs, owner_of: ResultsOwner

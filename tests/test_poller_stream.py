@@ -782,3 +782,43 @@ async def test_a_node_without_a_blob_store_keeps_no_result_files_and_says_so(
         ended = await stored_run(poller, run.id)
         assert (ended.results, ended.results_note) == ((), NO_BLOB_STORE)
         holder.cancel()
+
+
+async def test_result_files_count_for_a_result_re_sent_in_a_hello_by_their_sender(
+    poller: Poller, tmp_path: Path
+) -> None:
+    """Files sent before a stream broke are listed on the run when the same worker
+    process re-sends the run's result in its next Hello; another process naming the
+    result ends none of them."""
+    store = FileBlobStore(tmp_path / "blobs")
+    await store.open()
+    servicer = WorkerStreamServicer(
+        poller.submit, poller.may_lease, results=(ResultBlobs(store), poller.results_owner)
+    )
+    async with serving(servicer) as stub:
+        old = await connect_as(stub, hello_of("w1", "instance-a"))
+        _, run = await submit(poller, "alice")
+        lease = await lease_of(old, run)
+        await old.write(result_file(lease, "report.txt", b"mine"))
+        heartbeat = worker_pb2.Heartbeat(leases=[ref_of(lease)])
+        await old.write(worker_pb2.WorkerMessage(heartbeat=heartbeat))
+        await next_of(old, "renewals")  # read after the file: it was taken
+        old.cancel()
+        await until(lambda: not poller.workers(), what="the stream closed")
+        done = result(lease, types_pb2.RUN_STATE_SUCCEEDED).results.results[0]
+        other = hello_of("w1", "instance-b")
+        other.hello.pending_results.append(done)
+        impostor = await connect_as(stub, other)
+        [ack] = (await next_of(impostor, "acks")).acks.acks
+        assert not ack.accepted
+        impostor.cancel()
+        await until(lambda: not poller.workers(), what="the impostor's stream closed")
+        back = hello_of("w1", "instance-a")
+        back.hello.pending_results.append(done)
+        again = await connect_as(stub, back)
+        [ack] = (await next_of(again, "acks")).acks.acks
+        assert ack.accepted
+        ended = await stored_run(poller, run.id)
+        assert [f.name for f in ended.results] == ["report.txt"]
+        again.cancel()
+    await store.close()

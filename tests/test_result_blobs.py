@@ -27,6 +27,7 @@ from shardcron.coordinator.result_blobs import (
 from tests.support.blob_stores import BACKENDS
 
 OWNER, RUN, TOKEN = "alice", "run-1", 5
+WRITER = ("w-1", "instance-a")  # the worker process that sends the pieces
 
 
 @pytest.fixture(params=list(BACKENDS))
@@ -54,7 +55,7 @@ def pieces(name: str, data: bytes, step: int = 7, **over: object) -> list[Result
 async def send(blobs: ResultBlobs, *groups: list[ResultFilePiece]) -> None:
     for group in groups:
         for piece in group:
-            await blobs.take(OWNER, piece)
+            await blobs.take(OWNER, piece, WRITER)
 
 
 def run_with(files: tuple[RunResultFile, ...]) -> Run:
@@ -140,3 +141,20 @@ async def test_without_a_blob_store_none_are_kept_and_that_is_said() -> None:
     await send(blobs, pieces("a.txt", b"hello"))
     assert await blobs.finish(RUN, TOKEN, "") == ((), NO_BLOB_STORE)
     assert await blobs.finish("other-run", TOKEN, "") == ((), "")  # sent none: nothing said
+
+
+async def test_a_result_vouched_for_by_no_lease_ends_only_its_own_processs_files(
+    tmp_path: Path,
+) -> None:
+    """A result re-sent in a Hello (no stream's lease vouches for it) ends the files of
+    its run only when the worker process that sent them re-sends it."""
+    from shardcron.blobs.files import FileBlobStore
+
+    store = FileBlobStore(tmp_path / "blobs")
+    await store.open()
+    blobs = ResultBlobs(store)
+    await send(blobs, pieces("a.txt", b"hello"))
+    assert await blobs.finish(RUN, TOKEN, "", writer=("w-1", "instance-b")) == ((), "")
+    kept, note = await blobs.finish(RUN, TOKEN, "", writer=WRITER)
+    assert [f.name for f in kept] == ["a.txt"] and note == ""
+    await store.close()
