@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from shardcron.client.errors import InvalidArgument, NotFound
-from shardcron.client.sdk import Client
+from shardcron.client.sdk import AsyncClient, Client
 from shardcron.client.types import CommandTask, JobSpec, Resources, ResultLimits, Run, RunState
 from tests.e2e.harness import DevServer
 
@@ -164,3 +164,12 @@ def test_a_jobs_own_bounds_leave_files_out_and_say_so(client: Client) -> None:
     assert "b: left out: 11 bytes, past the 10 a result file may hold" in note
     assert "c: left out: past the bytes a run's result files may hold together" in note
     assert "1 file left out: a run keeps 2" in note
+
+
+async def test_the_async_client_reads_them_too(dev: DevServer, made: tuple[Client, Run]) -> None:
+    c, run = made
+    async with AsyncClient(dev.target, owner=c.owner, timeout=15) as ac:
+        got = b"".join([d async for d in ac.read_result(run.id, "big.bin", offset=10, limit=20)])
+        assert got == big_bytes()[10:30]
+        with pytest.raises(NotFound):
+            [d async for d in ac.read_result(run.id, "nope")]
