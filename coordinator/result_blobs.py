@@ -175,7 +175,9 @@ class ResultBlobs:
         if put in done:
             return True
         put.cancel()
-        await self._drop(attempt, file, "the blob store did not take it in time")
+        failed = file.task.done() and not file.task.cancelled() and file.task.exception()
+        why = _why(failed) if failed else "the blob store did not take it in time"
+        await self._drop(attempt, file, why)
         return False
 
     async def _close(self, attempt: _Attempt, file: _File) -> None:
@@ -190,12 +192,12 @@ class ResultBlobs:
         try:
             async with asyncio.timeout(self.config.write_timeout):
                 await file.task
-        except (ShardcronError, TimeoutError) as e:
+        except Exception as e:  # a fault of this file: the others, and the stream, go on
             attempt.claimed -= file.size
             attempt.refused.add(file.name)
-            attempt.notes.append(f"{file.name}: not stored: {_why(e)}")
-            if isinstance(e, BlobStoreUnavailable | TimeoutError):
-                log.warning("result %s of run %s not stored: %s", file.name, attempt.run_id, e)
+            attempt.notes.append(f"{file.name}: not kept: {_why(e)}")
+            if not isinstance(e, ShardcronError) or isinstance(e, BlobStoreUnavailable):
+                log.warning("result %s of run %s not stored: %r", file.name, attempt.run_id, e)
             return
         attempt.kept.append(RunResultFile(name=file.name, size=file.size, sha256=file.sha256))
 
@@ -274,7 +276,9 @@ def _why(e: BaseException) -> str:
         return "the blob store did not take it in time"
     if isinstance(e, BlobStoreUnavailable):
         return "blob store unavailable"
-    return str(e)
+    if isinstance(e, ShardcronError):
+        return str(e)  # a digest that does not match, say
+    return f"{type(e).__name__}"
 
 
 def _note(notes: list[str]) -> str:

@@ -363,8 +363,12 @@ class LeaseStream:
         blobs, owner_of = self._results
         for piece in event.pieces:
             owner = owner_of(self.outbox, piece.run_id, piece.fencing_token)
-            if owner is not None:
+            if owner is None:
+                continue
+            try:
                 await blobs.take(owner, piece, self._writer)
+            except Exception:  # a fault of one run's files: the stream goes on
+                log.exception("run %s: result file %s not taken", piece.run_id, piece.name)
 
     @property
     def _writer(self) -> tuple[str, str]:

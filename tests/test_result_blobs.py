@@ -97,7 +97,7 @@ async def test_a_digest_that_does_not_match_stores_nothing(store: BlobStore) -> 
     await send(blobs, pieces("lie.txt", b"hello", sha256="0" * 64))
     kept, note = await blobs.finish(RUN, TOKEN, "from the worker")
     assert kept == ()
-    assert note.startswith("from the worker; lie.txt: not stored:")
+    assert note.startswith("from the worker; lie.txt: not kept:")
     with pytest.raises(BlobNotFound):
         await store.get(result_key(OWNER, RUN, "lie.txt"))
 
@@ -157,4 +157,30 @@ async def test_a_result_vouched_for_by_no_lease_ends_only_its_own_processs_files
     assert await blobs.finish(RUN, TOKEN, "", writer=("w-1", "instance-b")) == ((), "")
     kept, note = await blobs.finish(RUN, TOKEN, "", writer=WRITER)
     assert [f.name for f in kept] == ["a.txt"] and note == ""
+    await store.close()
+
+
+async def test_a_failing_store_keeps_nothing_says_so_and_the_next_file_is_tried(
+    tmp_path: Path,
+) -> None:
+    import shutil
+
+    from shardcron.blobs.files import FileBlobStore
+
+    root = tmp_path / "blobs"
+    store = FileBlobStore(root)
+    await store.open()
+    blobs = ResultBlobs(store)
+    shutil.rmtree(root)
+    root.write_text("not a directory")  # every write fails now
+    await send(blobs, pieces("a.txt", b"hello" * 10))
+    root.unlink()
+    await store.close()
+    store = FileBlobStore(root)
+    await store.open()
+    blobs.store = store  # the store is back
+    await send(blobs, pieces("b.txt", b"world"))
+    kept, note = await blobs.finish(RUN, TOKEN, "")
+    assert [f.name for f in kept] == ["b.txt"]
+    assert note == "a.txt: not kept: blob store unavailable"
     await store.close()
