@@ -151,6 +151,19 @@ def test_files_of_another_user_are_left_out(tmp_path: Path) -> None:
     found = collect(str(home), os.getuid() + 1, [10, 100, 1000])
     assert found["files"] == []
     assert found["notes"] == ["mine: left out: not owned by the run's user"]
+    assert found["dir"] == f"{home}.results"  # made, empty: the worker removes it
+
+
+async def test_the_worker_removes_the_copies_even_when_none_was_kept(
+    executor: CommandExecutor,
+) -> None:
+    task = script('ln -s /etc "$SHARDCRON_RESULT_DIR/x"; echo "$SHARDCRON_RESULT_DIR"')
+    out: list[bytes] = []
+    ctx = RunContext(run_id="r9", task=task, on_output=lambda _s, d: out.append(d))
+    res = await executor.execute(ctx)
+    assert "x: left out: a symbolic link" in res.results_note
+    home = os.path.dirname(b"".join(out).decode().strip())
+    assert not os.path.exists(f"{home}.results") and not os.path.exists(home)
 
 
 @pytest.mark.parametrize(

@@ -51,6 +51,7 @@ def collect(home: str, uid: int | None, bounds: list[int]) -> dict[str, Any]:
     outbox = outbox_of(home)
     files: list[list[Any]] = []
     notes: list[str] = []
+    made = ""  # the outbox, once made: the worker removes it
     try:
         src = os.open(f"{home}/{RESULTS}", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError as e:
@@ -62,6 +63,7 @@ def collect(home: str, uid: int | None, bounds: list[int]) -> dict[str, Any]:
         if not names:
             return {"dir": "", "files": files, "notes": notes}
         os.mkdir(outbox, 0o700)
+        made = outbox
         dst = os.open(outbox, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         try:
             total = 0
@@ -83,7 +85,7 @@ def collect(home: str, uid: int | None, bounds: list[int]) -> dict[str, Any]:
         os.close(src)
     if len(notes) > MAX_NOTES:
         notes[MAX_NOTES:] = [f"and {len(notes) - MAX_NOTES} more left out"]
-    return {"dir": outbox if files else "", "files": files, "notes": notes}
+    return {"dir": made, "files": files, "notes": notes}
 
 
 def _take(
