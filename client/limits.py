@@ -66,6 +66,13 @@ MAX_WORKER_HANDLERS = 1000  # handler names, each at most MAX_HANDLER_NAME
 MAX_WORKER_VERSION = 64  # Hello.version; worker_id and instance_id are ids (MAX_ID)
 
 # --- what errors echo
+# --- a run's result files ($SHARDCRON_RESULT_DIR): what a worker sends of one run
+MAX_RESULT_FILES = 100
+MAX_RESULT_FILE_BYTES = 64 << 20
+MAX_RESULT_BYTES = 256 << 20  # all of one run's result files together
+MAX_RESULT_NAME = 255  # a plain file name of the blob key alphabet (``is_result_name``)
+MAX_RESULTS_NOTE = 2000  # characters of what a run's note on its result files says
+
 MAX_ECHO = 64  # characters of a user's string an error message quotes
 MAX_ERROR_MESSAGE = 500  # characters of a status message: < 8 KiB even percent-encoded
 
@@ -76,3 +83,18 @@ def clip(text: str, limit: int = MAX_ECHO) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}…({len(text)} chars)"
+
+
+_RESULT_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-@")
+
+
+def is_result_name(name: str) -> bool:
+    """A result file's name: 1 to ``MAX_RESULT_NAME`` ASCII letters, digits, ``.``,
+    ``_``, ``-`` and ``@``, starting with a letter or a digit (one segment of the blob
+    key alphabet, so it names the same file on every store and is no path)."""
+    return (
+        0 < len(name) <= MAX_RESULT_NAME
+        and name[0].isascii()
+        and name[0].isalnum()
+        and all(c in _RESULT_NAME_CHARS for c in name)
+    )

@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 from shardcron.client import limits
 from shardcron.client.dataclass_copies import fast_init
 from shardcron.client.errors import InvalidArgument
-from shardcron.client.types import Resources, RunReason, RunState, RunUsage, Task
+from shardcron.client.types import Resources, RunReason, RunResultFile, RunState, RunUsage, Task
 
 
 @fast_init
@@ -60,6 +60,31 @@ class RunOutcome:
     # the sha256 (hex) of the run's whole output, set by the node that wrote it to the
     # blob store (never read from the wire); "" when it did not see the attempt whole
     output_sha256: str = ""
+    # what of its result files the worker left out (and, once past the node's edge,
+    # what the node could not keep)
+    results_note: str = ""
+    results: tuple[RunResultFile, ...] = ()  # set by the node's edge: the files it kept
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResultFilePiece:
+    """Bytes of one of a run's result files, in order, under the lease ``fencing_token``:
+    the node holding that lease writes them to its blob store. ``size`` and ``sha256``
+    are the whole file's, in every piece."""
+
+    run_id: str
+    fencing_token: int
+    name: str
+    offset: int
+    data: bytes
+    size: int
+    sha256: str
+    last: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResultFiles:
+    pieces: tuple[ResultFilePiece, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -177,7 +202,7 @@ class Refused:
     leases: tuple[LeaseRef, ...] = ()
 
 
-WorkerEvent = Credits | Heartbeat | Started | Results | Output | Refused
+WorkerEvent = Credits | Heartbeat | Started | Results | Output | Refused | ResultFiles
 """What a worker may send after its ``Hello``."""
 
 

@@ -15,6 +15,7 @@ from enum import StrEnum
 from typing import Generic, TypeVar
 
 from shardcron.client.dataclass_copies import fast_init
+from shardcron.client.limits import MAX_RESULT_BYTES, MAX_RESULT_FILE_BYTES, MAX_RESULT_FILES
 
 # What ``shardcron.client`` re-exports: the public domain types.
 __all__ = [
@@ -36,10 +37,12 @@ __all__ = [
     "OverlapPolicy",
     "Page",
     "Resources",
+    "ResultLimits",
     "RetryPolicy",
     "Run",
     "RunLateness",
     "RunReason",
+    "RunResultFile",
     "RunState",
     "Schedule",
     "ScheduleKind",
@@ -298,6 +301,24 @@ class ConcurrencyPolicy:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ResultLimits:
+    """The most of a run's result files kept (``$SHARDCRON_RESULT_DIR``); 0: the largest
+    allowed (``limits.MAX_RESULT_*``). What passes them is left out and said on the run."""
+
+    max_files: int = 0
+    max_file_bytes: int = 0
+    max_bytes: int = 0  # all of a run's files together
+
+    def bounds(self) -> tuple[int, int, int]:
+        """Files, bytes per file, bytes in all, each 0 read as its largest."""
+        return (
+            self.max_files or MAX_RESULT_FILES,
+            self.max_file_bytes or MAX_RESULT_FILE_BYTES,
+            self.max_bytes or MAX_RESULT_BYTES,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Resources:
     slots: int = 1
     cpu_millis: int = 0
@@ -306,6 +327,7 @@ class Resources:
     pids_limit: int = 0  # processes a command's run may have at once; 0: the worker's default
     # bytes of a run's output kept in the blob store; 0: the node's limit
     output_limit_bytes: int = 0
+    results: ResultLimits = field(default_factory=ResultLimits)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -398,6 +420,16 @@ class RunUsage:
     limits_enforced: bool = True
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunResultFile:
+    """One result file of a run, as the node holding its lease stored it in the blob
+    store (``results/<owner>/<run>/<name>``)."""
+
+    name: str
+    size: int
+    sha256: str  # 64 lowercase hex digits
+
+
 @fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Run:
@@ -436,6 +468,8 @@ class Run:
     # it hashed it; "": no node saw the attempt whole, or no blob store
     output_sha256: str = ""
     output_truncated: str = ""  # why its output was cut; "": it is whole
+    results: tuple[RunResultFile, ...] = ()  # its result files kept, by name
+    results_note: str = ""  # what of its result files was not kept, and why
 
     @property
     def is_final(self) -> bool:

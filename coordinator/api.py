@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Protocol
 
@@ -63,6 +63,7 @@ from shardcron.coordinator.poller.fires import (
     skip_records,
 )
 from shardcron.coordinator.quotas import QuotaGuard, Quotas
+from shardcron.coordinator.result_blobs import read_result
 from shardcron.coordinator.run_waits import RunEndings, wait_final, wait_seconds
 from shardcron.coordinator.sealing import KeyRing
 from shardcron.coordinator.secrets import secrets_for_create, secrets_for_update
@@ -596,6 +597,17 @@ class JobsApi:
         if limit is not None:
             chunks = _within(chunks, limit)
         return run, chunks
+
+    async def read_result(
+        self, owner: str, run_id_: str, name: str, offset: int, limit: int | None
+    ) -> AsyncIterator[tuple[int, bytes]]:
+        """The owner's run's result file ``name`` from ``offset``, at most ``limit`` bytes
+        (None: to its end), from the node's blob store (``result_blobs``)."""
+        run = await self.store.get_run(owner, identifier(run_id_, "run_id"))
+        if self.output_blobs is None:
+            raise FailedPrecondition("result files are not kept: this node has no blob store")
+        async for piece in read_result(self.output_blobs.store, run, name, offset, limit):
+            yield piece
 
 
 def _within(chunks: list[OutputChunk], limit: int) -> list[OutputChunk]:

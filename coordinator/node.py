@@ -43,6 +43,7 @@ from shardcron.coordinator.open_calls import CallLimits, LongCall, OpenCalls
 from shardcron.coordinator.output_blobs import OutputBlobConfig, OutputBlobs
 from shardcron.coordinator.poller import Poller, PollerConfig
 from shardcron.coordinator.quotas import Quotas
+from shardcron.coordinator.result_blobs import ResultBlobs
 from shardcron.coordinator.retention import RetentionSweeper, sweep_interval
 from shardcron.coordinator.router import ShardRouter
 from shardcron.coordinator.run_waits import RunEndings
@@ -116,6 +117,7 @@ class Node:
         self.raw_store = store
         self.output_blobs = None if blobs is None else OutputBlobs(blobs, config.output)
         self.artifacts = None if blobs is None else Artifacts(blobs, config.artifact_limits)
+        self.result_blobs = ResultBlobs(blobs)  # none kept without a blob store, and said
         self.store: JobStore = TimedStore(store, self.metrics)  # type: ignore[assignment]
         self.coordination = coordination
         self.poller: Poller | None = None
@@ -203,6 +205,7 @@ class Node:
             open_calls=self.open_calls,
             output_blobs=self.output_blobs,
             artifacts=self.artifacts,
+            result_blobs=self.result_blobs,
         )
         if self.poller is not None:
             self.coordination.subscribe(self._follow_session)
@@ -293,6 +296,7 @@ class Node:
             await self.server.stop(grace)
         if self.router is not None:
             await self.router.close()
+        await self.result_blobs.stop()
         if self.output_blobs is not None:
             await self.output_blobs.stop()
         await self.raw_store.close()

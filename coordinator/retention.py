@@ -9,7 +9,8 @@ on every node of a cluster costs nothing. A failed sweep is logged and tried aga
 at the next interval.
 
 **Blobs follow.** Given the node's blob store, the sweeper deletes the output parts
-(``output/<owner>/<run>/``, every attempt's) of each run the store says it deleted.
+(``output/<owner>/<run>/``, every attempt's) and the result files
+(``results/<owner>/<run>/``) of each run the store says it deleted.
 A delete that fails is logged, counted (``on_blob_failure``) and kept, with the
 prefixes not yet tried, to be tried first at the next sweep: a blob store that is
 down never stops the job store's sweep, and costs one failed call per sweep. The ones kept are bounded (``max_pending``, oldest
@@ -31,7 +32,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from shardcron.blobs.errors import BlobStoreUnavailable, InvalidBlobKey
-from shardcron.blobs.layout import output_prefix
+from shardcron.blobs.layout import output_prefix, results_prefix
 from shardcron.blobs.store import BlobStore
 from shardcron.client.schedule import parse_duration
 from shardcron.coordinator.ids import utcnow
@@ -83,8 +84,9 @@ class RetentionSweeper:
         self.on_blob_failure = on_blob_failure
         self.max_pending = max_pending
         self.deleted = 0  # runs deleted since start
-        # output prefixes to delete, oldest first (a dict: ordered, no duplicates)
-        self.pending: dict[str, None] = {}
+        # output prefixes to delete, oldest first (a dict: ordered, no duplicates), each
+        # with its run's results prefix, deleted after it
+        self.pending: dict[str, str] = {}
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -106,7 +108,7 @@ class RetentionSweeper:
         if self.blobs is not None:
             for owner, run_id in deleted:
                 try:
-                    self.pending[output_prefix(owner, run_id)] = None
+                    self.pending[output_prefix(owner, run_id)] = results_prefix(owner, run_id)
                 except InvalidBlobKey:  # no key of the layout names it: it has no parts
                     continue
             self._bound_pending()
@@ -125,9 +127,10 @@ class RetentionSweeper:
     async def _delete_blobs(self, blobs: BlobStore) -> None:
         """Deletes the pending prefixes in order; at the first failure the rest wait for
         the next sweep, so a store that is down costs one failed call per sweep."""
-        for prefix in list(self.pending):
+        for prefix, results in list(self.pending.items()):
             try:
                 await blobs.delete_prefix(prefix)
+                await blobs.delete_prefix(results)
             except BlobStoreUnavailable as e:
                 self.on_blob_failure("failed")
                 log.warning(

@@ -35,6 +35,7 @@ from shardcron.client.types import (
     Run,
     RunLateness,
     RunReason,
+    RunResultFile,
     RunState,
     RunUsage,
 )
@@ -166,7 +167,7 @@ _RUN_COLS = (
     " priority, worker_id, lease_token, lease_expires_at, created_at, started_at, ended_at,"
     " exit_code, reason, error, output_bytes, replayed_from, schedule_version,"
     " peak_memory_bytes, cpu_micros, limits_enforced,"
-    " late_reason, late_text, late_waited_micros, output_sha256, output_truncated"
+    " late_reason, late_text, late_waited_micros, output_sha256, output_truncated, results"
 )
 _RUN_COL_COUNT = _RUN_COLS.count(",") + 1
 
@@ -244,6 +245,7 @@ class RowCodec:
             "" if late is None else str(late.reason), "" if late is None else late.text,
             null if late is None else late.waited // _US,
             r.output_sha256, r.output_truncated,
+            results_to_json(r.results, r.results_note) if r.results or r.results_note else "",
         )  # fmt: skip
 
     def row_run(self, r: Sequence[Any]) -> Run:
@@ -261,6 +263,7 @@ class RowCodec:
             error=r[19], output_bytes=r[20], replayed_from=r[21], schedule_version=r[22],
             usage=self._usage(r[23], r[24], r[25]), lateness=self._lateness(r[26], r[27], r[28]),
             output_sha256=r[29] or "", output_truncated=r[30] or "",
+            **results_from_json(r[31] if len(r) > 31 else None),
         )  # fmt: skip
 
     def _lateness(self, reason: Any, text: Any, waited_micros: Any) -> RunLateness | None:
@@ -283,6 +286,24 @@ class RowCodec:
         return RunUsage(
             peak_memory_bytes=peak, cpu_seconds=cpu_micros / 1e6, limits_enforced=bool(enforced)
         )
+
+
+def results_to_json(files: Sequence[RunResultFile], note: str) -> str:
+    """A run's ``results`` column: its result files (name, size, sha256) and its note."""
+    listed = [[f.name, f.size, f.sha256] for f in files]
+    return json.dumps({"files": listed, "note": note}, separators=(",", ":"))
+
+
+def results_from_json(text: Any) -> dict[str, Any]:
+    """The ``results`` and ``results_note`` of a run from its column (empty: none)."""
+    if not text:
+        return {}
+    value = json.loads(text)
+    files = tuple(
+        RunResultFile(name=str(name), size=int(size), sha256=str(sha))
+        for name, size, sha in value.get("files", ())
+    )
+    return {"results": files, "results_note": str(value.get("note", ""))}
 
 
 # --------------------------------------------------------------------------- unreadable rows

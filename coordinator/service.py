@@ -49,6 +49,7 @@ from shardcron.coordinator.output_blobs import OutputBlobs
 from shardcron.coordinator.poller import Poller
 from shardcron.coordinator.request_decoding import DecodingInterceptor
 from shardcron.coordinator.request_size import RequestSizeInterceptor
+from shardcron.coordinator.result_blobs import ResultBlobs
 from shardcron.coordinator.router import PollerServiceServicer, ShardRouter
 from shardcron.coordinator.status_workers import listed, merge_workers, viewer_of
 from shardcron.coordinator.store_rules import PAGE_BYTES, PageKind, fit_page, owner_runs_key
@@ -339,6 +340,24 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
             async for chunk in self._follow(owner, request.run_id, request.offset, context):
                 yield chunk
 
+    @stream_rpc
+    async def ReadRunResult(
+        self, request: jobs_pb2.ReadRunResultRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[jobs_pb2.RunResultChunk]:
+        owner = owner_of(context)
+        if not limits.is_result_name(request.name):
+            raise InvalidArgument(
+                "name", f"{limits.clip(request.name)!r} is not a result file name"
+            )
+        for field, value in (("offset", request.offset), ("limit", request.limit)):
+            if not 0 <= value <= limits.MAX_OUTPUT_OFFSET:
+                raise InvalidArgument(field, f"must be in [0, {limits.MAX_OUTPUT_OFFSET}]")
+        pieces = self.api.read_result(
+            owner, request.run_id, request.name, request.offset, request.limit or None
+        )
+        async for offset, data in pieces:
+            yield jobs_pb2.RunResultChunk(offset=offset, data=data)
+
     async def _follow(
         self, owner: str, run_id: str, offset: int, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[types_pb2.OutputChunk]:
@@ -506,6 +525,7 @@ def build_server(
     open_calls: OpenCalls | None = None,
     output_blobs: OutputBlobs | None = None,
     artifacts: Artifacts | None = None,
+    result_blobs: ResultBlobs | None = None,
 ) -> tuple[grpc.aio.Server, int]:
     """A gRPC server with the services of the roles given, TLS when ``credentials`` are
     given (every service on the one port); returns it (not started) and its port.
@@ -548,6 +568,7 @@ def build_server(
                 open_calls=open_calls,
                 output=None if output_blobs is None else (output_blobs, poller.output_owner),
                 artifacts=None if artifacts is None else (artifacts, poller.artifact_of),
+                results=None if result_blobs is None else (result_blobs, poller.results_owner),
             ),
             server,
         )

@@ -212,6 +212,12 @@ def validate_spec(spec: JobSpec, field: str = "spec") -> None:
     valid_count(
         res.output_limit_bytes, f"{field}.resources.output_limit_bytes", lim.MAX_OUTPUT_LIMIT
     )
+    for name, most in (
+        ("max_files", lim.MAX_RESULT_FILES),
+        ("max_file_bytes", lim.MAX_RESULT_FILE_BYTES),
+        ("max_bytes", lim.MAX_RESULT_BYTES),
+    ):
+        valid_count(getattr(res.results, name), f"{field}.resources.results.{name}", most)
     labels(res.labels, f"{field}.resources.labels")
     labels(spec.labels, f"{field}.labels")
     valid_count(

@@ -47,7 +47,9 @@ from shardcron.client.stream import (
     Renewals,
     ResultAck,
     ResultAcks,
+    ResultFiles,
     Results,
+    RunOutcome,
     Welcome,
     WorkerEvent,
 )
@@ -62,6 +64,7 @@ from shardcron.coordinator.poller.events import (
     WorkerConnected,
     WorkerMessage,
 )
+from shardcron.coordinator.result_blobs import ResultBlobs
 from shardcron.coordinator.worker_silence import SilenceWatch
 from shardcron.v1 import worker_pb2, worker_pb2_grpc
 
@@ -78,6 +81,9 @@ OutputOwner = Callable[["WorkerOutbox", str, int], tuple[str, int] | None]
 # the owner of a run whose lease a stream of (worker id, principal) holds under a token and
 # whose job names an artifact, when all that holds (else None): the poller's
 ArtifactOf = Callable[[str, int, str, str, str], str | None]
+# whose run's result files a stream sends under a token, while it holds that lease
+# (else None): the poller's
+ResultsOwner = Callable[["WorkerOutbox", str, int], str | None]
 # (lease generation, carries leases, message), the end of the stream, or a failure
 _Item = tuple[int, bool, worker_pb2.PollerMessage] | ShardcronError | None
 
@@ -200,10 +206,12 @@ class WorkerStreamServicer(worker_pb2_grpc.WorkerServiceServicer):
         open_calls: OpenCalls | None = None,
         output: tuple[OutputBlobs, OutputOwner] | None = None,
         artifacts: tuple[Artifacts, ArtifactOf] | None = None,
+        results: tuple[ResultBlobs, ResultsOwner] | None = None,
     ) -> None:
         self._submit = submit
         self._artifacts = artifacts  # the blob store's artifacts, and which a lease names
         self._output = output  # the blob store's writer, and whose output counts
+        self._results = results  # the writer of result files, and whose runs count
         self._open_calls = open_calls or OpenCalls()  # streams per principal, bounded
         self._may_lease = may_lease
         self._auth = auth  # a stream of a principal a reload removed or changed is ended
@@ -234,6 +242,7 @@ class WorkerStreamServicer(worker_pb2_grpc.WorkerServiceServicer):
             auth=self._auth,
             silence_timeout=self._silence_timeout,
             output=self._output,
+            results=self._results,
         )
         try:
             async for msg in stream.serve():
@@ -320,9 +329,11 @@ class LeaseStream:
         auth: AuthSource | None,
         silence_timeout: float | None,
         output: tuple[OutputBlobs, OutputOwner] | None = None,
+        results: tuple[ResultBlobs, ResultsOwner] | None = None,
     ) -> None:
         self.hello = hello
         self._output = output
+        self._results = results
         self.caller = caller
         self.outbox = WorkerOutbox()
         self._requests = requests
@@ -338,6 +349,8 @@ class LeaseStream:
         """Announces the worker to the poller, then sends what the poller queues for it
         until either side ends the stream; the poller hears of its end once."""
         caller = self.caller
+        if self._results is not None and self.hello.pending_results:
+            self.hello = await self._pending_results_kept(self._results[0])
         self._submit(
             WorkerConnected(
                 link=self.outbox,
@@ -375,6 +388,11 @@ class LeaseStream:
                 self._silence.heard(event, time.monotonic())
                 if isinstance(event, Hello):
                     continue  # a second Hello changes nothing
+                if isinstance(event, ResultFiles):
+                    await self._take_results(event)
+                    continue
+                if isinstance(event, Results) and self._results is not None:
+                    event = await self._results_kept(event, *self._results)
                 if self._output is not None and isinstance(event, Output | Results):
                     event = await self._to_blobs(event, *self._output)
                 self._submit(WorkerMessage(link=outbox, event=event))
@@ -388,6 +406,57 @@ class LeaseStream:
         finally:
             self._submit(WorkerClosed(link=outbox))
             outbox.close()
+
+    async def _take_results(self, event: ResultFiles) -> None:
+        """Result files of the leases this stream holds go to the blob store; the rest
+        are dropped (a stale or foreign lease writes nothing)."""
+        if self._results is None:
+            return
+        blobs, owner_of = self._results
+        for piece in event.pieces:
+            owner = owner_of(self.outbox, piece.run_id, piece.fencing_token)
+            if owner is None:
+                continue
+            try:
+                await blobs.take(owner, piece, self._writer)
+            except Exception:  # a fault of one run's files: the stream goes on
+                log.exception("run %s: result file %s not taken", piece.run_id, piece.name)
+
+    @property
+    def _writer(self) -> tuple[str, str]:
+        """The worker process this stream is of, as result files record it."""
+        return self.hello.worker_id, self.hello.instance_id
+
+    async def _pending_results_kept(self, blobs: ResultBlobs) -> Hello:
+        """The Hello with each result it re-sends carrying the result files its run kept,
+        when this worker process sent them on its stream before (no lease vouches for a
+        Hello's results yet: the files' sender does)."""
+        outcomes: list[RunOutcome] = []
+        for o in self.hello.pending_results:
+            kept, note = await blobs.finish(
+                o.run_id, o.fencing_token, o.results_note, writer=self._writer
+            )
+            if kept or note != o.results_note:
+                o = copy_with(o, results=kept, results_note=note)
+            outcomes.append(o)
+        return copy_with(self.hello, pending_results=tuple(outcomes))
+
+    async def _results_kept(
+        self, event: Results, blobs: ResultBlobs, owner_of: ResultsOwner
+    ) -> Results:
+        """Each result of a lease this stream holds with the result files its run kept,
+        and what was not (another stream's result, which the poller refuses, ends no
+        holder's files)."""
+        outcomes: list[RunOutcome] = []
+        for o in event.outcomes:
+            if owner_of(self.outbox, o.run_id, o.fencing_token) is None:
+                outcomes.append(o)
+                continue
+            kept, note = await blobs.finish(o.run_id, o.fencing_token, o.results_note)
+            if kept or note != o.results_note:
+                o = copy_with(o, results=kept, results_note=note)
+            outcomes.append(o)
+        return Results(outcomes=tuple(outcomes))
 
     async def _to_blobs(
         self, event: Output | Results, blobs: OutputBlobs, owner_of: OutputOwner

@@ -41,6 +41,7 @@ from tests.support.auth import OTHER, OWN, TOKENS, auth_node
 
 ROLES = ["admin", "writer", "reader", "worker", "node", "none"]
 OK, DENIED, UNAUTH = "OK", "PERMISSION_DENIED", "UNAUTHENTICATED"
+NO_BLOBS = "FAILED_PRECONDITION"
 SPEC = JobSpec(
     name="m",
     task=HandlerTask(name="noop"),
@@ -186,6 +187,15 @@ CALLS: dict[str, tuple[dict[str, tuple[str, str]], Call]] = {
         READ,
         lambda s, md, o: _drain(
             s.jobs.ReadRunOutput(jobs_pb2.ReadRunOutputRequest(run_id=o.run_id), metadata=md)
+        ),
+    ),
+    # a node without a blob store keeps no result files: a caller allowed through hears so
+    "/shardcron.v1.JobService/ReadRunResult": (
+        {"admin": (NO_BLOBS, NO_BLOBS), "writer": (NO_BLOBS, DENIED), "reader": (NO_BLOBS, DENIED)},
+        lambda s, md, o: _drain(
+            s.jobs.ReadRunResult(
+                jobs_pb2.ReadRunResultRequest(run_id=o.run_id, name="a.txt"), metadata=md
+            )
         ),
     ),
     "/shardcron.v1.JobService/ListDeadLetters": (

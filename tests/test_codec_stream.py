@@ -44,6 +44,8 @@ from shardcron.client.stream import (
     Renewals,
     ResultAck,
     ResultAcks,
+    ResultFilePiece,
+    ResultFiles,
     Results,
     RunOutcome,
     Started,
@@ -63,6 +65,7 @@ T0 = datetime(2026, 11, 26, 11, 30, 15, 123456, tzinfo=UTC)
 TOKEN = (7 << 32) | 42
 
 REF = LeaseRef(run_id="r-1", fencing_token=TOKEN)
+SHA = "0" * 64
 OUTCOME = RunOutcome(
     run_id="r-1",
     fencing_token=TOKEN,
@@ -140,6 +143,31 @@ WORKER_EVENTS: list[Any] = [
         )
     ),
     Refused(leases=(REF,)),
+    Results(outcomes=(dataclasses.replace(OUTCOME, results_note="x.bin: left out: a link"),)),
+    ResultFiles(
+        pieces=(
+            ResultFilePiece(
+                run_id="r-1",
+                fencing_token=7,
+                name="report.json",
+                offset=0,
+                data=b"{}",
+                size=4,
+                sha256=SHA,
+                last=False,
+            ),
+            ResultFilePiece(
+                run_id="r-1",
+                fencing_token=7,
+                name="report.json",
+                offset=2,
+                data=b"[]",
+                size=4,
+                sha256=SHA,
+                last=True,
+            ),
+        )
+    ),  # fmt: skip
 ]
 
 POLLER_EVENTS: list[Any] = [
@@ -363,8 +391,20 @@ def _result_using(**usage: Any) -> worker_pb2.WorkerMessage:
     return _w(results=worker_pb2.Results(results=[result]))
 
 
+def _result_piece(**fields: Any) -> worker_pb2.WorkerMessage:
+    piece = dict(run_id="r", name="a.txt", offset=0, data=b"ab", size=2, sha256=SHA, last=True)
+    piece.update(fields)
+    pieces = worker_pb2.ResultFilePieces(pieces=[worker_pb2.ResultFilePiece(**piece)])
+    return _w(result_files=pieces)
+
+
 MALFORMED_WORKER: list[tuple[str, Callable[[], worker_pb2.WorkerMessage], str]] = [
     ("no body", lambda: _w(), "body"),
+    ("result file named a path", lambda: _result_piece(name="../a"), "result_files.pieces[0].name"),
+    ("result file hidden", lambda: _result_piece(name=".a"), "result_files.pieces[0].name"),
+    ("result piece past its size", lambda: _result_piece(size=1), "result_files.pieces[0].data"),
+    ("result file bad digest", lambda: _result_piece(sha256="AB"), "result_files.pieces[0].sha256"),
+    ("result piece without run", lambda: _result_piece(run_id=""), "result_files.pieces[0].run_id"),
     (
         "result using negative memory",
         lambda: _result_using(peak_memory_bytes=-1),

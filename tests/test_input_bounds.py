@@ -203,6 +203,19 @@ OUT_OF_BOUNDS = [
     ),
     (_scalar("resources.output_limit_bytes", -1), "spec.resources.output_limit_bytes"),
     (
+        _scalar("resources.results.max_files", limits.MAX_RESULT_FILES + 1),
+        "spec.resources.results.max_files",
+    ),
+    (
+        _scalar("resources.results.max_file_bytes", limits.MAX_RESULT_FILE_BYTES + 1),
+        "spec.resources.results.max_file_bytes",
+    ),
+    (
+        _scalar("resources.results.max_bytes", limits.MAX_RESULT_BYTES + 1),
+        "spec.resources.results.max_bytes",
+    ),
+    (_scalar("resources.results.max_bytes", -1), "spec.resources.results.max_bytes"),
+    (
         _scalar("concurrency.max_concurrent", limits.MAX_CONCURRENT + 1),
         "spec.concurrency.max_concurrent",
     ),

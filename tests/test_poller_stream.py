@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import logging
 import time
 from datetime import timedelta
@@ -22,6 +23,7 @@ import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from shardcron.blobs.files import FileBlobStore
+from shardcron.blobs.layout import result_key
 from shardcron.client.errors import Unavailable
 from shardcron.client.schedule import next_fire
 from shardcron.client.types import (
@@ -32,6 +34,7 @@ from shardcron.client.types import (
     RetryPolicy,
     Run,
     RunReason,
+    RunResultFile,
     RunState,
     Schedule,
 )
@@ -41,6 +44,7 @@ from shardcron.coordinator.output_blobs import OutputBlobs, list_parts
 from shardcron.coordinator.poller import Poller, due, fires, overlap
 from shardcron.coordinator.poller.events import CancelRun
 from shardcron.coordinator.poller.workers import WorkerBook
+from shardcron.coordinator.result_blobs import NO_BLOB_STORE, ResultBlobs
 from shardcron.coordinator.router import PollerServiceServicer, ShardRouter
 from shardcron.coordinator.store import NewJob
 from shardcron.coordinator.worker_stream import WorkerStreamServicer
@@ -706,3 +710,115 @@ async def test_leases_beyond_what_a_hello_names_are_renewed_by_the_next_heartbea
             renewed[r.run_id] = r.ok
     assert set(renewed) == {r.run_id for r in refs} and all(renewed.values())
     new.cancel()
+
+
+def result_file(lease: worker_pb2.LeaseGrant, name: str, data: bytes, *, offset: int = 0):  # type: ignore[no-untyped-def]
+    """One piece holding the whole of a result file ``data``'s bytes from ``offset``."""
+    whole = data if offset == 0 else b"?" * offset + data
+    piece = worker_pb2.ResultFilePiece(
+        run_id=lease.run_id, fencing_token=lease.fencing_token, name=name, offset=offset,
+        data=data, size=len(whole), sha256=hashlib.sha256(whole).hexdigest(), last=True,
+    )  # fmt: skip
+    return worker_pb2.WorkerMessage(result_files=worker_pb2.ResultFilePieces(pieces=[piece]))
+
+
+async def test_result_files_reach_the_blob_store_only_from_the_lease_holder(
+    poller: Poller, tmp_path: Path
+) -> None:
+    """A worker writes only the result files of runs it holds the lease of: a forger's
+    files, and its result (refused), neither store nor end anything of the holder's;
+    the holder's result lists its file; files sent after the run ended change nothing."""
+    store = FileBlobStore(tmp_path / "blobs")
+    await store.open()
+    blobs = ResultBlobs(store)
+    servicer = WorkerStreamServicer(
+        poller.submit, poller.may_lease, results=(blobs, poller.results_owner)
+    )
+    async with serving(servicer) as stub:
+        holder = await connect(stub, "w-holder")
+        _, run = await submit(poller, "alice")
+        lease = await lease_of(holder, run)
+        forger = await connect(stub, "w-forger")
+        await forger.write(result_file(lease, "forged.txt", b"forged"))
+        await forger.write(result_file(lease, "report.txt", b"forged"))
+        await holder.write(result_file(lease, "report.txt", b"mine"))
+        await forger.write(result(lease, types_pb2.RUN_STATE_FAILED))
+        [ack] = (await next_of(forger, "acks")).acks.acks
+        assert (ack.accepted, ack.reason) == (False, "not the lease holder")
+        await still_served(poller, holder, lease)
+        ended = await stored_run(poller, run.id)
+        assert ended.results == (
+            RunResultFile(name="report.txt", size=4, sha256=hashlib.sha256(b"mine").hexdigest()),
+        )
+        assert ended.results_note == ""
+        await holder.write(result_file(lease, "report.txt", b"late"))
+        await holder.write(result_file(lease, "late.txt", b"late"))
+        await holder.write(output(lease, b"flushed\n"))  # read after the late files
+
+        async def late_output_read() -> bool:
+            return any(b"flushed" in c.data for c in await poller.store.read_output(run.id))
+
+        await until(late_output_read, WAIT, "the late output read")
+        keys = [e.key for e in (await store.list("results/")).items]
+        assert keys == [result_key("alice", run.id, "report.txt")]
+        assert await store.get(keys[0]) == b"mine"
+        holder.cancel()
+        forger.cancel()
+    await store.close()
+
+
+async def test_a_node_without_a_blob_store_keeps_no_result_files_and_says_so(
+    poller: Poller,
+) -> None:
+    servicer = WorkerStreamServicer(
+        poller.submit, poller.may_lease, results=(ResultBlobs(None), poller.results_owner)
+    )
+    async with serving(servicer) as stub:
+        holder = await connect(stub, "w-holder")
+        _, run = await submit(poller, "alice")
+        lease = await lease_of(holder, run)
+        await holder.write(result_file(lease, "report.txt", b"mine"))
+        await still_served(poller, holder, lease)
+        ended = await stored_run(poller, run.id)
+        assert (ended.results, ended.results_note) == ((), NO_BLOB_STORE)
+        holder.cancel()
+
+
+async def test_result_files_count_for_a_result_re_sent_in_a_hello_by_their_sender(
+    poller: Poller, tmp_path: Path
+) -> None:
+    """Files sent before a stream broke are listed on the run when the same worker
+    process re-sends the run's result in its next Hello; another process naming the
+    result ends none of them."""
+    store = FileBlobStore(tmp_path / "blobs")
+    await store.open()
+    servicer = WorkerStreamServicer(
+        poller.submit, poller.may_lease, results=(ResultBlobs(store), poller.results_owner)
+    )
+    async with serving(servicer) as stub:
+        old = await connect_as(stub, hello_of("w1", "instance-a"))
+        _, run = await submit(poller, "alice")
+        lease = await lease_of(old, run)
+        await old.write(result_file(lease, "report.txt", b"mine"))
+        heartbeat = worker_pb2.Heartbeat(leases=[ref_of(lease)])
+        await old.write(worker_pb2.WorkerMessage(heartbeat=heartbeat))
+        await next_of(old, "renewals")  # read after the file: it was taken
+        old.cancel()
+        await until(lambda: not poller.workers(), what="the stream closed")
+        done = result(lease, types_pb2.RUN_STATE_SUCCEEDED).results.results[0]
+        other = hello_of("w1", "instance-b")
+        other.hello.pending_results.append(done)
+        impostor = await connect_as(stub, other)
+        [ack] = (await next_of(impostor, "acks")).acks.acks
+        assert not ack.accepted
+        impostor.cancel()
+        await until(lambda: not poller.workers(), what="the impostor's stream closed")
+        back = hello_of("w1", "instance-a")
+        back.hello.pending_results.append(done)
+        again = await connect_as(stub, back)
+        [ack] = (await next_of(again, "acks")).acks.acks
+        assert ack.accepted
+        ended = await stored_run(poller, run.id)
+        assert [f.name for f in ended.results] == ["report.txt"]
+        again.cancel()
+    await store.close()

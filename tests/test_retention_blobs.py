@@ -14,7 +14,7 @@ import pytest
 
 from deploy.versitygw import VersityGateway
 from shardcron.blobs.files import FileBlobStore
-from shardcron.blobs.layout import output_part_key, output_prefix
+from shardcron.blobs.layout import output_part_key, output_prefix, result_key, results_prefix
 from shardcron.blobs.s3 import S3BlobStore
 from shardcron.blobs.store import BlobStore
 from shardcron.client.types import Run, RunState
@@ -85,6 +85,7 @@ async def runs_with_parts(store: SqliteStore, blobs: BlobStore) -> tuple[list[Ru
     for run in [*old, running]:
         for token in (1, 2):
             await blobs.put(output_part_key(OWNER, run.id, token, "stdout", 0), b"out")
+        await blobs.put(result_key(OWNER, run.id, "report.json"), b"{}")
     return old, running
 
 
@@ -105,7 +106,9 @@ def counting_sweeper(
 
 
 async def keys_of(blobs: BlobStore, run: Run) -> list[str]:
-    return [e.key for e in (await blobs.list(output_prefix(OWNER, run.id))).items]
+    """The run's output parts and result files."""
+    keys = [e.key for e in (await blobs.list(output_prefix(OWNER, run.id))).items]
+    return keys + [e.key for e in (await blobs.list(results_prefix(OWNER, run.id))).items]
 
 
 async def test_a_sweep_deletes_the_expired_runs_output_and_keeps_the_others(
@@ -116,8 +119,8 @@ async def test_a_sweep_deletes_the_expired_runs_output_and_keeps_the_others(
 
     assert await sweeper.sweep() == 2
     for run in old:
-        assert await keys_of(blobs, run) == []  # every attempt's parts
-    assert len(await keys_of(blobs, running)) == 2
+        assert await keys_of(blobs, run) == []  # every attempt's parts, its result files
+    assert len(await keys_of(blobs, running)) == 3
     assert sweeper.pending == {}
 
 
@@ -139,7 +142,7 @@ async def test_a_failing_blob_store_keeps_the_prefixes_for_the_next_sweep(
     assert sweeper.pending == {}
     for run in old:
         assert await keys_of(blobs, run) == []
-    assert len(await keys_of(blobs, running)) == 2
+    assert len(await keys_of(blobs, running)) == 3
 
 
 async def test_the_prefixes_kept_are_bounded_and_those_dropped_counted(

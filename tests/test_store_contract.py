@@ -36,6 +36,7 @@ from shardcron.client.types import (
     Run,
     RunLateness,
     RunReason,
+    RunResultFile,
     RunState,
     RunUsage,
 )
@@ -263,6 +264,22 @@ async def test_a_runs_output_record_round_trips(store: JobStore) -> None:
     listed = {r.id: r for r in (await store.list_runs(ALICE, job.id)).items}
     assert listed[cut.id].output_truncated == "blob store unavailable for 45 s"
     assert listed[whole.id].output_sha256 == "0f" * 32
+
+
+async def test_a_runs_result_files_round_trip(store: JobStore) -> None:
+    job = await create(store, make_job())
+    files = (
+        RunResultFile(name="a.json", size=12, sha256="ab" * 32),
+        RunResultFile(name="big.bin", size=64 << 20, sha256="0" * 64),
+    )
+    kept = make_run(job, state=RunState.SUCCEEDED, results=files, results_note="x: left out")
+    noted = make_run(job, attempt=2, state=RunState.FAILED, results_note="no blob store")
+    await store.commit(runs=[kept, noted])
+    assert await store.get_run(ALICE, kept.id) == kept
+    assert await store.get_run(ALICE, noted.id) == noted
+    assert (await store.get_runs([kept.id]))[kept.id].results == files
+    listed = {r.id: r for r in (await store.list_runs(ALICE, job.id)).items}
+    assert listed[kept.id].results == files and listed[noted.id].results == ()
 
 
 async def test_a_runs_waiting_reason_is_never_stored(store: JobStore) -> None:

@@ -253,17 +253,22 @@ async def test_a_run_finds_its_directory_empty_whatever_the_last_run_left(
 @needs_root
 async def test_a_kept_directory_is_the_next_owners_alone(executors: Executors) -> None:
     """Runs of two owners on one supervisor: each finds its directory its own uid's,
-    0700, with nothing of the other's."""
+    0700, with nothing of the other's (its result dir empty, its own too)."""
     executor = executors("none", run_as_range=(231000, 231999))
     seen = []
     for owner in ("a", "b", "a"):
         out = Out()
-        script = 'touch "$HOME/$(id -u)"; ls -A "$HOME"; stat -c "%u %a" "$HOME" "$TMPDIR"; id -u'
+        script = (
+            'touch "$HOME/$(id -u)"; ls -A "$HOME"; ls -A "$SHARDCRON_RESULT_DIR" | wc -l; '
+            'stat -c "%u %a" "$HOME" "$TMPDIR" "$SHARDCRON_RESULT_DIR"; id -u'
+        )
         result = await executor.execute(run_of(script, out, owner=owner))
         assert result.state == RunState.SUCCEEDED, result.error
-        *listing, home_stat_u, home_mode, tmp_u, tmp_mode, uid = out.stdout.split()
-        assert listing == [uid, "tmp"] or listing == ["tmp", uid]
-        assert home_stat_u == tmp_u == uid and home_mode == tmp_mode == "700"
+        *listing, results, home_u, home_mode, tmp_u, tmp_mode, res_u, res_mode, uid = (
+            out.stdout.split()
+        )
+        assert sorted(listing) == sorted([uid, "results", "tmp"]) and results == "0"
+        assert home_u == tmp_u == res_u == uid and home_mode == tmp_mode == res_mode == "700"
         seen.append(uid)
         await until(lambda: executor.sandbox.supervisors.idle == 1, 5.0, "idle")
     assert seen[0] == seen[2] != seen[1]

@@ -10,9 +10,17 @@ import asyncio
 from datetime import UTC, datetime
 
 from shardcron.client.codec.stream import encode_worker_message
-from shardcron.client.stream import Heartbeat, LeaseRef, Started
+from shardcron.client.stream import (
+    Heartbeat,
+    LeaseRef,
+    ResultFilePiece,
+    ResultFiles,
+    RunOutcome,
+    Started,
+)
+from shardcron.client.types import RunState
 from shardcron.coordinator.service import MAX_MESSAGE_BYTES
-from shardcron.worker.outbox import MAX_HEARTBEAT_LEASES, Outbox
+from shardcron.worker.outbox import MAX_HEARTBEAT_LEASES, MAX_OUTPUT_MESSAGE, Outbox
 
 HELD = 50_000
 
@@ -52,3 +60,29 @@ async def test_a_storm_of_runs_started_at_one_instant_goes_in_messages_a_node_ta
     assert all(isinstance(m, Started) and m.at == at for m in sent) and len(sent) > 1
     assert [r for m in sent for r in m.leases] == held
     assert max(len(encode_worker_message(m).SerializeToString()) for m in sent) < MAX_MESSAGE_BYTES
+
+
+async def test_a_runs_result_files_go_before_its_result_in_messages_a_node_takes() -> None:
+    """Pieces of result files leave with output, before the run's result (the node ends
+    the run's files at its result), merged into messages within the output's size."""
+    outbox = Outbox()
+    sha = "0" * 64
+    size = 40 * MAX_OUTPUT_MESSAGE // 64
+    for i, at in enumerate(range(0, size, 1 << 12)):
+        outbox.result_piece(
+            ResultFilePiece(
+                run_id="r", fencing_token=1, name="f", offset=at, data=b"x" * (1 << 12),
+                size=size, sha256=sha, last=at + (1 << 12) >= size,
+            )
+        )  # fmt: skip
+        if i == 3:
+            outbox.output("r", 1, "stdout", b"line\n")
+    outbox.result(RunOutcome(run_id="r", fencing_token=1, state=RunState.SUCCEEDED))
+    sent = await drained(outbox, Heartbeat())
+    kinds = [type(m).__name__ for m in sent]
+    assert kinds[-1] == "Results" and "ResultFiles" in kinds and "Output" in kinds
+    pieces = [p for m in sent if isinstance(m, ResultFiles) for p in m.pieces]
+    assert [p.offset for p in pieces] == list(range(0, size, 1 << 12))
+    assert max(len(encode_worker_message(m).SerializeToString()) for m in sent) < (
+        2 * MAX_OUTPUT_MESSAGE
+    )

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from shardcron.client.dataclass_copies import fast_init
+from shardcron.client.stream import ResultFilePiece
 from shardcron.client.types import (
     CommandTask,
     HandlerTask,
@@ -78,6 +79,11 @@ class RunContext:
     # awaited by a command's output readers after each read: holds them back while the
     # stream has not taken what they read (``Outbox.output_room``); None: never waits
     output_room: Callable[[], Awaitable[None]] | None = None
+    # given each piece of the command's result files, in order, before its result
+    on_result_piece: Callable[[ResultFilePiece], None] | None = None
+    # awaited after each piece: ``output_room``, waiting longer (a piece dropped drops
+    # its file)
+    result_room: Callable[[], Awaitable[None]] | None = None
     # time.monotonic() by which a command must be dead unless its lease is renewed: its
     # supervisor kills it then (None: never); moved by each renewal (``extend_lease``)
     lease_deadline: float | None = None
@@ -154,6 +160,7 @@ class ExecResult:
     started_at: datetime | None = None
     ended_at: datetime | None = None
     usage: RunUsage | None = None  # what a command used; None for a handler
+    results_note: str = ""  # what of its result files was left out, and why
 
 
 class Executor(Protocol):

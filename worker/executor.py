@@ -41,6 +41,7 @@ from .context import (
     stopped_result,
     utcnow,
 )
+from .result_files import send_results
 from .sandbox import RunPlace, Sandbox, SandboxConfig
 from .supervisor_client import CHUNK_SIZE, SpawnFailed, Supervised
 
@@ -224,7 +225,10 @@ class CommandExecutor:
                 "its supervisor ended without a report; the run's processes were killed",
                 started,
             )
-        return _outcome(run, report, ended_early, started)
+        results = report.get("results")
+        note = await send_results(run, results) if results else ""
+        res = _outcome(run, report, ended_early, started)
+        return dataclasses.replace(res, results_note=note) if note else res
 
     async def _terminate(self, run: RunContext, supervised: Supervised) -> None:
         """SIGTERM the run, wait the grace (cut short by a kill), then SIGKILL it."""

@@ -70,6 +70,7 @@ class HeldRun:
             started_at=res.started_at,
             ended_at=res.ended_at,
             usage=res.usage,
+            results_note=res.results_note,
         )
 
 

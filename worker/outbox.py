@@ -5,7 +5,7 @@ Items of one kind queued while the previous message was being written (or within
 one coalescing window) leave as ONE message: Started refs, Results and Output
 chunks are merged; a Heartbeat is built at send time with the leases held then.
 
-Output is flushed when 64 KiB is buffered, when ``output_interval`` has passed since
+Output, and the pieces of a run's result files, are flushed when 64 KiB is buffered, when ``output_interval`` has passed since
 the oldest buffered byte, or before a Results message (so a run's output precedes
 its result). A command's output is read no faster than the stream takes it: its
 reader waits (``output_room``, up to ``OUTPUT_ROOM_WAIT``) while more than half of
@@ -50,6 +50,8 @@ from shardcron.client.stream import (
     Output,
     OutputPiece,
     Refused,
+    ResultFilePiece,
+    ResultFiles,
     Results,
     RunOutcome,
     Started,
@@ -74,6 +76,10 @@ RESULT_GAP_WEIGHT = 0.2  # of the newest gap between two results, in their movin
 
 
 OUTPUT_ROOM_WAIT = 5.0  # seconds a command's reader waits for the stream to take output
+# seconds a run's result files wait for the stream to take their last piece: a piece
+# dropped drops its file, and the node may hold the stream back while its blob store
+# takes a part (up to 30 s)
+RESULT_ROOM_WAIT = 60.0
 
 
 class _Chunk:
@@ -106,7 +112,7 @@ class Outbox:
         self.dropped_output_bytes = 0
         self._started: list[tuple[LeaseRef, datetime]] = []  # each with when it started
         self._results: list[RunOutcome] = []
-        self._chunks: list[_Chunk] = []
+        self._chunks: list[_Chunk | ResultFilePiece] = []  # output and result files
         self._chunk_bytes = 0
         self._chunks_since: float | None = None
         self._credits: int | None = None
@@ -168,7 +174,7 @@ class Outbox:
             return
         last = self._chunks[-1] if self._chunks else None
         if (
-            last is not None
+            isinstance(last, _Chunk)
             and last.run_id == run_id
             and last.token == token
             and last.stream == stream
@@ -182,11 +188,21 @@ class Outbox:
             self._chunks_since = time.monotonic()
         self._chunk_bytes += len(data)
         while self._chunk_bytes > self.output_buffer and len(self._chunks) > 1:
+            # a result file's piece dropped drops its file: the node says so on the run
             dropped = self._chunks.pop(0)
             self._chunk_bytes -= len(dropped.data)
             self.dropped_output_bytes += len(dropped.data)
         if was_empty or self._chunk_bytes >= MAX_OUTPUT_MESSAGE:
             self._wake.set()
+
+    def result_piece(self, piece: ResultFilePiece) -> None:
+        """Bytes of one of a run's result files: sent with output, before its result, and
+        held back by ``output_room`` alike."""
+        self._chunks.append(piece)
+        if self._chunks_since is None:
+            self._chunks_since = time.monotonic()
+        self._chunk_bytes += len(piece.data)
+        self._wake.set()
 
     async def output_room(self, wait: float = OUTPUT_ROOM_WAIT) -> None:
         """Returns once at most half of ``output_buffer`` waits to be sent, or after
@@ -348,8 +364,16 @@ class Outbox:
     def _output_messages(self) -> list[WorkerEvent]:
         out: list[WorkerEvent] = []
         batch: list[OutputPiece] = []
-        size = 0
+        files: list[ResultFilePiece] = []
+        size = files_size = 0
         for c in self._chunks:
+            if isinstance(c, ResultFilePiece):
+                if files and files_size + len(c.data) > MAX_OUTPUT_MESSAGE:
+                    out.append(ResultFiles(pieces=tuple(files)))
+                    files, files_size = [], 0
+                files.append(c)
+                files_size += len(c.data)
+                continue
             if batch and size + len(c.data) > MAX_OUTPUT_MESSAGE:
                 out.append(Output(pieces=tuple(batch)))
                 batch, size = [], 0
@@ -360,6 +384,8 @@ class Outbox:
             size += len(c.data)
         if batch:
             out.append(Output(pieces=tuple(batch)))
+        if files:
+            out.append(ResultFiles(pieces=tuple(files)))
         self._chunks = []
         self._chunk_bytes = 0
         self._chunks_since = None

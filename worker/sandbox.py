@@ -6,6 +6,7 @@ it uses (with one warning when its runs' limits cannot be enforced).
 
 Per run: ``place`` names the run's cage and directory and picks its user, and gives
 the environment it adds (``HOME`` when the run has a user of its own, ``TMPDIR``,
+``SHARDCRON_RESULT_DIR``,
 ``SHARDCRON_SECRETS_DIR`` when the job has secrets); ``launch`` starts its supervisor
 (``containment.supervisor``) with the rest. ``abandoned`` cleans up after a supervisor
 that went away without doing so (its cage is killed and removed as soon as the worker
@@ -26,6 +27,7 @@ from shardcron.client.types import CommandTask, Resources
 
 from .artifacts import DEFAULT_CACHE_BYTES
 from .containment.hosts import Containment, Unusable, choose, run_name, worker_subtree
+from .containment.results import outbox_of
 from .containment.run_home import remove_tree
 from .containment.unpack import WORK_DIR
 from .run_users import FixedUser, OwnerUids, OwnUser, RunDirs, RunUser, RunUsers, default_run_dir
@@ -139,7 +141,7 @@ class Sandbox:
         name = run_name(run_id, fencing_token)
         home = self.dirs.home(name)
         user = self.users.user_for(owner)
-        env = {"TMPDIR": f"{home}/tmp"}
+        env = {"TMPDIR": f"{home}/tmp", "SHARDCRON_RESULT_DIR": f"{home}/results"}
         if user is not None:
             env["HOME"] = home
         if task.secret_env:
@@ -179,14 +181,16 @@ class Sandbox:
                 "pids": res.pids_limit or self.config.default_pids,
             },
             "deadline": deadline,
+            "results": list(res.results.bounds()),
         }
         return await self.supervisors.launch(config)
 
     def abandoned(self, place: RunPlace) -> None:
         """The run's supervisor went away without ending it (its cage is killed and
         removed as the worker learns it is gone): remove its directory from here."""
-        with contextlib.suppress(FileNotFoundError):
-            remove_tree(place.home)
+        for path in (place.home, outbox_of(place.home)):
+            with contextlib.suppress(FileNotFoundError):
+                remove_tree(path)
 
     def _abandon_cage(self, name: str) -> None:
         """A supervisor exited: kill and remove its cage, if it left one (it died)."""

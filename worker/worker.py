@@ -44,6 +44,7 @@ from shardcron.client.stream import (
     OutputRoom,
     Renewals,
     ResultAck,
+    ResultFilePiece,
     check_hello,
 )
 from shardcron.client.types import HandlerTask, RunReason
@@ -64,7 +65,7 @@ from .handlers import HandlerRegistry
 from .handlers import registry as default_registry
 from .leased_runs import HeldRun, lapsed, lease_deadline
 from .link import PollerLink
-from .outbox import MAX_HEARTBEAT_LEASES, Outbox
+from .outbox import MAX_HEARTBEAT_LEASES, OUTPUT_ROOM_WAIT, RESULT_ROOM_WAIT, Outbox
 from .output_spool import OutputSpoolConfig, OutputSpools, SpoolEnd
 from .sandbox import Sandbox, SandboxConfig
 from .shares import shared_limits
@@ -457,6 +458,8 @@ class Worker:
                 timeout=lease.timeout.total_seconds() if lease.timeout else None,
                 on_output=partial(self._on_output, link, lease.run_id, lease.fencing_token),
                 output_room=partial(self._output_room, lease.run_id),
+                result_room=partial(self._output_room, lease.run_id, RESULT_ROOM_WAIT),
+                on_result_piece=partial(self._on_result_piece, link, lease.run_id),
                 lease_deadline=deadline,
                 owner=lease.owner,
                 resources=lease.resources,
@@ -510,11 +513,19 @@ class Worker:
                 if run is not None and run.link is link and run.token == ref.fencing_token:
                     act(ref.run_id, ref.fencing_token)
 
-    async def _output_room(self, run_id: str) -> None:
-        """Waits while the stream of the poller holding the run has a full output buffer."""
+    def _on_result_piece(self, link: PollerLink, run_id: str, piece: ResultFilePiece) -> None:
+        """A piece of one of the run's result files, to the poller holding its lease."""
+        run = self._runs.get(run_id)
+        if run is not None and run.token == piece.fencing_token:
+            link = run.link
+        link.outbox.result_piece(piece)
+
+    async def _output_room(self, run_id: str, wait: float = OUTPUT_ROOM_WAIT) -> None:
+        """Waits while the stream of the poller holding the run has a full output buffer
+        (``wait`` seconds at most)."""
         run = self._runs.get(run_id)
         if run is not None:
-            await run.link.outbox.output_room()
+            await run.link.outbox.output_room(wait)
 
     def on_renewals(self, link: PollerLink, renewals: Renewals, now: float) -> None:
         ttl = renewals.lease_ttl.total_seconds() or link.lease_ttl

@@ -39,6 +39,7 @@ from shardcron.client.types import (
     JobSpec,
     MisfirePolicy,
     OverlapPolicy,
+    ResultLimits,
     Schedule,
     ScheduleKind,
     Task,
@@ -79,6 +80,9 @@ class JobOptions:
     memory: int | None = None
     pids_limit: int | None = None
     output_limit: int | None = None
+    result_files: int | None = None
+    result_file_bytes: int | None = None
+    result_bytes: int | None = None
     require_labels: tuple[tuple[str, str], ...] = ()
     labels: tuple[tuple[str, str], ...] = ()
     pause_after_failures: int | None = None
@@ -177,6 +181,22 @@ JOB_FLAGS = [
         "--output-limit",
         type=click.IntRange(0, limits.MAX_OUTPUT_LIMIT),
         help="Bytes of a run's output kept whole; the rest is cut, and said [the node's].",
+    ),
+    click.option(
+        "--result-files",
+        type=click.IntRange(0, limits.MAX_RESULT_FILES),
+        help=f"Result files a run keeps; the rest are left out, and said "
+        f"[{limits.MAX_RESULT_FILES}].",
+    ),
+    click.option(
+        "--result-file-bytes",
+        type=click.IntRange(0, limits.MAX_RESULT_FILE_BYTES),
+        help=f"Bytes one result file may hold [{limits.MAX_RESULT_FILE_BYTES}].",
+    ),
+    click.option(
+        "--result-bytes",
+        type=click.IntRange(0, limits.MAX_RESULT_BYTES),
+        help=f"Bytes a run's result files may hold together [{limits.MAX_RESULT_BYTES}].",
     ),
     click.option(
         "--require-label",
@@ -283,6 +303,7 @@ def apply_options(spec: JobSpec | None, o: JobOptions) -> JobSpec:
         pids_limit=o.pids_limit,
         output_limit_bytes=o.output_limit,
         labels=dict(o.require_labels) if o.require_labels else None,
+        results=_results_given(spec.resources.results, o),
     )
     spec = _given(
         spec,
@@ -302,6 +323,17 @@ def apply_options(spec: JobSpec | None, o: JobOptions) -> JobSpec:
     if o.starting_deadline is not None:
         spec = spec.replace(starting_deadline=o.starting_deadline or None)
     return spec
+
+
+def _results_given(results: ResultLimits, o: JobOptions) -> ResultLimits | None:
+    """The result file bounds with the flags given, None when none is."""
+    changed = _given(
+        results,
+        max_files=o.result_files,
+        max_file_bytes=o.result_file_bytes,
+        max_bytes=o.result_bytes,
+    )
+    return None if changed is results else changed
 
 
 def _given(obj: D, **changes: Any) -> D:

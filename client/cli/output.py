@@ -302,6 +302,7 @@ def print_run(run: Run, tv: TimeView) -> None:
         ("output", f"{run.output_bytes} bytes"),
         ("output sha256", run.output_sha256 or "-"),
         ("truncated", run.output_truncated or "-"),
+        ("results", results_text(run)),
         ("priority", run.priority),
         ("shard", run.shard),
         ("replayed from", run.replayed_from or "-"),
@@ -327,6 +328,19 @@ def _reason_cell(run: Run) -> str:
         return said or "-"
     marker = f"late: {late.reason.value}"
     return f"{said}, {marker}" if said else marker
+
+
+def results_text(run: Run) -> str:
+    """A run's result files, as ``run get`` shows them (``run results`` lists them)."""
+    text = f"{len(run.results)} files" if run.results else "-"
+    return f"{text} ({run.results_note})" if run.results_note else text
+
+
+def print_results(run: Run) -> None:
+    """A run's result files as ``run results`` lists them, and what was left out."""
+    print_table(((f.name, f.size, f.sha256) for f in run.results), ["NAME", "SIZE", "SHA256"])
+    if run.results_note:
+        click.echo(f"left out: {run.results_note}", err=True)
 
 
 def usage_text(usage: RunUsage | None) -> str:

@@ -1,4 +1,5 @@
-"""``shardcron run ...``: list a job's runs, show, cancel and wait for one, read its output.
+"""``shardcron run ...``: list a job's runs, show, cancel and wait for one, read its output
+and its result files.
 
 ``run get``, ``run logs``, ``run wait`` and ``run cancel`` take a run id or a job id
 (its latest run: ``lookups.run_named``). ``run logs`` writes the output's bytes as they
@@ -9,6 +10,7 @@ zone (a cron job's), else in local time, or in UTC with ``--utc``.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 from datetime import timedelta
@@ -18,7 +20,7 @@ import click
 
 from shardcron.client import limits
 from shardcron.client.cli.lookups import run_named
-from shardcron.client.cli.output import print_run, print_runs, print_runs_by_job
+from shardcron.client.cli.output import print_results, print_run, print_runs, print_runs_by_job
 from shardcron.client.cli.params import BYTE_RANGE, DURATION, EnumChoice
 from shardcron.client.cli.state import CliState, pass_state
 from shardcron.client.cli.times import TimeView, view
@@ -135,6 +137,52 @@ def run_logs(
         # final flush of stdout from failing again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         raise click.exceptions.Exit(0) from None
+
+
+@run.command("results")
+@click.argument("run_id", metavar="RUN_ID|JOB_ID")
+@click.option("--get", "name", metavar="NAME", help="Download the result file NAME.")
+@click.option(
+    "-o",
+    "--output",
+    "path",
+    type=click.Path(dir_okay=False, writable=True, allow_dash=True),
+    help="Where --get writes the file (default: stdout; '-' too).",
+)
+@pass_state
+def run_results(state: CliState, run_id: str, name: str | None, path: str | None) -> None:
+    """List the result files of a run (RUN_ID, or the latest run of JOB_ID): what its
+    command left in $SHARDCRON_RESULT_DIR, and what was left out; with --get NAME, write
+    that file (its sha256 checked) to -o FILE or stdout."""
+    if path is not None and name is None:
+        raise click.UsageError("-o/--output goes with --get NAME")
+    client = state.client()
+    found = run_named(client, run_id)
+    if name is None:
+        state.emit(
+            {"results": list(found.results), "note": found.results_note},
+            lambda: print_results(found),
+        )
+        return
+    listed = next((f for f in found.results if f.name == name), None)
+    if listed is None:
+        raise NotFound(f"run {found.id} has no result file {limits.clip(name)!r}")
+    digest = hashlib.sha256()
+    to_stdout = path in (None, "-")
+    out = click.get_binary_stream("stdout") if to_stdout else open(path, "wb")  # noqa: SIM115
+    try:
+        for data in client.read_result(found.id, name):
+            digest.update(data)
+            out.write(data)
+        if digest.hexdigest() != listed.sha256:
+            raise click.ClickException(f"{name}: the bytes read do not match its sha256")
+    except BaseException:
+        if not to_stdout:
+            out.close()
+            os.unlink(path)  # type: ignore[arg-type]  # never a partial file left
+        raise
+    if not to_stdout:
+        out.close()
 
 
 @run.command("wait")

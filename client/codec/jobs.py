@@ -54,9 +54,11 @@ from shardcron.client.types import (
     JobState,
     OutputChunk,
     Resources,
+    ResultLimits,
     RetryPolicy,
     Run,
     RunReason,
+    RunResultFile,
     RunState,
     Schedule,
     ScheduleKind,
@@ -276,7 +278,7 @@ def concurrency_from_proto(
 
 
 def resources_to_proto(r: Resources, field: str = "resources") -> types_pb2.Resources:
-    return build(
+    msg = build(
         types_pb2.Resources,
         field,
         slots=r.slots,
@@ -286,6 +288,20 @@ def resources_to_proto(r: Resources, field: str = "resources") -> types_pb2.Reso
         pids_limit=r.pids_limit,
         output_limit_bytes=r.output_limit_bytes,
     )
+    if r.results != NO_RESULT_LIMITS:
+        msg.results.CopyFrom(
+            build(
+                types_pb2.ResultLimits,
+                f"{field}.results",
+                max_files=r.results.max_files,
+                max_file_bytes=r.results.max_file_bytes,
+                max_bytes=r.results.max_bytes,
+            )
+        )
+    return msg
+
+
+NO_RESULT_LIMITS = ResultLimits()
 
 
 def resources_from_proto(msg: types_pb2.Resources, field: str = "resources") -> Resources:
@@ -297,6 +313,13 @@ def resources_from_proto(msg: types_pb2.Resources, field: str = "resources") -> 
         labels=dict(msg.labels),
         pids_limit=non_negative(msg.pids_limit, f"{field}.pids_limit"),
         output_limit_bytes=non_negative(msg.output_limit_bytes, f"{field}.output_limit_bytes"),
+        results=ResultLimits(
+            max_files=non_negative(msg.results.max_files, f"{field}.results.max_files"),
+            max_file_bytes=non_negative(
+                msg.results.max_file_bytes, f"{field}.results.max_file_bytes"
+            ),
+            max_bytes=non_negative(msg.results.max_bytes, f"{field}.results.max_bytes"),
+        ),
     )
 
 
@@ -470,7 +493,10 @@ def run_to_proto(run: Run) -> types_pb2.Run:
         waiting_reason=run.waiting_reason,
         output_sha256=run.output_sha256,
         output_truncated=run.output_truncated,
+        results_note=run.results_note,
     )
+    for f in run.results:
+        msg.results.add(name=f.name, size=f.size, sha256=f.sha256)
     set_time(msg, "fire_at", run.fire_at)
     set_time(msg, "due_at", run.due_at)
     set_time(msg, "lease_expires_at", run.lease_expires_at)
@@ -514,6 +540,10 @@ def run_from_proto(msg: types_pb2.Run, field: str = "run") -> Run:
         lateness=lateness_from_proto(msg, field),
         output_sha256=msg.output_sha256,
         output_truncated=msg.output_truncated,
+        results=tuple(
+            RunResultFile(name=f.name, size=f.size, sha256=f.sha256) for f in msg.results
+        ),
+        results_note=msg.results_note,
     )
 
 

@@ -34,6 +34,7 @@ from shardcron.client.codec.common import (
 )
 from shardcron.client.codec.leases import NOT_SAID, leases_from_proto, leases_to_proto
 from shardcron.client.errors import InvalidArgument
+from shardcron.client.limits import MAX_RESULTS_NOTE, clip, is_result_name
 from shardcron.client.stream import (
     CancelOrder,
     Cancels,
@@ -52,6 +53,8 @@ from shardcron.client.stream import (
     Renewals,
     ResultAck,
     ResultAcks,
+    ResultFilePiece,
+    ResultFiles,
     Results,
     RunOutcome,
     Started,
@@ -128,6 +131,7 @@ def _outcome_from_proto(msg: worker_pb2.RunResult, path: str) -> RunOutcome:
         output_truncated=_truncation(msg.output_truncated, path) if msg.output_truncated else "",
         output_dropped_bytes=msg.output_dropped_bytes
         and non_negative(msg.output_dropped_bytes, f"{path}.output_dropped_bytes"),
+        results_note=msg.results_note[:MAX_RESULTS_NOTE],
     )
 
 
@@ -167,6 +171,7 @@ def _add_outcomes(out: Any, outcomes: Sequence[RunOutcome], path: str) -> None:
             has_exit_code=o.exit_code is not None,
             exit_code=o.exit_code or 0,
             job_id=o.job_id,
+            results_note=o.results_note,
         )
         if o.output_truncated:
             msg.output_truncated = o.output_truncated
@@ -194,6 +199,44 @@ def _piece_to_proto(piece: OutputPiece, path: str) -> types_pb2.OutputChunk:
         fencing_token=fencing_token(piece.fencing_token, path),
         data=piece.data,
         stream=piece.stream,
+    )
+
+
+def _result_piece_from_proto(msg: worker_pb2.ResultFilePiece, path: str) -> ResultFilePiece:
+    if not is_result_name(msg.name):
+        raise InvalidArgument(f"{path}.name", f"{clip(msg.name)!r} is not a result file name")
+    size = non_negative(msg.size, f"{path}.size")
+    offset = non_negative(msg.offset, f"{path}.offset")
+    if offset + len(msg.data) > size:
+        raise InvalidArgument(f"{path}.data", "reaches past the file's size")
+    if not _is_sha256(msg.sha256):
+        raise InvalidArgument(f"{path}.sha256", "must be 64 lowercase hex digits")
+    return ResultFilePiece(
+        run_id=required_text(msg.run_id, f"{path}.run_id"),
+        fencing_token=msg.fencing_token,
+        name=msg.name,
+        offset=offset,
+        data=bytes(msg.data),
+        size=size,
+        sha256=msg.sha256,
+        last=msg.last,
+    )
+
+
+def _is_sha256(text: str) -> bool:
+    return len(text) == 64 and all(c in "0123456789abcdef" for c in text)
+
+
+def _result_piece_to_proto(piece: ResultFilePiece, path: str) -> worker_pb2.ResultFilePiece:
+    return worker_pb2.ResultFilePiece(
+        run_id=piece.run_id,
+        fencing_token=fencing_token(piece.fencing_token, path),
+        name=piece.name,
+        offset=piece.offset,
+        data=piece.data,
+        last=piece.last,
+        size=piece.size,
+        sha256=piece.sha256,
     )
 
 
@@ -276,6 +319,10 @@ def _refused_from_proto(msg: worker_pb2.Refused, path: str) -> Refused:
     return Refused(leases=each(msg.leases, f"{path}.leases", _ref_from_proto))
 
 
+def _result_files_from_proto(msg: worker_pb2.ResultFilePieces, path: str) -> ResultFiles:
+    return ResultFiles(pieces=each(msg.pieces, f"{path}.pieces", _result_piece_from_proto))
+
+
 _WORKER_READERS: dict[str, Callable[[Any, str], Hello | WorkerEvent]] = {
     "hello": _hello_from_proto,
     "credits": _credits_from_proto,
@@ -284,6 +331,7 @@ _WORKER_READERS: dict[str, Callable[[Any, str], Hello | WorkerEvent]] = {
     "results": _results_from_proto,
     "output": _output_from_proto,
     "refused": _refused_from_proto,
+    "result_files": _result_files_from_proto,
 }
 
 
@@ -319,6 +367,9 @@ def encode_worker_message(event: Hello | WorkerEvent) -> worker_pb2.WorkerMessag
     if isinstance(event, Refused):
         leases = _refs_to_proto(event.leases, "refused.leases")
         return worker_pb2.WorkerMessage(refused=worker_pb2.Refused(leases=leases))
+    if isinstance(event, ResultFiles):
+        pieces = each(event.pieces, "result_files.pieces", _result_piece_to_proto)
+        return worker_pb2.WorkerMessage(result_files=worker_pb2.ResultFilePieces(pieces=pieces))
     raise TypeError(f"not a worker event: {event!r}")
 
 

@@ -267,6 +267,20 @@ class AsyncClient:
     async def cancel_run(self, run_id: str) -> Run:
         return run_from_proto(await self._call(self._jobs.CancelRun, messages.run_request(run_id)))
 
+    async def read_result(
+        self, run_id: str, name: str, *, offset: int = 0, limit: int = 0
+    ) -> AsyncIterator[bytes]:
+        """See ``Client.read_result``; iterate with ``async for``."""
+        req = messages.read_result_request(run_id, name, offset, limit)
+        call = self._jobs.ReadRunResult(req, timeout=self.timeout, metadata=self._metadata)
+        try:
+            async for msg in call:
+                yield msg.data
+        except grpc.RpcError as e:
+            raise error_from_rpc(e) from e
+        finally:
+            call.cancel()
+
     async def read_output(
         self, run_id: str, *, offset: int = 0, follow: bool = False, limit: int = 0
     ) -> AsyncIterator[OutputChunk]:

@@ -192,6 +192,14 @@ def read_output_request(
     )
 
 
+def read_result_request(
+    run_id: str, name: str, offset: int, limit: int
+) -> jobs_pb2.ReadRunResultRequest:
+    return build(
+        jobs_pb2.ReadRunResultRequest, "", run_id=run_id, name=name, offset=offset, limit=limit
+    )
+
+
 def list_dead_letters_request(
     job_id: str, page_size: int, page_token: str
 ) -> jobs_pb2.ListDeadLettersRequest:

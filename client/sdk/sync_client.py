@@ -273,6 +273,21 @@ class Client:
         """Cancel a pending or running run (the worker kills it); returns the run."""
         return run_from_proto(self._call(self._jobs.CancelRun, messages.run_request(run_id)))
 
+    def read_result(
+        self, run_id: str, name: str, *, offset: int = 0, limit: int = 0
+    ) -> Iterator[bytes]:
+        """The bytes of the run's result file ``name`` (``Run.results`` lists them) from
+        ``offset``, at most ``limit`` (0: to its end), in pieces of at most 1 MiB."""
+        req = messages.read_result_request(run_id, name, offset, limit)
+        call = self._jobs.ReadRunResult(req, timeout=self.timeout, metadata=self._metadata)
+        try:
+            for msg in call:
+                yield msg.data
+        except grpc.RpcError as e:
+            raise error_from_rpc(e) from e
+        finally:
+            call.cancel()
+
     def read_output(
         self, run_id: str, *, offset: int = 0, follow: bool = False, limit: int = 0
     ) -> Iterator[OutputChunk]:

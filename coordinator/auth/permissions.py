@@ -82,6 +82,7 @@ METHOD_ACCESS: dict[str, Access] = {
         "ReadRunOutput",
         "ListDeadLetters",
         "GetOverview",
+        "ReadRunResult",
     ),
     **_rows(_CLUSTER, Access.STATUS, "GetStatus"),
     **_rows(_WORKER, Access.WORKER, "Connect", "ReadArtifact"),

@@ -101,6 +101,7 @@ ADDED_COLUMNS = (
     ("runs", "late_waited_micros", "bigint"),
     ("runs", "output_sha256", "text"),
     ("runs", "output_truncated", "text"),
+    ("runs", "results", "text"),
 )
 
 
@@ -160,7 +161,7 @@ def schema_cql(keyspace: str, *, due_ttl: timedelta = DEFAULT_DUE_TTL) -> list[s
             output_bytes bigint, replayed_from text, schedule_version int,
             peak_memory_bytes bigint, cpu_micros bigint, limits_enforced boolean,
             late_reason text, late_text text, late_waited_micros bigint,
-            output_sha256 text, output_truncated text,
+            output_sha256 text, output_truncated text, results text,
             PRIMARY KEY ((job_id), id)) WITH CLUSTERING ORDER BY (id DESC)""",
         f"""CREATE TABLE IF NOT EXISTS {ks}.runs_by_id (
             id text PRIMARY KEY, job_id text, owner text)""",

@@ -141,3 +141,34 @@ async def until_gone(request: web.Request, work: Coroutine[Any, Any, None]) -> N
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+async def read_result(
+    services: Services, request: web.Request, message: jobs_pb2.ReadRunResultRequest
+) -> web.StreamResponse:
+    """``GET /v1/runs/{runId}/results/{name}``: the bytes of one of a run's result files
+    (``ReadRunResult``), from ``offset``, at most ``limit``, as a download. Errors before
+    its first byte are answered as any route's; once it has begun, a failure ends it."""
+    pieces = services.stream("ReadRunResult", message, request)
+    response: web.StreamResponse | None = None
+    async for piece in pieces:
+        if response is None:
+            response = await _begin_download(request, message.name)
+        await response.write(piece.data)
+    if response is None:  # an empty file, or a range past nothing
+        response = await _begin_download(request, message.name)
+    await response.write_eof()
+    return response
+
+
+async def _begin_download(request: web.Request, name: str) -> web.StreamResponse:
+    response = web.StreamResponse(
+        headers={
+            "Content-Type": "application/octet-stream",
+            # a result file's name is of the blob key alphabet: nothing to quote
+            "Content-Disposition": f'attachment; filename="{name}"',
+            "X-Content-Type-Options": "nosniff",
+        }
+    )
+    await response.prepare(request)
+    return response

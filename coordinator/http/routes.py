@@ -22,7 +22,7 @@ from google.protobuf.message import Message
 from shardcron.client.errors import InvalidArgument
 from shardcron.coordinator.artifacts import CHUNK as ARTIFACT_CHUNK
 from shardcron.coordinator.http.mapping import to_json
-from shardcron.coordinator.http.output import OUTPUT_SCHEMA, read_output
+from shardcron.coordinator.http.output import OUTPUT_SCHEMA, read_output, read_result
 from shardcron.coordinator.http.services import Handler, Services
 from shardcron.v1 import cluster_pb2, jobs_pb2, types_pb2
 
@@ -214,6 +214,13 @@ def _routes() -> tuple[Route, ...]:
             request=jobs_pb2.ReadRunOutputRequest, query=("offset", "follow", "limit"),
             extra_query={"format": "text: the bytes as text/plain instead of JSON or SSE"},
             schema=OUTPUT_SCHEMA,
+        ),
+        Route(
+            method="GET", path="/v1/runs/{runId}/results/{name}", operation="readRunResult",
+            rpc="ReadRunResult", handler=read_result,
+            summary="One of a run's result files (Run.results names them), as a download",
+            request=jobs_pb2.ReadRunResultRequest, query=("offset", "limit"),
+            content="application/octet-stream", schema={"type": "string", "format": "binary"},
         ),
         Route(
             method="GET", path="/v1/deadLetters", operation="listDeadLetters",

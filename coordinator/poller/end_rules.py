@@ -29,6 +29,7 @@ from shardcron.client.types import (
     Run,
     RunLateness,
     RunReason,
+    RunResultFile,
     RunState,
     RunUsage,
     ScheduleKind,
@@ -57,6 +58,8 @@ class Outcome:
     lateness: RunLateness | None = None  # why it was skipped or missed (``lateness``)
     output_sha256: str = ""  # its output's digest, from the node that wrote it
     output_truncated: str = ""  # why its output was cut
+    results: tuple[RunResultFile, ...] = ()  # its result files, as its node stored them
+    results_note: str = ""  # what of them was not kept, and why
 
 
 def final_run(
@@ -75,12 +78,14 @@ def final_run(
     lateness: RunLateness | None = None,
     output_sha256: str = "",
     output_truncated: str = "",
+    results: tuple[RunResultFile, ...] = (),
+    results_note: str = "",
 ) -> Run:
     """The run's final record; ``output_bytes`` received since it was loaded are added,
     ``lease_expires_at`` (the lease's last expiry, when it is still held) set,
-    ``usage`` (what its command used, as its worker reported) kept, ``lateness``
-    (why it did not run on time) set, else the one its lease had kept, with the digest of
-    its output and why it was cut."""
+    ``usage`` (what its command used, as its worker reported) and its result files kept,
+    ``lateness`` (why it did not run on time) set, else the one its lease had kept, with
+    the digest of its output and why it was cut."""
     return copy_with(
         run,
         state=state,
@@ -95,6 +100,8 @@ def final_run(
         lateness=lateness or run.lateness,
         output_sha256=output_sha256,
         output_truncated=output_truncated,
+        results=results,
+        results_note=results_note,
     )
 
 

@@ -178,6 +178,11 @@ class Poller:
         asked by the ``ReadArtifact`` edge, in this loop's thread."""
         return self._streams.artifact_of(run_id, token, worker_id, principal, sha256)
 
+    def results_owner(self, link: WorkerLink, run_id: str, token: int) -> str | None:
+        """Whose run's result files ``link`` sends under ``token``, while its stream holds
+        that lease (else None): asked by the lease stream's edge, as ``output_owner``."""
+        return self._streams.results_owner(link, run_id, token)
+
     def on_assignment(self, assignment: Assignment) -> asyncio.Future[None]:
         """Takes a new assignment; the future is done once it is applied and what the
         turn decided before it is written (or failed): only then may a shard taken

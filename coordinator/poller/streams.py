@@ -275,6 +275,16 @@ class WorkerStreams:
             return None
         return slot.run.owner
 
+    def results_owner(self, link: WorkerLink, run_id: str, token: int) -> str | None:
+        """The run's owner when result files under ``token`` from ``link`` count: while
+        the stream holds that lease, and never after the run ended (its files are listed
+        on its record then, and stay as listed)."""
+        book = self._books.get(link)
+        slot = self._table.held_slot(run_id, token)
+        if book is None or slot is None or not self._holds(book, slot):
+            return None
+        return slot.run.owner
+
     def replay_deferred(self, turn: Turn, now: datetime) -> None:
         """Answers what was kept until every owned shard was loaded."""
         if not self._deferred or not self._settled():
@@ -432,6 +442,8 @@ class WorkerStreams:
             usage=outcome.usage,
             output_sha256=outcome.output_sha256,
             output_truncated=outcome.output_truncated,
+            results=outcome.results,
+            results_note=outcome.results_note,
         )
         with self._ends.isolated(slot, turn, now, where="result"):
             self._ends.end(slot, ended, turn, now)

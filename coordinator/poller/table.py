@@ -488,6 +488,8 @@ class RunTable:
             lateness=outcome.lateness,
             output_sha256=outcome.output_sha256,
             output_truncated=outcome.output_truncated,
+            results=outcome.results,
+            results_note=outcome.results_note,
         )
         self._remove(slot)
         self.recent_final[rid] = self._clock.monotonic()

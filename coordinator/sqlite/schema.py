@@ -49,7 +49,7 @@ CREATE TABLE IF NOT EXISTS runs (
     output_bytes INTEGER NOT NULL, replayed_from TEXT NOT NULL,
     schedule_version INTEGER NOT NULL, peak_memory_bytes INTEGER, cpu_micros INTEGER,
     limits_enforced INTEGER, late_reason TEXT, late_text TEXT, late_waited_micros INTEGER,
-    output_sha256 TEXT, output_truncated TEXT);
+    output_sha256 TEXT, output_truncated TEXT, results TEXT);
 CREATE INDEX IF NOT EXISTS runs_by_job ON runs (job_id, id DESC);
 CREATE INDEX IF NOT EXISTS runs_by_owner ON runs (owner, job_id, id DESC);
 CREATE INDEX IF NOT EXISTS runs_dead_letters ON runs (owner, dead_letter, id)
@@ -133,6 +133,7 @@ ADDED_COLUMNS = (
     ("runs", "late_waited_micros", "INTEGER"),
     ("runs", "output_sha256", "TEXT"),
     ("runs", "output_truncated", "TEXT"),
+    ("runs", "results", "TEXT"),
 )
 
 

@@ -381,5 +381,37 @@ def test_the_overview_shows_runs_now_waiting_and_why_failures_and_updates_live(
     ):
         status, refused = http.call("GET", query)
         assert (status, refused["code"], refused["field"]) == (400, "INVALID_ARGUMENT", field)
+
+
+def test_a_run_page_lists_its_result_files_and_downloads_one(
+    dev: DevServer, browser: WebDriver, tmp_path: Path
+) -> None:
+    """The run page lists what its command left in $SHARDCRON_RESULT_DIR (name, size,
+    digest) and what was left out; a file's link downloads it with the page's owner."""
+    owner = f"ui-{uuid.uuid4().hex[:8]}"
+    http = HttpApi(dev.http_url, owner=owner)
+    script = 'cd "$SHARDCRON_RESULT_DIR" && printf "a,b\\n1,2\\n" > table.csv && ln -s /etc x'
+    spec = {
+        "name": "with-results",
+        "task": {"command": {"argv": ["sh", "-c", script]}},
+        "schedule": {"kind": "SCHEDULE_KIND_IMMEDIATE"},
+    }
+    run_id = http.read("POST", "/v1/jobs", {"spec": spec}).json["firstRunId"]
+    wait_until(lambda: http.call("GET", f"/v1/runs/{run_id}")[1]["state"] == "RUN_STATE_SUCCEEDED")
+    browser.get(dev.http_url + "/#/jobs")
+    field = browser.find_element(By.ID, "owner")
+    field.clear()
+    field.send_keys(owner + Keys.ENTER)
+    wait_for(browser, "#jobs-table", "with-results")
+    browser.get(f"{dev.http_url}/#/runs/{run_id}")
+    wait_for(browser, "#run-results", "table.csv")
+    assert "x: left out: a symbolic link" in text_of(browser, "#run-results")
+    shoot(browser, "run-results")
+    browser.execute_cdp_cmd(
+        "Page.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(tmp_path)}
+    )
+    click(browser, By.LINK_TEXT, "table.csv")
+    wait_until(lambda: (tmp_path / "table.csv").exists(), timeout=WAIT)
+    assert (tmp_path / "table.csv").read_bytes() == b"a,b\n1,2\n"
     logs = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     assert logs == []

@@ -1,6 +1,7 @@
 """A run's private directory: its ``HOME`` when it has a user of its own, with ``tmp``
-(its ``TMPDIR``) and, when its job has secrets, ``secrets`` (``SHARDCRON_SECRETS_DIR``:
-one 0400 file per secret). Made by the run's supervisor (``supervisor``) 0700 and
+(its ``TMPDIR``), ``results`` (its ``SHARDCRON_RESULT_DIR``, empty: ``results``) and,
+when its job has secrets, ``secrets`` (``SHARDCRON_SECRETS_DIR``: one 0400 file per
+secret). Made by the run's supervisor (``supervisor``) 0700 and
 given to the run's user last, once everything in it is made; emptied and kept for the
 supervisor's next run (``SpareHome``), or removed whatever modes its command left in it
 (``remove_tree``).
@@ -18,14 +19,15 @@ def make_home(
     home: str, uid: int | None, gid: int | None, secrets: dict[str, str] | None, spare: SpareHome
 ) -> None:
     """Makes the run's directory ``home`` (the supervisor's kept one, renamed, if it has
-    one), with ``tmp`` and the ``secrets`` in it, and gives it to ``uid`` (None: the
+    one), with ``tmp``, an empty ``results`` and the ``secrets`` in it, and gives it to ``uid`` (None: the
     supervisor's own user)."""
     if os.path.lexists(home):  # left by a supervisor of this lease that died
         remove_tree(home)
     if not spare.take(home):
         os.mkdir(home, 0o700)
         os.mkdir(f"{home}/tmp", 0o700)
-    made = [home, f"{home}/tmp"]
+    os.mkdir(f"{home}/results", 0o700)  # made anew: a kept directory holds only tmp
+    made = [home, f"{home}/tmp", f"{home}/results"]
     if secrets:
         made += _write_secrets(f"{home}/secrets", secrets)
     if uid is not None:

@@ -27,11 +27,14 @@ letter and a JSON object::
     S {"pid": N}                                the command started
     E {"stage": S, "errno": N, "error": TEXT}   it could not start: nothing runs
     R {"status": N, "peak_memory_bytes": N, "cpu_seconds": F, "oom_kills": N,
-       "enforced": B, "killed": TEXT}           the run ended; none of it is left
+       "enforced": B, "killed": TEXT, "results": {...}}
+                                                the run ended; none of it is left
     D {}                                        its cage and directory are removed
 
 ``status`` is ``waitpid``'s status of the command; ``killed`` says why the supervisor
-killed the run on its own ("" when it did not). After ``D`` the supervisor takes the
+killed the run on its own ("" when it did not); ``results`` the files the command left
+in ``home/results``, copied out for the worker (``results.collect``: ``dir``, ``files``,
+``notes``), when the config asks for them. After ``D`` the supervisor takes the
 next run, unless this one could not be cleaned up wholly (a process that would not
 die, a cage it could not remove): then it exits, and the worker's socket reaches EOF.
 
@@ -58,7 +61,8 @@ of an archive to unpack into ``home/work`` before the command, as its user:
 (``hosts.Containment.describe``), ``name`` (the run's, for its directory and what the
 supervisor says), ``cage`` (the name of this supervisor's cage: the same for each of
 its runs, made again for each where its kind is not ``reusable``), ``limits``
-(``cage.Limits``), ``deadline`` (CLOCK_MONOTONIC seconds, or null).
+(``cage.Limits``), ``deadline`` (CLOCK_MONOTONIC seconds, or null), ``results`` (the
+bounds of its result files: files, bytes each, bytes in all; absent: none are taken).
 """
 
 from __future__ import annotations
@@ -78,6 +82,7 @@ from typing import Any
 
 from .cage import Limits, RunCage, Used, signal_all, write
 from .hosts import from_description
+from .results import collect
 from .run_home import SpareHome, make_home, remove_tree
 from .unpack import unpack
 
@@ -294,6 +299,7 @@ class Supervisor:
         except OSError as e:
             _say(f"cannot read what run {self.config['name']} used: {e}")
             used = Used(peak_memory_bytes=0, cpu_seconds=0.0, oom_kills=0)
+        results = self._results()
         self.ctl.send(
             "R",
             status=status,
@@ -302,9 +308,20 @@ class Supervisor:
             oom_kills=used.oom_kills,
             enforced=self.cage.enforced,
             killed=self.killed,
+            **results,
         )
         self._clean_up()
         return self.clean
+
+    def _results(self) -> dict[str, Any]:
+        """The run's result files, copied out of its directory (nothing of it runs)."""
+        bounds = self.config.get("results")
+        if bounds is None:
+            return {}
+        try:
+            return {"results": collect(self.home, self.uid, bounds)}
+        except OSError as e:  # a fault here fails the files, never the report
+            return {"results": {"dir": "", "files": [], "notes": [f"not taken: {e}"]}}
 
     # -- the run -------------------------------------------------------------------------
 

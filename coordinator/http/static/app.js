@@ -519,7 +519,9 @@ async function runPage(runId) {
     </div>
     <dl id="run-fields"></dl>
     <h2>Output</h2>
-    <pre id="run-output"></pre>`;
+    <pre id="run-output"></pre>
+    <h2>Result files</h2>
+    <div id="run-results"></div>`;
   const draw = (r) => {
     document.getElementById("run-state").innerHTML = stateCell(r.state, "RUN_STATE_");
     const final = isFinal(r.state);
@@ -536,6 +538,7 @@ async function runPage(runId) {
       <dt>Used</dt><dd id="run-usage">${esc(usage(r))}</dd>
       <dt>Late</dt><dd id="run-late">${r.lateness ? esc(r.lateness.text) : "–"}</dd>
       <dt>Reason</dt><dd>${esc(reason(r) || "–")}${r.error ? ` <span class="muted">${esc(r.error)}</span>` : ""}</dd>`;
+    drawResults(document.getElementById("run-results"), r);
   };
   draw(run);
   document.getElementById("cancel-run").onclick = () =>
@@ -544,6 +547,44 @@ async function runPage(runId) {
   followOutput(runId, document.getElementById("run-output")).catch((e) => {
     if (e.name !== "AbortError") showError(e);
   });
+}
+
+// The run's result files (what its command left in $SHARDCRON_RESULT_DIR), each a link
+// that downloads it with the page's owner and token, and what was left out.
+function drawResults(box, run) {
+  const files = run.results || [];
+  const rows = files.map((f) => `<tr>
+      <td class="mono"><a href="#" data-result="${esc(f.name)}">${esc(f.name)}</a></td>
+      <td>${esc(f.size || 0)}</td><td class="mono">${esc(f.sha256)}</td></tr>`).join("");
+  const table = files.length
+    ? `<table><tr><th>Name</th><th>Bytes</th><th>SHA-256</th></tr>${rows}</table>`
+    : `<p class="muted">${isFinal(run.state) ? "none" : "listed once the run ends"}</p>`;
+  const note = run.resultsNote ? `<p class="note">Left out: ${esc(run.resultsNote)}</p>` : "";
+  const html = table + note;
+  if (box.dataset.drawn !== html) {
+    box.innerHTML = html;
+    box.dataset.drawn = html;
+  }
+  box.onclick = (event) => {
+    const link = event.target.closest("a[data-result]");
+    if (!link) return;
+    event.preventDefault();
+    downloadResult(run.id, link.dataset.result).catch(showError);
+  };
+}
+
+async function downloadResult(runId, name) {
+  const path = `/v1/runs/${encodeURIComponent(runId)}/results/${encodeURIComponent(name)}`;
+  const resp = await fetch(path, { headers: callHeaders() });
+  if (!resp.ok) throw new Error((await resp.json()).message);
+  const url = URL.createObjectURL(await resp.blob());
+  const a = document.createElement("a");
+  a.href = url;
+  a.download = name;
+  document.body.appendChild(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 60000);
 }
 
 async function runningPage() {

@@ -214,6 +214,26 @@ class DropDeadLettersResponse(_message.Message):
     dropped: int
     def __init__(self, dropped: _Optional[int] = ...) -> None: ...
 
+class ReadRunResultRequest(_message.Message):
+    __slots__ = ("run_id", "name", "offset", "limit")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    name: str
+    offset: int
+    limit: int
+    def __init__(self, run_id: _Optional[str] = ..., name: _Optional[str] = ..., offset: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class RunResultChunk(_message.Message):
+    __slots__ = ("offset", "data")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    data: bytes
+    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
+
 class OverviewRequest(_message.Message):
     __slots__ = ("window",)
     WINDOW_FIELD_NUMBER: _ClassVar[int]

@@ -135,6 +135,11 @@ class JobServiceStub:
                 request_serializer=shardcron_dot_v1_dot_jobs__pb2.UploadArtifactRequest.SerializeToString,
                 response_deserializer=shardcron_dot_v1_dot_jobs__pb2.UploadArtifactResponse.FromString,
                 _registered_method=True)
+        self.ReadRunResult = channel.unary_stream(
+                '/shardcron.v1.JobService/ReadRunResult',
+                request_serializer=shardcron_dot_v1_dot_jobs__pb2.ReadRunResultRequest.SerializeToString,
+                response_deserializer=shardcron_dot_v1_dot_jobs__pb2.RunResultChunk.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -285,6 +290,16 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReadRunResult(self, request, context):
+        """One result file of a run (Run.results names them), from the node's blob store:
+        its bytes from offset, at most limit bytes (0: to its end). NOT_FOUND for a run
+        of another owner, or a name the run does not list; FAILED_PRECONDITION on a node
+        without a blob store.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -387,6 +402,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.UploadArtifact,
                     request_deserializer=shardcron_dot_v1_dot_jobs__pb2.UploadArtifactRequest.FromString,
                     response_serializer=shardcron_dot_v1_dot_jobs__pb2.UploadArtifactResponse.SerializeToString,
+            ),
+            'ReadRunResult': grpc.unary_stream_rpc_method_handler(
+                    servicer.ReadRunResult,
+                    request_deserializer=shardcron_dot_v1_dot_jobs__pb2.ReadRunResultRequest.FromString,
+                    response_serializer=shardcron_dot_v1_dot_jobs__pb2.RunResultChunk.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -929,6 +949,33 @@ class JobService:
             '/shardcron.v1.JobService/UploadArtifact',
             shardcron_dot_v1_dot_jobs__pb2.UploadArtifactRequest.SerializeToString,
             shardcron_dot_v1_dot_jobs__pb2.UploadArtifactResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadRunResult(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/shardcron.v1.JobService/ReadRunResult',
+            shardcron_dot_v1_dot_jobs__pb2.ReadRunResultRequest.SerializeToString,
+            shardcron_dot_v1_dot_jobs__pb2.RunResultChunk.FromString,
             options,
             channel_credentials,
             insecure,

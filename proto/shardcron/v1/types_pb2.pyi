@@ -272,7 +272,7 @@ class ConcurrencyPolicy(_message.Message):
     def __init__(self, max_concurrent: _Optional[int] = ..., overlap: _Optional[_Union[OverlapPolicy, str]] = ...) -> None: ...
 
 class Resources(_message.Message):
-    __slots__ = ("slots", "cpu_millis", "memory_mb", "labels", "pids_limit", "output_limit_bytes")
+    __slots__ = ("slots", "cpu_millis", "memory_mb", "labels", "pids_limit", "output_limit_bytes", "results")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -286,13 +286,25 @@ class Resources(_message.Message):
     LABELS_FIELD_NUMBER: _ClassVar[int]
     PIDS_LIMIT_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_LIMIT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
     slots: int
     cpu_millis: int
     memory_mb: int
     labels: _containers.ScalarMap[str, str]
     pids_limit: int
     output_limit_bytes: int
-    def __init__(self, slots: _Optional[int] = ..., cpu_millis: _Optional[int] = ..., memory_mb: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., pids_limit: _Optional[int] = ..., output_limit_bytes: _Optional[int] = ...) -> None: ...
+    results: ResultLimits
+    def __init__(self, slots: _Optional[int] = ..., cpu_millis: _Optional[int] = ..., memory_mb: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., pids_limit: _Optional[int] = ..., output_limit_bytes: _Optional[int] = ..., results: _Optional[_Union[ResultLimits, _Mapping]] = ...) -> None: ...
+
+class ResultLimits(_message.Message):
+    __slots__ = ("max_files", "max_file_bytes", "max_bytes")
+    MAX_FILES_FIELD_NUMBER: _ClassVar[int]
+    MAX_FILE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    max_files: int
+    max_file_bytes: int
+    max_bytes: int
+    def __init__(self, max_files: _Optional[int] = ..., max_file_bytes: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
 
 class JobSpec(_message.Message):
     __slots__ = ("name", "task", "schedule", "priority", "retry", "timeout", "concurrency", "misfire", "starting_deadline", "resources", "pause_after_failures", "labels")
@@ -382,7 +394,7 @@ class JobHealthRun(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., state: _Optional[_Union[RunState, str]] = ..., due_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Run(_message.Message):
-    __slots__ = ("id", "job_id", "owner", "fire_key", "fire_at", "due_at", "state", "attempt", "priority", "shard", "worker_id", "lease_token", "lease_expires_at", "created_at", "started_at", "ended_at", "has_exit_code", "exit_code", "reason", "error", "output_bytes", "replayed_from", "dead_letter", "schedule_version", "waiting_reason", "usage", "lateness", "output_sha256", "output_truncated")
+    __slots__ = ("id", "job_id", "owner", "fire_key", "fire_at", "due_at", "state", "attempt", "priority", "shard", "worker_id", "lease_token", "lease_expires_at", "created_at", "started_at", "ended_at", "has_exit_code", "exit_code", "reason", "error", "output_bytes", "replayed_from", "dead_letter", "schedule_version", "waiting_reason", "usage", "lateness", "output_sha256", "output_truncated", "results", "results_note")
     ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
@@ -412,6 +424,8 @@ class Run(_message.Message):
     LATENESS_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_SHA256_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_NOTE_FIELD_NUMBER: _ClassVar[int]
     id: str
     job_id: str
     owner: str
@@ -441,7 +455,19 @@ class Run(_message.Message):
     lateness: RunLateness
     output_sha256: str
     output_truncated: str
-    def __init__(self, id: _Optional[str] = ..., job_id: _Optional[str] = ..., owner: _Optional[str] = ..., fire_key: _Optional[str] = ..., fire_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., due_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state: _Optional[_Union[RunState, str]] = ..., attempt: _Optional[int] = ..., priority: _Optional[int] = ..., shard: _Optional[int] = ..., worker_id: _Optional[str] = ..., lease_token: _Optional[int] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ended_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., has_exit_code: _Optional[bool] = ..., exit_code: _Optional[int] = ..., reason: _Optional[_Union[RunReason, str]] = ..., error: _Optional[str] = ..., output_bytes: _Optional[int] = ..., replayed_from: _Optional[str] = ..., dead_letter: _Optional[bool] = ..., schedule_version: _Optional[int] = ..., waiting_reason: _Optional[str] = ..., usage: _Optional[_Union[RunUsage, _Mapping]] = ..., lateness: _Optional[_Union[RunLateness, _Mapping]] = ..., output_sha256: _Optional[str] = ..., output_truncated: _Optional[str] = ...) -> None: ...
+    results: _containers.RepeatedCompositeFieldContainer[RunResultFile]
+    results_note: str
+    def __init__(self, id: _Optional[str] = ..., job_id: _Optional[str] = ..., owner: _Optional[str] = ..., fire_key: _Optional[str] = ..., fire_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., due_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state: _Optional[_Union[RunState, str]] = ..., attempt: _Optional[int] = ..., priority: _Optional[int] = ..., shard: _Optional[int] = ..., worker_id: _Optional[str] = ..., lease_token: _Optional[int] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ended_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., has_exit_code: _Optional[bool] = ..., exit_code: _Optional[int] = ..., reason: _Optional[_Union[RunReason, str]] = ..., error: _Optional[str] = ..., output_bytes: _Optional[int] = ..., replayed_from: _Optional[str] = ..., dead_letter: _Optional[bool] = ..., schedule_version: _Optional[int] = ..., waiting_reason: _Optional[str] = ..., usage: _Optional[_Union[RunUsage, _Mapping]] = ..., lateness: _Optional[_Union[RunLateness, _Mapping]] = ..., output_sha256: _Optional[str] = ..., output_truncated: _Optional[str] = ..., results: _Optional[_Iterable[_Union[RunResultFile, _Mapping]]] = ..., results_note: _Optional[str] = ...) -> None: ...
+
+class RunResultFile(_message.Message):
+    __slots__ = ("name", "size", "sha256")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    size: int
+    sha256: str
+    def __init__(self, name: _Optional[str] = ..., size: _Optional[int] = ..., sha256: _Optional[str] = ...) -> None: ...
 
 class RunLateness(_message.Message):
     __slots__ = ("reason", "text", "waited")

@@ -32,7 +32,7 @@ class ArtifactChunk(_message.Message):
     def __init__(self, data: _Optional[bytes] = ..., size: _Optional[int] = ...) -> None: ...
 
 class WorkerMessage(_message.Message):
-    __slots__ = ("hello", "credits", "heartbeat", "started", "results", "output", "refused")
+    __slots__ = ("hello", "credits", "heartbeat", "started", "results", "output", "refused", "result_files")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     CREDITS_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
@@ -40,6 +40,7 @@ class WorkerMessage(_message.Message):
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_FIELD_NUMBER: _ClassVar[int]
     REFUSED_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FILES_FIELD_NUMBER: _ClassVar[int]
     hello: Hello
     credits: Credits
     heartbeat: Heartbeat
@@ -47,7 +48,8 @@ class WorkerMessage(_message.Message):
     results: Results
     output: Output
     refused: Refused
-    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., credits: _Optional[_Union[Credits, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., started: _Optional[_Union[Started, _Mapping]] = ..., results: _Optional[_Union[Results, _Mapping]] = ..., output: _Optional[_Union[Output, _Mapping]] = ..., refused: _Optional[_Union[Refused, _Mapping]] = ...) -> None: ...
+    result_files: ResultFilePieces
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., credits: _Optional[_Union[Credits, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., started: _Optional[_Union[Started, _Mapping]] = ..., results: _Optional[_Union[Results, _Mapping]] = ..., output: _Optional[_Union[Output, _Mapping]] = ..., refused: _Optional[_Union[Refused, _Mapping]] = ..., result_files: _Optional[_Union[ResultFilePieces, _Mapping]] = ...) -> None: ...
 
 class PollerMessage(_message.Message):
     __slots__ = ("welcome", "leases", "cancels", "renewals", "acks", "demand", "output_room")
@@ -143,7 +145,7 @@ class Started(_message.Message):
     def __init__(self, leases: _Optional[_Iterable[_Union[LeaseRef, _Mapping]]] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class RunResult(_message.Message):
-    __slots__ = ("run_id", "fencing_token", "state", "has_exit_code", "exit_code", "reason", "error", "started_at", "ended_at", "job_id", "usage", "output_truncated", "output_dropped_bytes")
+    __slots__ = ("run_id", "fencing_token", "state", "has_exit_code", "exit_code", "reason", "error", "started_at", "ended_at", "job_id", "usage", "output_truncated", "output_dropped_bytes", "results_note")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -157,6 +159,7 @@ class RunResult(_message.Message):
     USAGE_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_DROPPED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_NOTE_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     fencing_token: int
     state: _types_pb2.RunState
@@ -170,7 +173,8 @@ class RunResult(_message.Message):
     usage: _types_pb2.RunUsage
     output_truncated: str
     output_dropped_bytes: int
-    def __init__(self, run_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., state: _Optional[_Union[_types_pb2.RunState, str]] = ..., has_exit_code: _Optional[bool] = ..., exit_code: _Optional[int] = ..., reason: _Optional[_Union[_types_pb2.RunReason, str]] = ..., error: _Optional[str] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ended_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., job_id: _Optional[str] = ..., usage: _Optional[_Union[_types_pb2.RunUsage, _Mapping]] = ..., output_truncated: _Optional[str] = ..., output_dropped_bytes: _Optional[int] = ...) -> None: ...
+    results_note: str
+    def __init__(self, run_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., state: _Optional[_Union[_types_pb2.RunState, str]] = ..., has_exit_code: _Optional[bool] = ..., exit_code: _Optional[int] = ..., reason: _Optional[_Union[_types_pb2.RunReason, str]] = ..., error: _Optional[str] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ended_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., job_id: _Optional[str] = ..., usage: _Optional[_Union[_types_pb2.RunUsage, _Mapping]] = ..., output_truncated: _Optional[str] = ..., output_dropped_bytes: _Optional[int] = ..., results_note: _Optional[str] = ...) -> None: ...
 
 class Results(_message.Message):
     __slots__ = ("results",)
@@ -303,3 +307,29 @@ class OutputRoom(_message.Message):
     paused: _containers.RepeatedCompositeFieldContainer[LeaseRef]
     resumed: _containers.RepeatedCompositeFieldContainer[LeaseRef]
     def __init__(self, paused: _Optional[_Iterable[_Union[LeaseRef, _Mapping]]] = ..., resumed: _Optional[_Iterable[_Union[LeaseRef, _Mapping]]] = ...) -> None: ...
+
+class ResultFilePieces(_message.Message):
+    __slots__ = ("pieces",)
+    PIECES_FIELD_NUMBER: _ClassVar[int]
+    pieces: _containers.RepeatedCompositeFieldContainer[ResultFilePiece]
+    def __init__(self, pieces: _Optional[_Iterable[_Union[ResultFilePiece, _Mapping]]] = ...) -> None: ...
+
+class ResultFilePiece(_message.Message):
+    __slots__ = ("run_id", "fencing_token", "name", "offset", "data", "last", "size", "sha256")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    fencing_token: int
+    name: str
+    offset: int
+    data: bytes
+    last: bool
+    size: int
+    sha256: str
+    def __init__(self, run_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., name: _Optional[str] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., last: _Optional[bool] = ..., size: _Optional[int] = ..., sha256: _Optional[str] = ...) -> None: ...
