@@ -76,8 +76,14 @@ from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 from cassandra.query import UNSET_VALUE, tuple_factory
 
 from shardcron.client.errors import NotFound, VersionConflict
-from shardcron.client.types import Job, JobState, OutputChunk, Page, Run, RunState
+from shardcron.client.types import Delivery, Job, JobState, OutputChunk, Page, Run, RunState
 from shardcron.coordinator.cassandra import creates, output, reads
+from shardcron.coordinator.cassandra.deliveries import (
+    list_deliveries,
+    pending_deliveries,
+    plan_deliveries,
+    save_deliveries,
+)
 from shardcron.coordinator.cassandra.schema import (
     DEFAULT_DUE_TTL,
     DEFAULT_REPLICATION,
@@ -308,17 +314,19 @@ class CassandraStore:
         progress: Sequence[JobProgress] = (),
         write_time: datetime | None = None,
         durable: Callable[[Collection[str]], None] | None = None,
+        deliveries: Sequence[Delivery] = (),
     ) -> None:
         """The state changes of runs whose jobs have no other write in the call are
         written first, beside the read of the progressing jobs' states, and named to
         ``durable`` once acknowledged (``Writes.early``): a turn's new leases go out
         after one round trip, not after that read and the ordered phases."""
         runs, due, progress = list(runs), list(due), list(progress)
-        if not (runs or due or progress):
+        if not (runs or due or progress or deliveries):
             return
         write_us = None if write_time is None else _us(write_time)
         rows = encode_runs(runs)  # before anything is read or written
         writes = Writes()
+        plan_deliveries(self._cql, writes, deliveries)  # before the runs' final records
         states: dict[str, tuple[str, int]] = {}
 
         async def job_states() -> None:
@@ -394,6 +402,19 @@ class CassandraStore:
 
     async def list_active_runs(self, job_id: str) -> list[Run]:
         return await reads.list_active_runs(self._cql, job_id, self.bad_rows)
+
+    async def save_deliveries(self, deliveries: Sequence[Delivery]) -> None:
+        await save_deliveries(self._cql, deliveries)
+
+    async def pending_deliveries(self, shard: int, *, limit: int = 1000) -> list[Delivery]:
+        return await pending_deliveries(self._cql, shard, limit)
+
+    async def list_deliveries(
+        self, owner: str, *, job_id: str = "", page_size: int = 100, page_token: str = ""
+    ) -> Page[Delivery]:
+        return await list_deliveries(
+            self._cql, owner, job_id=job_id, page_size=page_size, page_token=page_token
+        )
 
     async def list_dead_letters(
         self, owner: str, *, job_id: str = "", page_size: int = 100, page_token: str = ""

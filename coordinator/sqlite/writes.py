@@ -110,6 +110,10 @@ def run_statements(conn: Conn, statements: Statements) -> None:
         conn.executemany(sql, rows)
 
 
+def save_deliveries(statements: Statements, conn: Conn) -> None:
+    run_statements(conn, statements)
+
+
 def save_cursors(rows: list[Row], conn: Conn) -> None:
     conn.executemany(SAVE_CURSOR, rows).close()
     conn.executemany(PRUNE_DUE, [(shard, shard) for shard, _ in rows]).close()

@@ -125,6 +125,11 @@ class JobServiceStub:
                 request_serializer=shardcron_dot_v1_dot_jobs__pb2.DeadLettersRequest.SerializeToString,
                 response_deserializer=shardcron_dot_v1_dot_jobs__pb2.DropDeadLettersResponse.FromString,
                 _registered_method=True)
+        self.ListDeliveries = channel.unary_unary(
+                '/shardcron.v1.JobService/ListDeliveries',
+                request_serializer=shardcron_dot_v1_dot_jobs__pb2.ListDeliveriesRequest.SerializeToString,
+                response_deserializer=shardcron_dot_v1_dot_jobs__pb2.ListDeliveriesResponse.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -254,6 +259,13 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListDeliveries(self, request, context):
+        """Webhook deliveries of the owner's notifications, newest first; of one job or all.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -346,6 +358,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.DropDeadLetters,
                     request_deserializer=shardcron_dot_v1_dot_jobs__pb2.DeadLettersRequest.FromString,
                     response_serializer=shardcron_dot_v1_dot_jobs__pb2.DropDeadLettersResponse.SerializeToString,
+            ),
+            'ListDeliveries': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListDeliveries,
+                    request_deserializer=shardcron_dot_v1_dot_jobs__pb2.ListDeliveriesRequest.FromString,
+                    response_serializer=shardcron_dot_v1_dot_jobs__pb2.ListDeliveriesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -834,6 +851,33 @@ class JobService:
             '/shardcron.v1.JobService/DropDeadLetters',
             shardcron_dot_v1_dot_jobs__pb2.DeadLettersRequest.SerializeToString,
             shardcron_dot_v1_dot_jobs__pb2.DropDeadLettersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListDeliveries(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardcron.v1.JobService/ListDeliveries',
+            shardcron_dot_v1_dot_jobs__pb2.ListDeliveriesRequest.SerializeToString,
+            shardcron_dot_v1_dot_jobs__pb2.ListDeliveriesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -87,6 +87,23 @@ class RunReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RUN_REASON_SUPERSEDED: _ClassVar[RunReason]
     RUN_REASON_INTERNAL_ERROR: _ClassVar[RunReason]
     RUN_REASON_OOM_KILLED: _ClassVar[RunReason]
+
+class NotifyRule(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    NOTIFY_RULE_UNSPECIFIED: _ClassVar[NotifyRule]
+    NOTIFY_RULE_FAILURE: _ClassVar[NotifyRule]
+    NOTIFY_RULE_RECOVERY: _ClassVar[NotifyRule]
+    NOTIFY_RULE_DEAD_LETTER: _ClassVar[NotifyRule]
+    NOTIFY_RULE_CONSECUTIVE_FAILURES: _ClassVar[NotifyRule]
+    NOTIFY_RULE_LATE: _ClassVar[NotifyRule]
+    NOTIFY_RULE_MISSED: _ClassVar[NotifyRule]
+
+class DeliveryStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DELIVERY_STATUS_UNSPECIFIED: _ClassVar[DeliveryStatus]
+    DELIVERY_STATUS_PENDING: _ClassVar[DeliveryStatus]
+    DELIVERY_STATUS_DELIVERED: _ClassVar[DeliveryStatus]
+    DELIVERY_STATUS_DROPPED: _ClassVar[DeliveryStatus]
 SCHEDULE_KIND_UNSPECIFIED: ScheduleKind
 SCHEDULE_KIND_IMMEDIATE: ScheduleKind
 SCHEDULE_KIND_AT: ScheduleKind
@@ -140,6 +157,17 @@ RUN_REASON_DEADLINE: RunReason
 RUN_REASON_SUPERSEDED: RunReason
 RUN_REASON_INTERNAL_ERROR: RunReason
 RUN_REASON_OOM_KILLED: RunReason
+NOTIFY_RULE_UNSPECIFIED: NotifyRule
+NOTIFY_RULE_FAILURE: NotifyRule
+NOTIFY_RULE_RECOVERY: NotifyRule
+NOTIFY_RULE_DEAD_LETTER: NotifyRule
+NOTIFY_RULE_CONSECUTIVE_FAILURES: NotifyRule
+NOTIFY_RULE_LATE: NotifyRule
+NOTIFY_RULE_MISSED: NotifyRule
+DELIVERY_STATUS_UNSPECIFIED: DeliveryStatus
+DELIVERY_STATUS_PENDING: DeliveryStatus
+DELIVERY_STATUS_DELIVERED: DeliveryStatus
+DELIVERY_STATUS_DROPPED: DeliveryStatus
 
 class Schedule(_message.Message):
     __slots__ = ("kind", "at", "cron", "timezone", "interval", "anchor", "start_at", "end_at", "jitter", "dst_gap", "dst_overlap")
@@ -255,7 +283,7 @@ class Resources(_message.Message):
     def __init__(self, slots: _Optional[int] = ..., cpu_millis: _Optional[int] = ..., memory_mb: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., pids_limit: _Optional[int] = ..., output_limit_bytes: _Optional[int] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("name", "task", "schedule", "priority", "retry", "timeout", "concurrency", "misfire", "starting_deadline", "resources", "pause_after_failures", "labels")
+    __slots__ = ("name", "task", "schedule", "priority", "retry", "timeout", "concurrency", "misfire", "starting_deadline", "resources", "pause_after_failures", "labels", "notify")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -275,6 +303,7 @@ class JobSpec(_message.Message):
     RESOURCES_FIELD_NUMBER: _ClassVar[int]
     PAUSE_AFTER_FAILURES_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
+    NOTIFY_FIELD_NUMBER: _ClassVar[int]
     name: str
     task: Task
     schedule: Schedule
@@ -287,7 +316,28 @@ class JobSpec(_message.Message):
     resources: Resources
     pause_after_failures: int
     labels: _containers.ScalarMap[str, str]
-    def __init__(self, name: _Optional[str] = ..., task: _Optional[_Union[Task, _Mapping]] = ..., schedule: _Optional[_Union[Schedule, _Mapping]] = ..., priority: _Optional[int] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., concurrency: _Optional[_Union[ConcurrencyPolicy, _Mapping]] = ..., misfire: _Optional[_Union[MisfirePolicy, str]] = ..., starting_deadline: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., pause_after_failures: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    notify: NotifyPolicy
+    def __init__(self, name: _Optional[str] = ..., task: _Optional[_Union[Task, _Mapping]] = ..., schedule: _Optional[_Union[Schedule, _Mapping]] = ..., priority: _Optional[int] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., concurrency: _Optional[_Union[ConcurrencyPolicy, _Mapping]] = ..., misfire: _Optional[_Union[MisfirePolicy, str]] = ..., starting_deadline: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., pause_after_failures: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., notify: _Optional[_Union[NotifyPolicy, _Mapping]] = ...) -> None: ...
+
+class NotifyPolicy(_message.Message):
+    __slots__ = ("webhook_url", "on_failure", "on_recovery", "on_dead_letter", "on_consecutive_failures", "on_late", "on_missed", "slack")
+    WEBHOOK_URL_FIELD_NUMBER: _ClassVar[int]
+    ON_FAILURE_FIELD_NUMBER: _ClassVar[int]
+    ON_RECOVERY_FIELD_NUMBER: _ClassVar[int]
+    ON_DEAD_LETTER_FIELD_NUMBER: _ClassVar[int]
+    ON_CONSECUTIVE_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    ON_LATE_FIELD_NUMBER: _ClassVar[int]
+    ON_MISSED_FIELD_NUMBER: _ClassVar[int]
+    SLACK_FIELD_NUMBER: _ClassVar[int]
+    webhook_url: str
+    on_failure: bool
+    on_recovery: bool
+    on_dead_letter: bool
+    on_consecutive_failures: int
+    on_late: _duration_pb2.Duration
+    on_missed: bool
+    slack: bool
+    def __init__(self, webhook_url: _Optional[str] = ..., on_failure: _Optional[bool] = ..., on_recovery: _Optional[bool] = ..., on_dead_letter: _Optional[bool] = ..., on_consecutive_failures: _Optional[int] = ..., on_late: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., on_missed: _Optional[bool] = ..., slack: _Optional[bool] = ...) -> None: ...
 
 class Job(_message.Message):
     __slots__ = ("id", "owner", "spec", "state", "version", "created_at", "updated_at", "next_fire_at", "next_fire_key", "idempotency_key", "consecutive_failures", "pause_reason", "schedule_version")
@@ -374,6 +424,36 @@ class Run(_message.Message):
     waiting_reason: str
     usage: RunUsage
     def __init__(self, id: _Optional[str] = ..., job_id: _Optional[str] = ..., owner: _Optional[str] = ..., fire_key: _Optional[str] = ..., fire_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., due_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state: _Optional[_Union[RunState, str]] = ..., attempt: _Optional[int] = ..., priority: _Optional[int] = ..., shard: _Optional[int] = ..., worker_id: _Optional[str] = ..., lease_token: _Optional[int] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ended_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., has_exit_code: _Optional[bool] = ..., exit_code: _Optional[int] = ..., reason: _Optional[_Union[RunReason, str]] = ..., error: _Optional[str] = ..., output_bytes: _Optional[int] = ..., replayed_from: _Optional[str] = ..., dead_letter: _Optional[bool] = ..., schedule_version: _Optional[int] = ..., waiting_reason: _Optional[str] = ..., usage: _Optional[_Union[RunUsage, _Mapping]] = ...) -> None: ...
+
+class Delivery(_message.Message):
+    __slots__ = ("id", "job_id", "run_id", "rule", "reason", "status", "attempts", "created_at", "next_attempt_at", "last_attempt_at", "last_error", "delivered_at", "webhook_url")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    RULE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    NEXT_ATTEMPT_AT_FIELD_NUMBER: _ClassVar[int]
+    LAST_ATTEMPT_AT_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    DELIVERED_AT_FIELD_NUMBER: _ClassVar[int]
+    WEBHOOK_URL_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    job_id: str
+    run_id: str
+    rule: NotifyRule
+    reason: str
+    status: DeliveryStatus
+    attempts: int
+    created_at: _timestamp_pb2.Timestamp
+    next_attempt_at: _timestamp_pb2.Timestamp
+    last_attempt_at: _timestamp_pb2.Timestamp
+    last_error: str
+    delivered_at: _timestamp_pb2.Timestamp
+    webhook_url: str
+    def __init__(self, id: _Optional[str] = ..., job_id: _Optional[str] = ..., run_id: _Optional[str] = ..., rule: _Optional[_Union[NotifyRule, str]] = ..., reason: _Optional[str] = ..., status: _Optional[_Union[DeliveryStatus, str]] = ..., attempts: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., next_attempt_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_attempt_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_error: _Optional[str] = ..., delivered_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., webhook_url: _Optional[str] = ...) -> None: ...
 
 class RunUsage(_message.Message):
     __slots__ = ("peak_memory_bytes", "cpu_seconds", "limits_enforced")
