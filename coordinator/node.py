@@ -31,6 +31,7 @@ from shardcron.coordinator.coordination import Assignment, Coordination
 from shardcron.coordinator.http.server import HttpConfig, HttpServer, start_http
 from shardcron.coordinator.http.services import Services
 from shardcron.coordinator.metrics import Metrics, TimedStore, serve_metrics
+from shardcron.coordinator.notify.sender import NotifyConfig, Sender
 from shardcron.coordinator.open_calls import CallLimits, LongCall, OpenCalls
 from shardcron.coordinator.output_blobs import OutputBlobConfig, OutputBlobs
 from shardcron.coordinator.poller import Poller, PollerConfig
@@ -69,6 +70,7 @@ class NodeConfig:
     call_limits: CallLimits = field(default_factory=CallLimits)
     # how runs' output goes to the blob store, when the node is given one
     output: OutputBlobConfig = field(default_factory=OutputBlobConfig)
+    notify: NotifyConfig = field(default_factory=NotifyConfig)  # webhook notifications
 
 
 class Node:
@@ -104,6 +106,7 @@ class Node:
         self.store: JobStore = TimedStore(store, self.metrics)  # type: ignore[assignment]
         self.coordination = coordination
         self.poller: Poller | None = None
+        self.notify_sender: Sender | None = None
         self.api: JobsApi | None = None
         self.router: ShardRouter | None = None
         self.retention: RetentionSweeper | None = None
@@ -145,6 +148,12 @@ class Node:
             await self.output_blobs.start()
         endings = RunEndings()
         if "poller" in self.config.roles:
+            self.notify_sender = Sender(
+                self.store,
+                owns=lambda shard: self.poller is not None and self.poller.owns(shard),
+                config=self.config.notify,
+                metrics=self.metrics,
+            )
             self.poller = Poller(
                 self.store,
                 poller_id=self.config.node_id,
@@ -153,6 +162,7 @@ class Node:
                 ownership_valid=self.coordination.ownership_valid,
                 session_generation=self.coordination.session_generation,
                 runs_ended=endings.ended,
+                deliveries_made=self.notify_sender.made,
             )
             self.coordination.subscribe(self.poller.on_assignment)
         self.router = ShardRouter(
@@ -173,6 +183,7 @@ class Node:
                 keys=self.config.poller.secret_keys,
                 place_within=self.config.poller.hint_horizon,
                 output_blobs=self.output_blobs,
+                notify_allow_private=self.config.notify.allow_private,
             )
         self.server, self.port = build_server(
             self.config.listen,
@@ -206,6 +217,8 @@ class Node:
             self.metrics_port = serve_metrics(self.metrics, self.config.metrics_listen)
         if self.poller is not None:
             self.poller.start()
+        if self.notify_sender is not None:
+            self.notify_sender.start()
         await self.coordination.start(
             poller_id=self.config.node_id if self.poller else None, poller_address=self.address
         )
@@ -261,6 +274,8 @@ class Node:
         await self.coordination.stop()
         if self.poller is not None:
             await self.poller.stop()
+        if self.notify_sender is not None:
+            await self.notify_sender.stop()
         if self.server is not None:
             await self.server.stop(grace)
         if self.router is not None:

@@ -27,6 +27,7 @@ from grpc_reflection.v1alpha import reflection
 
 from shardcron.client import codec, limits
 from shardcron.client.codec.common import get_duration, get_time
+from shardcron.client.codec.notify import delivery_to_proto
 from shardcron.client.errors import InvalidArgument, ShardcronError
 from shardcron.client.types import (
     DEFAULT_OWNER,
@@ -383,6 +384,19 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
         )
         runs, token = fitted(PageKind.DEAD_LETTERS, page, codec.run_to_proto)
         return jobs_pb2.ListRunsResponse(runs=runs, next_page_token=token)
+
+    @rpc
+    async def ListDeliveries(
+        self, request: jobs_pb2.ListDeliveriesRequest, context: Any
+    ) -> jobs_pb2.ListDeliveriesResponse:
+        page = await self.api.list_deliveries(
+            owner_of(context),
+            job_id=request.job_id,
+            page_size=page_size(request.page_size),
+            page_token=page_token(request.page_token),
+        )
+        found, token = fitted(PageKind.DELIVERIES, page, delivery_to_proto)
+        return jobs_pb2.ListDeliveriesResponse(deliveries=found, next_page_token=token)
 
     @rpc
     async def ReplayDeadLetters(

@@ -41,6 +41,7 @@ from shardcron.client.tls import channel_credentials
 from shardcron.client.types import (
     FINAL_RUN_STATES,
     ClusterStatus,
+    Delivery,
     Fire,
     Job,
     JobSpec,
@@ -321,6 +322,15 @@ class AsyncClient:
             if not missing:
                 return runs
             await asyncio.sleep(waiter.next_delay(missing))
+
+    # notifications
+
+    async def list_deliveries(
+        self, *, job_id: str = "", page_size: int = 100, page_token: str = ""
+    ) -> Page[Delivery]:
+        """See ``Client.list_deliveries``."""
+        req = messages.list_deliveries_request(job_id, page_size, page_token)
+        return messages.deliveries_page(await self._call(self._jobs.ListDeliveries, req))
 
     # dead letters
 

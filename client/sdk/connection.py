@@ -55,6 +55,7 @@ READ_METHODS = (
     (JOB_SERVICE, "GetRun"),
     (JOB_SERVICE, "ReadRunOutput"),
     (JOB_SERVICE, "ListDeadLetters"),
+    (JOB_SERVICE, "ListDeliveries"),
     (CLUSTER_SERVICE, "GetStatus"),
 )
 CREATE_METHODS = ((JOB_SERVICE, "CreateJob"), (JOB_SERVICE, "CreateJobs"))

@@ -23,8 +23,19 @@ from shardcron.client.codec import (
     schedule_to_proto,
 )
 from shardcron.client.codec.common import build, set_duration, set_time
+from shardcron.client.codec.notify import delivery_from_proto
 from shardcron.client.errors import InvalidArgument
-from shardcron.client.types import Fire, Job, JobSpec, JobState, Page, Run, RunState, Schedule
+from shardcron.client.types import (
+    Delivery,
+    Fire,
+    Job,
+    JobSpec,
+    JobState,
+    Page,
+    Run,
+    RunState,
+    Schedule,
+)
 from shardcron.v1 import cluster_pb2, jobs_pb2, types_pb2
 
 # A spec to create, alone or with its idempotency key.
@@ -184,6 +195,23 @@ def read_output_request(
     return build(
         jobs_pb2.ReadRunOutputRequest, "", run_id=run_id, offset=offset, follow=follow, limit=limit
     )
+
+
+def list_deliveries_request(
+    job_id: str, page_size: int, page_token: str
+) -> jobs_pb2.ListDeliveriesRequest:
+    return build(
+        jobs_pb2.ListDeliveriesRequest,
+        "",
+        job_id=job_id,
+        page_size=page_size,
+        page_token=page_token,
+    )
+
+
+def deliveries_page(resp: jobs_pb2.ListDeliveriesResponse) -> Page[Delivery]:
+    items = [delivery_from_proto(d, f"deliveries[{i}]") for i, d in enumerate(resp.deliveries)]
+    return Page(items=items, next_page_token=resp.next_page_token)
 
 
 def list_dead_letters_request(

@@ -41,6 +41,7 @@ from shardcron.client.tls import channel_credentials
 from shardcron.client.types import (
     FINAL_RUN_STATES,
     ClusterStatus,
+    Delivery,
     Fire,
     Job,
     JobSpec,
@@ -332,6 +333,16 @@ class Client:
             if not missing:
                 return runs
             time.sleep(waiter.next_delay(missing))
+
+    # notifications
+
+    def list_deliveries(
+        self, *, job_id: str = "", page_size: int = 100, page_token: str = ""
+    ) -> Page[Delivery]:
+        """Webhook deliveries of the owner's notifications, newest first, with each
+        one's attempts and status; no ``job_id`` = every job of the owner."""
+        req = messages.list_deliveries_request(job_id, page_size, page_token)
+        return messages.deliveries_page(self._call(self._jobs.ListDeliveries, req))
 
     # dead letters
 

@@ -80,6 +80,7 @@ METHOD_ACCESS: dict[str, Access] = {
         "WaitRun",
         "ReadRunOutput",
         "ListDeadLetters",
+        "ListDeliveries",
     ),
     **_rows(_CLUSTER, Access.STATUS, "GetStatus"),
     **_rows(_WORKER, Access.WORKER, "Connect"),

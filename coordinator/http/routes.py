@@ -201,6 +201,12 @@ def _routes() -> tuple[Route, ...]:
             query=(*PAGE, "jobId"),
         ),
         Route(
+            method="GET", path="/v1/deliveries", operation="listDeliveries",
+            rpc="ListDeliveries", summary="Webhook deliveries of notifications, newest first",
+            request=jobs_pb2.ListDeliveriesRequest, response=jobs_pb2.ListDeliveriesResponse,
+            query=(*PAGE, "jobId"),
+        ),
+        Route(
             method="POST", path="/v1/deadLetters/replay", operation="replayDeadLetters",
             rpc="ReplayDeadLetters", summary="Run dead letters again, as new runs",
             request=jobs_pb2.DeadLettersRequest, response=jobs_pb2.ListRunsResponse, body=True,

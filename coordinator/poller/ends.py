@@ -11,7 +11,9 @@ fault in the rules, its fire skipped by its own rules). In this order, once:
    completion); if they raise, the job is paused (``job_rules_failed``);
 4. the room it leaves goes to its job's queued runs, and its job's fires held back
    are decided again (``Overlap.after_end``);
-5. the record goes into the turn's writes;
+5. the record goes into the turn's writes, with the notifications its end makes under
+   its job's ``NotifyPolicy`` (``notify.rules.decide``; rules that raise are counted
+   and make none, never failing the run);
 6. a cancel waiting for it is answered with it once the turn is written.
 
 Ending a run that ended already does nothing: a rule that raises after the run's end
@@ -36,6 +38,7 @@ from shardcron.client.dataclass_copies import copy_with
 from shardcron.client.stream import CancelOrder
 from shardcron.client.types import Job, JobState, Run, RunReason, RunState
 from shardcron.coordinator.metrics import Metrics
+from shardcron.coordinator.notify.rules import decide
 from shardcron.coordinator.poller.end_rules import Outcome, follow_up
 from shardcron.coordinator.poller.faults import Isolated, fault_text
 from shardcron.coordinator.poller.overlap import Overlap, ran_until
@@ -59,6 +62,7 @@ class Ends:
         job = slot.job
         final = self._table.end(slot, outcome, now)
         self._metrics.run_ended(final)
+        streak = self._streak(job)
         if outcome.follow_up and job is not None:
             try:
                 final = self._follow_up(job, final, turn, now)
@@ -68,9 +72,39 @@ class Ends:
         until = ran_until(final, reported=outcome.reported)
         self.overlap.after_end(final.job_id, turn, now, ran_until=until)
         turn.runs[final.id] = final
+        if job is not None:
+            self.notify(job, final, turn, now, streak_before=streak)
         for fut in slot.cancel_waiters:
             _answer(turn, fut, final)
         return final
+
+    def _streak(self, job: Job | None) -> int:
+        """The job's failure streak as the poller holds it (its newest copy)."""
+        if job is None:
+            return 0
+        return self._table.jobs.get(job.id, job).consecutive_failures
+
+    def notify(
+        self, job: Job, final: Run, turn: Turn, now: datetime, *, streak_before: int | None = None
+    ) -> None:
+        """The notifications ``final``'s end makes go into the turn's writes. The newest
+        copy of the job held gives the policy and the streak after the end; a policy
+        whose rules raise makes none (counted), and the run's end stands."""
+        current = self._table.jobs.get(job.id, job)
+        if current.spec.notify is None:
+            return
+        before = current.consecutive_failures if streak_before is None else streak_before
+        progress = turn.progress.get(job.id)
+        after = before
+        if progress is not None and progress.consecutive_failures is not None:
+            after = progress.consecutive_failures
+        try:
+            made = decide(current, final, now, streak_before=before, streak_after=after)
+        except Exception as error:
+            log.error("run %s: its notifications failed", final.id, exc_info=error)
+            self._metrics.poller_faults.labels(where="notify").inc()
+            return
+        turn.deliveries += made
 
     def end_unheld(
         self,

@@ -46,7 +46,7 @@ from functools import partial
 
 from shardcron.client.errors import FailedPrecondition, NotFound, ShardcronError, Unavailable
 from shardcron.client.saturating import saturating_add
-from shardcron.client.types import Job, Run, RunReason, RunState, ShardInfo, WorkerInfo
+from shardcron.client.types import Delivery, Job, Run, RunReason, RunState, ShardInfo, WorkerInfo
 from shardcron.coordinator.coordination import Assignment
 from shardcron.coordinator.ids import shard_for
 from shardcron.coordinator.metrics import Metrics
@@ -95,6 +95,7 @@ class Poller:
         clock: Clock | None = None,
         runs_ended: Callable[[list[Run]], object] | None = None,
         after_turn: Callable[[RunTable], object] | None = None,
+        deliveries_made: Callable[[list[Delivery]], object] | None = None,
     ) -> None:
         self.store = store
         # told the runs each turn made final, once they are durable (WaitRun wakes on it)
@@ -102,6 +103,8 @@ class Poller:
         # called with the runs held after every turn that ran to its end (tests check
         # the invariants of what is held there)
         self._after_turn = after_turn
+        # told the notifications each turn made, once they are durable (its sender)
+        self._deliveries_made = deliveries_made
         self.poller_id = poller_id
         self.config = config
         self.metrics = metrics
@@ -354,7 +357,10 @@ class Poller:
                 progress=list(turn.progress.values()),
                 write_time=confirmed,
                 durable=partial(self._send_durable_leases, turn) if turn.leases else None,
+                deliveries=turn.deliveries,
             )
+            if turn.deliveries and self._deliveries_made is not None:
+                self._deliveries_made(turn.deliveries)
             ended = [r for r in turn.runs.values() if r.state.is_final]
             if ended and self._runs_ended is not None:
                 self._runs_ended(ended)
