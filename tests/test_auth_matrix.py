@@ -187,6 +187,10 @@ CALLS: dict[str, tuple[dict[str, tuple[str, str]], Call]] = {
         READ,
         lambda s, md, o: s.jobs.ListDeadLetters(jobs_pb2.ListDeadLettersRequest(), metadata=md),
     ),
+    "/shardcron.v1.JobService/ListDeliveries": (
+        READ,
+        lambda s, md, o: s.jobs.ListDeliveries(jobs_pb2.ListDeliveriesRequest(), metadata=md),
+    ),
     "/shardcron.v1.JobService/ReplayDeadLetters": (
         WRITE,
         lambda s, md, o: s.jobs.ReplayDeadLetters(
