@@ -84,8 +84,9 @@ def test_a_cluster_node_killed_after_the_commit_delivers_after_its_restart(
         [d] = client.list_deliveries(job_id=job.id).items
         assert {r.headers["x-shardcron-delivery"] for r in receiver.received} == {d.id}
         wait_until(
-            lambda: client.list_deliveries(job_id=job.id).items[0].status
-            == DeliveryStatus.DELIVERED,
+            lambda: (
+                client.list_deliveries(job_id=job.id).items[0].status == DeliveryStatus.DELIVERED
+            ),
             timeout=15,
             what="the delivery recorded DELIVERED",
         )
