@@ -33,6 +33,7 @@ __all__ = [
     "MisfirePolicy",
     "NotifyPolicy",
     "NotifyRule",
+    "NotifySettings",
     "OutputChunk",
     "OverlapPolicy",
     "Page",
@@ -395,6 +396,14 @@ class Run:
     @property
     def is_final(self) -> bool:
         return self.state.is_final
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NotifySettings:
+    """An owner's notification settings as it may read them: never its secret."""
+
+    defaults: NotifyPolicy | None = None  # the rules of its jobs that have none of their own
+    secret_set: bool = False  # its deliveries are signed
 
 
 class NotifyRule(StrEnum):

@@ -51,6 +51,8 @@ from shardcron.coordinator.ids import (
 )
 from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.notify.addresses import check_webhook
+from shardcron.coordinator.notify.owner_api import NotifySettingsApi
+from shardcron.coordinator.notify.settings import OwnerSettingsBook
 from shardcron.coordinator.output_blobs import OutputBlobs
 from shardcron.coordinator.poller.fires import (
     MANUAL_PREFIX,
@@ -122,6 +124,7 @@ class JobsApi:
         place_within: timedelta = timedelta(0),
         output_blobs: OutputBlobs | None = None,
         notify_allow_private: bool = False,
+        notify_book: OwnerSettingsBook | None = None,
     ) -> None:
         """``endings`` is what this node's poller announces ended runs to, and
         ``served_here(shard)`` whether that poller holds the shard (``run_waits``);
@@ -138,6 +141,9 @@ class JobsApi:
         self.quotas = quotas or QuotaGuard(Quotas(), store.count_jobs)
         # webhooks on loopback, link-local or private addresses (notify.addresses)
         self.notify_allow_private = notify_allow_private
+        self.notify_settings = NotifySettingsApi(
+            store, keys=keys, allow_private=notify_allow_private, book=notify_book
+        )
         self.keys = keys
         self.place_within = place_within
         self.output_blobs = output_blobs  # None: a run's output is the job store's tail

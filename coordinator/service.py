@@ -27,7 +27,11 @@ from grpc_reflection.v1alpha import reflection
 
 from shardcron.client import codec, limits
 from shardcron.client.codec.common import get_duration, get_time
-from shardcron.client.codec.notify import delivery_to_proto
+from shardcron.client.codec.notify import (
+    delivery_to_proto,
+    notify_from_proto,
+    notify_settings_to_proto,
+)
 from shardcron.client.errors import InvalidArgument, ShardcronError
 from shardcron.client.types import (
     DEFAULT_OWNER,
@@ -397,6 +401,33 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
         )
         found, token = fitted(PageKind.DELIVERIES, page, delivery_to_proto)
         return jobs_pb2.ListDeliveriesResponse(deliveries=found, next_page_token=token)
+
+    @rpc
+    async def GetNotifySettings(
+        self, request: jobs_pb2.GetNotifySettingsRequest, context: Any
+    ) -> jobs_pb2.NotifySettings:
+        return notify_settings_to_proto(await self.api.notify_settings.get(owner_of(context)))
+
+    @rpc
+    async def SetNotifyDefaults(
+        self, request: jobs_pb2.SetNotifyDefaultsRequest, context: Any
+    ) -> jobs_pb2.NotifySettings:
+        defaults = (
+            notify_from_proto(request.defaults, "defaults")
+            if request.HasField("defaults")
+            else None
+        )
+        settings = self.api.notify_settings
+        return notify_settings_to_proto(await settings.set_defaults(owner_of(context), defaults))
+
+    @rpc
+    async def SetNotifySecret(
+        self, request: jobs_pb2.SetNotifySecretRequest, context: Any
+    ) -> jobs_pb2.NotifySettings:
+        settings = self.api.notify_settings
+        return notify_settings_to_proto(
+            await settings.set_secret(owner_of(context), request.secret)
+        )
 
     @rpc
     async def ReplayDeadLetters(

@@ -37,6 +37,7 @@ from typing import Protocol, runtime_checkable
 
 from shardcron.client.dataclass_copies import fast_init
 from shardcron.client.types import Delivery, Job, JobState, OutputChunk, Page, Run, RunState
+from shardcron.coordinator.notify.settings import OwnerSettings
 from shardcron.coordinator.rows import BadRowLog
 
 DEFAULT_SHARD_COUNT = 64
@@ -272,6 +273,17 @@ class JobStore(Protocol):
     ) -> Page[Delivery]:
         """The owner's deliveries (of one job, or of all), newest id first. Kept for
         ``DELIVERY_KEPT`` after they were made."""
+
+    # --- owner settings ----------------------------------------------------------
+
+    async def put_owner_settings(self, settings: OwnerSettings) -> None:
+        """Writes the owner's settings record whole (``notify/settings``)."""
+
+    async def get_owner_settings(self, owner: str) -> OwnerSettings | None:
+        """The owner's settings record; None when it never set any."""
+
+    async def list_owner_settings(self) -> list[OwnerSettings]:
+        """Every owner's settings record (one per owner that set something: few)."""
 
     # --- due index ----------------------------------------------------------
 

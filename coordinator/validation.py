@@ -223,10 +223,10 @@ def validate_spec(spec: JobSpec, field: str = "spec") -> None:
         spec.pause_after_failures, f"{field}.pause_after_failures", lim.MAX_PAUSE_AFTER_FAILURES
     )
     if spec.notify is not None:
-        _notify(spec.notify, f"{field}.notify")
+        validate_notify(spec.notify, f"{field}.notify")
 
 
-def _notify(n: NotifyPolicy, field: str) -> None:
+def validate_notify(n: NotifyPolicy, field: str) -> None:
     """The policy's form; whether the node may call its URL is ``notify.addresses``'s."""
     url_parts(n.webhook_url, f"{field}.webhook_url")
     text(n.webhook_url, f"{field}.webhook_url", MAX_URL)

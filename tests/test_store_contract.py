@@ -33,6 +33,7 @@ from shardcron.client.types import (
     Job,
     JobSpec,
     JobState,
+    NotifyPolicy,
     NotifyRule,
     OutputChunk,
     Run,
@@ -41,6 +42,7 @@ from shardcron.client.types import (
     RunUsage,
 )
 from shardcron.coordinator.ids import new_job_id, run_id, utcnow
+from shardcron.coordinator.notify.settings import OwnerSettings
 from shardcron.coordinator.rows import UnreadableRow
 from shardcron.coordinator.sqlite.store import SqliteStore
 from shardcron.coordinator.store import DueEntry, JobProgress, JobStore, NewJob
@@ -1099,3 +1101,26 @@ async def test_delivery_page_tokens_of_another_listing_are_refused(store: JobSto
     token = page_token(PageKind.RUNS, "r-1")
     with pytest.raises(InvalidArgument):
         await store.list_deliveries(ALICE, page_token=token)
+
+
+async def test_owner_settings_are_written_whole_and_read_back(
+    store_factory: Callable[[], Awaitable[JobStore]],
+) -> None:
+    store = await store_factory()
+    assert await store.get_owner_settings(ALICE) is None
+    assert await store.list_owner_settings() == []
+    policy = NotifyPolicy(
+        webhook_url="https://hooks.example/a", on_failure=True, on_late=timedelta(seconds=30)
+    )
+    alice = OwnerSettings(
+        owner=ALICE, notify_defaults=policy, notify_secret="sealed:v1:k:abc", updated_at=T0
+    )
+    bob = OwnerSettings(owner=BOB, notify_secret="bobs", updated_at=T0)
+    await store.put_owner_settings(alice)
+    await store.put_owner_settings(bob)
+    again = await store_factory()
+    assert await again.get_owner_settings(ALICE) == alice
+    assert sorted(await again.list_owner_settings(), key=lambda s: s.owner) == [alice, bob]
+    cleared = dataclasses.replace(alice, notify_defaults=None, notify_secret="", updated_at=T0 + S)
+    await again.put_owner_settings(cleared)
+    assert await store.get_owner_settings(ALICE) == cleared

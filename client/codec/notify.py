@@ -14,8 +14,14 @@ from shardcron.client.codec.common import (
     set_duration,
     set_time,
 )
-from shardcron.client.types import Delivery, DeliveryStatus, NotifyPolicy, NotifyRule
-from shardcron.v1 import types_pb2
+from shardcron.client.types import (
+    Delivery,
+    DeliveryStatus,
+    NotifyPolicy,
+    NotifyRule,
+    NotifySettings,
+)
+from shardcron.v1 import jobs_pb2, types_pb2
 
 NOTIFY_RULE = ProtoEnum(NotifyRule, types_pb2.NotifyRule, "NOTIFY_RULE_")
 DELIVERY_STATUS = ProtoEnum(DeliveryStatus, types_pb2.DeliveryStatus, "DELIVERY_STATUS_")
@@ -50,6 +56,18 @@ def notify_from_proto(msg: types_pb2.NotifyPolicy, field: str = "spec.notify") -
         on_missed=msg.on_missed,
         slack=msg.slack,
     )
+
+
+def notify_settings_to_proto(s: NotifySettings) -> jobs_pb2.NotifySettings:
+    msg = jobs_pb2.NotifySettings(secret_set=s.secret_set)
+    if s.defaults is not None:
+        msg.defaults.CopyFrom(notify_to_proto(s.defaults, "defaults"))
+    return msg
+
+
+def notify_settings_from_proto(msg: jobs_pb2.NotifySettings) -> NotifySettings:
+    defaults = notify_from_proto(msg.defaults, "defaults") if msg.HasField("defaults") else None
+    return NotifySettings(defaults=defaults, secret_set=msg.secret_set)
 
 
 def delivery_to_proto(d: Delivery) -> types_pb2.Delivery:

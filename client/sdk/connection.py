@@ -56,6 +56,7 @@ READ_METHODS = (
     (JOB_SERVICE, "ReadRunOutput"),
     (JOB_SERVICE, "ListDeadLetters"),
     (JOB_SERVICE, "ListDeliveries"),
+    (JOB_SERVICE, "GetNotifySettings"),
     (CLUSTER_SERVICE, "GetStatus"),
 )
 CREATE_METHODS = ((JOB_SERVICE, "CreateJob"), (JOB_SERVICE, "CreateJobs"))

@@ -23,7 +23,7 @@ from shardcron.client.codec import (
     schedule_to_proto,
 )
 from shardcron.client.codec.common import build, set_duration, set_time
-from shardcron.client.codec.notify import delivery_from_proto
+from shardcron.client.codec.notify import delivery_from_proto, notify_to_proto
 from shardcron.client.errors import InvalidArgument
 from shardcron.client.types import (
     Delivery,
@@ -31,6 +31,7 @@ from shardcron.client.types import (
     Job,
     JobSpec,
     JobState,
+    NotifyPolicy,
     Page,
     Run,
     RunState,
@@ -207,6 +208,13 @@ def list_deliveries_request(
         page_size=page_size,
         page_token=page_token,
     )
+
+
+def notify_defaults_request(defaults: NotifyPolicy | None) -> jobs_pb2.SetNotifyDefaultsRequest:
+    req = jobs_pb2.SetNotifyDefaultsRequest()
+    if defaults is not None:
+        req.defaults.CopyFrom(notify_to_proto(defaults, "defaults"))
+    return req
 
 
 def deliveries_page(resp: jobs_pb2.ListDeliveriesResponse) -> Page[Delivery]:

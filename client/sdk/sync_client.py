@@ -23,6 +23,7 @@ from shardcron.client.codec import (
     output_chunk_from_proto,
     run_from_proto,
 )
+from shardcron.client.codec.notify import notify_settings_from_proto
 from shardcron.client.sdk import messages
 from shardcron.client.sdk.connection import (
     ClientChannels,
@@ -46,13 +47,15 @@ from shardcron.client.types import (
     Job,
     JobSpec,
     JobState,
+    NotifyPolicy,
+    NotifySettings,
     OutputChunk,
     Page,
     Run,
     RunState,
     Schedule,
 )
-from shardcron.v1 import cluster_pb2_grpc, jobs_pb2_grpc
+from shardcron.v1 import cluster_pb2_grpc, jobs_pb2, jobs_pb2_grpc
 
 
 class Client:
@@ -343,6 +346,21 @@ class Client:
         one's attempts and status; no ``job_id`` = every job of the owner."""
         req = messages.list_deliveries_request(job_id, page_size, page_token)
         return messages.deliveries_page(self._call(self._jobs.ListDeliveries, req))
+
+    def notify_settings(self) -> NotifySettings:
+        """The owner's default notification rules, and whether a signing secret is set."""
+        req = jobs_pb2.GetNotifySettingsRequest()
+        return notify_settings_from_proto(self._call(self._jobs.GetNotifySettings, req))
+
+    def set_notify_defaults(self, defaults: NotifyPolicy | None) -> NotifySettings:
+        """The rules every job of the owner without rules of its own follows; None: none."""
+        req = messages.notify_defaults_request(defaults)
+        return notify_settings_from_proto(self._call(self._jobs.SetNotifyDefaults, req))
+
+    def set_notify_secret(self, secret: str) -> NotifySettings:
+        """The secret the owner's deliveries are signed with (never shown back); "" removes it."""
+        req = jobs_pb2.SetNotifySecretRequest(secret=secret)
+        return notify_settings_from_proto(self._call(self._jobs.SetNotifySecret, req))
 
     # dead letters
 

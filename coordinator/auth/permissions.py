@@ -68,6 +68,8 @@ METHOD_ACCESS: dict[str, Access] = {
         "CancelRun",
         "ReplayDeadLetters",
         "DropDeadLetters",
+        "SetNotifyDefaults",
+        "SetNotifySecret",
     ),
     **_rows(
         _JOBS,
@@ -81,6 +83,7 @@ METHOD_ACCESS: dict[str, Access] = {
         "ReadRunOutput",
         "ListDeadLetters",
         "ListDeliveries",
+        "GetNotifySettings",
     ),
     **_rows(_CLUSTER, Access.STATUS, "GetStatus"),
     **_rows(_WORKER, Access.WORKER, "Connect"),

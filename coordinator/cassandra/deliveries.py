@@ -1,4 +1,4 @@
-"""Notification deliveries on Cassandra (``schema``: ``deliveries`` and
+"""Notification deliveries, and owners' notification settings, on Cassandra (``schema``: ``deliveries`` and
 ``pending_deliveries``).
 
 A poller's commit writes a run's deliveries in ``P_JOBS``, the phase before the final
@@ -24,6 +24,8 @@ from shardcron.coordinator.cassandra.session import Cql
 from shardcron.coordinator.cassandra.statements import NONE
 from shardcron.coordinator.cassandra.writes import P_JOBS, Writes, _size, now_us
 from shardcron.coordinator.notify.records import delivery_row, row_delivery
+from shardcron.coordinator.notify.settings import OwnerSettings, policy_from_json, policy_to_json
+from shardcron.coordinator.rows import _dt, _us
 from shardcron.coordinator.store_rules import (
     PageKind,
     clamp_page_size,
@@ -82,6 +84,31 @@ async def list_deliveries(
         rows = await cql.all(cql.ps["owner_deliveries"], (owner, after, size + 1))
     items = [_decode(row) for row in rows]
     return make_page(PageKind.DELIVERIES, items, size, lambda d: d.id)
+
+
+async def put_owner_settings(cql: Cql, settings: OwnerSettings) -> None:
+    at = NONE if settings.updated_at is None else _us(settings.updated_at)
+    values = (settings.owner, policy_to_json(settings.notify_defaults), settings.notify_secret, at)
+    await cql.exec(cql.bind("put_owner_settings", values))
+
+
+async def get_owner_settings(cql: Cql, owner: str) -> OwnerSettings | None:
+    rows = await cql.all(cql.ps["owner_settings"], (owner,))
+    return _settings(rows[0]) if rows else None
+
+
+async def list_owner_settings(cql: Cql) -> list[OwnerSettings]:
+    return [_settings(row) for row in await cql.all(cql.ps["all_owner_settings"], ())]
+
+
+def _settings(row: Any) -> OwnerSettings:
+    owner, notify, secret, updated = row
+    return OwnerSettings(
+        owner=owner,
+        notify_defaults=policy_from_json(notify or ""),
+        notify_secret=secret or "",
+        updated_at=None if updated in (None, NONE) else _dt(updated),
+    )
 
 
 def _decode(row: Any) -> Delivery:

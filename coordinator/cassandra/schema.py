@@ -43,6 +43,8 @@ Layout and why:
   ``pending_deliveries`` ((shard), id) -> owner: those still to send, each row deleted
   once its delivery is DELIVERED or DROPPED (the poller that owns the shard reads it
   after a restart or a shard move: ``cassandra/deliveries``).
+- ``owner_settings`` (owner): an owner's notification defaults and signing secret, one
+  row per owner that set them, read whole by every poller node (``notify/settings``).
 - Retention (``CassandraStore(retention=...)``) is TTLs, not a sweep: a final run
   that is not a dead letter is written with a TTL that ends ``retention`` after it
   ended, and its ``runs_by_id`` row with it; output chunks and their ends live
@@ -89,6 +91,7 @@ TABLES = (
     "run_output",
     "deliveries",
     "pending_deliveries",
+    "owner_settings",
     "schema_version",
 )
 
@@ -186,6 +189,8 @@ def schema_cql(keyspace: str, *, due_ttl: timedelta = DEFAULT_DUE_TTL) -> list[s
         f"""CREATE TABLE IF NOT EXISTS {ks}.pending_deliveries (
             shard int, id text, owner text, PRIMARY KEY ((shard), id))
             WITH CLUSTERING ORDER BY (id ASC) AND gc_grace_seconds = 10800""",
+        f"""CREATE TABLE IF NOT EXISTS {ks}.owner_settings (
+            owner text PRIMARY KEY, notify text, secret text, updated_at bigint)""",
         f"""CREATE TABLE IF NOT EXISTS {ks}.schema_version (
             id int PRIMARY KEY, version int, shard_count int, bucket_seconds int,
             created_at bigint)""",

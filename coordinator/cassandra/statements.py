@@ -133,6 +133,11 @@ STATEMENTS: dict[str, str] = {
         "DELETE FROM pending_deliveries USING TIMESTAMP ? WHERE shard = ? AND id = ?"
     ),
     "pending": "SELECT id, owner FROM pending_deliveries WHERE shard = ? LIMIT ?",
+    "put_owner_settings": (
+        "INSERT INTO owner_settings (owner, notify, secret, updated_at) VALUES (?, ?, ?, ?)"
+    ),
+    "owner_settings": "SELECT owner, notify, secret, updated_at FROM owner_settings WHERE owner = ?",
+    "all_owner_settings": "SELECT owner, notify, secret, updated_at FROM owner_settings",
     "select_deliveries": f"SELECT {DELIVERY_COLS} FROM deliveries WHERE owner = ? AND id IN ?",
     "owner_deliveries": (
         f"SELECT {DELIVERY_COLS} FROM deliveries WHERE owner = ? AND id < ? LIMIT ?"

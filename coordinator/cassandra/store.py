@@ -79,9 +79,12 @@ from shardcron.client.errors import NotFound, VersionConflict
 from shardcron.client.types import Delivery, Job, JobState, OutputChunk, Page, Run, RunState
 from shardcron.coordinator.cassandra import creates, output, reads
 from shardcron.coordinator.cassandra.deliveries import (
+    get_owner_settings,
     list_deliveries,
+    list_owner_settings,
     pending_deliveries,
     plan_deliveries,
+    put_owner_settings,
     save_deliveries,
 )
 from shardcron.coordinator.cassandra.schema import (
@@ -102,6 +105,7 @@ from shardcron.coordinator.cassandra.writes import (
     now_us,
     progress_values,
 )
+from shardcron.coordinator.notify.settings import OwnerSettings
 from shardcron.coordinator.rows import BadRowLog, _spec_to_json, _us
 from shardcron.coordinator.store import (
     DEFAULT_BUCKET_SECONDS,
@@ -415,6 +419,15 @@ class CassandraStore:
         return await list_deliveries(
             self._cql, owner, job_id=job_id, page_size=page_size, page_token=page_token
         )
+
+    async def put_owner_settings(self, settings: OwnerSettings) -> None:
+        await put_owner_settings(self._cql, settings)
+
+    async def get_owner_settings(self, owner: str) -> OwnerSettings | None:
+        return await get_owner_settings(self._cql, owner)
+
+    async def list_owner_settings(self) -> list[OwnerSettings]:
+        return await list_owner_settings(self._cql)
 
     async def list_dead_letters(
         self, owner: str, *, job_id: str = "", page_size: int = 100, page_token: str = ""

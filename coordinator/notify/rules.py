@@ -64,10 +64,17 @@ def matches(
 
 
 def decide(
-    job: Job, run: Run, now: datetime, *, streak_before: int = 0, streak_after: int = 0
+    job: Job,
+    run: Run,
+    now: datetime,
+    *,
+    streak_before: int = 0,
+    streak_after: int = 0,
+    owner_defaults: NotifyPolicy | None = None,
 ) -> list[Delivery]:
-    """The deliveries ``run``'s end makes under ``job``'s policy (none without one)."""
-    policy = job.spec.notify
+    """The deliveries ``run``'s end makes under ``job``'s policy, else its owner's
+    default rules (none without either)."""
+    policy = job.spec.notify or owner_defaults
     if policy is None:
         return []
     made = []

@@ -82,8 +82,12 @@ class Sender:
         owns: Callable[[int], bool],
         config: NotifyConfig,
         metrics: Metrics,
+        secrets: Callable[[str], bytes | None] | None = None,
     ) -> None:
+        """``secrets``: an owner's signing secret (``settings.OwnerSettingsBook``); by
+        default those of ``config.secrets``."""
         self._store = store
+        self._secrets = secrets or (lambda owner: (config.secrets or {}).get(owner))
         self._owns = owns
         self._config = config
         self._metrics = metrics
@@ -194,7 +198,7 @@ class Sender:
             DELIVERY_HEADER: d.id,
             TIMESTAMP_HEADER: str(stamp),
         }
-        secret = (self._config.secrets or {}).get(d.owner)
+        secret = self._secrets(d.owner)
         if secret is not None:
             headers[SIGNATURE_HEADER] = signature(secret, stamp, d.body)
         try:

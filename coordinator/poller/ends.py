@@ -32,11 +32,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from collections.abc import Callable
 from datetime import datetime
 
 from shardcron.client.dataclass_copies import copy_with
 from shardcron.client.stream import CancelOrder
-from shardcron.client.types import Job, JobState, Run, RunReason, RunState
+from shardcron.client.types import Job, JobState, NotifyPolicy, Run, RunReason, RunState
 from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.notify.rules import decide
 from shardcron.coordinator.poller.end_rules import Outcome, follow_up
@@ -49,9 +50,17 @@ log = logging.getLogger("shardcron.poller")
 
 
 class Ends:
-    def __init__(self, table: RunTable, *, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        table: RunTable,
+        *,
+        metrics: Metrics,
+        owner_defaults: Callable[[str], NotifyPolicy | None] = lambda owner: None,
+    ) -> None:
         self._table = table
         self._metrics = metrics
+        # an owner's default notification rules, for its jobs without rules of their own
+        self._owner_defaults = owner_defaults
         # what an end lets start; it ends runs (a skip, a replaced run) through here
         self.overlap = Overlap(table, end=self.end, cancel=self.cancel, isolated=self.isolated)
 
@@ -91,7 +100,8 @@ class Ends:
         copy of the job held gives the policy and the streak after the end; a policy
         whose rules raise makes none (counted), and the run's end stands."""
         current = self._table.jobs.get(job.id, job)
-        if current.spec.notify is None:
+        defaults = None if current.spec.notify is not None else self._owner_defaults(job.owner)
+        if current.spec.notify is None and defaults is None:
             return
         before = current.consecutive_failures if streak_before is None else streak_before
         progress = turn.progress.get(job.id)
@@ -99,7 +109,14 @@ class Ends:
         if progress is not None and progress.consecutive_failures is not None:
             after = progress.consecutive_failures
         try:
-            made = decide(current, final, now, streak_before=before, streak_after=after)
+            made = decide(
+                current,
+                final,
+                now,
+                streak_before=before,
+                streak_after=after,
+                owner_defaults=defaults,
+            )
         except Exception as error:
             log.error("run %s: its notifications failed", final.id, exc_info=error)
             self._metrics.poller_faults.labels(where="notify").inc()

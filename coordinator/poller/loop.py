@@ -46,7 +46,16 @@ from functools import partial
 
 from shardcron.client.errors import FailedPrecondition, NotFound, ShardcronError, Unavailable
 from shardcron.client.saturating import saturating_add
-from shardcron.client.types import Delivery, Job, Run, RunReason, RunState, ShardInfo, WorkerInfo
+from shardcron.client.types import (
+    Delivery,
+    Job,
+    NotifyPolicy,
+    Run,
+    RunReason,
+    RunState,
+    ShardInfo,
+    WorkerInfo,
+)
 from shardcron.coordinator.coordination import Assignment
 from shardcron.coordinator.ids import shard_for
 from shardcron.coordinator.metrics import Metrics
@@ -96,6 +105,7 @@ class Poller:
         runs_ended: Callable[[list[Run]], object] | None = None,
         after_turn: Callable[[RunTable], object] | None = None,
         deliveries_made: Callable[[list[Delivery]], object] | None = None,
+        owner_defaults: Callable[[str], NotifyPolicy | None] = lambda owner: None,
     ) -> None:
         self.store = store
         # told the runs each turn made final, once they are durable (WaitRun wakes on it)
@@ -110,7 +120,7 @@ class Poller:
         self.metrics = metrics
         self._clock: Clock = clock or SystemClock()
         self._table = table = RunTable(config=config, clock=self._clock)
-        self._ends = ends = Ends(table, metrics=metrics)
+        self._ends = ends = Ends(table, metrics=metrics, owner_defaults=owner_defaults)
         self._due = Due(
             table,
             ends,

@@ -72,6 +72,9 @@ CREATE TABLE IF NOT EXISTS deliveries (
 CREATE INDEX IF NOT EXISTS deliveries_by_owner ON deliveries (owner, job_id, id);
 CREATE INDEX IF NOT EXISTS deliveries_pending ON deliveries (shard, id)
     WHERE status = 'PENDING';
+CREATE TABLE IF NOT EXISTS owner_settings (
+    owner TEXT PRIMARY KEY, notify TEXT NOT NULL, secret TEXT NOT NULL,
+    updated_at INTEGER);
 CREATE TABLE IF NOT EXISTS store_layout (
     shard_count INTEGER NOT NULL, bucket_seconds INTEGER NOT NULL);
 INSERT INTO schema_version SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM schema_version);
@@ -124,6 +127,12 @@ UPDATE_DELIVERY = (
     "UPDATE deliveries SET status = ?, attempts = ?, next_attempt_at = ?,"
     " last_attempt_at = ?, last_error = ?, delivered_at = ? WHERE id = ?"
 )
+PUT_OWNER_SETTINGS = (
+    "INSERT INTO owner_settings (owner, notify, secret, updated_at) VALUES (?, ?, ?, ?)"
+    " ON CONFLICT(owner) DO UPDATE SET notify = excluded.notify, secret = excluded.secret,"
+    " updated_at = excluded.updated_at"
+)
+SELECT_OWNER_SETTINGS = "SELECT owner, notify, secret, updated_at FROM owner_settings"
 SELECT_DELIVERY = f"SELECT {DELIVERY_COLS} FROM deliveries"
 EXPIRE_DELIVERIES = "DELETE FROM deliveries WHERE created_at < ? AND status != 'PENDING'"
 PRUNE_DUE = (

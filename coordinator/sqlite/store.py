@@ -20,6 +20,7 @@ from shardcron.client.errors import NotFound
 from shardcron.client.types import Delivery, Job, JobState, OutputChunk, Page, Run, RunState
 from shardcron.coordinator.ids import bucket_for
 from shardcron.coordinator.notify.records import delivery_row, row_delivery
+from shardcron.coordinator.notify.settings import OwnerSettings, policy_from_json, policy_to_json
 from shardcron.coordinator.rows import BadRowLog, RowCodec, _dt, _spec_to_json, _us
 from shardcron.coordinator.sqlite import writes
 from shardcron.coordinator.sqlite.group_commit import Conn, GroupCommitDb
@@ -27,9 +28,11 @@ from shardcron.coordinator.sqlite.schema import (
     COUNT_JOBS,
     EXPIRE_DELIVERIES,
     INSERT_DELIVERY,
+    PUT_OWNER_SETTINGS,
     SELECT_ACTIVE_RUNS,
     SELECT_DELIVERY,
     SELECT_JOB,
+    SELECT_OWNER_SETTINGS,
     SELECT_RUN,
     UPDATE_DELIVERY,
     marks,
@@ -261,7 +264,7 @@ class SqliteStore:
         # records past DELIVERY_KEPT go with these writes: no sweep of their own
         old = _us(datetime.now(UTC) - DELIVERY_KEPT)
         statements = [(UPDATE_DELIVERY, rows), (EXPIRE_DELIVERIES, [(old,)])]
-        await self._db.write(functools.partial(writes.save_deliveries, statements), len(rows))
+        await self._db.write(functools.partial(writes.write_statements, statements), len(rows))
 
     async def pending_deliveries(self, shard: int, *, limit: int = 1000) -> list[Delivery]:
         sql = f"{SELECT_DELIVERY} WHERE shard = ? AND status = 'PENDING' ORDER BY id LIMIT ?"
@@ -360,6 +363,25 @@ class SqliteStore:
         rows = await self._all(f"{SELECT_RUN} {tail}", args)
         return make_row_page(kind, rows, size, _row_run, self.bad_rows)
 
+    # --- owner settings ----------------------------------------------------------
+
+    async def put_owner_settings(self, settings: OwnerSettings) -> None:
+        row = (
+            settings.owner,
+            policy_to_json(settings.notify_defaults),
+            settings.notify_secret,
+            None if settings.updated_at is None else _us(settings.updated_at),
+        )
+        statements = [(PUT_OWNER_SETTINGS, [row])]
+        await self._db.write(functools.partial(writes.write_statements, statements), 1)
+
+    async def get_owner_settings(self, owner: str) -> OwnerSettings | None:
+        row = await self._one(f"{SELECT_OWNER_SETTINGS} WHERE owner = ?", (owner,))
+        return None if row is None else _settings(row)
+
+    async def list_owner_settings(self) -> list[OwnerSettings]:
+        return [_settings(row) for row in await self._all(SELECT_OWNER_SETTINGS, ())]
+
     # --- due index ----------------------------------------------------------
 
     async def scan_due(
@@ -454,6 +476,16 @@ class SqliteStore:
             return out
 
         return await self._db.read(read)
+
+
+def _settings(row: Any) -> OwnerSettings:
+    owner, notify, secret, updated = row
+    return OwnerSettings(
+        owner=owner,
+        notify_defaults=policy_from_json(notify),
+        notify_secret=secret,
+        updated_at=_dt(updated),
+    )
 
 
 def _progress_statements(

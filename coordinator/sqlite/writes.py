@@ -110,7 +110,8 @@ def run_statements(conn: Conn, statements: Statements) -> None:
         conn.executemany(sql, rows)
 
 
-def save_deliveries(statements: Statements, conn: Conn) -> None:
+def write_statements(statements: Statements, conn: Conn) -> None:
+    """Runs the statements in order (deliveries' outcomes, an owner's settings)."""
     run_statements(conn, statements)
 
 

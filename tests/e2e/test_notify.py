@@ -8,12 +8,15 @@ receiver the test starts (docs/notifications.md).
 - a node SIGKILLed after a delivery was committed (its first attempt reached the
   receiver, which never answered) still delivers it after its restart;
 - a webhook on a loopback or link-local address is refused at create by a node that
-  does not allow private webhooks.
+  does not allow private webhooks;
+- an owner's default rules notify its jobs without rules of their own, signed with the
+  secret it set through the API (sealed at rest, never shown back).
 """
 
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -33,6 +36,7 @@ from shardcron.client.types import (
 )
 from shardcron.coordinator.notify.signing import verify
 from tests.e2e.harness import DevServer
+from tests.e2e.test_secrets_env import write_keys
 from tests.support.waiting import wait_until
 from tests.support.webhooks import Receiver
 
@@ -228,3 +232,50 @@ def test_a_private_webhook_is_refused_unless_the_node_allows_it(tmp_path: Path) 
         assert client.list_jobs().items == []
     finally:
         server.stop()
+
+
+def test_owner_defaults_and_a_secret_set_through_the_api_sign_its_jobs_deliveries(
+    tmp_path: Path,
+) -> None:
+    """Default rules (``notify defaults``) notify a job with no rules of its own; the
+    secret set with ``notify set-secret`` (stdin) signs them, is never shown back, and
+    is sealed at rest with the node's key file."""
+    owner, secret = "notify-defaults", f"api-secret-{uuid.uuid4().hex}"
+    receiver = Receiver().start()
+    keys = write_keys(tmp_path / "keys", "k1")
+    server = DevServer(
+        tmp_path / "data",
+        extra=["--workers", "1", "--notify-allow-private", "--secrets-key-file", str(keys)],
+    ).start()
+    try:
+        server.cli("notify", "set-secret", owner=owner, input=secret + "\n")
+        shown = server.cli(
+            "--json", "notify", "defaults", "--webhook", f"{receiver.url}/d",
+            "--on", "failure,dead-letter", owner=owner,
+        )  # fmt: skip
+        assert json.loads(shown.stdout)["secret_set"] is True
+        assert secret not in shown.stdout
+        stored = b"".join(f.read_bytes() for f in (tmp_path / "data").glob("shardcron.db*"))
+        assert secret.encode() not in stored and b"sealed:v1:k1:" in stored
+        client = server.client(owner)
+        job = client.create_job(
+            _spec("plain", ("false",), retry=RetryPolicy(max_attempts=1))
+        )  # no rules of its own
+        wait_until(lambda: len(receiver.received) >= 2, timeout=30, what="two deliveries")
+        got = receiver.received
+        assert {r.record["rule"] for r in got} == {"failure", "dead_letter"}
+        assert {r.record["job"]["id"] for r in got} == {job.id}
+        for r in got:
+            h = r.headers
+            assert verify(
+                secret.encode(), h["x-shardcron-timestamp"], r.body, h["x-shardcron-signature"]
+            )
+        cleared = client.set_notify_defaults(None)
+        assert cleared.defaults is None and cleared.secret_set
+        with pytest.raises(InvalidArgument):
+            client.set_notify_secret("short")
+        with pytest.raises(InvalidArgument):
+            client.set_notify_defaults(NotifyPolicy(webhook_url="ftp://x/y", on_failure=True))
+    finally:
+        server.stop()
+        receiver.stop()

@@ -209,3 +209,27 @@ class ListDeliveriesResponse(_message.Message):
     deliveries: _containers.RepeatedCompositeFieldContainer[_types_pb2.Delivery]
     next_page_token: str
     def __init__(self, deliveries: _Optional[_Iterable[_Union[_types_pb2.Delivery, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class GetNotifySettingsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class NotifySettings(_message.Message):
+    __slots__ = ("defaults", "secret_set")
+    DEFAULTS_FIELD_NUMBER: _ClassVar[int]
+    SECRET_SET_FIELD_NUMBER: _ClassVar[int]
+    defaults: _types_pb2.NotifyPolicy
+    secret_set: bool
+    def __init__(self, defaults: _Optional[_Union[_types_pb2.NotifyPolicy, _Mapping]] = ..., secret_set: _Optional[bool] = ...) -> None: ...
+
+class SetNotifyDefaultsRequest(_message.Message):
+    __slots__ = ("defaults",)
+    DEFAULTS_FIELD_NUMBER: _ClassVar[int]
+    defaults: _types_pb2.NotifyPolicy
+    def __init__(self, defaults: _Optional[_Union[_types_pb2.NotifyPolicy, _Mapping]] = ...) -> None: ...
+
+class SetNotifySecretRequest(_message.Message):
+    __slots__ = ("secret",)
+    SECRET_FIELD_NUMBER: _ClassVar[int]
+    secret: str
+    def __init__(self, secret: _Optional[str] = ...) -> None: ...

@@ -130,6 +130,21 @@ class JobServiceStub:
                 request_serializer=shardcron_dot_v1_dot_jobs__pb2.ListDeliveriesRequest.SerializeToString,
                 response_deserializer=shardcron_dot_v1_dot_jobs__pb2.ListDeliveriesResponse.FromString,
                 _registered_method=True)
+        self.GetNotifySettings = channel.unary_unary(
+                '/shardcron.v1.JobService/GetNotifySettings',
+                request_serializer=shardcron_dot_v1_dot_jobs__pb2.GetNotifySettingsRequest.SerializeToString,
+                response_deserializer=shardcron_dot_v1_dot_jobs__pb2.NotifySettings.FromString,
+                _registered_method=True)
+        self.SetNotifyDefaults = channel.unary_unary(
+                '/shardcron.v1.JobService/SetNotifyDefaults',
+                request_serializer=shardcron_dot_v1_dot_jobs__pb2.SetNotifyDefaultsRequest.SerializeToString,
+                response_deserializer=shardcron_dot_v1_dot_jobs__pb2.NotifySettings.FromString,
+                _registered_method=True)
+        self.SetNotifySecret = channel.unary_unary(
+                '/shardcron.v1.JobService/SetNotifySecret',
+                request_serializer=shardcron_dot_v1_dot_jobs__pb2.SetNotifySecretRequest.SerializeToString,
+                response_deserializer=shardcron_dot_v1_dot_jobs__pb2.NotifySettings.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -266,6 +281,30 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetNotifySettings(self, request, context):
+        """The owner's notification settings: its default rules and whether a signing secret
+        is set (never the secret).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetNotifyDefaults(self, request, context):
+        """The rules every job of the owner without notify rules of its own follows (on every
+        node within 5 s). Unset defaults: none.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetNotifySecret(self, request, context):
+        """The secret the owner's deliveries are signed with (write-only: never shown back;
+        sealed at rest with the node's --secrets-key-file). "" removes it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -363,6 +402,21 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.ListDeliveries,
                     request_deserializer=shardcron_dot_v1_dot_jobs__pb2.ListDeliveriesRequest.FromString,
                     response_serializer=shardcron_dot_v1_dot_jobs__pb2.ListDeliveriesResponse.SerializeToString,
+            ),
+            'GetNotifySettings': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetNotifySettings,
+                    request_deserializer=shardcron_dot_v1_dot_jobs__pb2.GetNotifySettingsRequest.FromString,
+                    response_serializer=shardcron_dot_v1_dot_jobs__pb2.NotifySettings.SerializeToString,
+            ),
+            'SetNotifyDefaults': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetNotifyDefaults,
+                    request_deserializer=shardcron_dot_v1_dot_jobs__pb2.SetNotifyDefaultsRequest.FromString,
+                    response_serializer=shardcron_dot_v1_dot_jobs__pb2.NotifySettings.SerializeToString,
+            ),
+            'SetNotifySecret': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetNotifySecret,
+                    request_deserializer=shardcron_dot_v1_dot_jobs__pb2.SetNotifySecretRequest.FromString,
+                    response_serializer=shardcron_dot_v1_dot_jobs__pb2.NotifySettings.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -878,6 +932,87 @@ class JobService:
             '/shardcron.v1.JobService/ListDeliveries',
             shardcron_dot_v1_dot_jobs__pb2.ListDeliveriesRequest.SerializeToString,
             shardcron_dot_v1_dot_jobs__pb2.ListDeliveriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetNotifySettings(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardcron.v1.JobService/GetNotifySettings',
+            shardcron_dot_v1_dot_jobs__pb2.GetNotifySettingsRequest.SerializeToString,
+            shardcron_dot_v1_dot_jobs__pb2.NotifySettings.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetNotifyDefaults(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardcron.v1.JobService/SetNotifyDefaults',
+            shardcron_dot_v1_dot_jobs__pb2.SetNotifyDefaultsRequest.SerializeToString,
+            shardcron_dot_v1_dot_jobs__pb2.NotifySettings.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetNotifySecret(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardcron.v1.JobService/SetNotifySecret',
+            shardcron_dot_v1_dot_jobs__pb2.SetNotifySecretRequest.SerializeToString,
+            shardcron_dot_v1_dot_jobs__pb2.NotifySettings.FromString,
             options,
             channel_credentials,
             insecure,
