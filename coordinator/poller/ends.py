@@ -69,9 +69,9 @@ class Ends:
         if slot.place is Place.GONE:
             return turn.runs.get(slot.run.id, slot.run)  # ended already
         job = slot.job
+        streak = self._streak(job)  # before the end: the table may forget the job with it
         final = self._table.end(slot, outcome, now)
         self._metrics.run_ended(final)
-        streak = self._streak(job)
         if outcome.follow_up and job is not None:
             try:
                 final = self._follow_up(job, final, turn, now)
