@@ -2,8 +2,9 @@
 
 It holds the PENDING deliveries of the shards its poller owns: those each turn made,
 handed to it once they are durable (``made``), and those the store holds for its
-shards, read at start and every ``rescan`` (so what a killed node, or a shard's earlier
-owner, left unsent is sent). Each due delivery is POSTed once at a time, at most
+shards, read as soon as its poller owns a shard (at start, after a move) and again
+every ``rescan`` (so what a killed node, or a shard's earlier owner, left unsent is
+sent, and what an outcome that failed to be written left behind). Each due delivery is POSTed once at a time, at most
 ``concurrency`` at once, signed (``signing``), to an address the node may call
 (``addresses``), without following redirects; each attempt's outcome is written
 (``JobStore.save_deliveries``) before the next is planned:
@@ -33,6 +34,7 @@ from datetime import UTC, datetime, timedelta
 from urllib.parse import urlsplit
 
 import aiohttp
+from aiohttp.abc import AbstractResolver
 
 from shardcron.client.types import Delivery, DeliveryStatus
 from shardcron.coordinator.metrics import Metrics
@@ -47,6 +49,8 @@ from shardcron.coordinator.store import JobStore
 
 log = logging.getLogger("shardcron.notify")
 
+_OWNERSHIP_CHECK = 0.5  # seconds: how soon a shard newly owned has its pending ones read
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NotifyConfig:
@@ -60,7 +64,7 @@ class NotifyConfig:
     max_backoff: timedelta = timedelta(hours=1)
     max_attempts: int = 20
     give_up_after: timedelta = timedelta(hours=24)
-    rescan: timedelta = timedelta(seconds=5)  # how often the store's pending ones are read
+    rescan: timedelta = timedelta(seconds=60)  # how often every owned shard's are read again
 
 
 def retry_at(d: Delivery, now: datetime, config: NotifyConfig) -> datetime | None:
@@ -83,9 +87,12 @@ class Sender:
         config: NotifyConfig,
         metrics: Metrics,
         secrets: Callable[[str], bytes | None] | None = None,
+        resolver: AbstractResolver | None = None,
     ) -> None:
         """``secrets``: an owner's signing secret (``settings.OwnerSettingsBook``); by
-        default those of ``config.secrets``."""
+        default those of ``config.secrets``. ``resolver``: the names' resolver the
+        ``GuardedResolver`` asks (by default aiohttp's)."""
+        self._resolver = resolver
         self._store = store
         self._secrets = secrets or (lambda owner: (config.secrets or {}).get(owner))
         self._owns = owns
@@ -100,7 +107,7 @@ class Sender:
         self._session: aiohttp.ClientSession | None = None
 
     def start(self) -> None:
-        resolver = GuardedResolver(allow_private=self._config.allow_private)
+        resolver = GuardedResolver(allow_private=self._config.allow_private, inner=self._resolver)
         connector = aiohttp.TCPConnector(resolver=resolver, limit=self._config.concurrency)
         timeout = aiohttp.ClientTimeout(total=self._config.timeout.total_seconds())
         self._session = aiohttp.ClientSession(
@@ -124,13 +131,18 @@ class Sender:
 
     async def _loop(self) -> None:
         rescan_at = 0.0
+        scanned: set[int] = set()  # the owned shards whose pending ones were read
         while True:
+            owned = {s for s in range(self._store.shard_count) if self._owns(s)}
             if time.monotonic() >= rescan_at:
                 rescan_at = time.monotonic() + self._config.rescan.total_seconds()
+                scanned = set()
+            if owned - scanned:
                 with contextlib.suppress(Exception):
-                    await self._read_pending()
+                    await self._read_pending(sorted(owned - scanned))
+            scanned = owned
             now = datetime.now(UTC)
-            soonest = rescan_at - time.monotonic()
+            soonest = min(_OWNERSHIP_CHECK, rescan_at - time.monotonic())
             for d in list(self._pending.values()):
                 if d.id in self._flying:
                     continue
@@ -148,10 +160,8 @@ class Sender:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), max(0.01, soonest))
 
-    async def _read_pending(self) -> None:
-        for shard in range(self._store.shard_count):
-            if not self._owns(shard):
-                continue
+    async def _read_pending(self, shards: list[int]) -> None:
+        for shard in shards:
             try:
                 found = await self._store.pending_deliveries(shard)
             except Exception as error:
