@@ -16,6 +16,7 @@ receiver the test starts (docs/notifications.md).
 from __future__ import annotations
 
 import json
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -174,6 +175,12 @@ def test_a_500_then_200_is_delivered_once_after_a_retry(node: DevServer) -> None
         [shown] = json.loads(listed.stdout)
         assert shown["status"] == "DELIVERED" and shown["attempts"] == 2
         assert 'shardcron_notify_deliveries_total{outcome="failed"}' in node.metrics()
+        url = f"{node.http_url}/v1/deliveries?jobId={job.id}"
+        request = urllib.request.Request(url, headers={"x-shardcron-owner": OWNER})
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            [over_http] = json.load(reply)["deliveries"]
+        assert over_http["id"] == d.id and over_http["attempts"] == 2
+        assert over_http["status"] == "DELIVERY_STATUS_DELIVERED"
     finally:
         receiver.stop()
 
