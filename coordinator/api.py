@@ -28,7 +28,6 @@ from shardcron.client.dataclass_copies import copy_with
 from shardcron.client.errors import FailedPrecondition, InvalidArgument, NotFound, ShardcronError
 from shardcron.client.schedule import preview
 from shardcron.client.types import (
-    Delivery,
     Fire,
     Job,
     JobSpec,
@@ -50,8 +49,7 @@ from shardcron.coordinator.ids import (
     utcnow,
 )
 from shardcron.coordinator.metrics import Metrics
-from shardcron.coordinator.notify.addresses import check_webhook
-from shardcron.coordinator.notify.owner_api import NotifySettingsApi
+from shardcron.coordinator.notify.owner_api import NotifyApi
 from shardcron.coordinator.notify.settings import OwnerSettingsBook
 from shardcron.coordinator.output_blobs import OutputBlobs
 from shardcron.coordinator.poller.fires import (
@@ -139,9 +137,7 @@ class JobsApi:
         self.endings = endings or RunEndings()
         self.served_here = served_here
         self.quotas = quotas or QuotaGuard(Quotas(), store.count_jobs)
-        # webhooks on loopback, link-local or private addresses (notify.addresses)
-        self.notify_allow_private = notify_allow_private
-        self.notify_settings = NotifySettingsApi(
+        self.notify = NotifyApi(  # webhooks, deliveries, owners' notification settings
             store, keys=keys, allow_private=notify_allow_private, book=notify_book
         )
         self.keys = keys
@@ -228,12 +224,7 @@ class JobsApi:
                 key_field = "idempotency_key" if single else f"jobs[{i}].idempotency_key"
                 text(key, key_field, limits.MAX_IDEMPOTENCY_KEY)
             checked.append((stored, key))
-        webhooks = {}  # each URL resolved once per call
-        for i, (spec, _) in enumerate(checked):
-            if spec.notify is not None and spec.notify.webhook_url not in webhooks:
-                webhooks[spec.notify.webhook_url] = "spec" if single else f"jobs[{i}].spec"
-        for url, spec_field in webhooks.items():
-            await self._check_webhook(url, spec_field)
+        await self.notify.check_webhooks(checked, single=single)
         items = checked
         await self.quotas.check_creates(owner, len(items))
         not_made = len(items)  # what the reservation gives back: all, until the write
@@ -256,15 +247,6 @@ class JobsApi:
         self.metrics.jobs_created.inc(len(created))
         self._hint([r for n in created for r in n.runs], [n.job for n in created])
         return results
-
-    async def _check_webhook(self, url: str, spec_field: str) -> None:
-        await check_webhook(
-            url, f"{spec_field}.notify.webhook_url", allow_private=self.notify_allow_private
-        )
-
-    async def list_deliveries(self, owner: str, **filters: object) -> Page[Delivery]:
-        optional_identifier(str(filters.get("job_id", "")), "job_id")
-        return await self.store.list_deliveries(owner, **filters)  # type: ignore[arg-type]
 
     def _hint(self, runs: Sequence[Run], jobs: Sequence[Job] = ()) -> None:
         pending = [r for r in runs if r.state == RunState.PENDING]
@@ -302,8 +284,7 @@ class JobsApi:
         as_stored = job.spec if self.keys is None else self.keys.opened_spec(job.spec)
         spec = secrets_for_update(as_stored, spec)
         validate_spec(spec)  # the merged secrets count against the env budget too
-        if spec.notify is not None:
-            await self._check_webhook(spec.notify.webhook_url, "spec")
+        await self.notify.check_webhooks([(spec, "")], single=True)
         spec = self._sealed(spec)
         now = utcnow()
         if spec.schedule.kind == ScheduleKind.INTERVAL and spec.schedule.anchor is None:

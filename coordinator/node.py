@@ -31,6 +31,7 @@ from shardcron.coordinator.coordination import Assignment, Coordination
 from shardcron.coordinator.http.server import HttpConfig, HttpServer, start_http
 from shardcron.coordinator.http.services import Services
 from shardcron.coordinator.metrics import Metrics, TimedStore, serve_metrics
+from shardcron.coordinator.notify.hooks import NotifyHooks
 from shardcron.coordinator.notify.owner_api import refresh_book
 from shardcron.coordinator.notify.sender import NotifyConfig, Sender
 from shardcron.coordinator.notify.settings import REFRESH, OwnerSettingsBook
@@ -170,8 +171,7 @@ class Node:
                 ownership_valid=self.coordination.ownership_valid,
                 session_generation=self.coordination.session_generation,
                 runs_ended=endings.ended,
-                deliveries_made=self.notify_sender.made,
-                owner_defaults=book.defaults,
+                notify=NotifyHooks(made=self.notify_sender.made, owner_defaults=book.defaults),
             )
             self.coordination.subscribe(self.poller.on_assignment)
         self.router = ShardRouter(

@@ -393,7 +393,7 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
     async def ListDeliveries(
         self, request: jobs_pb2.ListDeliveriesRequest, context: Any
     ) -> jobs_pb2.ListDeliveriesResponse:
-        page = await self.api.list_deliveries(
+        page = await self.api.notify.list_deliveries(
             owner_of(context),
             job_id=request.job_id,
             page_size=page_size(request.page_size),
@@ -406,7 +406,7 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
     async def GetNotifySettings(
         self, request: jobs_pb2.GetNotifySettingsRequest, context: Any
     ) -> jobs_pb2.NotifySettings:
-        return notify_settings_to_proto(await self.api.notify_settings.get(owner_of(context)))
+        return notify_settings_to_proto(await self.api.notify.get(owner_of(context)))
 
     @rpc
     async def SetNotifyDefaults(
@@ -417,14 +417,14 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
             if request.HasField("defaults")
             else None
         )
-        settings = self.api.notify_settings
+        settings = self.api.notify
         return notify_settings_to_proto(await settings.set_defaults(owner_of(context), defaults))
 
     @rpc
     async def SetNotifySecret(
         self, request: jobs_pb2.SetNotifySecretRequest, context: Any
     ) -> jobs_pb2.NotifySettings:
-        settings = self.api.notify_settings
+        settings = self.api.notify
         return notify_settings_to_proto(
             await settings.set_secret(owner_of(context), request.secret)
         )

@@ -1,4 +1,5 @@
-"""The api of an owner's notification settings (``notify/settings``): read them, set the
+"""The api role's part of notifications: the create-time check of jobs' webhooks, the
+listing of deliveries, and an owner's settings (``notify/settings``): read them, set the
 default rules, set or remove the signing secret. Each call validates what it is given
 before it writes (the default rules as a job's are, its webhook included), and the node
 that writes a record has it in its ``OwnerSettingsBook`` at once."""
@@ -6,15 +7,17 @@ that writes a record has it in its ``OwnerSettingsBook`` at once."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
+from typing import Any
 
 from shardcron.client.errors import InvalidArgument
-from shardcron.client.types import NotifyPolicy, NotifySettings
+from shardcron.client.types import Delivery, JobSpec, NotifyPolicy, NotifySettings, Page
 from shardcron.coordinator.ids import utcnow
 from shardcron.coordinator.notify.addresses import check_webhook
 from shardcron.coordinator.notify.settings import OwnerSettings, OwnerSettingsBook
 from shardcron.coordinator.sealing import KeyRing, SecretUnopenable, is_sealed
 from shardcron.coordinator.store import JobStore
-from shardcron.coordinator.validation import validate_notify
+from shardcron.coordinator.validation import optional_identifier, validate_notify
 
 MIN_SECRET, MAX_SECRET = 16, 256
 
@@ -35,7 +38,7 @@ def opened_secret(keys: KeyRing | None, settings: OwnerSettings) -> str:
         return ""
 
 
-class NotifySettingsApi:
+class NotifyApi:
     def __init__(
         self,
         store: JobStore,
@@ -48,6 +51,28 @@ class NotifySettingsApi:
         self._keys = keys
         self._allow_private = allow_private
         self._book = book
+
+    async def check_webhooks(self, specs: Sequence[tuple[JobSpec, Any]], *, single: bool) -> None:
+        """Each webhook the specs name (each URL once) is one the node may call
+        (``addresses.check_webhook``); InvalidArgument names ``spec.notify.webhook_url``,
+        or ``jobs[i].spec...`` in a batch."""
+        urls: dict[str, int] = {}
+        for i, (spec, _) in enumerate(specs):
+            if spec.notify is not None:
+                urls.setdefault(spec.notify.webhook_url, i)
+        for url, i in urls.items():
+            field = "spec" if single else f"jobs[{i}].spec"
+            await check_webhook(
+                url, f"{field}.notify.webhook_url", allow_private=self._allow_private
+            )
+
+    async def list_deliveries(
+        self, owner: str, *, job_id: str = "", page_size: int = 100, page_token: str = ""
+    ) -> Page[Delivery]:
+        optional_identifier(job_id, "job_id")
+        return await self._store.list_deliveries(
+            owner, job_id=job_id, page_size=page_size, page_token=page_token
+        )
 
     async def get(self, owner: str) -> NotifySettings:
         return _view(await self._store.get_owner_settings(owner))

@@ -32,13 +32,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Callable
 from datetime import datetime
 
 from shardcron.client.dataclass_copies import copy_with
 from shardcron.client.stream import CancelOrder
 from shardcron.client.types import Job, JobState, NotifyPolicy, Run, RunReason, RunState
 from shardcron.coordinator.metrics import Metrics
+from shardcron.coordinator.notify.hooks import NotifyHooks
 from shardcron.coordinator.notify.rules import decide
 from shardcron.coordinator.poller.end_rules import Outcome, follow_up
 from shardcron.coordinator.poller.faults import Isolated, fault_text
@@ -55,12 +55,12 @@ class Ends:
         table: RunTable,
         *,
         metrics: Metrics,
-        owner_defaults: Callable[[str], NotifyPolicy | None] = lambda owner: None,
+        notify: NotifyHooks | None = None,
     ) -> None:
         self._table = table
         self._metrics = metrics
         # an owner's default notification rules, for its jobs without rules of their own
-        self._owner_defaults = owner_defaults
+        self._owner_defaults = notify.owner_defaults if notify else _no_defaults
         # what an end lets start; it ends runs (a skip, a replaced run) through here
         self.overlap = Overlap(table, end=self.end, cancel=self.cancel, isolated=self.isolated)
 
@@ -215,6 +215,10 @@ class Ends:
         if job.state == JobState.ACTIVE:
             turn.set_progress(job.id, state=JobState.PAUSED, pause_reason=reason)
         self._table.set_job(copy_with(job, state=JobState.PAUSED, pause_reason=reason))
+
+
+def _no_defaults(owner: str) -> NotifyPolicy | None:
+    return None
 
 
 def _answer(turn: Turn, fut: asyncio.Future[Run], final: Run) -> None:

@@ -46,19 +46,11 @@ from functools import partial
 
 from shardcron.client.errors import FailedPrecondition, NotFound, ShardcronError, Unavailable
 from shardcron.client.saturating import saturating_add
-from shardcron.client.types import (
-    Delivery,
-    Job,
-    NotifyPolicy,
-    Run,
-    RunReason,
-    RunState,
-    ShardInfo,
-    WorkerInfo,
-)
+from shardcron.client.types import Job, Run, RunReason, RunState, ShardInfo, WorkerInfo
 from shardcron.coordinator.coordination import Assignment
 from shardcron.coordinator.ids import shard_for
 from shardcron.coordinator.metrics import Metrics
+from shardcron.coordinator.notify.hooks import NotifyHooks
 from shardcron.coordinator.poller.clock import Clock, SystemClock
 from shardcron.coordinator.poller.config import MAX_DEFERRED, PollerConfig
 from shardcron.coordinator.poller.due import Due
@@ -104,8 +96,7 @@ class Poller:
         clock: Clock | None = None,
         runs_ended: Callable[[list[Run]], object] | None = None,
         after_turn: Callable[[RunTable], object] | None = None,
-        deliveries_made: Callable[[list[Delivery]], object] | None = None,
-        owner_defaults: Callable[[str], NotifyPolicy | None] = lambda owner: None,
+        notify: NotifyHooks | None = None,
     ) -> None:
         self.store = store
         # told the runs each turn made final, once they are durable (WaitRun wakes on it)
@@ -113,14 +104,13 @@ class Poller:
         # called with the runs held after every turn that ran to its end (tests check
         # the invariants of what is held there)
         self._after_turn = after_turn
-        # told the notifications each turn made, once they are durable (its sender)
-        self._deliveries_made = deliveries_made
+        self._notify = notify  # told each turn's deliveries once durable; owners' defaults
         self.poller_id = poller_id
         self.config = config
         self.metrics = metrics
         self._clock: Clock = clock or SystemClock()
         self._table = table = RunTable(config=config, clock=self._clock)
-        self._ends = ends = Ends(table, metrics=metrics, owner_defaults=owner_defaults)
+        self._ends = ends = Ends(table, metrics=metrics, notify=notify)
         self._due = Due(
             table,
             ends,
@@ -369,8 +359,8 @@ class Poller:
                 durable=partial(self._send_durable_leases, turn) if turn.leases else None,
                 deliveries=turn.deliveries,
             )
-            if turn.deliveries and self._deliveries_made is not None:
-                self._deliveries_made(turn.deliveries)
+            if turn.deliveries and self._notify is not None:
+                self._notify.made(turn.deliveries)
             ended = [r for r in turn.runs.values() if r.state.is_final]
             if ended and self._runs_ended is not None:
                 self._runs_ended(ended)
