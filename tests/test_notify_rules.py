@@ -22,6 +22,7 @@ from shardcron.coordinator.notify.addresses import (
 from shardcron.coordinator.notify.rules import decide, matches
 from shardcron.coordinator.notify.sender import NotifyConfig, retry_at
 from shardcron.coordinator.notify.signing import signature, verify
+from shardcron.coordinator.rows import _spec_from_json, _spec_to_json
 from shardcron.coordinator.validation import validate_spec
 from tests.support.store_builders import T0, S, make_job, make_run
 
@@ -189,3 +190,11 @@ def test_retries_back_off_and_stop_at_their_bounds() -> None:
     assert 60 <= waits[3] <= 72  # capped at max_backoff
     assert retry_at(dataclasses.replace(d, attempts=10), T0, config) is None
     assert retry_at(d, T0 + timedelta(hours=2), config) is None  # past give_up_after
+
+
+def test_a_spec_without_notifications_is_stored_as_before_and_one_with_them_reads_back() -> None:
+    spec = make_job().spec
+    assert '"notify"' not in _spec_to_json(spec)
+    with_rules = spec.replace(notify=ALL)
+    assert _spec_from_json(_spec_to_json(with_rules)) == with_rules
+    assert _spec_from_json(_spec_to_json(spec)) == spec
