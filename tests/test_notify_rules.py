@@ -19,7 +19,7 @@ from shardcron.coordinator.notify.addresses import (
     literal_refusal,
     public,
 )
-from shardcron.coordinator.notify.rules import decide, matches
+from shardcron.coordinator.notify.rules import decide, decide_start, matches
 from shardcron.coordinator.notify.sender import NotifyConfig, retry_at
 from shardcron.coordinator.notify.signing import signature, verify
 from shardcron.coordinator.rows import _spec_from_json, _spec_to_json
@@ -198,3 +198,16 @@ def test_a_spec_without_notifications_is_stored_as_before_and_one_with_them_read
     with_rules = spec.replace(notify=ALL)
     assert _spec_from_json(_spec_to_json(with_rules)) == with_rules
     assert _spec_from_json(_spec_to_json(spec)) == spec
+
+
+def test_a_late_start_is_told_at_the_start_and_not_again_at_the_end() -> None:
+    job = _with(ALL)
+    started = make_run(job, state=RunState.RUNNING, started_at=T0 + 31 * S)
+    [late] = decide_start(job, started, T0 + 31 * S)
+    assert late.rule == NotifyRule.LATE and late.id == f"{started.id}.late"
+    assert json.loads(late.body)["run"]["state"] == "RUNNING"
+    assert decide_start(job, dataclasses.replace(started, started_at=T0 + S), T0) == []
+    ended = dataclasses.replace(started, state=RunState.SUCCEEDED, ended_at=T0 + 40 * S)
+    assert NotifyRule.LATE not in {d.rule for d in decide(job, ended, T0, start_decided=True)}
+    # a start reported with its result only (never seen apart): told at the end
+    assert [d.id for d in decide(job, ended, T0)] == [late.id]

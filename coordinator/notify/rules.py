@@ -9,7 +9,8 @@ The rules of a job's ``NotifyPolicy`` (docs/notifications.md):
 - ``on_consecutive_failures`` N: the run whose end brought the failure streak to N
   (once per streak: the streak starts again at a success);
 - ``on_recovery``: a SUCCEEDED run that ended a streak of failures;
-- ``on_late`` X: a run that started more than X after it was due;
+- ``on_late`` X: a run that started more than X after it was due, told of at its start
+  (``decide_start``; at its end when its start was not reported apart from its result);
 - ``on_missed``: a run that ended MISSED or SKIPPED, with its reason.
 
 A delivery's id is the run's id and the rule's name: one run ends once, so an end that
@@ -37,9 +38,15 @@ _NOT_RUN = (RunState.MISSED, RunState.SKIPPED)
 
 
 def matches(
-    policy: NotifyPolicy, run: Run, *, streak_before: int, streak_after: int
+    policy: NotifyPolicy,
+    run: Run,
+    *,
+    streak_before: int,
+    streak_after: int,
+    start_decided: bool = False,
 ) -> list[tuple[NotifyRule, str]]:
-    """The rules ``run``'s end matches, each with its reason in words."""
+    """The rules ``run``'s end matches, each with its reason in words. ``start_decided``:
+    its start was seen, and ``late`` decided then (``decide_start``)."""
     out: list[tuple[NotifyRule, str]] = []
     why = _run_reason(run)
     if run.state in _FAILED:
@@ -54,13 +61,31 @@ def matches(
         out.append((NotifyRule.CONSECUTIVE_FAILURES, f"{streak_after} consecutive failed runs"))
     if policy.on_recovery and run.state == RunState.SUCCEEDED and streak_before > 0:
         out.append((NotifyRule.RECOVERY, f"succeeded after {streak_before} failed runs"))
-    late = policy.on_late
-    if late is not None and run.started_at is not None and run.started_at - run.due_at > late:
-        lag = (run.started_at - run.due_at).total_seconds()
-        out.append((NotifyRule.LATE, f"started {lag:.3f}s after it was due (limit {late})"))
+    if not start_decided and (late := _late(policy, run)) is not None:
+        out.append(late)
     if policy.on_missed and run.state in _NOT_RUN:
         out.append((NotifyRule.MISSED, f"{run.state.lower()}: {why}"))
     return out
+
+
+def _late(policy: NotifyPolicy, run: Run) -> tuple[NotifyRule, str] | None:
+    late = policy.on_late
+    if late is None or run.started_at is None or run.started_at - run.due_at <= late:
+        return None
+    lag = (run.started_at - run.due_at).total_seconds()
+    return NotifyRule.LATE, f"started {lag:.3f}s after it was due (limit {late})"
+
+
+def decide_start(
+    job: Job, run: Run, now: datetime, *, owner_defaults: NotifyPolicy | None = None
+) -> list[Delivery]:
+    """At a run's start (its worker's ``Started``): the ``late`` delivery, if it started
+    late, so a late run is told of when it starts, not when it ends."""
+    policy = job.spec.notify or owner_defaults
+    late = None if policy is None else _late(policy, run)
+    if policy is None or late is None:
+        return []
+    return [_delivery(job, run, policy, *late, now)]
 
 
 def decide(
@@ -71,33 +96,39 @@ def decide(
     streak_before: int = 0,
     streak_after: int = 0,
     owner_defaults: NotifyPolicy | None = None,
+    start_decided: bool = False,
 ) -> list[Delivery]:
     """The deliveries ``run``'s end makes under ``job``'s policy, else its owner's
     default rules (none without either)."""
     policy = job.spec.notify or owner_defaults
     if policy is None:
         return []
-    made = []
-    for rule, reason in matches(
-        policy, run, streak_before=streak_before, streak_after=streak_after
-    ):
-        delivery_id = f"{run.id}.{rule.lower()}"
-        made.append(
-            Delivery(
-                id=delivery_id,
-                owner=job.owner,
-                job_id=job.id,
-                run_id=run.id,
-                shard=run.shard,
-                rule=rule,
-                reason=reason,
-                webhook_url=policy.webhook_url,
-                body=body(job, run, delivery_id, rule, reason, slack=policy.slack),
-                created_at=run.ended_at or now,
-                next_attempt_at=None,
-            )
-        )
-    return made
+    found = matches(
+        policy,
+        run,
+        streak_before=streak_before,
+        streak_after=streak_after,
+        start_decided=start_decided,
+    )
+    return [_delivery(job, run, policy, rule, reason, now) for rule, reason in found]
+
+
+def _delivery(
+    job: Job, run: Run, policy: NotifyPolicy, rule: NotifyRule, reason: str, now: datetime
+) -> Delivery:
+    delivery_id = f"{run.id}.{rule.lower()}"
+    return Delivery(
+        id=delivery_id,
+        owner=job.owner,
+        job_id=job.id,
+        run_id=run.id,
+        shard=run.shard,
+        rule=rule,
+        reason=reason,
+        webhook_url=policy.webhook_url,
+        body=body(job, run, delivery_id, rule, reason, slack=policy.slack),
+        created_at=run.ended_at or now,
+    )
 
 
 def body(

@@ -39,7 +39,7 @@ from shardcron.client.stream import CancelOrder
 from shardcron.client.types import Job, JobState, NotifyPolicy, Run, RunReason, RunState
 from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.notify.hooks import NotifyHooks
-from shardcron.coordinator.notify.rules import decide
+from shardcron.coordinator.notify.rules import decide, decide_start
 from shardcron.coordinator.poller.end_rules import Outcome, follow_up
 from shardcron.coordinator.poller.faults import Isolated, fault_text
 from shardcron.coordinator.poller.overlap import Overlap, ran_until
@@ -70,6 +70,7 @@ class Ends:
             return turn.runs.get(slot.run.id, slot.run)  # ended already
         job = slot.job
         streak = self._streak(job)  # before the end: the table may forget the job with it
+        started = slot.run.state == RunState.RUNNING  # its start was seen: late was decided
         final = self._table.end(slot, outcome, now)
         self._metrics.run_ended(final)
         if outcome.follow_up and job is not None:
@@ -82,7 +83,7 @@ class Ends:
         self.overlap.after_end(final.job_id, turn, now, ran_until=until)
         turn.runs[final.id] = final
         if job is not None:
-            self.notify(job, final, turn, now, streak_before=streak)
+            self.notify(job, final, turn, now, streak_before=streak, start_decided=started)
         for fut in slot.cancel_waiters:
             _answer(turn, fut, final)
         return final
@@ -93,16 +94,42 @@ class Ends:
             return 0
         return self._table.jobs.get(job.id, job).consecutive_failures
 
+    def _rules_of(self, job: Job) -> tuple[Job, NotifyPolicy | None] | None:
+        """The newest copy of the job held, and its owner's default rules when it has
+        none of its own; None: no rules at all (nothing to decide)."""
+        current = self._table.jobs.get(job.id, job)
+        if current.spec.notify is not None:
+            return current, None
+        defaults = self._owner_defaults(job.owner)
+        return None if defaults is None else (current, defaults)
+
+    def notify_start(self, job: Job, run: Run, turn: Turn, now: datetime) -> None:
+        """A run started (its worker said so): its ``late`` notification, if it is late."""
+        if (rules := self._rules_of(job)) is None:
+            return
+        current, defaults = rules
+        try:
+            turn.deliveries += decide_start(current, run, now, owner_defaults=defaults)
+        except Exception as error:
+            log.error("run %s: its notifications failed", run.id, exc_info=error)
+            self._metrics.poller_faults.labels(where="notify").inc()
+
     def notify(
-        self, job: Job, final: Run, turn: Turn, now: datetime, *, streak_before: int | None = None
+        self,
+        job: Job,
+        final: Run,
+        turn: Turn,
+        now: datetime,
+        *,
+        streak_before: int | None = None,
+        start_decided: bool = False,
     ) -> None:
         """The notifications ``final``'s end makes go into the turn's writes. The newest
         copy of the job held gives the policy and the streak after the end; a policy
         whose rules raise makes none (counted), and the run's end stands."""
-        current = self._table.jobs.get(job.id, job)
-        defaults = None if current.spec.notify is not None else self._owner_defaults(job.owner)
-        if current.spec.notify is None and defaults is None:
+        if (rules := self._rules_of(job)) is None:
             return
+        current, defaults = rules
         before = current.consecutive_failures if streak_before is None else streak_before
         progress = turn.progress.get(job.id)
         after = before
@@ -116,6 +143,7 @@ class Ends:
                 streak_before=before,
                 streak_after=after,
                 owner_defaults=defaults,
+                start_decided=start_decided,
             )
         except Exception as error:
             log.error("run %s: its notifications failed", final.id, exc_info=error)
