@@ -53,6 +53,8 @@ from shardcron.coordinator.ids import (
 )
 from shardcron.coordinator.job_health import with_health as with_health_of
 from shardcron.coordinator.metrics import Metrics
+from shardcron.coordinator.notify.owner_api import NotifyApi
+from shardcron.coordinator.notify.settings import OwnerSettingsBook
 from shardcron.coordinator.output_blobs import OutputBlobs
 from shardcron.coordinator.overviews import read_overview
 from shardcron.coordinator.poller.fires import (
@@ -129,6 +131,8 @@ class JobsApi:
         place_within: timedelta = timedelta(0),
         output_blobs: OutputBlobs | None = None,
         artifacts: Artifacts | None = None,
+        notify_allow_private: bool = False,
+        notify_book: OwnerSettingsBook | None = None,
     ) -> None:
         """``endings`` is what this node's poller announces ended runs to, and
         ``served_here(shard)`` whether that poller holds the shard (``run_waits``);
@@ -143,6 +147,9 @@ class JobsApi:
         self.endings = endings or RunEndings()
         self.served_here = served_here
         self.quotas = quotas or QuotaGuard(Quotas(), store.count_jobs)
+        self.notify = NotifyApi(  # webhooks, deliveries, owners' notification settings
+            store, keys=keys, allow_private=notify_allow_private, book=notify_book
+        )
         self.keys = keys
         self.place_within = place_within
         self.output_blobs = output_blobs  # None: a run's output is the job store's tail
@@ -231,6 +238,7 @@ class JobsApi:
                 key_field = "idempotency_key" if single else f"jobs[{i}].idempotency_key"
                 text(key, key_field, limits.MAX_IDEMPOTENCY_KEY)
             checked.append((stored, key))
+        await self.notify.check_webhooks(checked, single=single)
         items = checked
         await require_artifacts(self.artifacts, owner, with_artifacts)
         await self.quotas.check_creates(owner, len(items))
@@ -300,6 +308,7 @@ class JobsApi:
         as_stored = job.spec if self.keys is None else self.keys.opened_spec(job.spec)
         spec = secrets_for_update(as_stored, spec)
         validate_spec(spec)  # the merged secrets count against the env budget too
+        await self.notify.check_webhooks([(spec, "")], single=True)
         spec = self._sealed(spec)
         now = utcnow()
         if spec.schedule.kind == ScheduleKind.INTERVAL and spec.schedule.anchor is None:

@@ -51,6 +51,13 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.notify_deliveries = Counter(
+            "shardcron_notify_deliveries_total",
+            "Webhook notification attempts by outcome: sent (2xx), failed (to be tried"
+            " again, or dropped), dropped (given up, or its address refused)",
+            ["outcome"],
+            registry=r,
+        )
         self.fires_skipped = Counter(
             "shardcron_fires_skipped_total",
             "Fires recorded SKIPPED (not run), by reason: OVERLAP, PAUSED, DST_GAP, MISFIRE",

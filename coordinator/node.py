@@ -39,6 +39,10 @@ from shardcron.coordinator.coordination import Assignment, Coordination
 from shardcron.coordinator.http.server import HttpConfig, HttpServer, start_http
 from shardcron.coordinator.http.services import Services
 from shardcron.coordinator.metrics import Metrics, TimedStore, serve_metrics
+from shardcron.coordinator.notify.hooks import NotifyHooks
+from shardcron.coordinator.notify.owner_api import refresh_book
+from shardcron.coordinator.notify.sender import NotifyConfig, Sender
+from shardcron.coordinator.notify.settings import REFRESH, OwnerSettingsBook
 from shardcron.coordinator.open_calls import CallLimits, LongCall, OpenCalls
 from shardcron.coordinator.output_blobs import OutputBlobConfig, OutputBlobs
 from shardcron.coordinator.poller import Poller, PollerConfig
@@ -83,6 +87,7 @@ class NodeConfig:
     # an artifact no job refers to is deleted once this old (``artifact_retention``)
     artifact_grace: timedelta = DEFAULT_GRACE
     artifact_sweep_interval: timedelta = DEFAULT_INTERVAL
+    notify: NotifyConfig = field(default_factory=NotifyConfig)  # webhook notifications
 
 
 class Node:
@@ -121,6 +126,9 @@ class Node:
         self.store: JobStore = TimedStore(store, self.metrics)  # type: ignore[assignment]
         self.coordination = coordination
         self.poller: Poller | None = None
+        self.notify_sender: Sender | None = None
+        self.notify_book: OwnerSettingsBook | None = None
+        self._notify_refresh: asyncio.Task[None] | None = None
         self.api: JobsApi | None = None
         self.router: ShardRouter | None = None
         self.retention: RetentionSweeper | None = None
@@ -162,7 +170,17 @@ class Node:
         if self.output_blobs is not None:
             await self.output_blobs.start()
         endings = RunEndings()
+        notify = self.config.notify
+        self.notify_book = book = OwnerSettingsBook(file_secrets=notify.secrets)
+        await refresh_book(self.store, book, self.config.poller.secret_keys)
         if "poller" in self.config.roles:
+            self.notify_sender = Sender(
+                self.store,
+                owns=lambda shard: self.poller is not None and self.poller.owns(shard),
+                config=notify,
+                metrics=self.metrics,
+                secrets=book.secret,
+            )
             self.poller = Poller(
                 self.store,
                 poller_id=self.config.node_id,
@@ -171,6 +189,7 @@ class Node:
                 ownership_valid=self.coordination.ownership_valid,
                 session_generation=self.coordination.session_generation,
                 runs_ended=endings.ended,
+                notify=NotifyHooks(made=self.notify_sender.made, owner_defaults=book.defaults),
             )
             self.coordination.subscribe(self.poller.on_assignment)
         self.router = ShardRouter(
@@ -192,6 +211,8 @@ class Node:
                 place_within=self.config.poller.hint_horizon,
                 output_blobs=self.output_blobs,
                 artifacts=self.artifacts,
+                notify_allow_private=notify.allow_private,
+                notify_book=book,
             )
         self.server, self.port = build_server(
             self.config.listen,
@@ -227,6 +248,9 @@ class Node:
             self.metrics_port = serve_metrics(self.metrics, self.config.metrics_listen)
         if self.poller is not None:
             self.poller.start()
+        if self.notify_sender is not None:
+            self.notify_sender.start()
+            self._notify_refresh = asyncio.create_task(self._refresh_notify_settings())
         await self.coordination.start(
             poller_id=self.config.node_id if self.poller else None, poller_address=self.address
         )
@@ -276,6 +300,16 @@ class Node:
                 self.metrics.is_leader.set(0)
             await asyncio.sleep(5)
 
+    async def _refresh_notify_settings(self) -> None:
+        """Owners' notification settings, read again every ``REFRESH`` (notify/settings)."""
+        assert self.notify_book is not None
+        while True:
+            await asyncio.sleep(REFRESH.total_seconds())
+            try:
+                await refresh_book(self.store, self.notify_book, self.config.poller.secret_keys)
+            except Exception as error:  # the settings held stay; read again next time
+                log.warning("could not read the owners' notification settings: %s", error)
+
     async def stop(self, grace: float = 2.0) -> None:
         if self.retention is not None:
             await self.retention.stop()
@@ -292,6 +326,12 @@ class Node:
         await self.coordination.stop()
         if self.poller is not None:
             await self.poller.stop()
+        if self._notify_refresh is not None:
+            self._notify_refresh.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._notify_refresh
+        if self.notify_sender is not None:
+            await self.notify_sender.stop()
         if self.server is not None:
             await self.server.stop(grace)
         if self.router is not None:

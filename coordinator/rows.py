@@ -133,7 +133,12 @@ def _load(cls: type[T], data: dict[str, Any]) -> T:
 
 
 def _spec_to_json(spec: JobSpec) -> str:
-    return json.dumps(_dump(spec), separators=(",", ":"), ensure_ascii=False)
+    data = _dump(spec)
+    if data["notify"] is None:
+        # left out, as a spec written before it existed: the text of a spec without
+        # notifications is what it was, which a node of an earlier version still reads
+        del data["notify"]
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
 
 
 # Decoded specs by their JSON: the jobs of one batch (or fleet) store the same text, and

@@ -27,6 +27,11 @@ from grpc_reflection.v1alpha import reflection
 
 from shardcron.client import codec, limits
 from shardcron.client.codec.common import get_duration, get_time
+from shardcron.client.codec.notify import (
+    delivery_to_proto,
+    notify_from_proto,
+    notify_settings_to_proto,
+)
 from shardcron.client.errors import FailedPrecondition, InvalidArgument, ShardcronError
 from shardcron.client.types import (
     DEFAULT_OWNER,
@@ -411,6 +416,46 @@ class JobServiceServicer(jobs_pb2_grpc.JobServiceServicer):
         )
         runs, token = fitted(PageKind.DEAD_LETTERS, page, codec.run_to_proto)
         return jobs_pb2.ListRunsResponse(runs=runs, next_page_token=token)
+
+    @rpc
+    async def ListDeliveries(
+        self, request: jobs_pb2.ListDeliveriesRequest, context: Any
+    ) -> jobs_pb2.ListDeliveriesResponse:
+        page = await self.api.notify.list_deliveries(
+            owner_of(context),
+            job_id=request.job_id,
+            page_size=page_size(request.page_size),
+            page_token=page_token(request.page_token),
+        )
+        found, token = fitted(PageKind.DELIVERIES, page, delivery_to_proto)
+        return jobs_pb2.ListDeliveriesResponse(deliveries=found, next_page_token=token)
+
+    @rpc
+    async def GetNotifySettings(
+        self, request: jobs_pb2.GetNotifySettingsRequest, context: Any
+    ) -> jobs_pb2.NotifySettings:
+        return notify_settings_to_proto(await self.api.notify.get(owner_of(context)))
+
+    @rpc
+    async def SetNotifyDefaults(
+        self, request: jobs_pb2.SetNotifyDefaultsRequest, context: Any
+    ) -> jobs_pb2.NotifySettings:
+        defaults = (
+            notify_from_proto(request.defaults, "defaults")
+            if request.HasField("defaults")
+            else None
+        )
+        settings = self.api.notify
+        return notify_settings_to_proto(await settings.set_defaults(owner_of(context), defaults))
+
+    @rpc
+    async def SetNotifySecret(
+        self, request: jobs_pb2.SetNotifySecretRequest, context: Any
+    ) -> jobs_pb2.NotifySettings:
+        settings = self.api.notify
+        return notify_settings_to_proto(
+            await settings.set_secret(owner_of(context), request.secret)
+        )
 
     @rpc
     async def ReplayDeadLetters(

@@ -36,12 +36,14 @@ from datetime import datetime, timedelta
 from typing import Protocol, runtime_checkable
 
 from shardcron.client.dataclass_copies import fast_init
-from shardcron.client.types import Job, JobState, OutputChunk, Page, Run, RunState
+from shardcron.client.types import Delivery, Job, JobState, OutputChunk, Page, Run, RunState
+from shardcron.coordinator.notify.settings import OwnerSettings
 from shardcron.coordinator.rows import BadRowLog
 
 DEFAULT_SHARD_COUNT = 64
 DEFAULT_BUCKET_SECONDS = 60
 DEFAULT_OUTPUT_CAP_BYTES = 1 << 20  # per run; the tail is kept
+DELIVERY_KEPT = timedelta(days=7)  # how long a delivery's record is listed
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -194,10 +196,14 @@ class JobStore(Protocol):
         progress: Sequence[JobProgress] = (),
         write_time: datetime | None = None,
         durable: Callable[[Collection[str]], None] | None = None,
+        deliveries: Sequence[Delivery] = (),
     ) -> None:
         """The poller's group commit: upserts ``runs`` (whole records), adds a
-        due-index row for each run in ``due`` and applies ``progress``, durably,
-        in one transaction. A run inserted here that already exists with the same
+        due-index row for each run in ``due``, applies ``progress`` and adds the
+        notification ``deliveries`` the runs' ends made, durably, in one transaction
+        (Cassandra: the deliveries before the runs' final records, so a run whose end
+        is durable has its deliveries durable). A delivery whose id is stored already is
+        left as it is (a replayed end never resets one that was sent). A run inserted here that already exists with the same
         id is overwritten only by a run of the same or a later state order, so a
         replayed materialisation never resets a run that moved on.
 
@@ -263,6 +269,32 @@ class JobStore(Protocol):
     ) -> Page[Run]:
         """Runs with ``dead_letter`` set, newest first; of one job or of every job of
         the owner. Rows that cannot be decoded are skipped."""
+
+    # --- notification deliveries ---------------------------------------------
+
+    async def save_deliveries(self, deliveries: Sequence[Delivery]) -> None:
+        """Writes what attempts to send these deliveries changed (status, attempts,
+        times, last error); a DELIVERED or DROPPED one leaves the shard's pending ones."""
+
+    async def pending_deliveries(self, shard: int, *, limit: int = 1000) -> list[Delivery]:
+        """The PENDING deliveries of ``shard``, oldest id first, at most ``limit``."""
+
+    async def list_deliveries(
+        self, owner: str, *, job_id: str = "", page_size: int = 100, page_token: str = ""
+    ) -> Page[Delivery]:
+        """The owner's deliveries (of one job, or of all), newest id first. Kept for
+        ``DELIVERY_KEPT`` after they were made."""
+
+    # --- owner settings ----------------------------------------------------------
+
+    async def put_owner_settings(self, settings: OwnerSettings) -> None:
+        """Writes the owner's settings record whole (``notify/settings``)."""
+
+    async def get_owner_settings(self, owner: str) -> OwnerSettings | None:
+        """The owner's settings record; None when it never set any."""
+
+    async def list_owner_settings(self) -> list[OwnerSettings]:
+        """Every owner's settings record (one per owner that set something: few)."""
 
     # --- due index ----------------------------------------------------------
 

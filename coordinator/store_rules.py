@@ -151,6 +151,7 @@ class PageKind(StrEnum):
     RUNS = "run"
     DEAD_LETTERS = "dead"
     OWNER_RUNS = "owner-run"
+    DELIVERIES = "delivery"
 
 
 def clamp_page_size(requested: int) -> int:

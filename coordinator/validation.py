@@ -19,7 +19,15 @@ from shardcron.client import limits as lim
 from shardcron.client.errors import InvalidArgument
 from shardcron.client.limits import clip
 from shardcron.client.schedule import validate_schedule
-from shardcron.client.types import OWNER_HEADER, CommandTask, HandlerTask, JobSpec, Schedule
+from shardcron.client.types import (
+    OWNER_HEADER,
+    CommandTask,
+    HandlerTask,
+    JobSpec,
+    NotifyPolicy,
+    Schedule,
+)
+from shardcron.coordinator.notify.addresses import MAX_URL, url_parts
 
 _OWNER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,127}")
 _LABEL_KEY = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._/-]{{0,{lim.MAX_LABEL_KEY - 1}}}")
@@ -223,6 +231,20 @@ def validate_spec(spec: JobSpec, field: str = "spec") -> None:
     valid_count(
         spec.pause_after_failures, f"{field}.pause_after_failures", lim.MAX_PAUSE_AFTER_FAILURES
     )
+    if spec.notify is not None:
+        validate_notify(spec.notify, f"{field}.notify")
+
+
+def validate_notify(n: NotifyPolicy, field: str) -> None:
+    """The policy's form; whether the node may call its URL is ``notify.addresses``'s."""
+    url_parts(n.webhook_url, f"{field}.webhook_url")
+    text(n.webhook_url, f"{field}.webhook_url", MAX_URL)
+    valid_count(
+        n.on_consecutive_failures, f"{field}.on_consecutive_failures", lim.MAX_PAUSE_AFTER_FAILURES
+    )
+    duration_bound(n.on_late, f"{field}.on_late", positive=True)
+    if not n.rules:
+        raise InvalidArgument(field, "names a webhook but no rule: set at least one on_*")
 
 
 def page_size(value: int, field: str = "page_size") -> int:

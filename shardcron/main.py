@@ -42,6 +42,7 @@ from shardcron.coordinator.poller import PollerConfig
 from shardcron.coordinator.quotas import Quotas
 from shardcron.coordinator.sealing import KeyRing
 from shardcron.edge_options import EdgeOptions, edge_options
+from shardcron.notify_options import notify_options
 from shardcron.policy_options import inherit_env_option, store_policy_options
 from shardcron.role_commands import (
     cassandra_options,
@@ -56,6 +57,7 @@ from shardcron.spool_options import output_spool_options
 
 if TYPE_CHECKING:
     from shardcron.coordinator.node import Node
+    from shardcron.coordinator.notify.sender import NotifyConfig
     from shardcron.worker.output_spool import OutputSpoolConfig
     from shardcron.worker.sandbox import SandboxConfig
 
@@ -110,6 +112,7 @@ if TYPE_CHECKING:
 @lease_lead_option("500ms")
 @click.option("--shards", default=64, show_default=True, help="Shard count (fixed for a data dir).")
 @edge_options
+@notify_options
 @auth_file_option
 @server_tls_options
 @store_policy_options
@@ -139,6 +142,7 @@ def dev(
     inherit_env: bool,
     log_level: str,
     edge: EdgeOptions,
+    notify: NotifyConfig,
     sandbox: SandboxConfig,
     blobs: BlobOptions,
     output_spool: OutputSpoolConfig,
@@ -197,6 +201,7 @@ def dev(
         http_allowed_hosts=edge.allowed_hosts,
         http_allowed_origins=edge.allowed_origins,
         call_limits=edge.call_limits,
+        notify=notify,
     )
     tune_collector()
     try:
@@ -491,6 +496,7 @@ def worker_cmd(
 @click.option("--misfire-grace", default="5s", show_default=True, callback=duration_option)
 @lease_lead_option("1s")
 @edge_options
+@notify_options
 @auth_file_option
 @node_token_option
 @server_tls_options
@@ -523,6 +529,7 @@ def node(
     secret_keys: KeyRing | None,
     log_level: str,
     edge: EdgeOptions,
+    notify: NotifyConfig,
     blobs: BlobOptions,
 ) -> None:
     """Run a cluster node on ZooKeeper and Cassandra (the production entry point)."""
@@ -586,6 +593,7 @@ def node(
         output=OutputBlobConfig(limit_bytes=blobs.output_limit),
         artifact_limits=blobs.artifact_limits,
         artifact_grace=blobs.artifact_grace,
+        notify=notify,
     )
     tune_collector()
     try:

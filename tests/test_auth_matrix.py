@@ -206,6 +206,24 @@ CALLS: dict[str, tuple[dict[str, tuple[str, str]], Call]] = {
         READ,
         lambda s, md, o: s.jobs.GetOverview(jobs_pb2.OverviewRequest(), metadata=md),
     ),
+    "/shardcron.v1.JobService/ListDeliveries": (
+        READ,
+        lambda s, md, o: s.jobs.ListDeliveries(jobs_pb2.ListDeliveriesRequest(), metadata=md),
+    ),
+    "/shardcron.v1.JobService/GetNotifySettings": (
+        READ,
+        lambda s, md, o: s.jobs.GetNotifySettings(jobs_pb2.GetNotifySettingsRequest(), metadata=md),
+    ),
+    "/shardcron.v1.JobService/SetNotifyDefaults": (
+        WRITE,
+        lambda s, md, o: s.jobs.SetNotifyDefaults(jobs_pb2.SetNotifyDefaultsRequest(), metadata=md),
+    ),
+    "/shardcron.v1.JobService/SetNotifySecret": (
+        WRITE,
+        lambda s, md, o: s.jobs.SetNotifySecret(
+            jobs_pb2.SetNotifySecretRequest(secret=""), metadata=md
+        ),
+    ),
     "/shardcron.v1.JobService/ReplayDeadLetters": (
         WRITE,
         lambda s, md, o: s.jobs.ReplayDeadLetters(

@@ -4,6 +4,7 @@ mapping, output formats and error exit codes (a fake client stands in for the SD
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -18,6 +19,7 @@ from shardcron.client.cli import (
     spec_from_options,
     to_jsonable,
 )
+from shardcron.client.cli.job_options import notify_rules
 from shardcron.client.errors import (
     InvalidArgument,
     NotFound,
@@ -32,6 +34,7 @@ from shardcron.client.types import (
     HandlerTask,
     JobSpec,
     MisfirePolicy,
+    NotifyPolicy,
     OverlapPolicy,
     Resources,
     ResultLimits,
@@ -492,3 +495,42 @@ def test_job_get_shows_secret_keys_never_values() -> None:
     result = invoke(["job", "get", "job-1"], obj=fake)
     assert result.exit_code == 0, result.output
     assert "DB_PASSWORD=***" in result.output
+
+
+def test_notify_flags_make_the_policy_and_an_update_keeps_or_replaces_it() -> None:
+    fake = FakeClient()
+    result = invoke(
+        [
+            "job", "create", "n", "--notify-webhook", "https://h.example/x",
+            "--notify-on", "failure,recovery,dead-letter,consecutive=3,late=30s,missed",
+            "--notify-slack", "--", "true",
+        ],
+        obj=fake,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    (_, (spec,), _) = fake.calls[0]
+    assert spec.notify == NotifyPolicy(
+        webhook_url="https://h.example/x", on_failure=True, on_recovery=True,
+        on_dead_letter=True, on_consecutive_failures=3, on_late=timedelta(seconds=30),
+        on_missed=True, slack=True,
+    )  # fmt: skip
+    kept = apply_options(spec, JobOptions(notify_webhook="https://h.example/y"))
+    assert kept.notify == dataclasses.replace(spec.notify, webhook_url="https://h.example/y")
+    only = apply_options(spec, JobOptions(notify_on=notify_rules("failure")))
+    assert only.notify is not None and only.notify.rules == ("failure",)
+    assert apply_options(spec, JobOptions(notify_webhook="")).notify is None
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--notify-webhook", "https://h/x"], "--notify-webhook needs --notify-on"),
+        (["--notify-on", "failure"], "need --notify-webhook"),
+        (["--notify-webhook", "https://h/x", "--notify-on", "sometimes"], "unknown rule"),
+        (["--notify-webhook", "https://h/x", "--notify-on", "consecutive=0"], "unknown rule"),
+        (["--notify-webhook", "https://h/x", "--notify-on", "late=soon"], "late=soon"),
+    ],
+)
+def test_bad_notify_flags_are_usage_errors(args: list[str], says: str) -> None:
+    result = invoke(["job", "create", "n", *args, "--", "true"], obj=FakeClient())
+    assert result.exit_code == 2 and says in result.output, result.output

@@ -438,6 +438,7 @@ LONG_ID_CALLS = [
     ("GetRun", jobs_pb2.GetRunRequest(run_id=LONG_ID), "run_id"),
     ("CancelRun", jobs_pb2.GetRunRequest(run_id=LONG_ID), "run_id"),
     ("ListDeadLetters", jobs_pb2.ListDeadLettersRequest(job_id=LONG_ID), "job_id"),
+    ("ListDeliveries", jobs_pb2.ListDeliveriesRequest(job_id=LONG_ID), "job_id"),
     ("ReplayDeadLetters", jobs_pb2.DeadLettersRequest(run_ids=[LONG_ID]), "run_ids[0]"),
     ("DropDeadLetters", jobs_pb2.DeadLettersRequest(job_id=LONG_ID), "job_id"),
     ("ListJobs", jobs_pb2.ListJobsRequest(page_token=LONG_ID), "page_token"),

@@ -6,12 +6,16 @@ from __future__ import annotations
 import dataclasses
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from shardcron.client.schedule import next_fire
 from shardcron.client.types import (
     HandlerTask,
     Job,
     JobSpec,
     JobState,
+    NotifyPolicy,
+    NotifyRule,
     RetryPolicy,
     Run,
     RunReason,
@@ -19,7 +23,7 @@ from shardcron.client.types import (
     Schedule,
 )
 from shardcron.coordinator.poller import fires
-from shardcron.coordinator.poller.end_rules import final_run, follow_up
+from shardcron.coordinator.poller.end_rules import Outcome, final_run, follow_up
 from tests.support.held_runs import Held
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -173,4 +177,53 @@ def test_the_copy_of_a_job_whose_last_fire_was_skipped_is_not_kept_regression() 
     h.due_rules.trigger(slot, T0, h.turn)
     assert (h.ended(slot).state, h.ended(slot).reason) == (RunState.SKIPPED, RunReason.PAUSED)
     assert h.table.jobs == {}
+    h.table.check()
+
+
+def _notifying(**rules: object) -> Job:
+    policy = NotifyPolicy(webhook_url="https://hooks.example/x", **rules)  # type: ignore[arg-type]
+    return job(
+        Schedule.every(timedelta(minutes=1)), notify=policy, retry=RetryPolicy(max_attempts=1)
+    )
+
+
+def test_a_runs_end_puts_its_deliveries_in_the_turn_with_the_streak_it_made() -> None:
+    h = Held()
+    j = _notifying(on_failure=True, on_consecutive_failures=2, on_recovery=True)
+    # held together, and a fourth after them (the next fire): the job stays held
+    first, second, third, _ = (h.slot(j) for _ in range(4))
+    failed = Outcome(state=RunState.FAILED, reason=RunReason.NON_ZERO_EXIT)
+    h.ends.end(first, failed, h.turn, T0)
+    assert [d.rule for d in h.turn.deliveries] == [NotifyRule.FAILURE]
+    h.ends.end(second, failed, h.turn, T0)
+    assert [d.rule for d in h.turn.deliveries[1:]] == [
+        NotifyRule.FAILURE,
+        NotifyRule.CONSECUTIVE_FAILURES,
+    ]
+    h.ends.end(third, Outcome(state=RunState.SUCCEEDED, reason=RunReason.NONE), h.turn, T0)
+    assert h.turn.deliveries[-1].rule == NotifyRule.RECOVERY
+    assert "after 2 failed runs" in h.turn.deliveries[-1].reason
+    assert not h.turn.empty()
+
+
+def test_an_owners_defaults_notify_a_job_without_rules_and_a_raising_rule_fails_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    h = Held()
+    defaults = NotifyPolicy(webhook_url="https://hooks.example/o", on_failure=True)
+    h.ends._owner_defaults = {"o": defaults}.get  # the node's OwnerSettingsBook.defaults
+    plain = job(retry=RetryPolicy(max_attempts=1))
+    failed = Outcome(state=RunState.FAILED, reason=RunReason.NON_ZERO_EXIT)
+    h.ends.end(h.slot(plain), failed, h.turn, T0)
+    [d] = h.turn.deliveries
+    assert d.webhook_url == defaults.webhook_url and d.rule == NotifyRule.FAILURE
+
+    def broken(*args: object, **kwargs: object) -> list[object]:
+        raise RuntimeError("rules broke")
+
+    monkeypatch.setattr("shardcron.coordinator.poller.ends.decide", broken)
+    slot = h.slot(plain)
+    h.ends.end(slot, failed, h.turn, T0)
+    assert h.ended(slot).state == RunState.FAILED  # the run's end stands
+    assert len(h.turn.deliveries) == 1
     h.table.check()

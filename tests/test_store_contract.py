@@ -27,11 +27,15 @@ import pytest
 
 from shardcron.client.errors import FailedPrecondition, InvalidArgument, NotFound, VersionConflict
 from shardcron.client.types import (
+    Delivery,
+    DeliveryStatus,
     HandlerTask,
     Job,
     JobSpec,
     JobState,
     LateReason,
+    NotifyPolicy,
+    NotifyRule,
     OutputChunk,
     Run,
     RunLateness,
@@ -41,10 +45,11 @@ from shardcron.client.types import (
     RunUsage,
 )
 from shardcron.coordinator.ids import new_job_id, run_id, utcnow
+from shardcron.coordinator.notify.settings import OwnerSettings
 from shardcron.coordinator.rows import UnreadableRow
 from shardcron.coordinator.sqlite.store import SqliteStore
 from shardcron.coordinator.store import ArtifactRef, DueEntry, JobProgress, JobStore, NewJob
-from shardcron.coordinator.store_rules import PAGE_BYTES, PageKind, fit_page
+from shardcron.coordinator.store_rules import PAGE_BYTES, PageKind, fit_page, page_token
 from tests.support.bad_rows import spoil
 from tests.support.cassandra import cassandra_backend
 from tests.support.store_builders import (
@@ -1127,3 +1132,90 @@ async def test_artifact_references_are_kept_per_owner_and_digest(
     again = await store_factory()  # durable
     assert await again.artifact_refs(ALICE, a) == [jobs[0], jobs[2]]
     assert await again.artifact_refs("bob", a) == [jobs[1]]
+
+
+# --- notification deliveries ---------------------------------------------------------
+
+
+def _delivery(run: Run, rule: NotifyRule = NotifyRule.FAILURE, **fields: object) -> Delivery:
+    return Delivery(
+        id=f"{run.id}.{rule.lower()}", owner=run.owner, job_id=run.job_id, run_id=run.id,
+        shard=run.shard, rule=rule, reason="it failed", webhook_url="https://hooks.example/x",
+        body=b'{"run": 1}\x00', created_at=run.ended_at or T0, **fields,
+    )  # fmt: skip
+
+
+async def test_deliveries_written_with_the_commit_and_listed_by_owner_and_job(
+    store_factory: Callable[[], Awaitable[JobStore]],
+) -> None:
+    store = await store_factory()
+    job, other = await create(store, make_job()), await create(store, make_job())
+    bobs = await create(store, make_job(BOB))
+    runs = [
+        make_run(j, due_at=T0 + i * S, state=RunState.FAILED, ended_at=T0 + i * S)
+        for i, j in enumerate((job, other, bobs))
+    ]
+    made = [_delivery(r) for r in runs]
+    await store.commit(runs=runs, deliveries=made)
+    again = await store_factory()  # durable: read through another instance
+    newest = sorted(made[:2], key=lambda d: d.id, reverse=True)
+    assert (await again.list_deliveries(ALICE)).items == newest
+    assert (await again.list_deliveries(ALICE, job_id=other.id)).items == [made[1]]
+    assert (await again.list_deliveries(BOB, job_id=job.id)).items == []
+    assert await all_pages(lambda **kw: again.list_deliveries(ALICE, **kw), 1) == newest
+    pending = await again.pending_deliveries(runs[0].shard)
+    assert made[0] in pending
+    assert all(d.shard == runs[0].shard for d in pending)
+
+
+async def test_a_delivery_sent_leaves_the_pending_ones_and_a_replay_never_resets_it(
+    store: JobStore,
+) -> None:
+    job = await create(store, make_job())
+    run = make_run(job, state=RunState.FAILED, ended_at=T0)
+    first = _delivery(run)
+    await store.commit(runs=[run], deliveries=[first])
+    assert await store.pending_deliveries(run.shard) == [first]
+    tried = dataclasses.replace(
+        first, attempts=1, last_attempt_at=T0 + S, last_error="HTTP 500", next_attempt_at=T0 + 2 * S
+    )
+    await store.save_deliveries([tried])
+    assert await store.pending_deliveries(run.shard) == [tried]
+    sent = dataclasses.replace(
+        tried, status=DeliveryStatus.DELIVERED, attempts=2, delivered_at=T0 + 3 * S,
+        next_attempt_at=None, last_error="",
+    )  # fmt: skip
+    await store.save_deliveries([sent])
+    assert await store.pending_deliveries(run.shard) == []
+    await store.commit(runs=[run], deliveries=[first])  # the same end, written again
+    assert await store.pending_deliveries(run.shard) == []
+    assert (await store.list_deliveries(ALICE)).items == [sent]
+
+
+async def test_delivery_page_tokens_of_another_listing_are_refused(store: JobStore) -> None:
+    token = page_token(PageKind.RUNS, "r-1")
+    with pytest.raises(InvalidArgument):
+        await store.list_deliveries(ALICE, page_token=token)
+
+
+async def test_owner_settings_are_written_whole_and_read_back(
+    store_factory: Callable[[], Awaitable[JobStore]],
+) -> None:
+    store = await store_factory()
+    assert await store.get_owner_settings(ALICE) is None
+    assert await store.list_owner_settings() == []
+    policy = NotifyPolicy(
+        webhook_url="https://hooks.example/a", on_failure=True, on_late=timedelta(seconds=30)
+    )
+    alice = OwnerSettings(
+        owner=ALICE, notify_defaults=policy, notify_secret="sealed:v1:k:abc", updated_at=T0
+    )
+    bob = OwnerSettings(owner=BOB, notify_secret="bobs", updated_at=T0)
+    await store.put_owner_settings(alice)
+    await store.put_owner_settings(bob)
+    again = await store_factory()
+    assert await again.get_owner_settings(ALICE) == alice
+    assert sorted(await again.list_owner_settings(), key=lambda s: s.owner) == [alice, bob]
+    cleared = dataclasses.replace(alice, notify_defaults=None, notify_secret="", updated_at=T0 + S)
+    await again.put_owner_settings(cleared)
+    assert await store.get_owner_settings(ALICE) == cleared

@@ -38,6 +38,7 @@ from shardcron.client.types import (
     HandlerTask,
     JobSpec,
     MisfirePolicy,
+    NotifyPolicy,
     OverlapPolicy,
     ResultLimits,
     Schedule,
@@ -86,6 +87,9 @@ class JobOptions:
     require_labels: tuple[tuple[str, str], ...] = ()
     labels: tuple[tuple[str, str], ...] = ()
     pause_after_failures: int | None = None
+    notify_webhook: str | None = None  # "" = no notifications
+    notify_on: dict[str, Any] | None = None  # NotifyPolicy's rule fields (``notify_rules``)
+    notify_slack: bool | None = None
     handler: str | None = None
     payload: bytes | None = None
     env: tuple[tuple[str, str], ...] = ()
@@ -213,6 +217,24 @@ JOB_FLAGS = [
         type=click.IntRange(0, limits.MAX_PAUSE_AFTER_FAILURES),
         help="Pause the job after N failed runs in a row (0 = never).",
     ),
+    click.option(
+        "--notify-webhook",
+        metavar="URL",
+        help="POST a signed JSON notification here when a --notify-on rule matches a run's"
+        " end ('' = no notifications).",
+    ),
+    click.option(
+        "--notify-on",
+        metavar="RULES",
+        callback=lambda _ctx, _param, value: None if value is None else notify_rules(value),
+        help="When to notify, comma-separated: failure, recovery, dead-letter, missed,"
+        " consecutive=N, late=DURATION.",
+    ),
+    click.option(
+        "--notify-slack/--no-notify-slack",
+        default=None,
+        help='Send a Slack-compatible body ({"text": ...}) instead of the JSON record.',
+    ),
     click.option("--handler", metavar="NAME", help="Run the worker handler NAME (no ARGV)."),
     click.option("--payload", type=PAYLOAD, help="Handler payload: TEXT or @FILE."),
     click.option("--env", type=KEY_VALUE, multiple=True, help="Command environment (repeatable)."),
@@ -318,6 +340,7 @@ def apply_options(spec: JobSpec | None, o: JobOptions) -> JobSpec:
         pause_after_failures=o.pause_after_failures,
         labels=dict(o.labels) if o.labels else None,
     )
+    spec = spec.replace(notify=_notify_from_options(spec.notify, o))
     if o.timeout is not None:
         spec = spec.replace(timeout=o.timeout or None)
     if o.starting_deadline is not None:
@@ -334,6 +357,55 @@ def _results_given(results: ResultLimits, o: JobOptions) -> ResultLimits | None:
         max_bytes=o.result_bytes,
     )
     return None if changed is results else changed
+
+
+_NO_RULES = {
+    "on_failure": False,
+    "on_recovery": False,
+    "on_dead_letter": False,
+    "on_missed": False,
+    "on_consecutive_failures": 0,
+    "on_late": None,
+}
+
+
+def notify_rules(text: str) -> dict[str, Any]:
+    """``--notify-on``'s rules as ``NotifyPolicy`` fields (every rule not named off)."""
+    rules = dict(_NO_RULES)
+    flags = {"failure": "on_failure", "recovery": "on_recovery", "dead-letter": "on_dead_letter"}
+    flags["missed"] = "on_missed"
+    for word in (w.strip() for w in text.split(",")):
+        name, eq, value = word.partition("=")
+        if not eq and name in flags:
+            rules[flags[name]] = True
+        elif name == "consecutive" and eq and value.isdigit() and 0 < int(value) <= 1_000_000:
+            rules["on_consecutive_failures"] = int(value)
+        elif name == "late" and eq:
+            try:
+                rules["on_late"] = DURATION.convert(value, None, None)
+            except click.BadParameter as e:
+                raise click.BadParameter(f"late={value}: {e.message}") from None
+        elif word:
+            raise click.BadParameter(
+                f"unknown rule {word!r:.40}: use failure, recovery, dead-letter, missed,"
+                " consecutive=N, late=DURATION"
+            )
+    return rules
+
+
+def _notify_from_options(current: NotifyPolicy | None, o: JobOptions) -> NotifyPolicy | None:
+    if o.notify_webhook == "":
+        return None
+    if current is None:
+        if o.notify_webhook is None:
+            if o.notify_on is not None or o.notify_slack is not None:
+                raise usage_error("--notify-on and --notify-slack need --notify-webhook")
+            return None
+        if o.notify_on is None:
+            raise usage_error("--notify-webhook needs --notify-on")
+        current = NotifyPolicy(webhook_url=o.notify_webhook)
+    changed = _given(current, webhook_url=o.notify_webhook, slack=o.notify_slack)
+    return changed if o.notify_on is None else dataclasses.replace(changed, **o.notify_on)
 
 
 def _given(obj: D, **changes: Any) -> D:

@@ -31,6 +31,7 @@ from shardcron.client.types import (
     DstOverlap,
     Fire,
     Job,
+    NotifyPolicy,
     Run,
     RunLateness,
     RunState,
@@ -187,12 +188,20 @@ def print_job(job: Job, last: Run | None = None, *, utc: bool = False) -> None:
             f"{spec.pause_after_failures} failures" if spec.pause_after_failures else "-",
         ),
         ("failures in a row", job.consecutive_failures),
+        ("notify", _notify_text(spec.notify)),
         ("labels", _labels(spec.labels)),
         ("idempotency key", job.idempotency_key or "-"),
         ("created", tv.when(job.created_at, with_zone=True)),
         ("updated", tv.when(job.updated_at, with_zone=True)),
     ]
     print_fields(pairs)
+
+
+def _notify_text(n: NotifyPolicy | None) -> str:
+    """``failure,late=30s -> https://hooks.example/x``, or ``-`` (the owner's defaults)."""
+    if n is None:
+        return "-"
+    return f"{','.join(n.rules)}{' (slack)' if n.slack else ''} -> {n.webhook_url}"
 
 
 def _outcome_text(run: Run | None, tv: TimeView) -> str:

@@ -22,6 +22,7 @@ from shardcron.client.cli.cluster import cluster
 from shardcron.client.cli.completion import completion
 from shardcron.client.cli.dead_letters import dead_letters
 from shardcron.client.cli.jobs import job
+from shardcron.client.cli.notify import notify
 from shardcron.client.cli.root_options import accept_late, root_options
 from shardcron.client.cli.runs import run
 from shardcron.client.cli.state import CliState
@@ -115,7 +116,7 @@ def cli(
     ctx.call_on_close(ctx.obj.close)
 
 
-for group in (job, run, dead_letters, cluster):
+for group in (job, run, dead_letters, notify, cluster):
     accept_late(group)
     cli.add_command(group)
 cli.add_command(completion)

@@ -39,6 +39,7 @@ from shardcron.client.codec.common import (
     usage_from_proto,
     usage_to_proto,
 )
+from shardcron.client.codec.notify import notify_from_proto, notify_to_proto
 from shardcron.client.errors import InvalidArgument
 from shardcron.client.types import (
     SECRET_PLACEHOLDER,
@@ -346,6 +347,8 @@ def job_spec_to_proto(
         pause_after_failures=spec.pause_after_failures,
         labels=spec.labels,
     )
+    if spec.notify is not None:
+        msg.notify.CopyFrom(notify_to_proto(spec.notify, f"{field}.notify"))
     set_duration(msg, "timeout", spec.timeout, field)
     set_duration(msg, "starting_deadline", spec.starting_deadline, field)
     return msg
@@ -380,6 +383,7 @@ def job_spec_from_proto(msg: types_pb2.JobSpec, field: str = "spec") -> JobSpec:
             msg.pause_after_failures, f"{field}.pause_after_failures"
         ),
         labels=dict(msg.labels),
+        notify=notify_from_proto(msg.notify, f"{field}.notify") if msg.HasField("notify") else None,
     )
 
 

@@ -23,6 +23,7 @@ from shardcron.client.codec import (
     output_chunk_from_proto,
     run_from_proto,
 )
+from shardcron.client.codec.notify import notify_settings_from_proto
 from shardcron.client.sdk import messages
 from shardcron.client.sdk.connection import (
     ClientChannels,
@@ -41,17 +42,20 @@ from shardcron.client.tls import channel_credentials
 from shardcron.client.types import (
     FINAL_RUN_STATES,
     ClusterStatus,
+    Delivery,
     Fire,
     Job,
     JobSpec,
     JobState,
+    NotifyPolicy,
+    NotifySettings,
     OutputChunk,
     Page,
     Run,
     RunState,
     Schedule,
 )
-from shardcron.v1 import cluster_pb2_grpc, jobs_pb2_grpc
+from shardcron.v1 import cluster_pb2_grpc, jobs_pb2, jobs_pb2_grpc
 
 
 class AsyncClient:
@@ -345,6 +349,30 @@ class AsyncClient:
             if not missing:
                 return runs
             await asyncio.sleep(waiter.next_delay(missing))
+
+    # notifications
+
+    async def list_deliveries(
+        self, *, job_id: str = "", page_size: int = 100, page_token: str = ""
+    ) -> Page[Delivery]:
+        """See ``Client.list_deliveries``."""
+        req = messages.list_deliveries_request(job_id, page_size, page_token)
+        return messages.deliveries_page(await self._call(self._jobs.ListDeliveries, req))
+
+    async def notify_settings(self) -> NotifySettings:
+        """See ``Client.notify_settings``."""
+        req = jobs_pb2.GetNotifySettingsRequest()
+        return notify_settings_from_proto(await self._call(self._jobs.GetNotifySettings, req))
+
+    async def set_notify_defaults(self, defaults: NotifyPolicy | None) -> NotifySettings:
+        """See ``Client.set_notify_defaults``."""
+        req = messages.notify_defaults_request(defaults)
+        return notify_settings_from_proto(await self._call(self._jobs.SetNotifyDefaults, req))
+
+    async def set_notify_secret(self, secret: str) -> NotifySettings:
+        """See ``Client.set_notify_secret``."""
+        req = jobs_pb2.SetNotifySecretRequest(secret=secret)
+        return notify_settings_from_proto(await self._call(self._jobs.SetNotifySecret, req))
 
     # dead letters
 

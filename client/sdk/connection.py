@@ -55,6 +55,8 @@ READ_METHODS = (
     (JOB_SERVICE, "GetRun"),
     (JOB_SERVICE, "ReadRunOutput"),
     (JOB_SERVICE, "ListDeadLetters"),
+    (JOB_SERVICE, "ListDeliveries"),
+    (JOB_SERVICE, "GetNotifySettings"),
     (CLUSTER_SERVICE, "GetStatus"),
 )
 CREATE_METHODS = ((JOB_SERVICE, "CreateJob"), (JOB_SERVICE, "CreateJobs"))

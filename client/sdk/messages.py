@@ -27,8 +27,20 @@ from shardcron.client.codec import (
     schedule_to_proto,
 )
 from shardcron.client.codec.common import build, set_duration, set_time
+from shardcron.client.codec.notify import delivery_from_proto, notify_to_proto
 from shardcron.client.errors import InvalidArgument
-from shardcron.client.types import Fire, Job, JobSpec, JobState, Page, Run, RunState, Schedule
+from shardcron.client.types import (
+    Delivery,
+    Fire,
+    Job,
+    JobSpec,
+    JobState,
+    NotifyPolicy,
+    Page,
+    Run,
+    RunState,
+    Schedule,
+)
 from shardcron.v1 import cluster_pb2, jobs_pb2, types_pb2
 
 # A spec to create, alone or with its idempotency key.
@@ -198,6 +210,30 @@ def read_result_request(
     return build(
         jobs_pb2.ReadRunResultRequest, "", run_id=run_id, name=name, offset=offset, limit=limit
     )
+
+
+def list_deliveries_request(
+    job_id: str, page_size: int, page_token: str
+) -> jobs_pb2.ListDeliveriesRequest:
+    return build(
+        jobs_pb2.ListDeliveriesRequest,
+        "",
+        job_id=job_id,
+        page_size=page_size,
+        page_token=page_token,
+    )
+
+
+def notify_defaults_request(defaults: NotifyPolicy | None) -> jobs_pb2.SetNotifyDefaultsRequest:
+    req = jobs_pb2.SetNotifyDefaultsRequest()
+    if defaults is not None:
+        req.defaults.CopyFrom(notify_to_proto(defaults, "defaults"))
+    return req
+
+
+def deliveries_page(resp: jobs_pb2.ListDeliveriesResponse) -> Page[Delivery]:
+    items = [delivery_from_proto(d, f"deliveries[{i}]") for i, d in enumerate(resp.deliveries)]
+    return Page(items=items, next_page_token=resp.next_page_token)
 
 
 def list_dead_letters_request(

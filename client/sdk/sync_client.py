@@ -23,6 +23,7 @@ from shardcron.client.codec import (
     output_chunk_from_proto,
     run_from_proto,
 )
+from shardcron.client.codec.notify import notify_settings_from_proto
 from shardcron.client.sdk import messages
 from shardcron.client.sdk.connection import (
     ClientChannels,
@@ -41,17 +42,20 @@ from shardcron.client.tls import channel_credentials
 from shardcron.client.types import (
     FINAL_RUN_STATES,
     ClusterStatus,
+    Delivery,
     Fire,
     Job,
     JobSpec,
     JobState,
+    NotifyPolicy,
+    NotifySettings,
     OutputChunk,
     Page,
     Run,
     RunState,
     Schedule,
 )
-from shardcron.v1 import cluster_pb2_grpc, jobs_pb2_grpc
+from shardcron.v1 import cluster_pb2_grpc, jobs_pb2, jobs_pb2_grpc
 
 
 class Client:
@@ -361,6 +365,31 @@ class Client:
             if not missing:
                 return runs
             time.sleep(waiter.next_delay(missing))
+
+    # notifications
+
+    def list_deliveries(
+        self, *, job_id: str = "", page_size: int = 100, page_token: str = ""
+    ) -> Page[Delivery]:
+        """Webhook deliveries of the owner's notifications, newest first, with each
+        one's attempts and status; no ``job_id`` = every job of the owner."""
+        req = messages.list_deliveries_request(job_id, page_size, page_token)
+        return messages.deliveries_page(self._call(self._jobs.ListDeliveries, req))
+
+    def notify_settings(self) -> NotifySettings:
+        """The owner's default notification rules, and whether a signing secret is set."""
+        req = jobs_pb2.GetNotifySettingsRequest()
+        return notify_settings_from_proto(self._call(self._jobs.GetNotifySettings, req))
+
+    def set_notify_defaults(self, defaults: NotifyPolicy | None) -> NotifySettings:
+        """The rules every job of the owner without rules of its own follows; None: none."""
+        req = messages.notify_defaults_request(defaults)
+        return notify_settings_from_proto(self._call(self._jobs.SetNotifyDefaults, req))
+
+    def set_notify_secret(self, secret: str) -> NotifySettings:
+        """The secret the owner's deliveries are signed with (never shown back); "" removes it."""
+        req = jobs_pb2.SetNotifySecretRequest(secret=secret)
+        return notify_settings_from_proto(self._call(self._jobs.SetNotifySecret, req))
 
     # dead letters
 

@@ -69,6 +69,8 @@ METHOD_ACCESS: dict[str, Access] = {
         "ReplayDeadLetters",
         "DropDeadLetters",
         "UploadArtifact",
+        "SetNotifyDefaults",
+        "SetNotifySecret",
     ),
     **_rows(
         _JOBS,
@@ -83,6 +85,8 @@ METHOD_ACCESS: dict[str, Access] = {
         "ListDeadLetters",
         "GetOverview",
         "ReadRunResult",
+        "ListDeliveries",
+        "GetNotifySettings",
     ),
     **_rows(_CLUSTER, Access.STATUS, "GetStatus"),
     **_rows(_WORKER, Access.WORKER, "Connect", "ReadArtifact"),

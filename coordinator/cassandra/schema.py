@@ -42,6 +42,13 @@ Layout and why:
   partition per artifact, so the artifact sweep reads its first few and never every
   job (``coordinator/artifact_retention.py``). A keyspace made before it gets it from
   ``shardcron store init`` (a node refuses one that lacks it).
+- ``deliveries`` ((owner), id DESC): notification deliveries, listed by owner (and
+  filtered by job within the owner's partition), each row living ``DELIVERY_KEPT``;
+  ``pending_deliveries`` ((shard), id) -> owner: those still to send, each row deleted
+  once its delivery is DELIVERED or DROPPED (the poller that owns the shard reads it
+  after a restart or a shard move: ``cassandra/deliveries``).
+- ``owner_settings`` (owner): an owner's notification defaults and signing secret, one
+  row per owner that set them, read whole by every poller node (``notify/settings``).
 - Retention (``CassandraStore(retention=...)``) is TTLs, not a sweep: a final run
   that is not a dead letter is written with a TTL that ends ``retention`` after it
   ended, and its ``runs_by_id`` row with it; output chunks and their ends live
@@ -50,7 +57,7 @@ Layout and why:
   would read every job's partition to find old runs and write a tombstone per row;
   the TTL costs one ``runs_by_id`` rewrite per finished run and no read.
 
-A table added after a keyspace was created (``job_counts``) is created by
+A table added after a keyspace was created (``job_counts``, the deliveries) is created by
 ``shardcron store init`` on the existing keyspace; a node refuses to open a keyspace
 that lacks one.
 
@@ -66,6 +73,7 @@ from typing import Any
 
 from cassandra.cluster import Session
 
+from shardcron.coordinator.store import DELIVERY_KEPT
 from shardcron.coordinator.store_rules import SchemaMismatch, StoreLayout, check_schema
 
 SCHEMA_VERSION = 1
@@ -86,6 +94,9 @@ TABLES = (
     "shard_cursors",
     "run_output",
     "artifact_refs",
+    "deliveries",
+    "pending_deliveries",
+    "owner_settings",
     "schema_version",
 )
 
@@ -183,6 +194,18 @@ def schema_cql(keyspace: str, *, due_ttl: timedelta = DEFAULT_DUE_TTL) -> list[s
             PRIMARY KEY ((run_id), byte_offset)) WITH CLUSTERING ORDER BY (byte_offset ASC)""",
         f"""CREATE TABLE IF NOT EXISTS {ks}.artifact_refs (
             owner text, sha256 text, job_id text, PRIMARY KEY ((owner, sha256), job_id))""",
+        f"""CREATE TABLE IF NOT EXISTS {ks}.deliveries (
+            owner text, id text, job_id text, run_id text, shard int, rule text,
+            reason text, webhook_url text, body blob, created_at bigint, status text,
+            attempts int, next_attempt_at bigint, last_attempt_at bigint, last_error text,
+            delivered_at bigint, PRIMARY KEY ((owner), id))
+            WITH CLUSTERING ORDER BY (id DESC)
+            AND default_time_to_live = {int(DELIVERY_KEPT.total_seconds())}""",
+        f"""CREATE TABLE IF NOT EXISTS {ks}.pending_deliveries (
+            shard int, id text, owner text, PRIMARY KEY ((shard), id))
+            WITH CLUSTERING ORDER BY (id ASC) AND gc_grace_seconds = 10800""",
+        f"""CREATE TABLE IF NOT EXISTS {ks}.owner_settings (
+            owner text PRIMARY KEY, notify text, secret text, updated_at bigint)""",
         f"""CREATE TABLE IF NOT EXISTS {ks}.schema_version (
             id int PRIMARY KEY, version int, shard_count int, bucket_seconds int,
             created_at bigint)""",

@@ -13,6 +13,7 @@ from __future__ import annotations
 from cassandra.cluster import Session
 from cassandra.query import PreparedStatement
 
+from shardcron.coordinator.notify.records import DELIVERY_COL_COUNT, DELIVERY_COLS
 from shardcron.coordinator.rows import _JOB_COLS, _RUN_COL_COUNT, _RUN_COLS, RowCodec
 
 NONE = -(1 << 63)  # bigint sentinel for "no value" (datetime or int)
@@ -119,6 +120,37 @@ STATEMENTS: dict[str, str] = {
     ),
     "output_from": (
         "SELECT byte_offset, stream, data FROM run_output WHERE run_id = ? AND byte_offset > ?"
+    ),
+    # notification deliveries: a record is inserted as of the epoch, each attempt's
+    # outcome as of now, so a replayed insert never undoes one (cassandra/deliveries)
+    "insert_delivery": (
+        f"INSERT INTO deliveries ({DELIVERY_COLS}) VALUES ({', '.join('?' * DELIVERY_COL_COUNT)})"
+        " USING TIMESTAMP ?"
+    ),
+    "insert_pending": (
+        "INSERT INTO pending_deliveries (shard, id, owner) VALUES (?, ?, ?) USING TIMESTAMP ?"
+    ),
+    "update_delivery": (
+        "UPDATE deliveries USING TIMESTAMP ? SET status = ?, attempts = ?,"
+        " next_attempt_at = ?, last_attempt_at = ?, last_error = ?, delivered_at = ?"
+        " WHERE owner = ? AND id = ?"
+    ),
+    "delete_pending": (
+        "DELETE FROM pending_deliveries USING TIMESTAMP ? WHERE shard = ? AND id = ?"
+    ),
+    "pending": "SELECT id, owner FROM pending_deliveries WHERE shard = ? LIMIT ?",
+    "put_owner_settings": (
+        "INSERT INTO owner_settings (owner, notify, secret, updated_at) VALUES (?, ?, ?, ?)"
+    ),
+    "owner_settings": "SELECT owner, notify, secret, updated_at FROM owner_settings WHERE owner = ?",
+    "all_owner_settings": "SELECT owner, notify, secret, updated_at FROM owner_settings",
+    "select_deliveries": f"SELECT {DELIVERY_COLS} FROM deliveries WHERE owner = ? AND id IN ?",
+    "owner_deliveries": (
+        f"SELECT {DELIVERY_COLS} FROM deliveries WHERE owner = ? AND id < ? LIMIT ?"
+    ),
+    "job_deliveries": (
+        f"SELECT {DELIVERY_COLS} FROM deliveries WHERE owner = ? AND id < ? AND job_id = ?"
+        " LIMIT ? ALLOW FILTERING"
     ),
 }
 

@@ -76,8 +76,17 @@ from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 from cassandra.query import UNSET_VALUE, tuple_factory
 
 from shardcron.client.errors import NotFound, VersionConflict
-from shardcron.client.types import Job, JobState, OutputChunk, Page, Run, RunState
+from shardcron.client.types import Delivery, Job, JobState, OutputChunk, Page, Run, RunState
 from shardcron.coordinator.cassandra import creates, output, reads
+from shardcron.coordinator.cassandra.deliveries import (
+    get_owner_settings,
+    list_deliveries,
+    list_owner_settings,
+    pending_deliveries,
+    plan_deliveries,
+    put_owner_settings,
+    save_deliveries,
+)
 from shardcron.coordinator.cassandra.schema import (
     DEFAULT_DUE_TTL,
     DEFAULT_REPLICATION,
@@ -97,6 +106,7 @@ from shardcron.coordinator.cassandra.writes import (
     now_us,
     progress_values,
 )
+from shardcron.coordinator.notify.settings import OwnerSettings
 from shardcron.coordinator.rows import BadRowLog, _spec_to_json, _us
 from shardcron.coordinator.store import (
     DEFAULT_BUCKET_SECONDS,
@@ -310,17 +320,19 @@ class CassandraStore:
         progress: Sequence[JobProgress] = (),
         write_time: datetime | None = None,
         durable: Callable[[Collection[str]], None] | None = None,
+        deliveries: Sequence[Delivery] = (),
     ) -> None:
         """The state changes of runs whose jobs have no other write in the call are
         written first, beside the read of the progressing jobs' states, and named to
         ``durable`` once acknowledged (``Writes.early``): a turn's new leases go out
         after one round trip, not after that read and the ordered phases."""
         runs, due, progress = list(runs), list(due), list(progress)
-        if not (runs or due or progress):
+        if not (runs or due or progress or deliveries):
             return
         write_us = None if write_time is None else _us(write_time)
         rows = encode_runs(runs)  # before anything is read or written
         writes = Writes()
+        plan_deliveries(self._cql, writes, deliveries)  # before the runs' final records
         states: dict[str, tuple[str, int]] = {}
 
         async def job_states() -> None:
@@ -396,6 +408,28 @@ class CassandraStore:
 
     async def list_active_runs(self, job_id: str) -> list[Run]:
         return await reads.list_active_runs(self._cql, job_id, self.bad_rows)
+
+    async def save_deliveries(self, deliveries: Sequence[Delivery]) -> None:
+        await save_deliveries(self._cql, deliveries)
+
+    async def pending_deliveries(self, shard: int, *, limit: int = 1000) -> list[Delivery]:
+        return await pending_deliveries(self._cql, shard, limit)
+
+    async def list_deliveries(
+        self, owner: str, *, job_id: str = "", page_size: int = 100, page_token: str = ""
+    ) -> Page[Delivery]:
+        return await list_deliveries(
+            self._cql, owner, job_id=job_id, page_size=page_size, page_token=page_token
+        )
+
+    async def put_owner_settings(self, settings: OwnerSettings) -> None:
+        await put_owner_settings(self._cql, settings)
+
+    async def get_owner_settings(self, owner: str) -> OwnerSettings | None:
+        return await get_owner_settings(self._cql, owner)
+
+    async def list_owner_settings(self) -> list[OwnerSettings]:
+        return await list_owner_settings(self._cql)
 
     async def list_dead_letters(
         self, owner: str, *, job_id: str = "", page_size: int = 100, page_token: str = ""

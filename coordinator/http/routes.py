@@ -234,6 +234,28 @@ def _routes() -> tuple[Route, ...]:
             request=jobs_pb2.OverviewRequest, response=jobs_pb2.Overview, query=("window",),
         ),
         Route(
+            method="GET", path="/v1/deliveries", operation="listDeliveries",
+            rpc="ListDeliveries", summary="Webhook deliveries of notifications, newest first",
+            request=jobs_pb2.ListDeliveriesRequest, response=jobs_pb2.ListDeliveriesResponse,
+            query=(*PAGE, "jobId"),
+        ),
+        Route(
+            method="GET", path="/v1/notifySettings", operation="getNotifySettings",
+            rpc="GetNotifySettings", summary="The owner's default notification rules; whether a secret is set",
+            request=jobs_pb2.GetNotifySettingsRequest, response=jobs_pb2.NotifySettings,
+        ),
+        Route(
+            method="PUT", path="/v1/notifySettings/defaults", operation="setNotifyDefaults",
+            rpc="SetNotifyDefaults", summary="The rules of the owner's jobs that have none of their own",
+            request=jobs_pb2.SetNotifyDefaultsRequest, response=jobs_pb2.NotifySettings, body=True,
+        ),
+        Route(
+            method="PUT", path="/v1/notifySettings/secret", operation="setNotifySecret",
+            rpc="SetNotifySecret", summary="The secret the owner's deliveries are signed with (write-only)",
+            request=jobs_pb2.SetNotifySecretRequest, response=jobs_pb2.NotifySettings, body=True,
+            body_required=True,
+        ),
+        Route(
             method="POST", path="/v1/deadLetters/replay", operation="replayDeadLetters",
             rpc="ReplayDeadLetters", summary="Run dead letters again, as new runs",
             request=jobs_pb2.DeadLettersRequest, response=jobs_pb2.ListRunsResponse, body=True,

@@ -202,6 +202,8 @@ class Due:
                 known.add(r.id)
                 continue
             turn.runs[r.id] = r
+            if r.state.is_final:  # a fire its rules skipped: ends as it is made
+                self._ends.notify(job, r, turn, now)
         for r in out.due:
             if r.id not in known:
                 turn.due.append(r)

@@ -12,7 +12,9 @@ fault in the rules, its fire skipped by its own rules). In this order, once:
    completion); if they raise, the job is paused (``job_rules_failed``);
 4. the room it leaves goes to its job's queued runs, and its job's fires held back
    are decided again (``Overlap.after_end``);
-5. the record goes into the turn's writes;
+5. the record goes into the turn's writes, with the notifications its end makes under
+   its job's ``NotifyPolicy`` (``notify.rules.decide``; rules that raise are counted
+   and make none, never failing the run);
 6. a cancel waiting for it is answered with it once the turn is written.
 
 Ending a run that ended already does nothing: a rule that raises after the run's end
@@ -35,8 +37,10 @@ from datetime import datetime
 
 from shardcron.client.dataclass_copies import copy_with
 from shardcron.client.stream import CancelOrder
-from shardcron.client.types import Job, JobState, Run, RunReason, RunState
+from shardcron.client.types import Job, JobState, NotifyPolicy, Run, RunReason, RunState
 from shardcron.coordinator.metrics import Metrics
+from shardcron.coordinator.notify.hooks import NotifyHooks
+from shardcron.coordinator.notify.rules import decide, decide_start
 from shardcron.coordinator.poller.end_rules import Outcome, follow_up
 from shardcron.coordinator.poller.faults import Isolated, fault_text
 from shardcron.coordinator.poller.history import RunHistory
@@ -48,10 +52,19 @@ log = logging.getLogger("shardcron.poller")
 
 
 class Ends:
-    def __init__(self, table: RunTable, *, metrics: Metrics, history: RunHistory) -> None:
+    def __init__(
+        self,
+        table: RunTable,
+        *,
+        metrics: Metrics,
+        history: RunHistory,
+        notify: NotifyHooks | None = None,
+    ) -> None:
         self._table = table
         self._metrics = metrics
         self.history = history  # what the overview shows of the runs ended here
+        # an owner's default notification rules, for its jobs without rules of their own
+        self._owner_defaults = notify.owner_defaults if notify else _no_defaults
         # what an end lets start; it ends runs (a skip, a replaced run) through here
         self.overlap = Overlap(table, end=self.end, cancel=self.cancel, isolated=self.isolated)
 
@@ -60,6 +73,8 @@ class Ends:
         if slot.place is Place.GONE:
             return turn.runs.get(slot.run.id, slot.run)  # ended already
         job = slot.job
+        streak = self._streak(job)  # before the end: the table may forget the job with it
+        started = slot.run.state == RunState.RUNNING  # its start was seen: late was decided
         final = self._table.end(slot, outcome, now)
         self._metrics.run_ended(final)
         self.history.ended(final, now)
@@ -72,9 +87,74 @@ class Ends:
         until = ran_until(final, reported=outcome.reported)
         self.overlap.after_end(final.job_id, turn, now, ran_until=until)
         turn.runs[final.id] = final
+        if job is not None:
+            self.notify(job, final, turn, now, streak_before=streak, start_decided=started)
         for fut in slot.cancel_waiters:
             _answer(turn, fut, final)
         return final
+
+    def _streak(self, job: Job | None) -> int:
+        """The job's failure streak as the poller holds it (its newest copy)."""
+        if job is None:
+            return 0
+        return self._table.jobs.get(job.id, job).consecutive_failures
+
+    def _rules_of(self, job: Job) -> tuple[Job, NotifyPolicy | None] | None:
+        """The newest copy of the job held, and its owner's default rules when it has
+        none of its own; None: no rules at all (nothing to decide)."""
+        current = self._table.jobs.get(job.id, job)
+        if current.spec.notify is not None:
+            return current, None
+        defaults = self._owner_defaults(job.owner)
+        return None if defaults is None else (current, defaults)
+
+    def notify_start(self, job: Job, run: Run, turn: Turn, now: datetime) -> None:
+        """A run started (its worker said so): its ``late`` notification, if it is late."""
+        if (rules := self._rules_of(job)) is None:
+            return
+        current, defaults = rules
+        try:
+            turn.deliveries += decide_start(current, run, now, owner_defaults=defaults)
+        except Exception as error:
+            log.error("run %s: its notifications failed", run.id, exc_info=error)
+            self._metrics.poller_faults.labels(where="notify").inc()
+
+    def notify(
+        self,
+        job: Job,
+        final: Run,
+        turn: Turn,
+        now: datetime,
+        *,
+        streak_before: int | None = None,
+        start_decided: bool = False,
+    ) -> None:
+        """The notifications ``final``'s end makes go into the turn's writes. The newest
+        copy of the job held gives the policy and the streak after the end; a policy
+        whose rules raise makes none (counted), and the run's end stands."""
+        if (rules := self._rules_of(job)) is None:
+            return
+        current, defaults = rules
+        before = current.consecutive_failures if streak_before is None else streak_before
+        progress = turn.progress.get(job.id)
+        after = before
+        if progress is not None and progress.consecutive_failures is not None:
+            after = progress.consecutive_failures
+        try:
+            made = decide(
+                current,
+                final,
+                now,
+                streak_before=before,
+                streak_after=after,
+                owner_defaults=defaults,
+                start_decided=start_decided,
+            )
+        except Exception as error:
+            log.error("run %s: its notifications failed", final.id, exc_info=error)
+            self._metrics.poller_faults.labels(where="notify").inc()
+            return
+        turn.deliveries += made
 
     def end_unheld(
         self,
@@ -172,6 +252,10 @@ class Ends:
         if job.state == JobState.ACTIVE:
             turn.set_progress(job.id, state=JobState.PAUSED, pause_reason=reason)
         self._table.set_job(copy_with(job, state=JobState.PAUSED, pause_reason=reason))
+
+
+def _no_defaults(owner: str) -> NotifyPolicy | None:
+    return None
 
 
 def _answer(turn: Turn, fut: asyncio.Future[Run], final: Run) -> None:

@@ -51,6 +51,7 @@ from shardcron.client.types import Job, Run, RunReason, RunState, ShardInfo, Wor
 from shardcron.coordinator.coordination import Assignment
 from shardcron.coordinator.ids import shard_for
 from shardcron.coordinator.metrics import Metrics
+from shardcron.coordinator.notify.hooks import NotifyHooks
 from shardcron.coordinator.poller.clock import Clock, SystemClock
 from shardcron.coordinator.poller.config import MAX_DEFERRED, PollerConfig
 from shardcron.coordinator.poller.due import Due
@@ -97,6 +98,7 @@ class Poller:
         clock: Clock | None = None,
         runs_ended: Callable[[list[Run]], object] | None = None,
         after_turn: Callable[[RunTable], object] | None = None,
+        notify: NotifyHooks | None = None,
     ) -> None:
         self.store = store
         # told the runs each turn made final, once they are durable (WaitRun wakes on it)
@@ -104,13 +106,14 @@ class Poller:
         # called with the runs held after every turn that ran to its end (tests check
         # the invariants of what is held there)
         self._after_turn = after_turn
+        self._notify = notify  # told each turn's deliveries once durable; owners' defaults
         self.poller_id = poller_id
         self.config = config
         self.metrics = metrics
         self._clock: Clock = clock or SystemClock()
         self._table = table = RunTable(config=config, clock=self._clock)
         self._history = RunHistory(since=self._clock.now())
-        self._ends = ends = Ends(table, metrics=metrics, history=self._history)
+        self._ends = ends = Ends(table, metrics=metrics, history=self._history, notify=notify)
         self._due = Due(
             table,
             ends,
@@ -370,7 +373,10 @@ class Poller:
                 progress=list(turn.progress.values()),
                 write_time=confirmed,
                 durable=partial(self._send_durable_leases, turn) if turn.leases else None,
+                deliveries=turn.deliveries,
             )
+            if turn.deliveries and self._notify is not None:
+                self._notify.made(turn.deliveries)
             ended = [r for r in turn.runs.values() if r.state.is_final]
             if ended and self._runs_ended is not None:
                 self._runs_ended(ended)

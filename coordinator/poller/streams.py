@@ -345,6 +345,8 @@ class WorkerStreams:
                 continue
             run = self._table.start(slot, at)
             turn.runs[run.id] = run
+            if slot.job is not None:
+                self._ends.notify_start(slot.job, run, turn, at)
             self._metrics.schedule_lag.observe(max(0.0, (at - run.due_at).total_seconds()))
 
     def _on_refused(self, book: WorkerBook, ref: LeaseRef, turn: Turn, now: datetime) -> None:

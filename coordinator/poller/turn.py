@@ -18,7 +18,7 @@ from typing import Any
 
 from shardcron.client.dataclass_copies import copy_with
 from shardcron.client.stream import ResultAck
-from shardcron.client.types import OutputChunk, Run
+from shardcron.client.types import Delivery, OutputChunk, Run
 from shardcron.coordinator.poller.table import Slot
 from shardcron.coordinator.poller.workers import WorkerLink
 from shardcron.coordinator.store import JobProgress
@@ -30,6 +30,7 @@ class Turn:
     due: list[Run] = field(default_factory=list)  # new PENDING runs to index
     progress: dict[str, JobProgress] = field(default_factory=dict)
     output: list[OutputChunk] = field(default_factory=list)
+    deliveries: list[Delivery] = field(default_factory=list)  # notifications of its ends
     leases: list[Slot] = field(default_factory=list)  # leased: sent after the commit
     leases_sent: set[str] = field(default_factory=set)  # run ids of those sent before its end
     acks: list[tuple[WorkerLink, ResultAck]] = field(default_factory=list)  # sent after it
@@ -45,4 +46,4 @@ class Turn:
 
     def empty(self) -> bool:
         """Nothing to write (what is only sent, such as renewals, goes out anyway)."""
-        return not (self.runs or self.due or self.progress or self.output)
+        return not (self.runs or self.due or self.progress or self.output or self.deliveries)

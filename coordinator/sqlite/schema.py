@@ -14,6 +14,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
+from shardcron.coordinator.notify.records import DELIVERY_COL_COUNT, DELIVERY_COLS
 from shardcron.coordinator.rows import _JOB_COLS, _RUN_COL_COUNT, _RUN_COLS
 from shardcron.coordinator.store_rules import (
     ACTIVE_RUN_STATES,
@@ -66,6 +67,18 @@ CREATE TABLE IF NOT EXISTS shard_cursors (
 CREATE TABLE IF NOT EXISTS artifact_refs (
     owner TEXT NOT NULL, sha256 TEXT NOT NULL, job_id TEXT NOT NULL,
     PRIMARY KEY (owner, sha256, job_id)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS deliveries (
+    id TEXT PRIMARY KEY, owner TEXT NOT NULL, job_id TEXT NOT NULL, run_id TEXT NOT NULL,
+    shard INTEGER NOT NULL, rule TEXT NOT NULL, reason TEXT NOT NULL,
+    webhook_url TEXT NOT NULL, body BLOB NOT NULL, created_at INTEGER NOT NULL,
+    status TEXT NOT NULL, attempts INTEGER NOT NULL, next_attempt_at INTEGER,
+    last_attempt_at INTEGER, last_error TEXT NOT NULL, delivered_at INTEGER);
+CREATE INDEX IF NOT EXISTS deliveries_by_owner ON deliveries (owner, job_id, id);
+CREATE INDEX IF NOT EXISTS deliveries_pending ON deliveries (shard, id)
+    WHERE status = 'PENDING';
+CREATE TABLE IF NOT EXISTS owner_settings (
+    owner TEXT PRIMARY KEY, notify TEXT NOT NULL, secret TEXT NOT NULL,
+    updated_at INTEGER);
 CREATE TABLE IF NOT EXISTS store_layout (
     shard_count INTEGER NOT NULL, bucket_seconds INTEGER NOT NULL);
 INSERT INTO schema_version SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM schema_version);
@@ -116,6 +129,23 @@ RUNS_AFTER = (
     "SELECT id, owner, state, dead_letter, ended_at, due_at FROM runs WHERE id > ? ORDER BY id"
     " LIMIT ?"
 )
+# A delivery stored already is left alone: a replayed end never resets a sent one.
+INSERT_DELIVERY = (
+    f"INSERT INTO deliveries ({DELIVERY_COLS}) VALUES ({', '.join('?' * DELIVERY_COL_COUNT)})"
+    " ON CONFLICT(id) DO NOTHING"
+)
+UPDATE_DELIVERY = (
+    "UPDATE deliveries SET status = ?, attempts = ?, next_attempt_at = ?,"
+    " last_attempt_at = ?, last_error = ?, delivered_at = ? WHERE id = ?"
+)
+PUT_OWNER_SETTINGS = (
+    "INSERT INTO owner_settings (owner, notify, secret, updated_at) VALUES (?, ?, ?, ?)"
+    " ON CONFLICT(owner) DO UPDATE SET notify = excluded.notify, secret = excluded.secret,"
+    " updated_at = excluded.updated_at"
+)
+SELECT_OWNER_SETTINGS = "SELECT owner, notify, secret, updated_at FROM owner_settings"
+SELECT_DELIVERY = f"SELECT {DELIVERY_COLS} FROM deliveries"
+EXPIRE_DELIVERIES = "DELETE FROM deliveries WHERE created_at < ? AND status != 'PENDING'"
 PRUNE_DUE = (
     "DELETE FROM due_runs WHERE shard = ? AND bucket <"
     " (SELECT bucket_start / 1000000 FROM shard_cursors WHERE shard = ?)"

@@ -13,21 +13,29 @@ import dataclasses
 import functools
 import os
 from collections.abc import Callable, Collection, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from shardcron.client.errors import NotFound
-from shardcron.client.types import Job, JobState, OutputChunk, Page, Run, RunState
+from shardcron.client.types import Delivery, Job, JobState, OutputChunk, Page, Run, RunState
 from shardcron.coordinator.ids import bucket_for
+from shardcron.coordinator.notify.records import delivery_row, row_delivery
+from shardcron.coordinator.notify.settings import OwnerSettings, policy_from_json, policy_to_json
 from shardcron.coordinator.rows import BadRowLog, RowCodec, _dt, _spec_to_json, _us
 from shardcron.coordinator.sqlite import writes
 from shardcron.coordinator.sqlite.group_commit import Conn, GroupCommitDb
 from shardcron.coordinator.sqlite.schema import (
     ARTIFACT_REFS,
     COUNT_JOBS,
+    EXPIRE_DELIVERIES,
+    INSERT_DELIVERY,
+    PUT_OWNER_SETTINGS,
     SELECT_ACTIVE_RUNS,
+    SELECT_DELIVERY,
     SELECT_JOB,
+    SELECT_OWNER_SETTINGS,
     SELECT_RUN,
+    UPDATE_DELIVERY,
     marks,
     prepare,
     select_in,
@@ -37,6 +45,7 @@ from shardcron.coordinator.store import (
     DEFAULT_BUCKET_SECONDS,
     DEFAULT_OUTPUT_CAP_BYTES,
     DEFAULT_SHARD_COUNT,
+    DELIVERY_KEPT,
     ArtifactRef,
     DueEntry,
     JobProgress,
@@ -47,6 +56,7 @@ from shardcron.coordinator.store_rules import (
     PageKind,
     StoreLayout,
     clamp_page_size,
+    make_page,
     make_row_page,
     owner_runs_after,
     owner_runs_token,
@@ -231,14 +241,47 @@ class SqliteStore:
         progress: Sequence[JobProgress] = (),
         write_time: datetime | None = None,  # one process writes this file: not needed
         durable: Callable[[Collection[str]], None] | None = None,  # one transaction: never called
+        deliveries: Sequence[Delivery] = (),
     ) -> None:
         runs, due, progress = list(runs), list(due), list(progress)
-        if not (runs or due or progress):
+        if not (runs or due or progress or deliveries):
             return
 
         run_rows, due_rows = self._run_rows(runs, due)
-        write = functools.partial(writes.commit, run_rows, due_rows, _progress_statements(progress))
-        await self._db.write(write, len(runs) + len(due) + len(progress))
+        statements = _progress_statements(progress)
+        if deliveries:
+            statements.append((INSERT_DELIVERY, [delivery_row(d) for d in deliveries]))
+        write = functools.partial(writes.commit, run_rows, due_rows, statements)
+        await self._db.write(write, len(runs) + len(due) + len(progress) + len(deliveries))
+
+    # --- notification deliveries ---------------------------------------------
+
+    async def save_deliveries(self, deliveries: Sequence[Delivery]) -> None:
+        rows = [
+            (*delivery_row(d)[10:], d.id)  # status .. delivered_at, then the id
+            for d in deliveries
+        ]
+        if not rows:
+            return
+        # records past DELIVERY_KEPT go with these writes: no sweep of their own
+        old = _us(datetime.now(UTC) - DELIVERY_KEPT)
+        statements = [(UPDATE_DELIVERY, rows), (EXPIRE_DELIVERIES, [(old,)])]
+        await self._db.write(functools.partial(writes.write_statements, statements), len(rows))
+
+    async def pending_deliveries(self, shard: int, *, limit: int = 1000) -> list[Delivery]:
+        sql = f"{SELECT_DELIVERY} WHERE shard = ? AND status = 'PENDING' ORDER BY id LIMIT ?"
+        return [row_delivery(r) for r in await self._all(sql, (shard, max(0, limit)))]
+
+    async def list_deliveries(
+        self, owner: str, *, job_id: str = "", page_size: int = 100, page_token: str = ""
+    ) -> Page[Delivery]:
+        where, args = ["owner = ?"], [owner]
+        if job_id:
+            where, args = [*where, "job_id = ?"], [*args, job_id]
+        kind = PageKind.DELIVERIES
+        tail, args, size = _keyset(kind, where, args, page_size, page_token, desc=True)
+        rows = await self._all(f"{SELECT_DELIVERY} {tail}", args)
+        return make_page(kind, [row_delivery(r) for r in rows], size, lambda d: d.id)
 
     async def get_run(self, owner: str, run_id: str) -> Run:
         row = await self._one(SELECT_RUN + " WHERE id = ? AND owner = ?", (run_id, owner))
@@ -321,6 +364,25 @@ class SqliteStore:
         tail, args, size = _keyset(kind, where, args, page_size, page_token, desc=True)
         rows = await self._all(f"{SELECT_RUN} {tail}", args)
         return make_row_page(kind, rows, size, _row_run, self.bad_rows)
+
+    # --- owner settings ----------------------------------------------------------
+
+    async def put_owner_settings(self, settings: OwnerSettings) -> None:
+        row = (
+            settings.owner,
+            policy_to_json(settings.notify_defaults),
+            settings.notify_secret,
+            None if settings.updated_at is None else _us(settings.updated_at),
+        )
+        statements = [(PUT_OWNER_SETTINGS, [row])]
+        await self._db.write(functools.partial(writes.write_statements, statements), 1)
+
+    async def get_owner_settings(self, owner: str) -> OwnerSettings | None:
+        row = await self._one(f"{SELECT_OWNER_SETTINGS} WHERE owner = ?", (owner,))
+        return None if row is None else _settings(row)
+
+    async def list_owner_settings(self) -> list[OwnerSettings]:
+        return [_settings(row) for row in await self._all(SELECT_OWNER_SETTINGS, ())]
 
     # --- due index ----------------------------------------------------------
 
@@ -430,6 +492,16 @@ class SqliteStore:
             return out
 
         return await self._db.read(read)
+
+
+def _settings(row: Any) -> OwnerSettings:
+    owner, notify, secret, updated = row
+    return OwnerSettings(
+        owner=owner,
+        notify_defaults=policy_from_json(notify),
+        notify_secret=secret,
+        updated_at=_dt(updated),
+    )
 
 
 def _progress_statements(

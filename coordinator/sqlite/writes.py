@@ -120,6 +120,11 @@ def remove_artifact_refs(rows: list[Row], conn: Conn) -> None:
     conn.executemany(REMOVE_ARTIFACT_REF, rows).close()
 
 
+def write_statements(statements: Statements, conn: Conn) -> None:
+    """Runs the statements in order (deliveries' outcomes, an owner's settings)."""
+    run_statements(conn, statements)
+
+
 def save_cursors(rows: list[Row], conn: Conn) -> None:
     conn.executemany(SAVE_CURSOR, rows).close()
     conn.executemany(PRUNE_DUE, [(shard, shard) for shard, _ in rows]).close()

@@ -236,8 +236,10 @@ class ShardcronCluster:
         misfire_grace: float = MISFIRE_GRACE,
         zk_proxies: bool = False,
         pki: Pki | None = None,
+        node_extra: Sequence[str] = (),
     ) -> None:
         self.root = root
+        self.node_extra = list(node_extra)  # more flags for every `shardcron node`
         self.pki = pki
         self.client_tls = pki.client_tls("cluster-client") if pki is not None else ClientTls()
         self.root.mkdir(parents=True, exist_ok=True)
@@ -304,6 +306,7 @@ class ShardcronCluster:
             "--auth-file",
             str(self.auth_file),
             *(self.pki.node_args(mtls=True) if self.pki is not None else []),
+            *self.node_extra,
         ]
 
     def add_node(self, node_id: str | None = None) -> NodeHandle:

@@ -189,7 +189,7 @@ class DevServer:
             return resp.read().decode()
 
     def cli(
-        self, *args: str, owner: str = "default", check: bool = True
+        self, *args: str, owner: str = "default", check: bool = True, input: str | None = None
     ) -> subprocess.CompletedProcess[str]:
         env = {**os.environ, "SHARDCRON_TARGET": self.target, "SHARDCRON_OWNER": owner}
         for name, path in (
@@ -206,6 +206,7 @@ class DevServer:
             env=env,
             cwd=REPO,
             timeout=60,
+            input=input,
         )
         if check and result.returncode != 0:
             raise AssertionError(

@@ -271,3 +271,45 @@ class Overview(_message.Message):
     history_since: _timestamp_pb2.Timestamp
     pollers: int
     def __init__(self, window: _Optional[_Union[_types_pb2.OverviewWindow, str]] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., waiting_reasons: _Optional[_Iterable[_Union[OverviewWaiting, _Mapping]]] = ..., failed_last_hour: _Optional[int] = ..., bucket_seconds: _Optional[int] = ..., buckets: _Optional[_Iterable[_Union[_types_pb2.OverviewBucket, _Mapping]]] = ..., failing_jobs: _Optional[_Iterable[_Union[_types_pb2.OverviewFailingJob, _Mapping]]] = ..., history_since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., pollers: _Optional[int] = ...) -> None: ...
+
+class ListDeliveriesRequest(_message.Message):
+    __slots__ = ("job_id", "page_size", "page_token")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    page_size: int
+    page_token: str
+    def __init__(self, job_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListDeliveriesResponse(_message.Message):
+    __slots__ = ("deliveries", "next_page_token")
+    DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    deliveries: _containers.RepeatedCompositeFieldContainer[_types_pb2.Delivery]
+    next_page_token: str
+    def __init__(self, deliveries: _Optional[_Iterable[_Union[_types_pb2.Delivery, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class GetNotifySettingsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class NotifySettings(_message.Message):
+    __slots__ = ("defaults", "secret_set")
+    DEFAULTS_FIELD_NUMBER: _ClassVar[int]
+    SECRET_SET_FIELD_NUMBER: _ClassVar[int]
+    defaults: _types_pb2.NotifyPolicy
+    secret_set: bool
+    def __init__(self, defaults: _Optional[_Union[_types_pb2.NotifyPolicy, _Mapping]] = ..., secret_set: _Optional[bool] = ...) -> None: ...
+
+class SetNotifyDefaultsRequest(_message.Message):
+    __slots__ = ("defaults",)
+    DEFAULTS_FIELD_NUMBER: _ClassVar[int]
+    defaults: _types_pb2.NotifyPolicy
+    def __init__(self, defaults: _Optional[_Union[_types_pb2.NotifyPolicy, _Mapping]] = ...) -> None: ...
+
+class SetNotifySecretRequest(_message.Message):
+    __slots__ = ("secret",)
+    SECRET_FIELD_NUMBER: _ClassVar[int]
+    secret: str
+    def __init__(self, secret: _Optional[str] = ...) -> None: ...

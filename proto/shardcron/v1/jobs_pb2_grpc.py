@@ -140,6 +140,26 @@ class JobServiceStub:
                 request_serializer=shardcron_dot_v1_dot_jobs__pb2.ReadRunResultRequest.SerializeToString,
                 response_deserializer=shardcron_dot_v1_dot_jobs__pb2.RunResultChunk.FromString,
                 _registered_method=True)
+        self.ListDeliveries = channel.unary_unary(
+                '/shardcron.v1.JobService/ListDeliveries',
+                request_serializer=shardcron_dot_v1_dot_jobs__pb2.ListDeliveriesRequest.SerializeToString,
+                response_deserializer=shardcron_dot_v1_dot_jobs__pb2.ListDeliveriesResponse.FromString,
+                _registered_method=True)
+        self.GetNotifySettings = channel.unary_unary(
+                '/shardcron.v1.JobService/GetNotifySettings',
+                request_serializer=shardcron_dot_v1_dot_jobs__pb2.GetNotifySettingsRequest.SerializeToString,
+                response_deserializer=shardcron_dot_v1_dot_jobs__pb2.NotifySettings.FromString,
+                _registered_method=True)
+        self.SetNotifyDefaults = channel.unary_unary(
+                '/shardcron.v1.JobService/SetNotifyDefaults',
+                request_serializer=shardcron_dot_v1_dot_jobs__pb2.SetNotifyDefaultsRequest.SerializeToString,
+                response_deserializer=shardcron_dot_v1_dot_jobs__pb2.NotifySettings.FromString,
+                _registered_method=True)
+        self.SetNotifySecret = channel.unary_unary(
+                '/shardcron.v1.JobService/SetNotifySecret',
+                request_serializer=shardcron_dot_v1_dot_jobs__pb2.SetNotifySecretRequest.SerializeToString,
+                response_deserializer=shardcron_dot_v1_dot_jobs__pb2.NotifySettings.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -300,6 +320,37 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListDeliveries(self, request, context):
+        """Webhook deliveries of the owner's notifications, newest first; of one job or all.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetNotifySettings(self, request, context):
+        """The owner's notification settings: its default rules and whether a signing secret
+        is set (never the secret).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetNotifyDefaults(self, request, context):
+        """The rules every job of the owner without notify rules of its own follows (on every
+        node within 5 s). Unset defaults: none.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetNotifySecret(self, request, context):
+        """The secret the owner's deliveries are signed with (write-only: never shown back;
+        sealed at rest with the node's --secrets-key-file). "" removes it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -407,6 +458,26 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.ReadRunResult,
                     request_deserializer=shardcron_dot_v1_dot_jobs__pb2.ReadRunResultRequest.FromString,
                     response_serializer=shardcron_dot_v1_dot_jobs__pb2.RunResultChunk.SerializeToString,
+            ),
+            'ListDeliveries': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListDeliveries,
+                    request_deserializer=shardcron_dot_v1_dot_jobs__pb2.ListDeliveriesRequest.FromString,
+                    response_serializer=shardcron_dot_v1_dot_jobs__pb2.ListDeliveriesResponse.SerializeToString,
+            ),
+            'GetNotifySettings': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetNotifySettings,
+                    request_deserializer=shardcron_dot_v1_dot_jobs__pb2.GetNotifySettingsRequest.FromString,
+                    response_serializer=shardcron_dot_v1_dot_jobs__pb2.NotifySettings.SerializeToString,
+            ),
+            'SetNotifyDefaults': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetNotifyDefaults,
+                    request_deserializer=shardcron_dot_v1_dot_jobs__pb2.SetNotifyDefaultsRequest.FromString,
+                    response_serializer=shardcron_dot_v1_dot_jobs__pb2.NotifySettings.SerializeToString,
+            ),
+            'SetNotifySecret': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetNotifySecret,
+                    request_deserializer=shardcron_dot_v1_dot_jobs__pb2.SetNotifySecretRequest.FromString,
+                    response_serializer=shardcron_dot_v1_dot_jobs__pb2.NotifySettings.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -976,6 +1047,114 @@ class JobService:
             '/shardcron.v1.JobService/ReadRunResult',
             shardcron_dot_v1_dot_jobs__pb2.ReadRunResultRequest.SerializeToString,
             shardcron_dot_v1_dot_jobs__pb2.RunResultChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListDeliveries(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardcron.v1.JobService/ListDeliveries',
+            shardcron_dot_v1_dot_jobs__pb2.ListDeliveriesRequest.SerializeToString,
+            shardcron_dot_v1_dot_jobs__pb2.ListDeliveriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetNotifySettings(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardcron.v1.JobService/GetNotifySettings',
+            shardcron_dot_v1_dot_jobs__pb2.GetNotifySettingsRequest.SerializeToString,
+            shardcron_dot_v1_dot_jobs__pb2.NotifySettings.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetNotifyDefaults(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardcron.v1.JobService/SetNotifyDefaults',
+            shardcron_dot_v1_dot_jobs__pb2.SetNotifyDefaultsRequest.SerializeToString,
+            shardcron_dot_v1_dot_jobs__pb2.NotifySettings.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetNotifySecret(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardcron.v1.JobService/SetNotifySecret',
+            shardcron_dot_v1_dot_jobs__pb2.SetNotifySecretRequest.SerializeToString,
+            shardcron_dot_v1_dot_jobs__pb2.NotifySettings.FromString,
             options,
             channel_credentials,
             insecure,

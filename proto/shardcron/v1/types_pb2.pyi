@@ -104,6 +104,23 @@ class LateReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     LATE_REASON_MISFIRE: _ClassVar[LateReason]
     LATE_REASON_DEADLINE: _ClassVar[LateReason]
 
+class NotifyRule(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    NOTIFY_RULE_UNSPECIFIED: _ClassVar[NotifyRule]
+    NOTIFY_RULE_FAILURE: _ClassVar[NotifyRule]
+    NOTIFY_RULE_RECOVERY: _ClassVar[NotifyRule]
+    NOTIFY_RULE_DEAD_LETTER: _ClassVar[NotifyRule]
+    NOTIFY_RULE_CONSECUTIVE_FAILURES: _ClassVar[NotifyRule]
+    NOTIFY_RULE_LATE: _ClassVar[NotifyRule]
+    NOTIFY_RULE_MISSED: _ClassVar[NotifyRule]
+
+class DeliveryStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DELIVERY_STATUS_UNSPECIFIED: _ClassVar[DeliveryStatus]
+    DELIVERY_STATUS_PENDING: _ClassVar[DeliveryStatus]
+    DELIVERY_STATUS_DELIVERED: _ClassVar[DeliveryStatus]
+    DELIVERY_STATUS_DROPPED: _ClassVar[DeliveryStatus]
+
 class OverviewWindow(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     OVERVIEW_WINDOW_UNSPECIFIED: _ClassVar[OverviewWindow]
@@ -175,6 +192,17 @@ LATE_REASON_OVERLAP: LateReason
 LATE_REASON_PAUSED: LateReason
 LATE_REASON_MISFIRE: LateReason
 LATE_REASON_DEADLINE: LateReason
+NOTIFY_RULE_UNSPECIFIED: NotifyRule
+NOTIFY_RULE_FAILURE: NotifyRule
+NOTIFY_RULE_RECOVERY: NotifyRule
+NOTIFY_RULE_DEAD_LETTER: NotifyRule
+NOTIFY_RULE_CONSECUTIVE_FAILURES: NotifyRule
+NOTIFY_RULE_LATE: NotifyRule
+NOTIFY_RULE_MISSED: NotifyRule
+DELIVERY_STATUS_UNSPECIFIED: DeliveryStatus
+DELIVERY_STATUS_PENDING: DeliveryStatus
+DELIVERY_STATUS_DELIVERED: DeliveryStatus
+DELIVERY_STATUS_DROPPED: DeliveryStatus
 OVERVIEW_WINDOW_UNSPECIFIED: OverviewWindow
 OVERVIEW_WINDOW_HOUR: OverviewWindow
 OVERVIEW_WINDOW_DAY: OverviewWindow
@@ -307,7 +335,7 @@ class ResultLimits(_message.Message):
     def __init__(self, max_files: _Optional[int] = ..., max_file_bytes: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("name", "task", "schedule", "priority", "retry", "timeout", "concurrency", "misfire", "starting_deadline", "resources", "pause_after_failures", "labels")
+    __slots__ = ("name", "task", "schedule", "priority", "retry", "timeout", "concurrency", "misfire", "starting_deadline", "resources", "pause_after_failures", "labels", "notify")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -327,6 +355,7 @@ class JobSpec(_message.Message):
     RESOURCES_FIELD_NUMBER: _ClassVar[int]
     PAUSE_AFTER_FAILURES_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
+    NOTIFY_FIELD_NUMBER: _ClassVar[int]
     name: str
     task: Task
     schedule: Schedule
@@ -339,7 +368,28 @@ class JobSpec(_message.Message):
     resources: Resources
     pause_after_failures: int
     labels: _containers.ScalarMap[str, str]
-    def __init__(self, name: _Optional[str] = ..., task: _Optional[_Union[Task, _Mapping]] = ..., schedule: _Optional[_Union[Schedule, _Mapping]] = ..., priority: _Optional[int] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., concurrency: _Optional[_Union[ConcurrencyPolicy, _Mapping]] = ..., misfire: _Optional[_Union[MisfirePolicy, str]] = ..., starting_deadline: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., pause_after_failures: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    notify: NotifyPolicy
+    def __init__(self, name: _Optional[str] = ..., task: _Optional[_Union[Task, _Mapping]] = ..., schedule: _Optional[_Union[Schedule, _Mapping]] = ..., priority: _Optional[int] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., concurrency: _Optional[_Union[ConcurrencyPolicy, _Mapping]] = ..., misfire: _Optional[_Union[MisfirePolicy, str]] = ..., starting_deadline: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., pause_after_failures: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., notify: _Optional[_Union[NotifyPolicy, _Mapping]] = ...) -> None: ...
+
+class NotifyPolicy(_message.Message):
+    __slots__ = ("webhook_url", "on_failure", "on_recovery", "on_dead_letter", "on_consecutive_failures", "on_late", "on_missed", "slack")
+    WEBHOOK_URL_FIELD_NUMBER: _ClassVar[int]
+    ON_FAILURE_FIELD_NUMBER: _ClassVar[int]
+    ON_RECOVERY_FIELD_NUMBER: _ClassVar[int]
+    ON_DEAD_LETTER_FIELD_NUMBER: _ClassVar[int]
+    ON_CONSECUTIVE_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    ON_LATE_FIELD_NUMBER: _ClassVar[int]
+    ON_MISSED_FIELD_NUMBER: _ClassVar[int]
+    SLACK_FIELD_NUMBER: _ClassVar[int]
+    webhook_url: str
+    on_failure: bool
+    on_recovery: bool
+    on_dead_letter: bool
+    on_consecutive_failures: int
+    on_late: _duration_pb2.Duration
+    on_missed: bool
+    slack: bool
+    def __init__(self, webhook_url: _Optional[str] = ..., on_failure: _Optional[bool] = ..., on_recovery: _Optional[bool] = ..., on_dead_letter: _Optional[bool] = ..., on_consecutive_failures: _Optional[int] = ..., on_late: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., on_missed: _Optional[bool] = ..., slack: _Optional[bool] = ...) -> None: ...
 
 class Job(_message.Message):
     __slots__ = ("id", "owner", "spec", "state", "version", "created_at", "updated_at", "next_fire_at", "next_fire_key", "idempotency_key", "consecutive_failures", "pause_reason", "schedule_version", "health")
@@ -478,6 +528,36 @@ class RunLateness(_message.Message):
     text: str
     waited: _duration_pb2.Duration
     def __init__(self, reason: _Optional[_Union[LateReason, str]] = ..., text: _Optional[str] = ..., waited: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class Delivery(_message.Message):
+    __slots__ = ("id", "job_id", "run_id", "rule", "reason", "status", "attempts", "created_at", "next_attempt_at", "last_attempt_at", "last_error", "delivered_at", "webhook_url")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    RULE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    NEXT_ATTEMPT_AT_FIELD_NUMBER: _ClassVar[int]
+    LAST_ATTEMPT_AT_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    DELIVERED_AT_FIELD_NUMBER: _ClassVar[int]
+    WEBHOOK_URL_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    job_id: str
+    run_id: str
+    rule: NotifyRule
+    reason: str
+    status: DeliveryStatus
+    attempts: int
+    created_at: _timestamp_pb2.Timestamp
+    next_attempt_at: _timestamp_pb2.Timestamp
+    last_attempt_at: _timestamp_pb2.Timestamp
+    last_error: str
+    delivered_at: _timestamp_pb2.Timestamp
+    webhook_url: str
+    def __init__(self, id: _Optional[str] = ..., job_id: _Optional[str] = ..., run_id: _Optional[str] = ..., rule: _Optional[_Union[NotifyRule, str]] = ..., reason: _Optional[str] = ..., status: _Optional[_Union[DeliveryStatus, str]] = ..., attempts: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., next_attempt_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_attempt_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_error: _Optional[str] = ..., delivered_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., webhook_url: _Optional[str] = ...) -> None: ...
 
 class RunUsage(_message.Message):
     __slots__ = ("peak_memory_bytes", "cpu_seconds", "limits_enforced")
