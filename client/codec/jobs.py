@@ -1,4 +1,6 @@
-"""The one mapping between domain types and protobuf for the job API.
+"""The mapping between domain types and protobuf for the job API: jobs, their specs,
+tasks, schedules and policies, and a job's health. Runs are ``runs``'s, the cluster's
+status ``cluster``'s.
 
 ``X_to_proto`` turns a domain object from ``shardcron.client.types`` into its
 ``shardcron.v1`` message; ``X_from_proto`` reads one back. Readers check structure only
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from shardcron.client.codec.common import (
     DST_GAP,
@@ -24,58 +26,40 @@ from shardcron.client.codec.common import (
     JOB_STATE,
     MISFIRE_POLICY,
     OVERLAP_POLICY,
-    RUN_REASON,
-    RUN_STATE,
     SCHEDULE_KIND,
     build,
     get_duration,
     get_required_time,
     get_time,
-    lateness_from_proto,
-    lateness_to_proto,
     non_negative,
     set_duration,
     set_time,
-    usage_from_proto,
-    usage_to_proto,
 )
 from shardcron.client.codec.notify import notify_from_proto, notify_to_proto
+from shardcron.client.codec.runs import run_state_from_proto, run_state_to_proto
 from shardcron.client.errors import InvalidArgument
 from shardcron.client.types import (
     SECRET_PLACEHOLDER,
-    ClusterStatus,
     CommandTask,
     ConcurrencyPolicy,
-    Fire,
     HandlerTask,
     Job,
     JobHealth,
     JobHealthRun,
     JobSpec,
     JobState,
-    OutputChunk,
     Resources,
     ResultLimits,
     RetryPolicy,
-    Run,
-    RunReason,
-    RunResultFile,
-    RunState,
     Schedule,
     ScheduleKind,
-    ShardInfo,
     Task,
-    WorkerInfo,
 )
-from shardcron.v1 import cluster_pb2, types_pb2
+from shardcron.v1 import types_pb2
 
 __all__ = [
-    "cluster_status_from_proto",
-    "cluster_status_to_proto",
     "concurrency_from_proto",
     "concurrency_to_proto",
-    "fire_from_proto",
-    "fire_to_proto",
     "job_from_proto",
     "job_health_from_proto",
     "job_health_to_proto",
@@ -85,29 +69,17 @@ __all__ = [
     "job_state_from_proto",
     "job_state_to_proto",
     "job_to_proto",
-    "output_chunk_from_proto",
-    "output_chunk_to_proto",
     "resources_from_proto",
     "resources_to_proto",
     "retry_from_proto",
     "retry_to_proto",
-    "run_from_proto",
-    "run_reason_from_proto",
-    "run_reason_to_proto",
-    "run_state_from_proto",
-    "run_state_to_proto",
-    "run_to_proto",
     "schedule_from_proto",
     "schedule_to_proto",
-    "shard_info_from_proto",
-    "shard_info_to_proto",
     "task_from_proto",
     "task_to_proto",
-    "worker_info_from_proto",
-    "worker_info_to_proto",
 ]
 
-# --------------------------------------------------------------------------- enums used in requests
+# --------------------------------------------------------------------------- the job's state
 
 
 def job_state_to_proto(state: JobState) -> int:
@@ -116,22 +88,6 @@ def job_state_to_proto(state: JobState) -> int:
 
 def job_state_from_proto(number: int, field: str = "state") -> JobState:
     return JOB_STATE.from_proto(number, field)
-
-
-def run_state_to_proto(state: RunState) -> int:
-    return RUN_STATE.to_proto(state)
-
-
-def run_state_from_proto(number: int, field: str = "state") -> RunState:
-    return RUN_STATE.from_proto(number, field)
-
-
-def run_reason_to_proto(reason: RunReason) -> int:
-    return RUN_REASON.to_proto(reason)
-
-
-def run_reason_from_proto(number: int, field: str = "reason") -> RunReason:
-    return RUN_REASON.from_proto(number, field)
 
 
 # --------------------------------------------------------------------------- schedule
@@ -468,201 +424,4 @@ def job_from_proto(msg: types_pb2.Job, field: str = "job") -> Job:
         health=job_health_from_proto(msg.health, f"{field}.health")
         if msg.HasField("health")
         else None,
-    )
-
-
-# --------------------------------------------------------------------------- runs, fires, output
-
-
-def run_to_proto(run: Run) -> types_pb2.Run:
-    msg = types_pb2.Run(
-        id=run.id,
-        job_id=run.job_id,
-        owner=run.owner,
-        fire_key=run.fire_key,
-        state=run_state_to_proto(run.state),
-        attempt=run.attempt,
-        priority=run.priority,
-        shard=run.shard,
-        worker_id=run.worker_id,
-        lease_token=run.lease_token,
-        has_exit_code=run.exit_code is not None,
-        exit_code=run.exit_code or 0,
-        reason=run_reason_to_proto(run.reason),
-        error=run.error,
-        output_bytes=run.output_bytes,
-        replayed_from=run.replayed_from,
-        dead_letter=run.dead_letter,
-        schedule_version=run.schedule_version,
-        waiting_reason=run.waiting_reason,
-        output_sha256=run.output_sha256,
-        output_truncated=run.output_truncated,
-        results_note=run.results_note,
-    )
-    for f in run.results:
-        msg.results.add(name=f.name, size=f.size, sha256=f.sha256)
-    set_time(msg, "fire_at", run.fire_at)
-    set_time(msg, "due_at", run.due_at)
-    set_time(msg, "lease_expires_at", run.lease_expires_at)
-    set_time(msg, "created_at", run.created_at)
-    set_time(msg, "started_at", run.started_at)
-    set_time(msg, "ended_at", run.ended_at)
-    if run.usage is not None:
-        msg.usage.CopyFrom(usage_to_proto(run.usage))
-    if run.lateness is not None:
-        msg.lateness.CopyFrom(lateness_to_proto(run.lateness))
-    return msg
-
-
-def run_from_proto(msg: types_pb2.Run, field: str = "run") -> Run:
-    return Run(
-        id=msg.id,
-        job_id=msg.job_id,
-        owner=msg.owner,
-        fire_key=msg.fire_key,
-        fire_at=get_required_time(msg, "fire_at", field),
-        due_at=get_required_time(msg, "due_at", field),
-        state=run_state_from_proto(msg.state, f"{field}.state"),
-        attempt=msg.attempt or 1,
-        priority=msg.priority,
-        shard=msg.shard,
-        worker_id=msg.worker_id,
-        lease_token=msg.lease_token,
-        lease_expires_at=get_time(msg, "lease_expires_at", field),
-        created_at=get_time(msg, "created_at", field),
-        started_at=get_time(msg, "started_at", field),
-        ended_at=get_time(msg, "ended_at", field),
-        exit_code=msg.exit_code if msg.has_exit_code else None,
-        reason=run_reason_from_proto(msg.reason, f"{field}.reason"),
-        error=msg.error,
-        output_bytes=msg.output_bytes,
-        replayed_from=msg.replayed_from,
-        dead_letter=msg.dead_letter,
-        schedule_version=msg.schedule_version,
-        waiting_reason=msg.waiting_reason,
-        usage=usage_from_proto(msg, field),
-        lateness=lateness_from_proto(msg, field),
-        output_sha256=msg.output_sha256,
-        output_truncated=msg.output_truncated,
-        results=tuple(
-            RunResultFile(name=f.name, size=f.size, sha256=f.sha256) for f in msg.results
-        ),
-        results_note=msg.results_note,
-    )
-
-
-def fire_to_proto(fire: Fire) -> types_pb2.Fire:
-    msg = types_pb2.Fire(
-        key=fire.key,
-        local_time=fire.local.isoformat(),
-        skip_reason=run_reason_to_proto(fire.skip_reason),
-    )
-    set_time(msg, "at", fire.at)
-    return msg
-
-
-def fire_from_proto(msg: types_pb2.Fire, field: str = "fire") -> Fire:
-    """``local`` comes back with the fixed UTC offset written in ``local_time`` (the zone
-    name is not on the wire); an empty ``local_time`` reads as ``at`` in UTC."""
-    at = get_required_time(msg, "at", field)
-    local = at
-    if msg.local_time:
-        try:
-            local = datetime.fromisoformat(msg.local_time)
-        except ValueError:
-            raise InvalidArgument(f"{field}.local_time", "not an ISO 8601 time") from None
-        if local.utcoffset() is None:
-            raise InvalidArgument(f"{field}.local_time", "must carry a UTC offset")
-    return Fire(
-        key=msg.key,
-        at=at,
-        local=local,
-        skip_reason=run_reason_from_proto(msg.skip_reason, f"{field}.skip_reason"),
-    )
-
-
-def output_chunk_to_proto(chunk: OutputChunk) -> types_pb2.OutputChunk:
-    return types_pb2.OutputChunk(
-        run_id=chunk.run_id,
-        offset=chunk.offset,
-        data=chunk.data,
-        stream=chunk.stream,
-        eof=chunk.eof,
-    )
-
-
-def output_chunk_from_proto(msg: types_pb2.OutputChunk, field: str = "chunk") -> OutputChunk:
-    return OutputChunk(
-        run_id=msg.run_id,
-        offset=msg.offset,
-        data=bytes(msg.data),
-        stream=msg.stream or "stdout",
-        eof=msg.eof,
-    )
-
-
-# --------------------------------------------------------------------------- cluster
-
-
-def worker_info_to_proto(w: WorkerInfo) -> cluster_pb2.WorkerInfo:
-    msg = cluster_pb2.WorkerInfo(
-        id=w.id,
-        address=w.address,
-        slots_total=w.slots_total,
-        slots_used=w.slots_used,
-        labels=w.labels,
-        handlers=list(w.handlers),
-        pollers=list(w.pollers),
-        owners=list(w.owners),
-        handlers_omitted=w.handlers_omitted,
-    )
-    set_time(msg, "connected_at", w.connected_at)
-    return msg
-
-
-def worker_info_from_proto(msg: cluster_pb2.WorkerInfo, field: str = "worker") -> WorkerInfo:
-    return WorkerInfo(
-        id=msg.id,
-        address=msg.address,
-        slots_total=msg.slots_total,
-        slots_used=msg.slots_used,
-        labels=dict(msg.labels),
-        handlers=tuple(msg.handlers),
-        connected_at=get_time(msg, "connected_at", field),
-        pollers=tuple(msg.pollers),
-        owners=tuple(msg.owners),
-        handlers_omitted=msg.handlers_omitted,
-    )
-
-
-def shard_info_to_proto(s: ShardInfo) -> cluster_pb2.ShardInfo:
-    return cluster_pb2.ShardInfo(shard=s.shard, owner=s.owner, lag_seconds=s.lag_seconds)
-
-
-def shard_info_from_proto(msg: cluster_pb2.ShardInfo) -> ShardInfo:
-    return ShardInfo(shard=msg.shard, owner=msg.owner, lag_seconds=msg.lag_seconds)
-
-
-def cluster_status_to_proto(status: ClusterStatus) -> cluster_pb2.ClusterStatus:
-    return cluster_pb2.ClusterStatus(
-        mode=status.mode,
-        leader=status.leader,
-        epoch=status.epoch,
-        members=status.members,
-        shards=[shard_info_to_proto(s) for s in status.shards],
-        workers=[worker_info_to_proto(w) for w in status.workers],
-        workers_omitted=status.workers_omitted,
-    )
-
-
-def cluster_status_from_proto(msg: cluster_pb2.ClusterStatus) -> ClusterStatus:
-    """An empty ``mode`` reads as ``"dev"``."""
-    return ClusterStatus(
-        mode=msg.mode or "dev",
-        leader=msg.leader,
-        epoch=msg.epoch,
-        members=list(msg.members),
-        shards=[shard_info_from_proto(s) for s in msg.shards],
-        workers=[worker_info_from_proto(w, f"workers[{i}]") for i, w in enumerate(msg.workers)],
-        workers_omitted=msg.workers_omitted,
     )
