@@ -15,7 +15,9 @@ due instant waits (``due_gate``).
 A shard move costs no re-execution: a lease whose poller answers ``not_owner`` (the
 run's shard moved) or whose stream is down is named to every connected poller until
 one renews it, and that poller holds the run from then on; such a run's result is
-offered to every poller in the same way (``adrift``).
+offered to every poller in the same way (``adrift``). What a run sends besides its
+result (output, result files, an artifact fetch) goes to the poller that holds its
+lease when it is sent (``run_routes``).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import socket
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Coroutine, Sequence
+from collections.abc import Awaitable, Coroutine, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -44,13 +46,12 @@ from shardcron.client.stream import (
     OutputRoom,
     Renewals,
     ResultAck,
-    ResultFilePiece,
     check_hello,
 )
 from shardcron.client.types import HandlerTask, RunReason
 
 from .adrift import AdriftResults
-from .artifacts import ArtifactCache, ArtifactFetchFailed
+from .artifacts import ArtifactCache
 from .due_gate import DueGate, run_when_due, start_if_due
 from .executor import (
     CommandExecutor,
@@ -65,8 +66,9 @@ from .handlers import HandlerRegistry
 from .handlers import registry as default_registry
 from .leased_runs import HeldRun, lapsed, lease_deadline
 from .link import PollerLink
-from .outbox import MAX_HEARTBEAT_LEASES, OUTPUT_ROOM_WAIT, RESULT_ROOM_WAIT, Outbox
+from .outbox import MAX_HEARTBEAT_LEASES, RESULT_ROOM_WAIT
 from .output_spool import OutputSpoolConfig, OutputSpools, SpoolEnd
+from .run_routes import RunRoutes
 from .sandbox import Sandbox, SandboxConfig
 from .shares import shared_limits
 from .targets import Target, next_reading, read_targets
@@ -139,14 +141,16 @@ class Worker:
         self.memory_mb = memory_mb
         # what a node refuses in a Hello is refused here, before any stream opens
         self._runs: dict[str, HeldRun] = {}
-        # runs' output kept on disk while their node cannot take it
-        self._spools = OutputSpools(output_spool or OutputSpoolConfig(), self._sink_of)
+        self.stats: Counter[str] = Counter()
+        # where each run's output, result files and artifact requests go, and its output
+        # kept on disk while its node cannot take it
+        self._routes = RunRoutes(self._runs, output_spool or OutputSpoolConfig(), self.stats)
+        self._spools = self._routes.spools
         check_hello(self._hello(), path="")
         self.kill_grace = kill_grace
         pairs = metadata.items() if isinstance(metadata, dict) else metadata or ()
         self.metadata = tuple(pairs) + call_metadata(None, token)
         self.credentials = credentials
-        self.stats: Counter[str] = Counter()
         self.usage = UsageCounts()  # what its command runs used
         self._slots_used = 0
         self._links: dict[str, PollerLink] = {}
@@ -456,14 +460,16 @@ class Worker:
                 attempt=lease.attempt,
                 fencing_token=lease.fencing_token,
                 timeout=lease.timeout.total_seconds() if lease.timeout else None,
-                on_output=partial(self._on_output, link, lease.run_id, lease.fencing_token),
-                output_room=partial(self._output_room, lease.run_id),
-                result_room=partial(self._output_room, lease.run_id, RESULT_ROOM_WAIT),
-                on_result_piece=partial(self._on_result_piece, link, lease.run_id),
+                on_output=partial(self._routes.output, link, lease.run_id, lease.fencing_token),
+                output_room=partial(self._routes.wait_for_room, lease.run_id),
+                result_room=partial(self._routes.wait_for_room, lease.run_id, RESULT_ROOM_WAIT),
+                on_result_piece=partial(self._routes.result_piece, link, lease.run_id),
                 lease_deadline=deadline,
                 owner=lease.owner,
                 resources=lease.resources,
-                fetch_artifact=partial(self._fetch_artifact, lease.run_id, lease.fencing_token),
+                fetch_artifact=partial(
+                    self._routes.fetch_artifact, lease.run_id, lease.fencing_token
+                ),
             )
             run = HeldRun(
                 ctx=ctx, link=link, token=lease.fencing_token, slots=slots, deadline=deadline
@@ -482,50 +488,9 @@ class Worker:
             run.task = loop.create_task(self._execute(run, prev, lease))
         self.rebalance()
 
-    def _on_output(
-        self, link: PollerLink, run_id: str, token: int, stream: str, data: bytes
-    ) -> None:
-        self.stats["output_bytes"] += len(data)
-        if self._spools.takes(run_id, token, stream, data):
-            return  # its node cannot take it now: kept on disk
-        run = self._runs.get(run_id)
-        if run is not None and run.token == token:
-            link = run.link  # the poller holding the lease now (its shard may have moved)
-        link.outbox.output(run_id, token, stream, data)
-
-    def _fetch_artifact(self, run_id: str, token: int, sha256: str) -> AsyncIterator[bytes]:
-        """The artifact's bytes, from the poller holding the run's lease now."""
-        run = self._runs.get(run_id)
-        if run is None or run.token != token:
-            raise ArtifactFetchFailed(f"artifact {sha256}: the run's lease is gone")
-        return run.link.read_artifact(run_id, token, sha256)
-
-    def _sink_of(self, run_id: str, token: int) -> Outbox | None:
-        """Where the run's spooled output goes: the stream of the poller holding it."""
-        run = self._runs.get(run_id)
-        return run.link.outbox if run is not None and run.token == token else None
-
     def on_output_room(self, link: PollerLink, room: OutputRoom) -> None:
         """The node pauses or resumes runs' output (``output_spool``)."""
-        for refs, act in ((room.paused, self._spools.pause), (room.resumed, self._spools.resume)):
-            for ref in refs:
-                run = self._runs.get(ref.run_id)
-                if run is not None and run.link is link and run.token == ref.fencing_token:
-                    act(ref.run_id, ref.fencing_token)
-
-    def _on_result_piece(self, link: PollerLink, run_id: str, piece: ResultFilePiece) -> None:
-        """A piece of one of the run's result files, to the poller holding its lease."""
-        run = self._runs.get(run_id)
-        if run is not None and run.token == piece.fencing_token:
-            link = run.link
-        link.outbox.result_piece(piece)
-
-    async def _output_room(self, run_id: str, wait: float = OUTPUT_ROOM_WAIT) -> None:
-        """Waits while the stream of the poller holding the run has a full output buffer
-        (``wait`` seconds at most)."""
-        run = self._runs.get(run_id)
-        if run is not None:
-            await run.link.outbox.output_room(wait)
+        self._routes.output_room(link, room)
 
     def on_renewals(self, link: PollerLink, renewals: Renewals, now: float) -> None:
         ttl = renewals.lease_ttl.total_seconds() or link.lease_ttl
