@@ -211,3 +211,31 @@ def test_a_late_start_is_told_at_the_start_and_not_again_at_the_end() -> None:
     assert NotifyRule.LATE not in {d.rule for d in decide(job, ended, T0, start_decided=True)}
     # a start reported with its result only (never seen apart): told at the end
     assert [d.id for d in decide(job, ended, T0)] == [late.id]
+
+
+def test_late_and_missed_deliveries_say_why_in_the_pollers_words() -> None:
+    """A run's lateness (what the poller saw it wait for) is the reason a late or missed
+    delivery gives, and rides in the payload."""
+    from shardcron.client.types import LateReason, RunLateness
+
+    job = _with(ALL)
+    full = RunLateness(reason=LateReason.NO_FREE_SLOT, text="waiting for a free slot for 31.0 s")
+    started = make_run(job, state=RunState.RUNNING, started_at=T0 + 31 * S, lateness=full)
+    [late] = decide_start(job, started, T0 + 31 * S)
+    assert late.reason.endswith(": waiting for a free slot for 31.0 s")
+    assert json.loads(late.body)["run"]["lateness"] == {
+        "reason": "NO_FREE_SLOT",
+        "text": "waiting for a free slot for 31.0 s",
+    }
+    held = RunLateness(reason=LateReason.OVERLAP, text="overlap: previous run r-1 still running")
+    skipped = make_run(
+        job, state=RunState.SKIPPED, reason=RunReason.OVERLAP, ended_at=T0, lateness=held
+    )
+    [missed] = [d for d in decide(job, skipped, T0) if d.rule == NotifyRule.MISSED]
+    assert missed.reason == "skipped: overlap: previous run r-1 still running"
+    assert (
+        json.loads(decide(job, make_run(job, state=RunState.FAILED, ended_at=T0), T0)[0].body)[
+            "run"
+        ]["lateness"]
+        is None
+    )

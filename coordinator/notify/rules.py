@@ -64,7 +64,8 @@ def matches(
     if not start_decided and (late := _late(policy, run)) is not None:
         out.append(late)
     if policy.on_missed and run.state in _NOT_RUN:
-        out.append((NotifyRule.MISSED, f"{run.state.lower()}: {why}"))
+        said = run.lateness.text if run.lateness is not None else why  # the poller's words
+        out.append((NotifyRule.MISSED, f"{run.state.lower()}: {said}"))
     return out
 
 
@@ -73,7 +74,8 @@ def _late(policy: NotifyPolicy, run: Run) -> tuple[NotifyRule, str] | None:
     if late is None or run.started_at is None or run.started_at - run.due_at <= late:
         return None
     lag = (run.started_at - run.due_at).total_seconds()
-    return NotifyRule.LATE, f"started {lag:.3f}s after it was due (limit {late})"
+    why = f": {run.lateness.text}" if run.lateness is not None else ""
+    return NotifyRule.LATE, f"started {lag:.3f}s after it was due (limit {late}){why}"
 
 
 def decide_start(
@@ -160,6 +162,9 @@ def body(
                 "started_at": _time(run.started_at),
                 "ended_at": _time(run.ended_at),
                 "dead_letter": run.dead_letter,
+                "lateness": None
+                if run.lateness is None
+                else {"reason": str(run.lateness.reason), "text": run.lateness.text},
             },
         }
     return json.dumps(record, separators=(",", ":"), ensure_ascii=False).encode()
