@@ -177,7 +177,8 @@ def _run_reason(run: Run) -> str:
     if run.exit_code is not None:
         parts.append(f"exit code {run.exit_code}")
     text = " ".join(parts)
-    return f"{text}: {run.error}" if run.error else text
+    said = run.error and run.error != f"exit code {run.exit_code}"  # not said twice
+    return f"{text}: {run.error}" if said else text
 
 
 def _time(at: datetime | None) -> str | None:

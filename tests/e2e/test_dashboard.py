@@ -4,8 +4,8 @@ installed by ``make test``), driven with Selenium against a real ``shardcron dev
 It opens the jobs list, sees a job created through the API appear, opens the job and
 its run, sees the run's output arrive, cancels the run and sees CANCELLED; reads the
 overview (runs now, waiting and why, failures, its charts, live), the list's health
-strips and a failing job's page. Every page is saved as a screenshot under
-``tests/output/dashboard/`` (not versioned); with ``SHARDCRON_DOC_IMAGES=1``, the
+strips, a failing job's page and the notifications page. Every page is saved as a
+screenshot under ``tests/output/dashboard/`` (not versioned); with ``SHARDCRON_DOC_IMAGES=1``, the
 overview, the job list and a failing job's page also under ``docs/img/``, where the
 README shows them.
 """
@@ -415,3 +415,53 @@ def test_a_run_page_lists_its_result_files_and_downloads_one(
     assert (tmp_path / "table.csv").read_bytes() == b"a,b\n1,2\n"
     logs = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     assert logs == []
+
+
+def test_the_notifications_page_lists_a_jobs_deliveries_and_the_job_links_to_them(
+    browser: WebDriver, tmp_path: Path
+) -> None:
+    """A failing job with a webhook: its delivery shows on the Notifications page (rule,
+    reason, status, attempts), and the job's page links to its deliveries alone."""
+    from tests.support.webhooks import Receiver
+
+    receiver = Receiver().start()
+    node = DevServer(tmp_path / "data", extra=["--workers", "1", "--notify-allow-private"]).start()
+    try:
+        owner = f"ui-{uuid.uuid4().hex[:8]}"
+        http = HttpApi(node.http_url, owner=owner)
+        notify = {"webhookUrl": receiver.url + "/hook", "onFailure": True}
+        spec = {
+            "name": "nightly-export",
+            "task": {"command": {"argv": ["sh", "-c", "echo no space left >&2; exit 5"]}},
+            "schedule": {"kind": "SCHEDULE_KIND_IMMEDIATE"},
+            "retry": {"maxAttempts": 1},
+            "notify": notify,
+        }
+        job_id = http.read("POST", "/v1/jobs", {"spec": spec}).json["job"]["id"]
+        quiet = {**spec, "name": "quiet", "notify": notify, "task": {"command": {"argv": ["true"]}}}
+        quiet_id = http.read("POST", "/v1/jobs", {"spec": quiet}).json["job"]["id"]
+        wait_until(lambda: receiver.of("/hook"), what="the delivery")
+
+        open_as(browser, node.http_url + "/#/notifications", owner)
+        wait_for(browser, "nav a.active", "Notifications")
+        row = "#deliveries tr[data-delivery-id] td.status"
+        wait_for(browser, row, "DELIVERED")
+        rows = browser.find_elements(By.CSS_SELECTOR, "#deliveries tr[data-delivery-id]")
+        assert len(rows) == 1 and job_id in rows[0].text  # the quiet job sent nothing
+        assert text_of(browser, "#deliveries td.rule") == "FAILURE"
+        assert text_of(browser, "#deliveries td.attempts") == "1"
+        assert "exit code 5" in rows[0].text
+        shoot(browser, "notifications")
+
+        browser.get(f"{node.http_url}/#/jobs/{job_id}")
+        wait_for(browser, "#job-notify", "its deliveries")
+        click(browser, By.LINK_TEXT, "its deliveries")
+        wait_for(browser, "h1", job_id)
+        wait_for(browser, "#deliveries td.status", "DELIVERED")
+        browser.get(f"{node.http_url}/#/notifications?job={quiet_id}")
+        wait_for(browser, "#deliveries", "No deliveries.")
+        logs = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+        assert logs == []
+    finally:
+        node.stop()
+        receiver.stop()

@@ -363,6 +363,7 @@ async function jobPage(jobId) {
         <dt>Schedule</dt><dd>${esc(schedule(job.spec))}</dd>
         <dt>Version</dt><dd>${esc(job.version)}</dd>
         <dt>Created</dt><dd>${esc(when(job.createdAt))}</dd>
+        ${job.spec.notify ? `<dt>Notifies</dt><dd id="job-notify">${esc(job.spec.notify.webhookUrl)} · <a href="#/notifications?job=${encodeURIComponent(job.id)}">its deliveries</a></dd>` : ""}
       </dl>
       <div id="job-health"></div>
       <h2>Next fires</h2>
@@ -627,6 +628,35 @@ async function deadPage() {
   }
 }
 
+// The webhook deliveries of the owner's notifications (of one job with ?job=ID), newest
+// first: each one's rule, why it matched, its status, attempts and what the last failed
+// attempt met.
+async function notificationsPage(params) {
+  setPage("notifications");
+  const job = params.get("job") || "";
+  const draw = async () => {
+    const query = `/v1/deliveries?pageSize=100${job ? `&jobId=${encodeURIComponent(job)}` : ""}`;
+    const data = await api("GET", query);
+    const rows = (data.deliveries || []).map((d) => `
+      <tr data-delivery-id="${esc(d.id)}">
+        <td class="mono"><a href="#/jobs/${esc(d.jobId)}">${esc(d.jobId)}</a></td>
+        <td class="mono"><a href="#/runs/${esc(d.runId)}">${esc(d.runId)}</a></td>
+        <td class="rule">${esc(short(d.rule, "NOTIFY_RULE_"))}</td><td>${esc(d.reason)}</td>
+        <td class="status">${stateCell(d.status, "DELIVERY_STATUS_")}</td>
+        <td class="attempts">${esc(d.attempts || 0)}</td>
+        <td>${esc(when(d.deliveredAt || d.lastAttemptAt || d.createdAt))}</td>
+        <td class="mono last-error">${esc(d.lastError || "")}</td>
+      </tr>`).join("");
+    main.innerHTML = `<h1>Notifications${job ? ` of job <span class="mono">${esc(job)}</span>` : ""}</h1>
+      <p class="muted">Webhook deliveries of runs' ends, newest first: a job's rules are set with
+      <span class="mono">--notify-webhook URL --notify-on RULES</span>.</p>
+      <table id="deliveries"><thead><tr><th>Job</th><th>Run</th><th>Rule</th><th>Reason</th><th>Status</th><th>Attempts</th><th>Last</th><th>Last error</th></tr></thead>
+      <tbody>${rows || `<tr><td colspan="8" class="muted">No deliveries.</td></tr>`}</tbody></table>`;
+  };
+  await draw();
+  refresh(draw, 5000);
+}
+
 async function clusterPage() {
   setPage("cluster");
   const draw = async () => {
@@ -675,6 +705,7 @@ function route() {
   else if (parts[0] === "running") page = runningPage();
   else if (parts[0] === "dead") page = deadPage();
   else if (parts[0] === "cluster") page = clusterPage();
+  else if (parts[0] === "notifications") page = notificationsPage(params);
   else if (parts[0] === "jobs") page = jobsPage(params);
   else page = overviewPage(params);
   page.catch((e) => {
