@@ -263,6 +263,7 @@ class Node:
                 interval=interval,
                 blobs=None if self.output_blobs is None else self.output_blobs.store,
                 on_blob_failure=lambda outcome: failures.labels(outcome=outcome).inc(),
+                retention=self.raw_store.retention,
             )
             self.retention.start()
         if self.artifacts is not None and self.api is not None:

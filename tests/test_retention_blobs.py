@@ -18,10 +18,12 @@ from shardcron.blobs.layout import output_part_key, output_prefix, result_key, r
 from shardcron.blobs.s3 import S3BlobStore
 from shardcron.blobs.store import BlobStore
 from shardcron.client.types import Run, RunState
-from shardcron.coordinator.retention import MAX_PENDING_BLOBS, RetentionSweeper
+from shardcron.coordinator.retention import MAX_PENDING_BLOBS, OrphanWalk, RetentionSweeper
 from shardcron.coordinator.sqlite.store import SqliteStore
+from shardcron.coordinator.store import JobStore
 from tests.support.blob_stores import gateway_options
-from tests.support.store_builders import create, make_job, make_run
+from tests.support.cassandra import cassandra_backend
+from tests.support.store_builders import CONTRACT_CONFIG, create, make_job, make_run
 
 OWNER = "acme"
 NOW = datetime(2030, 6, 1, 12, 0, tzinfo=UTC)
@@ -156,3 +158,69 @@ async def test_the_prefixes_kept_are_bounded_and_those_dropped_counted(
     assert sorted(failures) == ["dropped", "failed"]
     # runs are swept in id order, and the oldest kept is dropped first
     assert list(sweeper.pending) == [output_prefix(OWNER, max(r.id for r in old))]
+
+
+async def orphans_and_kept(store: JobStore, blobs: BlobStore) -> tuple[list[Run], list[Run]]:
+    """Blobs of runs the store no longer has (due long ago: gone), and of runs it keeps
+    (due long ago but still stored: a dead letter, a paused job's; or due recently and
+    never stored yet: being created)."""
+    job = await create(store, make_job(OWNER))
+    long_ago = NOW - 3 * RETENTION
+    gone = [make_run(job, due_at=long_ago, fire_key=f"gone-{i}") for i in range(3)]
+    dead = make_run(
+        job, due_at=long_ago, state=RunState.FAILED, ended_at=long_ago, fire_key="dead",
+        dead_letter=True,
+    )  # fmt: skip
+    pending = make_run(job, due_at=long_ago, fire_key="paused")
+    recent = make_run(job, due_at=NOW - RETENTION / 2, fire_key="recent")
+    await store.commit(runs=[dead, pending])
+    for run in [*gone, dead, pending, recent]:
+        await blobs.put(output_part_key(OWNER, run.id, 1, "stdout", 0), b"out")
+        await blobs.put(result_key(OWNER, run.id, "report.json"), b"{}")
+    return gone, [dead, pending, recent]
+
+
+@pytest.fixture(params=["sqlite", "cassandra"])
+async def jobs(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[JobStore]:
+    """A real job store of either kind (Cassandra: the session's node)."""
+    if request.param == "sqlite":
+        s: JobStore = SqliteStore(tmp_path / "db", shard_count=4, bucket_seconds=60)
+    else:
+        s = cassandra_backend(CONTRACT_CONFIG)(tmp_path)()
+    await s.open()
+    yield s
+    await s.close()
+
+
+async def test_the_orphan_walk_deletes_the_blobs_of_runs_no_longer_stored(
+    jobs: JobStore, blobs: FileBlobStore
+) -> None:
+    """Cassandra's rows expire by TTL and name no run: the walk finds their blobs by
+    listing, asks the store, and deletes only those of runs due before the retention
+    that the store no longer has; a key not of the layout is left alone."""
+    gone, kept = await orphans_and_kept(jobs, blobs)
+    await blobs.put("output/acme/not-a-run-id/1", b"?")
+    walk = OrphanWalk(jobs, blobs, RETENTION, pages=1)
+    deleted = 0
+    for _ in range(6):  # a page per step: a whole walk spans steps, then starts again
+        deleted += await walk.step(NOW)
+    assert deleted == 2 * len(gone)  # each run's output prefix and results prefix
+    for run in gone:
+        assert await keys_of(blobs, run) == []
+    for run in kept:
+        assert len(await keys_of(blobs, run)) == 2
+    assert await blobs.get("output/acme/not-a-run-id/1") == b"?"
+
+
+async def test_a_sweep_walks_for_orphans_when_given_the_retention(
+    store: SqliteStore, blobs: FileBlobStore
+) -> None:
+    gone, kept = await orphans_and_kept(store, blobs)
+    sweeper = RetentionSweeper(
+        store, interval=RETENTION, clock=lambda: NOW, blobs=blobs, retention=RETENTION
+    )
+    await sweeper.sweep()
+    assert all([await keys_of(blobs, r) == [] for r in gone])
+    assert all([len(await keys_of(blobs, r)) == 2 for r in kept])
+    without = RetentionSweeper(store, interval=RETENTION, clock=lambda: NOW, blobs=blobs)
+    assert without.orphans is None  # no retention: no walk
