@@ -156,3 +156,18 @@ async def test_a_url_with_spaces_or_control_characters_is_refused(url: str) -> N
         await check_webhook(url, "spec.notify.webhook_url", allow_private=True)
     assert refused.value.field == "spec.notify.webhook_url"
     assert "control character or space" in refused.value.reason
+
+
+async def test_a_name_with_one_private_address_among_public_ones_connects_only_to_those() -> None:
+    class _Mixed(AbstractResolver):
+        async def resolve(
+            self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+        ) -> list[ResolveResult]:
+            return [{"hostname": host, "host": a, "port": port, "family": socket.AF_INET,
+                     "proto": 0, "flags": 0} for a in ("127.0.0.1", "8.8.8.8", "169.254.169.254")]  # fmt: skip
+
+        async def close(self) -> None:
+            pass
+
+    found = await GuardedResolver(allow_private=False, inner=_Mixed()).resolve("hooks.example", 80)
+    assert [r["host"] for r in found] == ["8.8.8.8"]
