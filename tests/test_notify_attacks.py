@@ -171,3 +171,37 @@ async def test_a_name_with_one_private_address_among_public_ones_connects_only_t
 
     found = await GuardedResolver(allow_private=False, inner=_Mixed()).resolve("hooks.example", 80)
     assert [r["host"] for r in found] == ["8.8.8.8"]
+
+
+async def test_an_address_in_unicode_digits_stored_earlier_is_refused_at_send(
+    sqlite_store: SqliteStore,
+) -> None:
+    """A URL stored while the node allowed private webhooks (or by a node that did):
+    aiohttp reads '１２７.０.０.１' as the address 127.0.0.1 and never asks the resolver,
+    so the sender judges the host as aiohttp will read it."""
+    called: list[str] = []
+
+    async def hook(request: web.Request) -> web.Response:
+        called.append(request.path)
+        return web.Response()
+
+    app = web.Application()
+    app.router.add_post("/x", hook)
+    async with _serve(app) as port:
+        d = await _delivery(
+            sqlite_store, f"http://\uff11\uff12\uff17.\uff10.\uff10.\uff11:{port}/x"
+        )
+        sender = Sender(sqlite_store, owns=lambda shard: True, metrics=Metrics(),
+                        config=NotifyConfig(allow_private=False))  # fmt: skip
+        sender.start()
+        try:
+
+            async def dropped() -> Delivery | None:
+                [now] = (await sqlite_store.list_deliveries(d.owner)).items
+                return now if now.status == DeliveryStatus.DROPPED else None
+
+            after = await until(dropped, timeout=15)
+        finally:
+            await sender.stop()
+        assert "127.0.0.1 is not a public address" in after.last_error
+        assert called == []

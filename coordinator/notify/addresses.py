@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
+from yarl import URL
 
 from shardcron.client.errors import InvalidArgument
 
@@ -83,7 +84,13 @@ def url_parts(url: str, field: str) -> tuple[str, int]:
         raise InvalidArgument(field, "has no host")
     if parts.username or parts.password:
         raise InvalidArgument(field, "must not carry credentials")
-    return parts.hostname, port or (443 if parts.scheme == "https" else 80)
+    try:  # the host as the sender's aiohttp reads it ('１２７.０.０.１' is 127.0.0.1)
+        host = URL(url).host
+    except ValueError as e:
+        raise InvalidArgument(field, f"not a URL: {e}") from None
+    if not host:
+        raise InvalidArgument(field, "has no host")
+    return host, port or (443 if parts.scheme == "https" else 80)
 
 
 async def check_webhook(url: str, field: str, *, allow_private: bool) -> None:
