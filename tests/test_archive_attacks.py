@@ -136,3 +136,10 @@ def test_links_through_links_that_stay_inside_pass() -> None:
         mode="w:gz",
     )
     assert check_archive(io.BytesIO(archive), ArchiveLimits()).entries == 7
+
+
+@pytest.mark.parametrize("mode", ["w", "w:gz", "w:bz2", "w:xz"])
+def test_each_compression_is_read_and_the_callers_file_stays_open(mode: str) -> None:
+    buf = io.BytesIO(tar_of([entry("a/b"), entry("c", tarfile.SYMTYPE, "a/b")], mode=mode))
+    assert check_archive(buf, ArchiveLimits()).entries == 2
+    assert not buf.closed  # the node streams it to the blob store next
