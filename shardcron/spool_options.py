@@ -26,7 +26,7 @@ from shardcron.worker.output_spool import (
 
 def output_spool_options(dev: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """The options of the module docstring; the command receives ``output_spool``."""
-    where = "[DATA_DIR/spool/WORKER]" if dev else "[one in the temporary directory]"
+    where = "[DATA_DIR/spool/WORKER]" if dev else "[TMPDIR/shardcron-spool-UID]"
     options = [
         click.option(
             "--output-spool-bytes",

@@ -1,10 +1,16 @@
 """A worker's output spool (``worker/output_spool``) on a real directory: paused output
 kept on disk and sent in order once resumed, the bound that cuts it, and a result that
-waits for its spool a bounded time."""
+waits for its spool a bounded time; the spool of a worker killed mid-spool removed at
+the next worker's start, never that of a worker still running (real processes)."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -62,7 +68,7 @@ async def test_paused_output_is_kept_on_disk_and_sent_in_order_once_resumed(
     for stream, data in written:
         emit(spools, sink, stream, data)
     assert sink.data() == b"before\n"  # nothing went to the stream while paused
-    [file] = (tmp_path / "spool").iterdir()
+    [file] = spools.directory().iterdir()
     assert file.stat().st_size > 1_000_000 and spools.bytes == file.stat().st_size
     sink.room.clear()  # the stream is slow: the drain waits for it
     spools.resume(RUN, TOKEN)
@@ -107,7 +113,7 @@ async def test_a_result_waits_for_its_spool_a_bounded_time_then_says_what_was_cu
     ended = await spools.settle(RUN, TOKEN, lambda: False)  # never resumed
     assert ended.dropped_bytes == 5000
     assert ended.truncated.startswith("blob store unavailable for ")
-    assert sink.got == [] and list((tmp_path / "spool").iterdir()) == []
+    assert sink.got == [] and list(spools.directory().iterdir()) == []
 
     spools.pause(RUN, TOKEN)
     emit(spools, sink, "stdout", b"y" * 5000)
@@ -130,11 +136,62 @@ async def test_no_spool_keeps_nothing(tmp_path: Path, sink: Sink) -> None:
 
 async def test_spool_files_an_earlier_process_left_are_removed(tmp_path: Path, sink: Sink) -> None:
     (tmp_path / "spool").mkdir()
-    (tmp_path / "spool" / "0-1234-99").write_bytes(b"x" * 100)
+    (tmp_path / "spool" / "0-1234-99").write_bytes(b"x" * 100)  # an earlier version's
     spools = spools_on(tmp_path, sink)
     spools.pause(RUN, TOKEN)
     emit(spools, sink, "stdout", b"kept")
-    [kept] = (tmp_path / "spool").iterdir()  # this process's own, the earlier one gone
-    assert kept.name != "0-1234-99" and kept.read_bytes().endswith(b"kept")
+    assert not (tmp_path / "spool" / "0-1234-99").exists()
+    [kept] = spools.directory().iterdir()  # this process's own
+    assert kept.read_bytes().endswith(b"kept")
     spools.close()
-    assert list((tmp_path / "spool").iterdir()) == []
+    assert [p.name for p in (tmp_path / "spool").iterdir()] == [".sweep"]
+
+
+_SPOOLER = """
+import sys, time
+from pathlib import Path
+from shardcron.worker.output_spool import OutputSpoolConfig, OutputSpools
+where = Path(sys.argv[1]) if sys.argv[1] else None
+spools = OutputSpools(OutputSpoolConfig(directory=where), lambda run, token: None)
+spools.pause("r", 1)
+spools.takes("r", 1, "stdout", b"x" * (1 << 20))
+print(spools.directory(), flush=True)
+time.sleep(120)
+"""
+
+
+def _spooler(where: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], Path]:
+    """A process that spools 1 MiB of a paused run's output, then lives on."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SPOOLER, where], stdout=subprocess.PIPE, text=True,
+        env={**os.environ, **(env or {})},
+    )  # fmt: skip
+    assert proc.stdout is not None
+    folder = Path(proc.stdout.readline().strip())
+    assert folder.is_dir() and sum(f.stat().st_size for f in folder.iterdir()) > 1 << 20
+    return proc, folder
+
+
+@pytest.mark.parametrize("default_directory", [False, True])
+def test_a_killed_workers_spool_goes_at_the_next_start_a_live_ones_stays(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, default_directory: bool
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    where = "" if default_directory else str(tmp_path / "spool")
+    killed, killed_folder = _spooler(where, {"TMPDIR": str(tmp_path)})
+    alive, alive_folder = _spooler(where, {"TMPDIR": str(tmp_path)})
+    try:
+        assert killed_folder.parent == alive_folder.parent
+        killed.send_signal(signal.SIGKILL)
+        killed.wait()
+        assert killed_folder.exists()  # nothing removed it yet
+        spools = OutputSpools(
+            OutputSpoolConfig(directory=Path(where) if where else None), lambda r, t: None
+        )  # a worker starting: it spools nothing yet
+        assert not killed_folder.exists() and not Path(f"{killed_folder}.lock").exists()
+        assert alive_folder.exists() and any(alive_folder.iterdir())
+        spools.close()
+    finally:
+        alive.kill()
+        killed.kill()
+        alive.wait()

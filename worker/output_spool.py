@@ -18,20 +18,31 @@ paused. At the run's end its result waits until its spool has drained, at most
 taken and its lease renewed while it waits.
 
 A new stream to the run's poller (a reconnect, the node restarted) resumes every run
-of that stream: the node that answers pauses again those it cannot take. Spool files
-an earlier process left in a given directory are removed when this one first spools.
+of that stream: the node that answers pauses again those it cannot take.
+
+Where: a folder of this process's own (``<pid>-<random>``) in the spool directory
+(``--output-spool-dir``, by default ``shardcron-spool-<uid>`` in the temporary
+directory), beside a lock file (``<folder>.lock``) it holds with ``flock`` for as long
+as it lives. At its start a worker removes every folder whose lock no process holds:
+those of a worker that was killed (SIGKILL, a crash) or that stopped without removing
+them, never one of a worker still running in the same directory. Both are made and
+swept under a lock of the directory (``.sweep``), so a sweep never takes a folder
+being made.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import logging
 import os
 import shutil
+import stat
 import struct
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Protocol
@@ -49,7 +60,7 @@ _STREAMS = ("stdout", "stderr")
 class OutputSpoolConfig:
     """Where and how much output a worker keeps while its node cannot take it."""
 
-    directory: Path | None = None  # None: a directory of its own in the temporary one
+    directory: Path | None = None  # None: shardcron-spool-<uid> in the temporary one
     limit_bytes: int = DEFAULT_LIMIT_BYTES  # every run's spool together; 0: no spool
     drain_wait: float = DEFAULT_DRAIN_WAIT  # seconds a result waits for its spool
 
@@ -116,8 +127,14 @@ class OutputSpools:
         self._spools: dict[tuple[str, int], _RunSpool] = {}
         self._bytes = 0  # in every spool file, together
         self._dir: Path | None = None
+        self._lock: int | None = None  # the fd of this process's folder's lock, held
         self.spooled_bytes = 0  # ever written to a spool (a counter)
         self.dropped_bytes = 0  # ever dropped: a spool full, or not drained in time
+        if self.enabled:  # at the start: what a killed worker left is removed now
+            try:
+                self.directory()
+            except OSError as e:  # said again, and raised, when a run first spools
+                log.warning("output spool directory: %s", e)
 
     @property
     def enabled(self) -> bool:
@@ -128,24 +145,31 @@ class OutputSpools:
         return self._bytes
 
     def directory(self) -> Path:
+        """This process's folder (made, and the folders of dead processes swept, at
+        the first call)."""
         if self._dir is None:
-            base = self.config.directory
-            if base is None:
-                self._dir = Path(tempfile.mkdtemp(prefix="shardcron-spool-"))
-            else:
-                base.mkdir(parents=True, exist_ok=True, mode=0o700)
-                for left in base.iterdir():  # an earlier process's: its runs are gone
-                    if left.is_file() and not left.is_symlink():
-                        left.unlink(missing_ok=True)
-                self._dir = base
+            base = self.config.directory or _default_base()
+            base.mkdir(parents=True, exist_ok=True, mode=0o700)
+            with _locked(base / ".sweep"):
+                fd, lock = tempfile.mkstemp(prefix=f"{os.getpid()}-", suffix=".lock", dir=base)
+                fcntl.flock(fd, fcntl.LOCK_EX)  # held while this process lives
+                own = Path(lock[: -len(".lock")])
+                own.mkdir(mode=0o700)
+                _sweep(base, keep=own)
+            self._lock, self._dir = fd, own
         return self._dir
 
     def close(self) -> None:
-        """Drops every spool (the worker stops)."""
+        """Drops every spool (the worker stops), and its folder."""
         for spool in list(self._spools.values()):
             self._forget(spool)
-        if self._dir is not None and self.config.directory is None:
+        if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
+            Path(f"{self._dir}.lock").unlink(missing_ok=True)
+            self._dir = None
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
 
     # -- the node's word -------------------------------------------------------------------
     def pause(self, run_id: str, token: int) -> None:
@@ -174,7 +198,7 @@ class OutputSpools:
         spool = self._spools.get((run_id, token))
         if spool is None or (not spool.paused and spool.pending == 0 and not spool.dropped):
             return False
-        if spool.dropped or self._bytes + len(data) > self.config.limit_bytes:
+        if spool.dropped or self._bytes + _HEADER.size + len(data) > self.config.limit_bytes:
             if not spool.dropped:
                 log.warning(
                     "output of run %s cut: the worker's output spool holds %d bytes",
@@ -293,3 +317,56 @@ class OutputSpools:
             spool.file.close()
             spool.file = None
             spool.path.unlink(missing_ok=True)
+
+
+def _default_base() -> Path:
+    """``shardcron-spool-<uid>`` in the temporary directory: refused unless a directory
+    of this user that no one else may write (another user could have made it first)."""
+    base = Path(tempfile.gettempdir()) / f"shardcron-spool-{os.getuid()}"
+    base.mkdir(exist_ok=True, mode=0o700)
+    st = os.lstat(base)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+        raise OSError(f"{base}: not a directory of this user only: give --output-spool-dir")
+    return base
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _sweep(base: Path, keep: Path) -> None:
+    """Removes the folders in ``base`` whose lock no process holds (their worker is
+    gone), and the spool files of an earlier version, kept at its top level."""
+    for entry in base.iterdir():
+        name = entry.name
+        if name.startswith(".") or entry == keep or entry.is_symlink():
+            continue
+        try:
+            if name.endswith(".lock"):
+                if _unheld(entry):
+                    shutil.rmtree(base / name[: -len(".lock")], ignore_errors=True)
+                    entry.unlink(missing_ok=True)
+            elif entry.is_dir():
+                if not Path(f"{entry}.lock").exists():  # its lock was removed, it was not
+                    shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+        except OSError as e:  # one left behind does not stop the others' sweep
+            log.warning("output spool: could not remove %s: %s", entry, e)
+
+
+def _unheld(lock: Path) -> bool:
+    fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True

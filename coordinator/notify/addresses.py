@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
+from yarl import URL
 
 from shardcron.client.errors import InvalidArgument
 
@@ -30,11 +31,26 @@ class RefusedAddress(Exception):
     """The webhook's host is, or resolves to, an address the node will not call."""
 
 
+# IPv6 prefixes whose last 32 bits are an IPv4 address the packets may be taken to:
+# IPv4-compatible (deprecated), IPv4-translated (SIIT), NAT64's well-known prefix
+_CARRY_IPV4 = tuple(ipaddress.ip_network(n) for n in ("::/96", "::ffff:0:0:0/96", "64:ff9b::/96"))
+_LOCAL_NAT64 = ipaddress.ip_network("64:ff9b:1::/48")  # a network's own translators
+
+
 def public(address: str) -> bool:
-    """A global unicast address (not loopback, link-local, private, reserved, multicast)."""
+    """A global unicast address (not loopback, link-local, private, reserved, multicast),
+    and, for an IPv6 address that carries an IPv4 one (mapped, compatible, translated,
+    NAT64, 6to4), one whose IPv4 address is global too: a translator or relay on the
+    node's network would take it there."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip in _LOCAL_NAT64:
+            return False
+        carried = ip.ipv4_mapped or ip.sixtofour
+        if carried is None and any(ip in n for n in _CARRY_IPV4):
+            carried = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+        if carried is not None:
+            return public(str(carried)) and not (ip.is_multicast or ip.is_loopback)
     return ip.is_global and not ip.is_multicast
 
 
@@ -53,6 +69,10 @@ def url_parts(url: str, field: str) -> tuple[str, int]:
     """(host, port) of a webhook URL; InvalidArgument naming ``field`` if it is not one."""
     if len(url) > MAX_URL:
         raise InvalidArgument(field, f"at most {MAX_URL} characters")
+    if any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in url):
+        # urlsplit drops tabs and newlines before it reads a URL: refused, not dropped,
+        # so the URL checked is the one that is called
+        raise InvalidArgument(field, "must not hold a control character or space")
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -64,7 +84,13 @@ def url_parts(url: str, field: str) -> tuple[str, int]:
         raise InvalidArgument(field, "has no host")
     if parts.username or parts.password:
         raise InvalidArgument(field, "must not carry credentials")
-    return parts.hostname, port or (443 if parts.scheme == "https" else 80)
+    try:  # the host as the sender's aiohttp reads it ('１２７.０.０.１' is 127.0.0.1)
+        host = URL(url).host
+    except ValueError as e:
+        raise InvalidArgument(field, f"not a URL: {e}") from None
+    if not host:
+        raise InvalidArgument(field, "has no host")
+    return host, port or (443 if parts.scheme == "https" else 80)
 
 
 async def check_webhook(url: str, field: str, *, allow_private: bool) -> None:

@@ -31,10 +31,10 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp.abc import AbstractResolver
+from yarl import URL
 
 from shardcron.client.types import Delivery, DeliveryStatus
 from shardcron.coordinator.metrics import Metrics
@@ -196,7 +196,10 @@ class Sender:
         """One attempt; the delivery as it stands after it."""
         now = datetime.now(UTC)
         tried = replace(d, attempts=d.attempts + 1, last_attempt_at=now)
-        host = urlsplit(d.webhook_url).hostname or ""
+        try:  # the host as aiohttp reads it: '１２７.０.０.１' is the address 127.0.0.1
+            host = URL(d.webhook_url).host or ""
+        except ValueError as error:
+            return self._dropped(tried, f"refused: not a URL: {error}")
         refusal = literal_refusal(host, allow_private=self._config.allow_private)
         if refusal is not None:
             return self._dropped(tried, f"refused: {refusal}")

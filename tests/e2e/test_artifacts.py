@@ -33,6 +33,7 @@ from deploy import VersityGateway
 from shardcron.blobs.layout import artifact_key
 from shardcron.blobs.s3 import S3BlobStore
 from shardcron.client.errors import InvalidArgument
+from shardcron.client.limits import clip
 from shardcron.client.sdk import Client
 from shardcron.client.types import CommandTask, JobSpec, RunReason, RunState, Schedule
 from shardcron.v1 import jobs_pb2, jobs_pb2_grpc
@@ -183,8 +184,27 @@ def test_another_owner_cannot_name_the_archive(cluster) -> None:  # type: ignore
         ([entry("up", tarfile.SYMTYPE, "../../etc/passwd")], "up"),
         ([entry("hard", tarfile.LNKTYPE, "/etc/passwd")], "hard"),
         ([entry("dev", tarfile.CHRTYPE)], "dev"),
+        (
+            [
+                entry("a/b/c", tarfile.DIRTYPE),
+                entry("a/b/c/s", tarfile.SYMTYPE, "."),
+                entry("esc", tarfile.SYMTYPE, "a/b/c/s/../../../.."),
+            ],
+            "esc",
+        ),
+        ([entry("ok.txt", tarfile.SYMTYPE, ".")], "ok.txt"),
+        ([entry("d" * 10_000)], clip("d" * 10_000)),
     ],
-    ids=["absolute", "dotdot", "symlink-out", "hardlink-out", "device"],
+    ids=[
+        "absolute",
+        "dotdot",
+        "symlink-out",
+        "hardlink-out",
+        "device",
+        "link-chain-out",
+        "symlink-replaces-file",
+        "path-past-path-max",
+    ],  # fmt: skip
 )
 def test_an_unsafe_archive_is_refused_naming_the_entry(cluster, extra, named) -> None:  # type: ignore[no-untyped-def]
     dev, _ = cluster

@@ -31,6 +31,7 @@ from shardcron.client.types import (
     DeliveryStatus,
     JobSpec,
     NotifyPolicy,
+    NotifySettings,
     OverlapPolicy,
     RetryPolicy,
     Schedule,
@@ -286,3 +287,42 @@ def test_owner_defaults_and_a_secret_set_through_the_api_sign_its_jobs_deliverie
     finally:
         server.stop()
         receiver.stop()
+
+
+def test_another_owner_sees_none_of_its_deliveries_settings_or_overview(node: DevServer) -> None:
+    """Another owner naming this owner's job gets no delivery, over gRPC and HTTP; its
+    settings and overview hold nothing of this owner's."""
+    receiver = Receiver().start()
+    try:
+        client = node.client(OWNER)
+        job = client.create_job(
+            _spec(
+                "watched", ("false",), retry=RetryPolicy(max_attempts=1),
+                notify=NotifyPolicy(webhook_url=f"{receiver.url}/w", on_failure=True),
+            )
+        )  # fmt: skip
+        wait_until(
+            lambda: client.list_deliveries(job_id=job.id).items, timeout=30,
+            what="the owner's delivery",
+        )  # fmt: skip
+        wait_until(
+            lambda: job.id in _http(node, "/v1/overview", OWNER), timeout=30,
+            what="the job failing in its owner's overview",
+        )  # fmt: skip
+        other = node.client(f"other-{uuid.uuid4().hex[:8]}")
+        assert other.list_deliveries(job_id=job.id).items == []
+        assert other.list_deliveries().items == []
+        assert other.notify_settings() == NotifySettings()
+        for path in (f"/v1/deliveries?jobId={job.id}", "/v1/deliveries", "/v1/overview",
+                     "/v1/notifySettings"):  # fmt: skip
+            body = _http(node, path, other.owner)
+            assert job.id not in body and receiver.url not in body, (path, body)
+        client.delete_job(job.id, cancel_running=True)
+    finally:
+        receiver.stop()
+
+
+def _http(node: DevServer, path: str, owner: str) -> str:
+    request = urllib.request.Request(f"{node.http_url}{path}", headers={"x-shardcron-owner": owner})
+    with urllib.request.urlopen(request, timeout=10) as reply:
+        return reply.read().decode()
