@@ -1,0 +1,261 @@
+"""The cluster store's per-job budget, counted by Cassandra itself.
+
+A node built in-process as ``shardcron node`` configures its poller, on a
+``CassandraStore`` of a keyspace of its own, with local coordination (every shard
+its own, as when the api node that takes a create is the poller the job's shard is
+placed on) and an in-process worker serving a no-op handler, runs:
+
+- W1's shape: ``JOBS`` immediate one-off jobs, created in ``CreateJobs`` batches;
+- a cron: ``CRON_JOBS`` jobs firing every second, ``FIRES`` times each (a start and
+  an end on the schedule), so every job ends COMPLETED and every fire is counted.
+
+Before and after each, Cassandra's own per-table counts are read
+(``tests/support/cassandra_counts.py``); each table's writes and reads per job (per
+run for the cron) must stay within ``W1_BUDGET`` and ``CRON_BUDGET``: the budget
+ARCHITECTURE.md writes down beside the guarantee each operation serves. One more
+write of a table per job breaks it.
+
+Two kinds of count depend on time, not on the jobs, and get a tolerance:
+- the poller's scans of the due index (``due_runs`` and ``shard_buckets`` reads, one
+  per shard and bucket per scan, every second, and a re-read of the recent past every
+  two) and its cursor saves (``shard_cursors``): a price per second and per shard;
+- the due-index rows the api writes: one per run, plus a ``shard_buckets`` row per
+  shard and bucket a create is the first to write in its batch (how many depends on
+  where the minute's bucket boundaries fall).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from shardcron.client import AsyncClient
+from shardcron.client.types import HandlerTask, JobSpec, Schedule
+from shardcron.coordinator.coordination import LocalCoordination
+from shardcron.coordinator.node import Node, NodeConfig
+from shardcron.coordinator.poller import PollerConfig
+from shardcron.worker import HandlerRegistry, Worker
+from tests.support.cassandra import cassandra_node
+from tests.support.cassandra_counts import TableOps, table_counts
+from tests.support.waiting import until
+
+CONFIG = {"shard_count": 8, "bucket_seconds": 60}
+JOBS = 1000  # W1: one-off jobs
+BATCH = 100  # jobs per CreateJobs call
+CRON_JOBS = 50
+FIRES = 6  # per cron job, a second apart
+OWNER = "budget"
+
+SHARDS = CONFIG["shard_count"]
+EPSILON = 1e-9
+
+# Operations per job of W1, per table: (writes, reads) at most; a table not named has
+# none. A write is one partition's mutation (cassandra_counts): rows of one partition
+# written in one batch count once, so the index rows a create call writes per owner,
+# shard and bucket are a price per call (1 / BATCH per job), not per job.
+W1_BUDGET: dict[str, tuple[float, float]] = {
+    "jobs": (2.0, 1.0),  # created; COMPLETED. Read: the completing commit reads its state
+    "runs": (3.0, 0.0),  # PENDING with the job; LEASED; SUCCEEDED
+    "runs_by_id": (1.0, 0.0),  # with the PENDING run: its job, for reads by run id
+    "jobs_by_owner": (1.0 / BATCH, 0.0),
+    "job_counts": (1.0 / BATCH, 1.0 / BATCH),  # the owner's live jobs: +n per call
+    # one per shard and bucket a call's runs fall in: a call may straddle a minute
+    "due_runs": (2.0 * SHARDS / BATCH, 0.0),
+    "shard_buckets": (2.0 * SHARDS / BATCH, 0.0),
+}
+# Operations per run of the every-second cron (its jobs' creates included), per table.
+CRON_BUDGET: dict[str, tuple[float, float]] = {
+    # created; each fire's next fire (the last one: COMPLETED); the first fire's too.
+    # Read: the poller's copy of a job is older than job_cache_ttl (1 s) at each fire
+    # of an every-second cron, so each fire reads it, and each commit that ends a run
+    # reads its job's state; a fire may find a copy read less than 1 s before (1/FIRES
+    # of tolerance per job)
+    "jobs": ((FIRES + 2.0) / FIRES, (2.0 * FIRES) / FIRES),
+    "runs": (3.0, (FIRES - 1.0) / FIRES),  # PENDING, LEASED, SUCCEEDED; see ARCHITECTURE.md
+    "runs_by_id": (1.0, 0.0),
+    "jobs_by_owner": (1.0 / (CRON_JOBS * FIRES), 0.0),
+    "job_counts": (1.0 / (CRON_JOBS * FIRES), 1.0 / (CRON_JOBS * FIRES)),
+    # each fire's next run, written by the poller's commit: runs of one shard and
+    # bucket in one commit count once, how many share one is timing: one per run at most
+    "due_runs": (1.0, 0.0),
+    "shard_buckets": (1.0, 0.0),
+}
+# Time-dependent counts (module docstring), per second of the span measured: the due
+# index's scans (every second, a re-read of the recent past every two, per shard),
+# cursor saves (every 5 s per shard), the owners' notification settings (re-read).
+PER_SECOND: dict[str, tuple[float, float]] = {
+    "due_runs": (0.0, 3.0 * SHARDS),
+    "shard_buckets": (0.0, 3.0 * SHARDS),
+    "shard_cursors": (SHARDS, 0.0),
+    "owner_settings": (0.0, 1.0),
+}
+
+
+def cluster_poller() -> PollerConfig:
+    """The poller as ``shardcron node`` configures it (shardcron/main.py)."""
+    return PollerConfig(
+        lease_lead=timedelta(seconds=1),
+        job_cache_ttl=timedelta(seconds=1),
+        recheck_interval=timedelta(seconds=2),
+        hint_grace=timedelta(seconds=2),
+        crowd_lead_per_run=timedelta(milliseconds=1),
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Budgeted:
+    """A started node and worker on the keyspace whose counts are read."""
+
+    node: Node
+    keyspace: str
+
+
+@contextlib.asynccontextmanager
+async def budget_node(tmp_path: Path) -> AsyncIterator[Budgeted]:
+    """The node and worker of the module docstring on an emptied keyspace, once the
+    worker is connected and every shard loaded; stopped on the way out."""
+    cassandra = cassandra_node()
+    keyspace = cassandra.keyspace(**CONFIG, purpose="budget")
+    cassandra.empty(keyspace)
+    store = cassandra.store(keyspace, **CONFIG)
+    coordination = LocalCoordination(tmp_path, shard_count=SHARDS, node_id="budget")
+    node = Node(
+        store,
+        coordination,
+        NodeConfig(listen="127.0.0.1:0", node_id="budget", poller=cluster_poller()),
+    )
+    await node.start()
+    registry = HandlerRegistry()
+    registry.register("noop", lambda ctx: None)
+    worker = Worker(
+        node.address,
+        worker_id="budget-worker",
+        slots=2000,
+        registry=registry,
+        runs_commands=False,
+    )
+    task = asyncio.create_task(worker.run())
+    try:
+        await until(lambda: _sample(node, "shardcron_workers_connected") >= 1, what="worker")
+        await until(lambda: _loaded(node), what="every shard loaded")
+        yield Budgeted(node=node, keyspace=keyspace)
+    finally:
+        await asyncio.wait_for(worker.stop(), 10)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(task, 10)
+        await node.stop()
+
+
+def _sample(node: Node, name: str, **labels: str) -> float:
+    """The sum of the node's metric samples named ``name`` with ``labels``, over every
+    other label."""
+    return sum(
+        s.value
+        for family in node.metrics.registry.collect()
+        for s in family.samples
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+    )
+
+
+def _loaded(node: Node) -> bool:
+    """Whether the poller has scanned every shard once: the reads of a shard's load
+    (its cursor, pending deliveries, first scan) are not a job's."""
+    return _sample(node, "shardcron_store_seconds_count", op="scan_due") >= SHARDS
+
+
+def _ended(node: Node) -> int:
+    return int(_sample(node, "shardcron_runs_final_total"))
+
+
+async def measured(
+    budgeted: Budgeted, specs: list[JobSpec], runs: int, timeout: float
+) -> tuple[dict[str, TableOps], float]:
+    """Creates ``specs`` in ``BATCH``-job calls, waits until ``runs`` more runs ended,
+    and returns each table's operations in between, and the seconds that took."""
+    session = cassandra_node().session()
+    node = budgeted.node
+    ended = _ended(node)
+    before = await asyncio.to_thread(table_counts, session, budgeted.keyspace)
+    started = asyncio.get_running_loop().time()
+    client = AsyncClient(node.address, owner=OWNER, timeout=60)
+    try:
+        for i in range(0, len(specs), BATCH):
+            await client.create_job_ids(specs[i : i + BATCH])
+    finally:
+        await client.close()
+    await until(lambda: _ended(node) >= ended + runs, timeout=timeout, what=f"{runs} runs ended")
+    await asyncio.sleep(0.5)  # a turn's commit that ended the last runs is over
+    seconds = asyncio.get_running_loop().time() - started
+    after = await asyncio.to_thread(table_counts, session, budgeted.keyspace)
+    return after.since(before), seconds
+
+
+def over_budget(
+    ops: Mapping[str, TableOps],
+    per: int,
+    seconds: float,
+    budget: Mapping[str, tuple[float, float]],
+) -> list[str]:
+    """Each table whose writes or reads per ``per`` exceed its budget, said."""
+    out = []
+    for table, got in sorted(ops.items()):
+        writes, reads = budget.get(table, (0.0, 0.0))
+        extra_writes, extra_reads = PER_SECOND.get(table, (0.0, 0.0))
+        writes += extra_writes * seconds / per
+        reads += extra_reads * seconds / per
+        got_reads = got.reads + got.scans
+        if got.writes > writes * per + EPSILON or got_reads > reads * per + EPSILON:
+            out.append(
+                f"{table}: {got.writes / per:.3f} writes and {got_reads / per:.3f} reads each,"
+                f" budget {writes:.3f} and {reads:.3f}"
+            )
+    return out
+
+
+def report(title: str, ops: Mapping[str, TableOps], per: int, seconds: float) -> str:
+    lines = [f"{title} ({per} each, {seconds:.1f} s):"]
+    for table, got in sorted(ops.items()):
+        if got.writes or got.reads or got.scans:
+            lines.append(
+                f"  {table}: {got.writes / per:.3f} writes, {got.reads / per:.3f} reads,"
+                f" {got.scans / per:.3f} scans"
+            )
+    return "\n".join(lines)
+
+
+def _check(
+    title: str,
+    ops: Mapping[str, TableOps],
+    per: int,
+    seconds: float,
+    budget: Mapping[str, tuple[float, float]],
+) -> None:
+    print(report(title, ops, per, seconds))
+    assert not over_budget(ops, per, seconds, budget), (
+        report(title, ops, per, seconds)
+        + "\nover budget:\n"
+        + "\n".join(over_budget(ops, per, seconds, budget))
+    )
+
+
+async def test_one_off_jobs_stay_within_the_budget(tmp_path: Path) -> None:
+    async with budget_node(tmp_path) as budgeted:
+        spec = JobSpec(name="w1", task=HandlerTask(name="noop"))
+        ops, seconds = await measured(budgeted, [spec] * JOBS, JOBS, timeout=120)
+    _check("W1", ops, JOBS, seconds, W1_BUDGET)
+
+
+async def test_an_every_second_cron_stays_within_the_budget(tmp_path: Path) -> None:
+    runs = CRON_JOBS * FIRES
+    async with budget_node(tmp_path) as budgeted:
+        start = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=3)
+        schedule = Schedule.cron_expr(
+            "* * * * * *", start_at=start, end_at=start + timedelta(seconds=FIRES - 1)
+        )
+        spec = JobSpec(name="cron", task=HandlerTask(name="noop"), schedule=schedule)
+        ops, seconds = await measured(budgeted, [spec] * CRON_JOBS, runs, timeout=60)
+    _check("every-second cron, per run", ops, runs, seconds, CRON_BUDGET)
