@@ -1,27 +1,31 @@
 """The cluster store's per-job budget, counted by Cassandra itself.
 
-A node built in-process as ``shardcron node`` configures its poller, on a
-``CassandraStore`` of a keyspace of its own, with local coordination (every shard
-its own, as when the api node that takes a create is the poller the job's shard is
-placed on) and an in-process worker serving a no-op handler, runs:
+A node built in-process with the poller ``shardcron node`` configures, on a
+``CassandraStore`` of a keyspace of its own with the default retention (30 days, as
+``shardcron node`` has it) and local coordination (every shard its own: the api node
+that takes a one-off create is the poller its job is placed on, as ``placed_job_id``
+makes it on a cluster), and an in-process worker serving a no-op handler, runs:
 
 - W1's shape: ``JOBS`` immediate one-off jobs, created in ``CreateJobs`` batches;
 - a cron: ``CRON_JOBS`` jobs firing every second, ``FIRES`` times each (a start and
   an end on the schedule), so every job ends COMPLETED and every fire is counted.
 
 Before and after each, Cassandra's own per-table counts are read
-(``tests/support/cassandra_counts.py``); each table's writes and reads per job (per
-run for the cron) must stay within ``W1_BUDGET`` and ``CRON_BUDGET``: the budget
-ARCHITECTURE.md writes down beside the guarantee each operation serves. One more
-write of a table per job breaks it.
+(``tests/support/cassandra_counts.py``); each table's writes and reads per job of W1,
+and per run of the cron, must stay within ``W1_BUDGET`` and ``CRON_BUDGET``: the
+budget ARCHITECTURE.md writes down beside the guarantee each operation serves. One
+more write of a table per job breaks it.
 
-Two kinds of count depend on time, not on the jobs, and get a tolerance:
-- the poller's scans of the due index (``due_runs`` and ``shard_buckets`` reads, one
-  per shard and bucket per scan, every second, and a re-read of the recent past every
-  two) and its cursor saves (``shard_cursors``): a price per second and per shard;
-- the due-index rows the api writes: one per run, plus a ``shard_buckets`` row per
-  shard and bucket a create is the first to write in its batch (how many depends on
-  where the minute's bucket boundaries fall).
+Some counts depend on time, not on the jobs, and get a tolerance that says so:
+- the poller's scans of the due index (``due_runs`` and ``shard_buckets`` reads, per
+  shard every second, and a re-read of the recent past every two), its cursor saves
+  (``shard_cursors``) and its re-reads of the owners' settings: a price per second
+  (``PER_SECOND``);
+- the index rows written per partition, not per row (``due_runs``,
+  ``shard_buckets``): how many partitions a call or a commit's runs fall in depends on
+  where a minute's bucket boundary falls and on how many runs share a commit;
+- the cron's job reads: a fire reads its job only when the copy held is older than
+  1 s.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from shardcron.client.types import HandlerTask, JobSpec, Schedule
 from shardcron.coordinator.coordination import LocalCoordination
 from shardcron.coordinator.node import Node, NodeConfig
 from shardcron.coordinator.poller import PollerConfig
+from shardcron.coordinator.retention import DEFAULT_RETENTION
 from shardcron.worker import HandlerRegistry, Worker
 from tests.support.cassandra import cassandra_node
 from tests.support.cassandra_counts import TableOps, table_counts
@@ -60,7 +65,9 @@ EPSILON = 1e-9
 W1_BUDGET: dict[str, tuple[float, float]] = {
     "jobs": (2.0, 1.0),  # created; COMPLETED. Read: the completing commit reads its state
     "runs": (3.0, 0.0),  # PENDING with the job; LEASED; SUCCEEDED
-    "runs_by_id": (1.0, 0.0),  # with the PENDING run: its job, for reads by run id
+    # with the PENDING run: its job, for reads by run id; again with the final run, with
+    # the run's TTL (the retention: 30 days, as `shardcron node` has it by default)
+    "runs_by_id": (2.0, 0.0),
     "jobs_by_owner": (1.0 / BATCH, 0.0),
     "job_counts": (1.0 / BATCH, 1.0 / BATCH),  # the owner's live jobs: +n per call
     # one per shard and bucket a call's runs fall in: a call may straddle a minute
@@ -69,14 +76,15 @@ W1_BUDGET: dict[str, tuple[float, float]] = {
 }
 # Operations per run of the every-second cron (its jobs' creates included), per table.
 CRON_BUDGET: dict[str, tuple[float, float]] = {
-    # created; each fire's next fire (the last one: COMPLETED); the first fire's too.
-    # Read: the poller's copy of a job is older than job_cache_ttl (1 s) at each fire
-    # of an every-second cron, so each fire reads it, and each commit that ends a run
-    # reads its job's state; a fire may find a copy read less than 1 s before (1/FIRES
-    # of tolerance per job)
-    "jobs": ((FIRES + 2.0) / FIRES, (2.0 * FIRES) / FIRES),
-    "runs": (3.0, (FIRES - 1.0) / FIRES),  # PENDING, LEASED, SUCCEEDED; see ARCHITECTURE.md
-    "runs_by_id": (1.0, 0.0),
+    # Per job: created; each fire's next fire (the last fire's: none); COMPLETED at its
+    # last run's end. Read: the state, by each commit that writes a job's progress
+    # (FIRES + 1), and the job itself by each fire whose copy held is older than
+    # job_cache_ttl (1 s): at most FIRES, fewer when a copy is a little younger (timing)
+    "jobs": ((FIRES + 2.0) / FIRES, (2.0 * FIRES + 1.0) / FIRES),
+    # Per job: each run PENDING, LEASED, SUCCEEDED. Read: the stored state of each next
+    # run a fire writes (the runs of fires 2 to FIRES): the poller knows nothing of it
+    "runs": (3.0, (FIRES - 1.0) / FIRES),
+    "runs_by_id": (2.0, 0.0),
     "jobs_by_owner": (1.0 / (CRON_JOBS * FIRES), 0.0),
     "job_counts": (1.0 / (CRON_JOBS * FIRES), 1.0 / (CRON_JOBS * FIRES)),
     # each fire's next run, written by the poller's commit: runs of one shard and
@@ -121,7 +129,7 @@ async def budget_node(tmp_path: Path) -> AsyncIterator[Budgeted]:
     cassandra = cassandra_node()
     keyspace = cassandra.keyspace(**CONFIG, purpose="budget")
     cassandra.empty(keyspace)
-    store = cassandra.store(keyspace, **CONFIG)
+    store = cassandra.store(keyspace, **CONFIG, retention=DEFAULT_RETENTION)
     coordination = LocalCoordination(tmp_path, shard_count=SHARDS, node_id="budget")
     node = Node(
         store,
