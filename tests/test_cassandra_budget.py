@@ -65,9 +65,9 @@ EPSILON = 1e-9
 W1_BUDGET: dict[str, tuple[float, float]] = {
     "jobs": (2.0, 1.0),  # created; COMPLETED. Read: the completing commit reads its state
     "runs": (3.0, 0.0),  # PENDING with the job; LEASED; SUCCEEDED
-    # with the PENDING run: its job, for reads by run id; again with the final run, with
-    # the run's TTL (the retention: 30 days, as `shardcron node` has it by default)
-    "runs_by_id": (2.0, 0.0),
+    # with the PENDING run: its job, for reads by run id, with a TTL that outlives the
+    # run (the retention, 30 days as `shardcron node` has it, and a day): written once
+    "runs_by_id": (1.0, 0.0),
     "jobs_by_owner": (1.0 / BATCH, 0.0),
     "job_counts": (1.0 / BATCH, 1.0 / BATCH),  # the owner's live jobs: +n per call
     # one per shard and bucket a call's runs fall in: a call may straddle a minute
@@ -84,7 +84,7 @@ CRON_BUDGET: dict[str, tuple[float, float]] = {
     # Per job: each run PENDING, LEASED, SUCCEEDED. Read: the stored state of each next
     # run a fire writes (the runs of fires 2 to FIRES): the poller knows nothing of it
     "runs": (3.0, (FIRES - 1.0) / FIRES),
-    "runs_by_id": (2.0, 0.0),
+    "runs_by_id": (1.0, 0.0),
     "jobs_by_owner": (1.0 / (CRON_JOBS * FIRES), 0.0),
     "job_counts": (1.0 / (CRON_JOBS * FIRES), 1.0 / (CRON_JOBS * FIRES)),
     # each fire's next run, written by the poller's commit: runs of one shard and
@@ -170,9 +170,12 @@ def _sample(node: Node, name: str, **labels: str) -> float:
 
 
 def _loaded(node: Node) -> bool:
-    """Whether the poller has scanned every shard once: the reads of a shard's load
-    (its cursor, pending deliveries, first scan) are not a job's."""
-    return _sample(node, "shardcron_store_seconds_count", op="scan_due") >= SHARDS
+    """Whether the poller has loaded every shard (its cursor, its pending deliveries, a
+    first scan): those reads are not a job's."""
+    return all(
+        _sample(node, "shardcron_store_seconds_count", op=op) >= SHARDS
+        for op in ("load_cursors", "pending_deliveries", "scan_due")
+    )
 
 
 def _ended(node: Node) -> int:
