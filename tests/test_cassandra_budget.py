@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from cassandra.cluster import Session
+
 from shardcron.client import AsyncClient
 from shardcron.client.types import HandlerTask, JobSpec, Schedule
 from shardcron.coordinator.coordination import LocalCoordination
@@ -45,7 +47,7 @@ from shardcron.coordinator.poller import PollerConfig
 from shardcron.coordinator.retention import DEFAULT_RETENTION
 from shardcron.worker import HandlerRegistry, Worker
 from tests.support.cassandra import cassandra_node
-from tests.support.cassandra_counts import TableOps, table_counts
+from tests.support.cassandra_counts import TableCounts, TableOps, table_counts
 from tests.support.waiting import until
 
 CONFIG = {"shard_count": 8, "bucket_seconds": 60}
@@ -57,6 +59,8 @@ OWNER = "budget"
 
 SHARDS = CONFIG["shard_count"]
 EPSILON = 1e-9
+JOB_TABLES = ("jobs", "runs", "runs_by_id")  # written by jobs' work alone
+SETTLE = 0.5  # seconds
 
 # Operations per job of W1, per table: (writes, reads) at most; a table not named has
 # none. A write is one partition's mutation (cassandra_counts): rows of one partition
@@ -199,10 +203,24 @@ async def measured(
     finally:
         await client.close()
     await until(lambda: _ended(node) >= ended + runs, timeout=timeout, what=f"{runs} runs ended")
-    await asyncio.sleep(0.5)  # a turn's commit that ended the last runs is over
+    after = await settled(session, budgeted.keyspace)
     seconds = asyncio.get_running_loop().time() - started
-    after = await asyncio.to_thread(table_counts, session, budgeted.keyspace)
     return after.since(before), seconds
+
+
+async def settled(session: Session, keyspace: str) -> TableCounts:
+    """The counts once the writes of the tables a job's work writes stopped changing
+    for ``SETTLE`` seconds: a run's end is counted in the turn that ends it, before
+    that turn's commit."""
+    last: dict[str, int] | None = None
+    for _ in range(100):
+        counts = await asyncio.to_thread(table_counts, session, keyspace)
+        writes = {t: counts.tables[t].writes for t in JOB_TABLES if t in counts.tables}
+        if writes == last:
+            return counts
+        last = writes
+        await asyncio.sleep(SETTLE)
+    raise AssertionError(f"the writes of {JOB_TABLES} never stopped: {last}")
 
 
 def over_budget(
