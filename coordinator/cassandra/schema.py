@@ -51,11 +51,14 @@ Layout and why:
   row per owner that set them, read whole by every poller node (``notify/settings``).
 - Retention (``CassandraStore(retention=...)``) is TTLs, not a sweep: a final run
   that is not a dead letter is written with a TTL that ends ``retention`` after it
-  ended, and its ``runs_by_id`` row with it; output chunks and their ends live
-  ``retention`` from when they are written (so never longer than their run; a run
-  running longer than the retention loses its oldest kept output first). A sweep
-  would read every job's partition to find old runs and write a tombstone per row;
-  the TTL costs one ``runs_by_id`` rewrite per finished run and no read.
+  ended; its ``runs_by_id`` row is written with the run's first record with a TTL
+  that ends a day after the run's would had it ended when due, and rewritten only by
+  the final record of a run that ended later, or of a dead letter
+  (``writes.WritePlanner.id_ttl``); output chunks and their ends live ``retention``
+  from when they are written (so never longer than their run; a run running longer
+  than the retention loses its oldest kept output first). A sweep would read every
+  job's partition to find old runs and write a tombstone per row; the TTLs cost no
+  read and, for almost every run, no write more.
 
 A table added after a keyspace was created (``job_counts``, the deliveries) is created by
 ``shardcron store init`` on the existing keyspace; a node refuses to open a keyspace

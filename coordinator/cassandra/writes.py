@@ -75,6 +75,12 @@ from shardcron.coordinator.store_rules import progress_write, run_expires_at, ru
 
 MAX_TTL = 630_720_000  # Cassandra's maximum TTL (20 years); longer rows get no TTL
 _CREATE_BACKDATE_US = 1_000_000  # an api's new run row: written as of 1 s ago
+# A run's runs_by_id row is written once with a TTL that outlives the run by this
+# past its retention when the run ends within about this of its due instant (or of
+# when it was made): almost every run, whose final record then writes no second row
+# (``WritePlanner.id_ttl``).
+ID_SLACK = timedelta(days=1)
+ID_MARGIN = timedelta(hours=1)  # how far the clocks of an api and a poller may differ
 
 # Write phases (module docstring): each phase starts once the previous one is written.
 P_RUNS = 0  # new runs and runs indexed by the call, runs_by_id; shard cursors
@@ -219,15 +225,17 @@ class WritePlanner:
         backdate = _CREATE_BACKDATE_US if new else 0
         ts = write_us if write_us is not None else now_us() - backdate
         phase = P_RUNS if new or indexed else P_STATES
-        ttl = self.run_ttl(run, time.time())
+        now = time.time()
+        ttl = self.run_ttl(run, now)
         stmt = self._cql.bind("insert_run", (*row, ts, ttl))
         writes.add(phase, ("runs", run.job_id), stmt, _size(row))
         if phase == P_STATES:
             writes.state_runs.setdefault(run.job_id, []).append(run.id)
         if phase != P_STATES or run.dead_letter or was_dead:
             writes.ordered_jobs.add(run.job_id)
-        if new or ttl:  # the id's row expires with the run
-            stmt = self._cql.bind("insert_run_id", (run.id, run.job_id, run.owner, ttl))
+        id_ttl = self.id_ttl(run, now, ttl, new=new, was_dead=was_dead)
+        if id_ttl is not None:
+            stmt = self._cql.bind("insert_run_id", (run.id, run.job_id, run.owner, id_ttl))
             writes.add(P_RUNS if new else phase, ("runs_by_id", run.id), stmt, 120)
         if run.dead_letter:
             stmt = self._cql.bind("insert_dead", (run.owner, run.id, run.job_id))
@@ -250,6 +258,51 @@ class WritePlanner:
         if at is None:
             return 0
         ttl = max(1, math.ceil(at.timestamp() - now))
+        return 0 if ttl > MAX_TTL else ttl
+
+    def id_ttl(
+        self, run: Run, now: float, run_ttl: int, *, new: bool, was_dead: bool
+    ) -> int | None:
+        """The TTL (seconds, 0 = none) of the run's ``runs_by_id`` row when this write of
+        the run writes it, else None.
+
+        The row is written with the run's first record and outlives the run: under a
+        retention, it lives until ``ID_SLACK`` past the end of the run's retention had
+        the run ended when it was due (or made, or written, if later). Only a run that ends too late
+        for that (``ID_MARGIN`` before, for the api's and the poller's clocks), or that
+        the row's TTL cannot cover (past ``MAX_TTL``), has its final record rewrite the
+        row with its own TTL; and so does a dead letter (kept for ever) and a run whose
+        dead letter was cleared. A row that outlives its run names a run that is no
+        longer there: a read by id finds nothing, as for any expired run."""
+        if self._retention is None:
+            return 0 if new else None  # no TTLs: written once
+        final = run.is_final
+        if new and not final:  # a run made or due long ago gets as long from now
+            keep = (self._retention + ID_SLACK).total_seconds()
+            return self._ttl_until(max(_id_expiry(run, self._retention), now + keep), now)
+        if new:
+            return run_ttl
+        if not final:
+            return None
+        if run.dead_letter or was_dead:
+            return run_ttl
+        covered = _id_expiry(run, self._retention) - ID_MARGIN.total_seconds()
+        made = run.created_at.timestamp()
+        expires = run_expires_at(
+            state=run.state,
+            dead_letter=False,
+            ended_at=run.ended_at,
+            due_at=run.due_at,
+            retention=self._retention,
+        )
+        if expires is None or expires.timestamp() > covered or covered - made > MAX_TTL:
+            return run_ttl
+        return None
+
+    def _ttl_until(self, until: float, now: float) -> int:
+        """A TTL (seconds) keeping a row until ``until`` (epoch seconds), 1 s at least;
+        0 = none (past ``MAX_TTL``)."""
+        ttl = max(1, math.ceil(until - now))
         return 0 if ttl > MAX_TTL else ttl
 
     def _ttl(self, until: float, now: float) -> int:
@@ -386,6 +439,13 @@ class WritePlanner:
             reason = UNSET_VALUE if write.state_reason is None else write.state_reason
             values = (written_at + 1, str(write.state), reason, p.job_id)
             writes.add(P_JOBS, ("jobs", p.job_id), self._cql.bind("progress_state", values), 100)
+
+
+def _id_expiry(run: Run, retention: timedelta) -> float:
+    """Until when (epoch seconds) a run's first ``runs_by_id`` row lives under
+    ``retention`` (``WritePlanner.id_ttl``)."""
+    start = max(run.created_at, run.due_at).timestamp()
+    return start + (retention + ID_SLACK).total_seconds()
 
 
 def progress_values(columns: Mapping[str, Any]) -> tuple[Any, ...]:
