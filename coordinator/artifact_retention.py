@@ -24,8 +24,6 @@ store sweeps: the deletes are idempotent.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -36,6 +34,7 @@ from shardcron.client.errors import NotFound
 from shardcron.client.types import CommandTask, JobState
 from shardcron.coordinator.ids import utcnow
 from shardcron.coordinator.store import ArtifactRef, JobStore
+from shardcron.coordinator.sweeps import Sweep
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +43,11 @@ DEFAULT_INTERVAL = timedelta(minutes=10)
 REFS_PAGE = 100  # references read at a time, until one whose job still names the artifact
 
 
-class ArtifactSweeper:
+class ArtifactSweeper(Sweep):
     """Deletes from ``blobs`` the artifacts no job of ``store`` refers to (module
     docstring), every ``interval`` until ``stop``."""
+
+    name = "artifact-retention"
 
     def __init__(
         self,
@@ -63,17 +64,6 @@ class ArtifactSweeper:
         self.interval = interval
         self.clock = clock
         self.deleted = 0  # artifacts deleted since start
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="artifact-retention")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
 
     async def sweep(self) -> int:
         """One sweep now; returns how many artifacts it deleted."""
@@ -136,11 +126,3 @@ class ArtifactSweeper:
         if job_ids:
             refs = [ArtifactRef(owner=owner, sha256=sha256, job_id=j) for j in job_ids]
             await self.store.remove_artifact_refs(refs)
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                await self.sweep()
-            except Exception:  # a top-level loop: log, and try again next time
-                log.exception("artifact retention sweep failed; trying again in %s", self.interval)
-            await asyncio.sleep(self.interval.total_seconds())

@@ -34,8 +34,6 @@ run being created is never taken for gone. A key not of the layout is left alone
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -46,6 +44,7 @@ from shardcron.blobs.store import BlobStore
 from shardcron.client.schedule import parse_duration
 from shardcron.coordinator.ids import run_due_at, utcnow
 from shardcron.coordinator.store import JobStore
+from shardcron.coordinator.sweeps import Sweep
 
 log = logging.getLogger(__name__)
 
@@ -71,9 +70,11 @@ def sweep_interval(retention: timedelta) -> timedelta:
     return min(MAX_INTERVAL, max(MIN_INTERVAL, retention / 24))
 
 
-class RetentionSweeper:
+class RetentionSweeper(Sweep):
     """Calls ``store.expire_runs`` every ``interval`` until ``stop``, and deletes the
     deleted runs' output from ``blobs`` (module docstring)."""
+
+    name = "retention"
 
     def __init__(
         self,
@@ -102,17 +103,6 @@ class RetentionSweeper:
         self.orphans = (
             None if blobs is None or retention is None else OrphanWalk(store, blobs, retention)
         )
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="retention")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
 
     async def sweep(self) -> int:
         """One sweep now; returns how many runs it deleted."""
@@ -163,14 +153,6 @@ class RetentionSweeper:
                 )
                 return
             del self.pending[prefix]
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                await self.sweep()
-            except Exception:  # a top-level loop: log, and try again next time
-                log.exception("retention sweep failed; trying again in %s", self.interval)
-            await asyncio.sleep(self.interval.total_seconds())
 
 
 class OrphanWalk:
