@@ -233,6 +233,10 @@ def assignment_bytes(dep: Deployment) -> int:
     return 64 + dep.poller_id_bytes + dep.shard_count * per_shard
 
 
+def _span(minutes: float) -> str:
+    return f"{minutes:,.0f} minutes" if minutes < 1440 else f"{minutes / 1440:,.0f} days"
+
+
 def size(rate: float, costs: Costs, dep: Deployment, *, daily: float | None = None) -> Sizing:
     """What ``rate`` jobs/s at peak (``daily`` jobs a day, by default the rate all day)
     needs, and how near each limit it comes."""
@@ -273,8 +277,8 @@ def size(rate: float, costs: Costs, dep: Deployment, *, daily: float | None = No
             headroom=dep.partition_limit_bytes / (owner_rows * costs.owner_index_bytes),
             detail=(
                 f"one-off jobs are never deleted: {daily / dep.owners:,.0f} rows a day per "
-                f"owner, {dep.partition_limit_bytes / 1e6:g} MB after {owner_minutes:,.0f} "
-                f"minutes, {owner_rows * costs.owner_index_bytes / 1e9:,.1f} GB after "
+                f"owner, {dep.partition_limit_bytes / 1e6:g} MB after {_span(owner_minutes)}, "
+                f"{owner_rows * costs.owner_index_bytes / 1e6:,.0f} MB after "
                 f"{dep.retention_days:g} days"
             ),
         ),

@@ -200,3 +200,20 @@ def test_main_prints_the_table_and_its_sources(capsys: pytest.CaptureFixture[str
     assert "bench/results/20261128-012051.md" in out
     assert "| nodes (api + poller) |" in out
     assert "20,000 jobs/s" in out
+
+
+def test_the_readme_table_is_the_models_output() -> None:
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("## Scaling out", 1)[1].split("\n## ", 1)[0]
+    sizes = [m.size(r, m.LATEST, DEP, daily=d) for r, d in m.DEFAULT_SCENARIOS]
+
+    def row(name: str) -> list[str]:
+        line = next(x for x in section.splitlines() if x.startswith(f"| {name} |"))
+        return [c.strip() for c in line.split("|")[2:-1]]
+
+    assert row("nodes (api + poller)") == [str(s.nodes) for s in sizes]
+    assert row("Cassandra hosts (cores)") == [
+        f"{s.cassandra_nodes} ({s.cassandra_cores:.1f})" for s in sizes
+    ]
+    assert row("worker cores, `true` command") == [f"{s.command_worker_cores:.1f}" for s in sizes]
+    assert row("ZooKeeper writes to add a node") == [str(s.zk_writes_to_add_a_node) for s in sizes]
