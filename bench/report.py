@@ -21,7 +21,7 @@ import psutil
 
 from bench.outcomes import Result, entries, spread, w3_summary
 from bench.outcomes import by_rate as _by_rate
-from bench.workloads import held, highest_held
+from bench.workloads import S1_FIGURES, held, highest_held
 
 OURS = "shardcron"
 
@@ -116,7 +116,9 @@ def markdown(
         runs = {s: rs for s, rs in runs.items() if s not in failed}
         ratio: list[str] = []
         label = ""
-        if workload == "W3":
+        if workload == "S1":
+            lines += _s1_table(runs)
+        elif workload == "W3":
             lines += _w3_table(runs)
         elif workload == "W4":
             lines += _w4_table(runs)
@@ -230,6 +232,28 @@ def _w3_table(runs: dict[str, list[Result]]) -> list[str]:
             shown = f"{best:,.0f} jobs/s"
         held_lines.append(f"- {system}: highest rate held with p99 < 1 s: **{shown}**")
     return [*lines, "", *held_lines]
+
+
+def _s1_table(runs: dict[str, list[Result]]) -> list[str]:
+    """S1: one row per figure (``bench.workloads.S1_FIGURES``), one column per system."""
+    lines = [
+        "| with the jobs stored | " + " | ".join(runs) + " |",
+        "|---|" + "---|" * len(runs),
+        "| jobs stored | " + " | ".join(f"{rs[0].n:,}" for rs in runs.values()) + " |",
+    ]
+    for key, label, unit in S1_FIGURES:
+        digits = 0 if unit in ("/s", " B") else 1
+        cells = [
+            _fmt(_median(rs, lambda r, k=key: r.figures.get(k)), unit, digits)
+            for rs in runs.values()
+        ]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines.append(
+        "| crons' fires missed | "
+        + " | ".join(f"{max(r.missed or 0 for r in rs):,}" for rs in runs.values())
+        + " |"
+    )
+    return lines
 
 
 def _w4_table(runs: dict[str, list[Result]]) -> list[str]:
