@@ -149,20 +149,26 @@ def markdown(
         if absent:
             lines += ["", f"Not run on {workload} (the system does not express it here):"]
             lines += [f"- {s}" for s in absent]
-        lines += ["", "CPU-s per 1000 jobs by process (median):", ""]
-        for system, rs in _cpu_rows(runs):
-            roles = sorted({k for r in rs for k in r.cpu_per_1000})
-            parts = [
-                f"{k} {_fmt(_median(rs, lambda r, k=k: r.cpu_per_1000.get(k)), '', 2)}"
-                for k in roles
-            ]
-            lines.append(f"- {system}: " + ", ".join(parts))
+        if workload != "S1":  # S1 meters no CPU: its figures are what a user waits on
+            lines += _cpu_lines(runs)
         lines += ["", "Configurations and notes:", ""]
         for system, rs in runs.items():
             notes = "; ".join(sorted({r.notes for r in rs if r.notes}))
             lines.append(f"- **{system}**: {rs[0].config}" + (f". {notes}" if notes else ""))
         lines.append("")
     return "\n".join(lines)
+
+
+def _cpu_lines(runs: dict[str, list[Result]]) -> list[str]:
+    """CPU-s per 1000 jobs by process, per ``_cpu_rows`` row."""
+    lines = ["", "CPU-s per 1000 jobs by process (median):", ""]
+    for system, rs in _cpu_rows(runs):
+        roles = sorted({k for r in rs for k in r.cpu_per_1000})
+        parts = [
+            f"{k} {_fmt(_median(rs, lambda r, k=k: r.cpu_per_1000.get(k)), '', 2)}" for k in roles
+        ]
+        lines.append(f"- {system}: " + ", ".join(parts))
+    return lines
 
 
 def _cpu_rows(runs: dict[str, list[Result]]) -> list[tuple[str, list[Result]]]:

@@ -158,3 +158,4 @@ def test_s1_reports_every_figure_measured_and_a_dash_for_one_that_was_not() -> N
     assert "fire error p99 | 595.0 ms |" in text
     assert "| restart after SIGKILL until `job list` is served | - |" in text
     assert "| crons' fires missed | 3 |" in text
+    assert "CPU-s per 1000 jobs by process" not in text  # S1 meters none
