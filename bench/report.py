@@ -21,7 +21,7 @@ import psutil
 
 from bench.outcomes import Result, entries, spread, w3_summary
 from bench.outcomes import by_rate as _by_rate
-from bench.workloads import S1_FIGURES, held, highest_held
+from bench.workloads import S1_BASELINE, S1_FIGURES, held, highest_held
 
 OURS = "shardcron"
 
@@ -241,7 +241,8 @@ def _w3_table(runs: dict[str, list[Result]]) -> list[str]:
 
 
 def _s1_table(runs: dict[str, list[Result]]) -> list[str]:
-    """S1: one row per figure (``bench.workloads.S1_FIGURES``), one column per system."""
+    """S1: one row per figure (``bench.workloads.S1_FIGURES``), one column per system;
+    a page's figure with the jobs stored is followed by its figure at ``S1_BASELINE``."""
     lines = [
         "| with the jobs stored | " + " | ".join(runs) + " |",
         "|---|" + "---|" * len(runs),
@@ -249,10 +250,13 @@ def _s1_table(runs: dict[str, list[Result]]) -> list[str]:
     ]
     for key, label, unit in S1_FIGURES:
         digits = 0 if unit in ("/s", " B") else 1
-        cells = [
-            _fmt(_median(rs, lambda r, k=key: r.figures.get(k)), unit, digits)
-            for rs in runs.values()
-        ]
+        cells = []
+        for rs in runs.values():
+            cell = _fmt(_median(rs, lambda r, k=key: r.figures.get(k)), unit, digits)
+            base = _median(rs, lambda r, k=key: r.figures.get(f"base_{k}"))
+            if base is not None:
+                cell += f" ({_fmt(base, unit, digits)} at {S1_BASELINE:,})"
+            cells.append(cell)
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines.append(
         "| crons' fires missed | "

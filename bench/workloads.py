@@ -23,6 +23,7 @@ W4_CRON = "* * * * *"  # W4: every minute, on the minute (UTC)
 S1_DUE_AHEAD_S = 6 * 3600.0  # S1: the stored jobs are due this long after they are created
 S1_CRONS = 2_000  # S1: every-minute crons fired beside the stored jobs
 S1_MINUTES = 2  # S1: whole minutes the crons are watched
+S1_BASELINE = 1_000  # S1: jobs stored when the pages are first timed, to compare with N
 # S1's figures (key, what it is, unit): the rows of its table, in this order
 S1_FIGURES = (
     ("create_first_tenth_per_s", "creates/s, first tenth", "/s"),
@@ -244,6 +245,12 @@ def fire_errors(rows: Sequence[RunTime], marks: Sequence[float]) -> tuple[list[f
             firsts.setdefault(key, None)
     errors = [s - at for (_, at), s in firsts.items() if s is not None]
     return errors, len(jobs) * len(marks) - len(errors)
+
+
+def with_baseline(figures: dict[str, float], baseline: dict[str, float]) -> dict[str, float]:
+    """S1's figures and, under ``base_<key>``, the same ones with ``S1_BASELINE`` jobs
+    stored."""
+    return {**figures, **{f"base_{k}": v for k, v in baseline.items()}}
 
 
 def timing(samples: Sequence[float]) -> dict[str, float]:

@@ -212,3 +212,10 @@ def test_s1_is_asked_for_by_name_and_quick_stores_a_tenth_of_the_full_count() ->
     assert "S1" in WORKLOADS and "S1" not in DEFAULT_WORKLOADS
     assert (QUICK.n["S1"], FULL.n["S1"]) == (100_000, 1_000_000)
     assert "S1 100,000 jobs stored" in QUICK.describe(("S1",))
+
+
+def test_s1_baseline_figures_sit_beside_the_figures_under_their_own_names() -> None:
+    from bench.workloads import with_baseline
+
+    both = with_baseline({"job_list_ms": 40.0}, {"job_list_ms": 3.0})
+    assert both == {"job_list_ms": 40.0, "base_job_list_ms": 3.0}
