@@ -24,7 +24,7 @@ import click
 
 from bench import report
 from bench.outcomes import Result, failed_results, twice
-from bench.workloads import FULL, QUICK, WORKLOADS, Plan
+from bench.workloads import DEFAULT_WORKLOADS, FULL, QUICK, WORKLOADS, Plan
 
 SYSTEMS = {
     "shardcron": "bench.systems.shardcron_embedded",
@@ -85,9 +85,11 @@ def _run_system(key: str, wanted: list[str], plan: Plan, scratch: Path) -> list[
 )
 @click.option(
     "--workloads",
-    default="W1,W2,W3,W4,W6",
+    default=",".join(DEFAULT_WORKLOADS),
     show_default=True,
-    help="Comma-separated: W1 (burst), W2 (storm), W3 (steady), W4 (cron fleet), W6 (commands).",
+    help="Comma-separated: W1 (burst), W2 (storm), W3 (steady), W4 (cron fleet), W6 (commands),"
+    " S1 (a million jobs stored: create rate, RSS, size, pages, cron fire error, restart;"
+    " shardcron embedded only, not in the default set).",
 )
 @click.option("--quick", is_flag=True, help=f"Smaller workloads: {QUICK}.")
 @click.option("--n", "overrides", multiple=True, help="A job count, e.g. --n W1=50000.")
@@ -160,6 +162,8 @@ def _plan_line(plan: Plan, quick: bool, wanted: tuple[str, ...], chosen: list[st
 def _summary(r: Result) -> str:
     if r.failed:
         return f"failed: {r.failed}"
+    if r.workload == "S1":
+        return ", ".join(f"{k} {v:,.1f}" for k, v in r.figures.items()) + f"; missed {r.missed}"
     if r.workload == "W3":
         lag = ", ".join(f"{k} {v:.3f}s" for k, v in r.lag.items())
         return f"{r.rate:,.0f}/s offered: {r.completed}/{r.n} ended; lag {lag}; {r.notes}"

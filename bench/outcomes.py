@@ -61,6 +61,7 @@ class Result:
     missed: int | None = None  # W4: fires expected that never ran
     duplicates: int | None = None  # W4: fires that ran more than once
     failed: str = ""  # why the system could not be measured ("" when it was)
+    figures: dict[str, float] = field(default_factory=dict)  # S1: its figures by name
     notes: str = ""
 
 

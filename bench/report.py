@@ -21,7 +21,7 @@ import psutil
 
 from bench.outcomes import Result, entries, spread, w3_summary
 from bench.outcomes import by_rate as _by_rate
-from bench.workloads import held, highest_held
+from bench.workloads import S1_BASELINE, S1_FIGURES, held, highest_held
 
 OURS = "shardcron"
 
@@ -116,7 +116,9 @@ def markdown(
         runs = {s: rs for s, rs in runs.items() if s not in failed}
         ratio: list[str] = []
         label = ""
-        if workload == "W3":
+        if workload == "S1":
+            lines += _s1_table(runs)
+        elif workload == "W3":
             lines += _w3_table(runs)
         elif workload == "W4":
             lines += _w4_table(runs)
@@ -147,20 +149,26 @@ def markdown(
         if absent:
             lines += ["", f"Not run on {workload} (the system does not express it here):"]
             lines += [f"- {s}" for s in absent]
-        lines += ["", "CPU-s per 1000 jobs by process (median):", ""]
-        for system, rs in _cpu_rows(runs):
-            roles = sorted({k for r in rs for k in r.cpu_per_1000})
-            parts = [
-                f"{k} {_fmt(_median(rs, lambda r, k=k: r.cpu_per_1000.get(k)), '', 2)}"
-                for k in roles
-            ]
-            lines.append(f"- {system}: " + ", ".join(parts))
+        if workload != "S1":  # S1 meters no CPU: its figures are what a user waits on
+            lines += _cpu_lines(runs)
         lines += ["", "Configurations and notes:", ""]
         for system, rs in runs.items():
             notes = "; ".join(sorted({r.notes for r in rs if r.notes}))
             lines.append(f"- **{system}**: {rs[0].config}" + (f". {notes}" if notes else ""))
         lines.append("")
     return "\n".join(lines)
+
+
+def _cpu_lines(runs: dict[str, list[Result]]) -> list[str]:
+    """CPU-s per 1000 jobs by process, per ``_cpu_rows`` row."""
+    lines = ["", "CPU-s per 1000 jobs by process (median):", ""]
+    for system, rs in _cpu_rows(runs):
+        roles = sorted({k for r in rs for k in r.cpu_per_1000})
+        parts = [
+            f"{k} {_fmt(_median(rs, lambda r, k=k: r.cpu_per_1000.get(k)), '', 2)}" for k in roles
+        ]
+        lines.append(f"- {system}: " + ", ".join(parts))
+    return lines
 
 
 def _cpu_rows(runs: dict[str, list[Result]]) -> list[tuple[str, list[Result]]]:
@@ -230,6 +238,32 @@ def _w3_table(runs: dict[str, list[Result]]) -> list[str]:
             shown = f"{best:,.0f} jobs/s"
         held_lines.append(f"- {system}: highest rate held with p99 < 1 s: **{shown}**")
     return [*lines, "", *held_lines]
+
+
+def _s1_table(runs: dict[str, list[Result]]) -> list[str]:
+    """S1: one row per figure (``bench.workloads.S1_FIGURES``), one column per system;
+    a page's figure with the jobs stored is followed by its figure at ``S1_BASELINE``."""
+    lines = [
+        "| with the jobs stored | " + " | ".join(runs) + " |",
+        "|---|" + "---|" * len(runs),
+        "| jobs stored | " + " | ".join(f"{rs[0].n:,}" for rs in runs.values()) + " |",
+    ]
+    for key, label, unit in S1_FIGURES:
+        digits = 0 if unit in ("/s", " B") else 1
+        cells = []
+        for rs in runs.values():
+            cell = _fmt(_median(rs, lambda r, k=key: r.figures.get(k)), unit, digits)
+            base = _median(rs, lambda r, k=key: r.figures.get(f"base_{k}"))
+            if base is not None:
+                cell += f" ({_fmt(base, unit, digits)} at {S1_BASELINE:,})"
+            cells.append(cell)
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines.append(
+        "| crons' fires missed | "
+        + " | ".join(f"{max(r.missed or 0 for r in rs):,}" for rs in runs.values())
+        + " |"
+    )
+    return lines
 
 
 def _w4_table(runs: dict[str, list[Result]]) -> list[str]:

@@ -1,6 +1,7 @@
 """The workloads of docs/benchmarks.md as plain numbers (``Plan``), and the pure parts every
 system's runner shares: W3's open-loop arrival schedule, W4's expected fires, a run's
-times as a store holds them (``RunTime``) and what counts as a W4 fire (``count_fires``).
+times as a store holds them (``RunTime``), what counts as a W4 fire (``count_fires``),
+and S1's signed fire error (``fire_errors``) and timings (``timing``).
 
 Standard library only: the tests import it without the peers.
 """
@@ -14,16 +15,38 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-WORKLOADS = ("W1", "W2", "W3", "W4", "W6")
+WORKLOADS = ("W1", "W2", "W3", "W4", "W6", "S1")
+DEFAULT_WORKLOADS = ("W1", "W2", "W3", "W4", "W6")  # S1 is asked for by name: it is long
 W3_SPREAD_S = 5.0  # W3: each job is due 0 to this many seconds after it is submitted
 W3_HELD_P99_S = 1.0  # W3: a rate is held when start lag p99 stays under this
 W4_CRON = "* * * * *"  # W4: every minute, on the minute (UTC)
+S1_DUE_AHEAD_S = 6 * 3600.0  # S1: the stored jobs are due this long after they are created
+S1_CRONS = 2_000  # S1: every-minute crons fired beside the stored jobs
+S1_MINUTES = 2  # S1: whole minutes the crons are watched
+S1_BASELINE = 1_000  # S1: jobs stored when the pages are first timed, to compare with N
+# S1's figures (key, what it is, unit): the rows of its table, in this order
+S1_FIGURES = (
+    ("create_first_tenth_per_s", "creates/s, first tenth", "/s"),
+    ("create_per_s", "creates/s, all", "/s"),
+    ("rss_mb", "node RSS (process and its children)", " MB"),
+    ("store_bytes_per_job", "store size per job (data dir, WAL included)", " B"),
+    ("job_list_first_ms", "`job list` first page (101 jobs, health), first call", " ms"),
+    ("job_list_ms", "`job list` first page, median", " ms"),
+    ("run_list_pending_ms", "`run list --state PENDING` (20 runs), median", " ms"),
+    ("cluster_status_ms", "`cluster status`, median", " ms"),
+    ("http_jobs_ms", "dashboard `GET /v1/jobs?withHealth=true`, median", " ms"),
+    ("http_overview_ms", "dashboard `GET /v1/overview`, median", " ms"),
+    ("cron_fire_p50_ms", f"{S1_CRONS:,} every-minute crons: fire error p50", " ms"),
+    ("cron_fire_p99_ms", f"{S1_CRONS:,} every-minute crons: fire error p99", " ms"),
+    ("restart_s", "restart after SIGKILL until `job list` is served", " s"),
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Plan:
-    """How big each workload is: jobs for W1, W2, W4 (cron jobs) and W6; for W3 the
-    offered rates and how long each is held; for W4 how many minutes are watched."""
+    """How big each workload is: jobs for W1, W2, W4 (cron jobs), W6 and S1 (jobs stored);
+    for W3 the offered rates and how long each is held; for W4 how many minutes are
+    watched."""
 
     n: dict[str, int]
     w3_rates: tuple[int, ...]
@@ -45,18 +68,19 @@ class Plan:
             + f" jobs/s, {self.w3_seconds:.0f} s each",
             "W4": f"W4 {self.n['W4']:,} cron jobs x {self.w4_minutes} minutes",
             "W6": f"W6 {self.n['W6']:,} jobs",
+            "S1": f"S1 {self.n['S1']:,} jobs stored, {S1_CRONS:,} crons x {S1_MINUTES} minutes",
         }
         return "; ".join(said[w] for w in workloads if w in said)
 
 
 FULL = Plan(
-    n={"W1": 100_000, "W2": 50_000, "W4": 10_000, "W6": 10_000},
+    n={"W1": 100_000, "W2": 50_000, "W4": 10_000, "W6": 10_000, "S1": 1_000_000},
     w3_rates=(100, 1_000, 5_000, 10_000),
     w3_seconds=60.0,
     w4_minutes=5,
 )
 QUICK = Plan(
-    n={"W1": 10_000, "W2": 5_000, "W4": 2_000, "W6": 10_000},
+    n={"W1": 10_000, "W2": 5_000, "W4": 2_000, "W6": 10_000, "S1": 100_000},
     w3_rates=(100, 1_000),
     w3_seconds=10.0,
     w4_minutes=2,
@@ -200,3 +224,42 @@ def count_fires(rows: Sequence[RunTime], marks: Sequence[float]) -> tuple[int, i
     started = {k: [s for s in v if s is not None] for k, v in per_fire.items()}
     errors = [abs(min(v) - fire_at) for (_, fire_at), v in started.items() if v]
     return len(errors), sum(len(v) - 1 for v in per_fire.values()), errors
+
+
+def fire_errors(rows: Sequence[RunTime], marks: Sequence[float]) -> tuple[list[float], int]:
+    """S1's fire error of every-minute crons: for each (job, minute of ``marks``) that
+    started, its first start (attempt 1) minus the minute, signed (a run leased ahead
+    of its instant may start a moment early); and how many (job, minute) of the jobs
+    seen never started. A fire's retries and runs of other minutes are left out."""
+    firsts: dict[tuple[str, float], float | None] = {}
+    jobs = set()
+    for r in rows:
+        jobs.add(r.job_id)
+        if r.attempt != 1 or r.fire_at not in marks:
+            continue
+        key = (r.job_id, r.fire_at)
+        seen = firsts.get(key)
+        if r.started_at is not None and (seen is None or r.started_at < seen):
+            firsts[key] = r.started_at
+        else:
+            firsts.setdefault(key, None)
+    errors = [s - at for (_, at), s in firsts.items() if s is not None]
+    return errors, len(jobs) * len(marks) - len(errors)
+
+
+def with_baseline(figures: dict[str, float], baseline: dict[str, float]) -> dict[str, float]:
+    """S1's figures and, under ``base_<key>``, the same ones with ``S1_BASELINE`` jobs
+    stored."""
+    return {**figures, **{f"base_{k}": v for k, v in baseline.items()}}
+
+
+def timing(samples: Sequence[float]) -> dict[str, float]:
+    """A repeated call's timing, seconds: the first call (caches cold), the median and
+    the slowest of all; empty if there are none."""
+    if not samples:
+        return {}
+    return {
+        "first": samples[0],
+        "median": statistics.median(samples),
+        "max": max(samples),
+    }

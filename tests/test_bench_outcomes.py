@@ -180,3 +180,42 @@ def test_a_warm_up_job_is_due_at_once_and_named_apart_from_the_workload() -> Non
     warm = warm_up_spec(storm)
     assert warm.schedule.kind == ScheduleKind.IMMEDIATE, "a storm's instant held submits back"
     assert warm.name != storm.name and warm.task == storm.task
+
+
+def test_s1_fire_error_is_signed_and_counts_each_unstarted_fire_of_a_seen_job_missed() -> None:
+    from bench.workloads import RunTime, fire_errors
+
+    us = 1_000_000
+    rows = [
+        RunTime.from_row(("a", 1, 120 * us, 120 * us, 120 * us + 90_000)),
+        RunTime.from_row(("a", 1, 120 * us, 120 * us, 120 * us + 40_000)),  # the first start
+        RunTime.from_row(("a", 2, 120 * us, 121 * us, 121 * us)),  # a retry: not a fire
+        RunTime.from_row(("a", 1, 60 * us, 60 * us, 60 * us + 500_000)),  # not watched
+        RunTime.from_row(("b", 1, 120 * us, 120 * us, 120 * us - 30_000)),  # 30 ms early
+        RunTime.from_row(("b", 1, 180 * us, 180 * us, None)),  # never started
+    ]
+    errors, missed = fire_errors(rows, [120.0, 180.0])
+    assert sorted(errors) == [pytest.approx(-0.03), pytest.approx(0.04)]
+    assert missed == 2  # b at 180 never started, a at 180 has no run at all
+
+
+def test_s1_timing_keeps_the_cold_first_call_apart_from_the_median() -> None:
+    from bench.workloads import timing
+
+    assert timing([0.5, 0.01, 0.03, 0.02]) == {"first": 0.5, "median": 0.025, "max": 0.5}
+    assert timing([]) == {}
+
+
+def test_s1_is_asked_for_by_name_and_quick_stores_a_tenth_of_the_full_count() -> None:
+    from bench.workloads import DEFAULT_WORKLOADS, FULL, QUICK, WORKLOADS
+
+    assert "S1" in WORKLOADS and "S1" not in DEFAULT_WORKLOADS
+    assert (QUICK.n["S1"], FULL.n["S1"]) == (100_000, 1_000_000)
+    assert "S1 100,000 jobs stored" in QUICK.describe(("S1",))
+
+
+def test_s1_baseline_figures_sit_beside_the_figures_under_their_own_names() -> None:
+    from bench.workloads import with_baseline
+
+    both = with_baseline({"job_list_ms": 40.0}, {"job_list_ms": 3.0})
+    assert both == {"job_list_ms": 40.0, "base_job_list_ms": 3.0}

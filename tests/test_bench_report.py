@@ -138,3 +138,29 @@ def test_a_rate_compared_with_a_capped_peer_says_both_counts() -> None:
     peer.n = 5
     text = markdown([ours, peer], STARTED, 1)
     assert "- shardcron (x) vs celery: **10.0x** (10 jobs vs 5)" in text
+
+
+def test_s1_reports_every_figure_measured_and_a_dash_for_one_that_was_not() -> None:
+    figures = {
+        "create_per_s": 1874.4,
+        "job_list_ms": 32.04,
+        "base_job_list_ms": 3.0,
+        "cron_fire_p99_ms": 595.0,
+    }
+    r = Result(
+        system="shardcron (embedded)",
+        workload="S1",
+        n=100_000,
+        key="shardcron",
+        figures=figures,
+        missed=3,
+    )
+    text = markdown([r], STARTED, 1)
+    assert "## S1" in text
+    assert "| jobs stored | 100,000 |" in text
+    assert "| creates/s, all | 1,874/s |" in text
+    assert "| `job list` first page, median | 32.0 ms (3.0 ms at 1,000) |" in text
+    assert "fire error p99 | 595.0 ms |" in text
+    assert "| restart after SIGKILL until `job list` is served | - |" in text
+    assert "| crons' fires missed | 3 |" in text
+    assert "CPU-s per 1000 jobs by process" not in text  # S1 meters none

@@ -15,11 +15,13 @@ on a worker that runs commands.
 from __future__ import annotations
 
 import os
+import signal
 import sqlite3
 import sys
 from pathlib import Path
 
 from bench.common import CpuMeter, Proc, Result, free_port, wait_port, wait_until_metric
+from bench.systems.shardcron_s1 import s1
 from bench.systems.shardcron_workloads import BATCH, run_on
 from bench.workloads import QUICK, Plan, RunTime
 
@@ -37,7 +39,7 @@ SLOTS = 65_536
 COMMAND_SLOTS = 64  # W6: slots per worker for `true` commands (each a child process)
 
 SYSTEM = "shardcron (embedded)"
-CONFIGS = {w: ["embedded"] for w in ("W1", "W2", "W3", "W4", "W6")}
+CONFIGS = {w: ["embedded"] for w in ("W1", "W2", "W3", "W4", "W6", "S1")}
 
 
 class EmbeddedNode:
@@ -48,9 +50,13 @@ class EmbeddedNode:
     in_flight = IN_FLIGHT
     storm_submits_per_s = 2000  # W1 acknowledged 5,000-6,000 jobs/s here
 
-    def __init__(self, out_dir: Path, name: str, *, commands: bool = False) -> None:
+    def __init__(
+        self, out_dir: Path, name: str, *, commands: bool = False, http: bool = False
+    ) -> None:
         self.dir = out_dir / name
         self.port, self.metrics_port = free_port(), free_port()
+        self.http_port = free_port() if http else 0
+        self.http_url = f"http://127.0.0.1:{self.http_port}"
         self.target = f"127.0.0.1:{self.port}"
         self.targets = [self.target]
         self.slots = COMMAND_SLOTS if commands else SLOTS
@@ -58,7 +64,7 @@ class EmbeddedNode:
         self.node = Proc(
             [
                 exe, "dev", "--listen", self.target, "--data-dir", str(self.dir / "data"),
-                "--metrics-listen", f"127.0.0.1:{self.metrics_port}", "--http-listen", "", "--workers", "0",
+                "--metrics-listen", f"127.0.0.1:{self.metrics_port}", "--http-listen", f"127.0.0.1:{self.http_port}" if http else "", "--workers", "0",
                 "--log-level", "warning",
             ],
             self.dir / "node.log",
@@ -93,6 +99,27 @@ class EmbeddedNode:
     def stop(self) -> None:
         for p in [*self.workers, self.node]:
             p.stop()
+
+    def kill(self) -> None:
+        """SIGKILL to the node's process group (its writer too): a crash, no shutdown."""
+        os.killpg(self.node.pid, signal.SIGKILL)
+        assert self.node.popen is not None
+        self.node.popen.wait(10)
+
+    def restart(self) -> None:
+        """A new node process on the same data dir and ports; not waited for."""
+        self.node = Proc(self.node.args, self.node.log).start()
+
+    def rss_bytes(self) -> int:
+        """Resident memory of the node process and its descendants (the SQLite writer)."""
+        import psutil  # the bench extra, as in bench.common
+
+        root = psutil.Process(self.node.pid)
+        return sum(p.memory_info().rss for p in [root, *root.children(recursive=True)])
+
+    def store_bytes(self) -> int:
+        """Bytes of every file under the node's data dir (database, WAL, blobs)."""
+        return sum(f.stat().st_size for f in (self.dir / "data").rglob("*") if f.is_file())
 
     def cpu(self) -> CpuMeter:
         return CpuMeter(
@@ -137,7 +164,10 @@ def run(
     def node(workload: str) -> EmbeddedNode:
         return EmbeddedNode(out_dir, workload.lower(), commands=workload == "W6")
 
-    return run_on(node, workloads, n, plan)
+    results = run_on(node, [w for w in workloads if w != "S1"], n, plan)
+    if "S1" in workloads:
+        results.append(s1(EmbeddedNode(out_dir, "s1", http=True), n["S1"]))
+    return results
 
 
 if __name__ == "__main__":
