@@ -209,6 +209,12 @@ class ResultBlobs:
         attempt.notes.append(f"{file.name}: not kept: {why}")
         await _cancel(file)
 
+    @property
+    def receiving(self) -> bool:
+        """Whether any attempt's files have begun to arrive (else ``finish`` changes no
+        result: the lease stream's edge passes results on untouched)."""
+        return bool(self._attempts)
+
     async def finish(
         self, run_id: str, token: int, worker_note: str, writer: tuple[str, str] | None = None
     ) -> tuple[tuple[RunResultFile, ...], str]:

@@ -391,7 +391,11 @@ class LeaseStream:
                 if isinstance(event, ResultFiles):
                     await self._take_results(event)
                     continue
-                if isinstance(event, Results) and self._results is not None:
+                if (
+                    isinstance(event, Results)
+                    and self._results is not None
+                    and self._results[0].receiving  # no files on their way: nothing to add
+                ):
                     event = await self._results_kept(event, *self._results)
                 if self._output is not None and isinstance(event, Output | Results):
                     event = await self._to_blobs(event, *self._output)
