@@ -67,7 +67,7 @@ SETTLE = 0.5  # seconds
 # written in one batch count once, so the index rows a create call writes per owner,
 # shard and bucket are a price per call (1 / BATCH per job), not per job.
 W1_BUDGET: dict[str, tuple[float, float]] = {
-    "jobs": (2.0, 1.0),  # created; COMPLETED. Read: the completing commit reads its state
+    "jobs": (2.0, 0.0),  # created; COMPLETED (the poller's columns: nothing read first)
     "runs": (3.0, 0.0),  # PENDING with the job; LEASED; SUCCEEDED
     # with the PENDING run: its job, for reads by run id, with a TTL that outlives the
     # run (the retention, 30 days as `shardcron node` has it, and a day): written once
@@ -81,10 +81,11 @@ W1_BUDGET: dict[str, tuple[float, float]] = {
 # Operations per run of the every-second cron (its jobs' creates included), per table.
 CRON_BUDGET: dict[str, tuple[float, float]] = {
     # Per job: created; each fire's next fire (the last fire's: none); COMPLETED at its
-    # last run's end. Read: the state, by each commit that writes a job's progress
-    # (FIRES + 1), and the job itself by each fire whose copy held is older than
-    # job_cache_ttl (1 s): at most FIRES, fewer when a copy is a little younger (timing)
-    "jobs": ((FIRES + 2.0) / FIRES, (2.0 * FIRES + 1.0) / FIRES),
+    # last run's end. Read: the job by each fire whose copy held is older than
+    # job_cache_ttl (1 s): at most FIRES, fewer when a copy is a little younger (timing;
+    # the first fire's copy is the one its create hinted). A commit that writes a job's
+    # progress reads nothing of it.
+    "jobs": ((FIRES + 2.0) / FIRES, 1.0),
     # Per job: each run PENDING, LEASED, SUCCEEDED. Read: the stored state of each next
     # run a fire writes (the runs of fires 2 to FIRES): the poller knows nothing of it
     "runs": (3.0, (FIRES - 1.0) / FIRES),

@@ -705,6 +705,51 @@ async def test_progress_with_columns_and_a_state_moves_the_state_only_where_acti
         assert (job.consecutive_failures, job.next_fire_at, job.next_fire_key) == (3, None, "")
 
 
+async def test_a_users_update_after_the_pollers_move_wins(store: JobStore) -> None:
+    # The poller moves the state without reading the job (Cassandra: columns of its own,
+    # the later write wins at read); a user's resume afterwards brings it back, and the
+    # poller may move it again.
+    job = await create(store, make_job())
+    await store.commit(
+        progress=[JobProgress(job_id=job.id, state=JobState.PAUSED, pause_reason="3 failures")]
+    )
+    paused = await store.get_job(ALICE, job.id)
+    assert (paused.state, paused.pause_reason) == (JobState.PAUSED, "3 failures")
+    resumed = await store.update_job(
+        dataclasses.replace(paused, state=JobState.ACTIVE, pause_reason=""),
+        expected_version=paused.version,
+    )
+    assert (resumed.state, resumed.pause_reason) == (JobState.ACTIVE, "")
+    assert (await store.get_jobs([job.id]))[job.id].state == JobState.ACTIVE
+    await store.commit(
+        progress=[JobProgress(job_id=job.id, state=JobState.COMPLETED, next_fire_key="")]
+    )
+    assert (await store.get_job(ALICE, job.id)).state == JobState.COMPLETED
+    # a user's pause after that wins again
+    done = await store.get_job(ALICE, job.id)
+    await store.update_job(
+        dataclasses.replace(done, state=JobState.PAUSED, pause_reason="by user"),
+        expected_version=done.version,
+    )
+    got = await store.get_job(ALICE, job.id)
+    assert (got.state, got.pause_reason) == (JobState.PAUSED, "by user")
+
+
+async def test_progress_of_a_job_never_stored_makes_no_job(store: JobStore) -> None:
+    ghost = make_job()
+    await store.commit(
+        progress=[
+            JobProgress(
+                job_id=ghost.id, state=JobState.COMPLETED, next_fire_key="", consecutive_failures=2
+            )
+        ]
+    )
+    assert await store.get_jobs([ghost.id]) == {}
+    with pytest.raises(NotFound):
+        await store.get_job(ALICE, ghost.id)
+    assert [j.id for j in (await store.list_jobs(ALICE)).items] == []
+
+
 async def test_progress_never_touches_spec_or_version(store: JobStore) -> None:
     job = await create(store, make_job(name="a"))
     updated = await store.update_job(

@@ -51,16 +51,34 @@ def _id(item: Job | Run) -> str:
 # --------------------------------------------------------------------------- jobs
 
 
+_ACTIVE = str(JobState.ACTIVE)
+
+
+def job_row(r: Sequence[Any]) -> Sequence[Any]:
+    """A job's row as ``RowCodec.row_job`` reads it, from a row of ``select_job(s)``:
+    its columns, then ``poller_state``, ``poller_reason`` and the write times of
+    ``state``, ``pause_reason`` and ``poller_state``. The poller's state (COMPLETED or
+    PAUSED) is the job's when the user's is ACTIVE and was written before it: a user's
+    pause, resume or update written after the poller's move wins, and a job the user
+    paused or deleted stays so (the state moves only ACTIVE -> COMPLETED | PAUSED)."""
+    moved = r[14]
+    if moved is None or r[3] != _ACTIVE or (r[18] or 0) <= max(r[16] or 0, r[17] or 0):
+        return r
+    reason = r[11] if r[15] is None else r[15]
+    return (*r[:3], moved, *r[4:11], reason, *r[12:14])
+
+
 async def get_job(cql: Cql, owner: str, job_id: str) -> Job:
     rows = (await cql.exec(cql.ps["select_job"], (job_id,))).rows
     if not rows or rows[0][1] != owner:
         raise NotFound(f"job {job_id} not found")
-    return ROWS.row_job(rows[0])
+    return ROWS.row_job(job_row(rows[0]))
 
 
 async def job_rows(cql: Cql, job_ids: Sequence[str]) -> list[Any]:
-    """The stored rows of these jobs, undecoded (a row without an owner is no job)."""
-    return [r for r in await cql.in_("select_jobs", job_ids) if r[1] is not None]
+    """The stored rows of these jobs as ``job_row`` gives them, undecoded (a row without
+    an owner is no job: the poller's writes never check that the job is there)."""
+    return [job_row(r) for r in await cql.in_("select_jobs", job_ids) if r[1] is not None]
 
 
 async def get_jobs(cql: Cql, job_ids: Sequence[str], bad_rows: BadRowLog) -> dict[str, Job]:

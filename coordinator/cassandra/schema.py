@@ -12,7 +12,12 @@ Layout and why:
 
 - ``jobs`` by id; ``jobs_by_owner`` ((owner), id) holds only ids (immutable), so a
   job's progress or update never has to rewrite an index row; listings read the
-  jobs of a page by id and filter them.
+  jobs of a page by id and filter them. A job's ``state`` and ``pause_reason`` are
+  written by its create and its users' updates; ``poller_state`` and
+  ``poller_reason`` by the poller alone, when it moves an ACTIVE job to COMPLETED or
+  PAUSED. A read takes the poller's over an ACTIVE state written before it
+  (``reads.job_row``): the poller's move needs no read of the job first, and a
+  user's pause, resume or update written after it wins.
 - ``job_counts`` (owner) -> a counter of the owner's jobs that are not DELETED, what a
   ``max_jobs`` quota reads (one row, instead of counting a partition of ids and
   reading each job's state).
@@ -116,6 +121,8 @@ ADDED_COLUMNS = (
     ("runs", "output_sha256", "text"),
     ("runs", "output_truncated", "text"),
     ("runs", "results", "text"),
+    ("jobs", "poller_state", "text"),
+    ("jobs", "poller_reason", "text"),
 )
 
 
@@ -160,7 +167,7 @@ def schema_cql(keyspace: str, *, due_ttl: timedelta = DEFAULT_DUE_TTL) -> list[s
             id text PRIMARY KEY, owner text, name text, state text, version int,
             schedule_version int, spec text, next_fire_at bigint, next_fire_key text,
             idempotency_key text, consecutive_failures int, pause_reason text,
-            created_at bigint, updated_at bigint)""",
+            created_at bigint, updated_at bigint, poller_state text, poller_reason text)""",
         f"""CREATE TABLE IF NOT EXISTS {ks}.jobs_by_owner (
             owner text, id text, PRIMARY KEY ((owner), id)) WITH CLUSTERING ORDER BY (id ASC)""",
         f"""CREATE TABLE IF NOT EXISTS {ks}.job_counts (

@@ -16,6 +16,12 @@ from cassandra.query import PreparedStatement
 from shardcron.coordinator.notify.records import DELIVERY_COL_COUNT, DELIVERY_COLS
 from shardcron.coordinator.rows import _JOB_COLS, _RUN_COL_COUNT, _RUN_COLS, RowCodec
 
+# A job row as read: its columns, then the state the poller moved it to and that
+# state's write time against the user's (``reads.job_row``)
+_JOB_SELECT = (
+    f"{_JOB_COLS}, poller_state, poller_reason, WRITETIME(state), WRITETIME(pause_reason),"
+    " WRITETIME(poller_state)"
+)
 NONE = -(1 << 63)  # bigint sentinel for "no value" (datetime or int)
 ROWS = RowCodec(null=NONE)
 _PAGE = 1000  # rows per page of a partition scan
@@ -26,11 +32,8 @@ STATEMENTS: dict[str, str] = {
     "insert_owner": "INSERT INTO jobs_by_owner (owner, id) VALUES (?, ?)",
     "count_jobs": "SELECT live FROM job_counts WHERE owner = ?",
     "count_jobs_add": "UPDATE job_counts SET live = live + ? WHERE owner = ?",
-    "select_job": f"SELECT {_JOB_COLS} FROM jobs WHERE id = ?",
-    "select_jobs": f"SELECT {_JOB_COLS} FROM jobs WHERE id IN ?",
-    "job_states": (
-        "SELECT id, state, WRITETIME(state), WRITETIME(pause_reason) FROM jobs WHERE id IN ?"
-    ),
+    "select_job": f"SELECT {_JOB_SELECT} FROM jobs WHERE id = ?",
+    "select_jobs": f"SELECT {_JOB_SELECT} FROM jobs WHERE id IN ?",
     "owner_ids": "SELECT id FROM jobs_by_owner WHERE owner = ? AND id > ? LIMIT ?",
     "update_job": (
         "UPDATE jobs SET name = ?, state = ?, version = ?, schedule_version = ?,"
@@ -43,7 +46,7 @@ STATEMENTS: dict[str, str] = {
         " consecutive_failures = ?, pause_reason = ? WHERE id = ?"
     ),
     "progress_state": (
-        "UPDATE jobs USING TIMESTAMP ? SET state = ?, pause_reason = ? WHERE id = ?"
+        "UPDATE jobs USING TIMESTAMP ? SET poller_state = ?, poller_reason = ? WHERE id = ?"
     ),
     "claim": (
         "INSERT INTO idempotency (owner, key, job_id, claimed_at) VALUES (?, ?, ?, ?) IF NOT EXISTS"

@@ -323,9 +323,9 @@ class CassandraStore:
         deliveries: Sequence[Delivery] = (),
     ) -> None:
         """The state changes of runs whose jobs have no other write in the call are
-        written first, beside the read of the progressing jobs' states, and named to
-        ``durable`` once acknowledged (``Writes.early``): a turn's new leases go out
-        after one round trip, not after that read and the ordered phases."""
+        written first and named to ``durable`` once acknowledged (``Writes.early``): a
+        turn's new leases go out after one round trip, not after the ordered phases.
+        Nothing of the jobs is read (``WritePlanner.plan_progress``)."""
         runs, due, progress = list(runs), list(due), list(progress)
         if not (runs or due or progress or deliveries):
             return
@@ -333,32 +333,16 @@ class CassandraStore:
         rows = encode_runs(runs)  # before anything is read or written
         writes = Writes()
         plan_deliveries(self._cql, writes, deliveries)  # before the runs' final records
-        states: dict[str, tuple[str, int]] = {}
-
-        async def job_states() -> None:
-            rows = await self._cql.in_("job_states", [p.job_id for p in progress])
-            for job_id, state, state_ts, reason_ts in rows:
-                if state is not None:
-                    states[job_id] = (state, max(state_ts or 0, reason_ts or 0))
-
-        async def planned_runs() -> None:
-            await self._planner.put_runs(
-                writes, runs, rows, due, known_new=False, write_us=write_us
-            )
-            if durable is None:
-                return
+        await self._planner.put_runs(writes, runs, rows, due, known_new=False, write_us=write_us)
+        if durable is not None:
             early, ids = writes.early({p.job_id for p in progress})
             if ids and (writes or progress):  # else the call is one phase: nothing to gain
                 await self._flush(early)
                 durable(ids)
             else:
                 writes.parts.update(early.parts)
-
-        await asyncio.gather(planned_runs(), job_states() if progress else asyncio.sleep(0))
         for p in progress:
-            self._planner.plan_progress(
-                writes, p, states, now_us() if write_us is None else write_us
-            )
+            self._planner.plan_progress(writes, p, now_us() if write_us is None else write_us)
         await self._flush(writes)
 
     async def get_run(self, owner: str, run_id: str) -> Run:

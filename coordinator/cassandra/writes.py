@@ -43,13 +43,14 @@ encoded first.
 
 The order is an order between the writes of one job. A poller's commit takes the
 state changes of the runs of jobs with no other write in it (``Writes.early``) out
-of phase 4 and writes them first, beside its read of the completing jobs' states: a
-lease among them is durable, and goes out, after one round trip.
+of phase 4 and writes them first: a lease among them is durable, and goes out, after
+one round trip.
 
 Timestamps: the poller's run rows and progress carry its ``write_time`` (store.py
 docstring); the api writes a new run as of one second ago, so the poller's first
 write of the run beats its creation even when the two hosts' clocks are a little
-apart; a state moved by progress carries the write time of the state it read + 1 µs.
+apart; a state moved by progress goes to the poller's own columns as of now, and a
+read weighs it against the user's by their write times (``reads.job_row``).
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ from typing import Any
 
 from cassandra.query import UNSET_VALUE, BoundStatement
 
-from shardcron.client.types import Job, JobState, Run
+from shardcron.client.types import Job, Run
 from shardcron.coordinator.cassandra.batches import Partition, phase_batches
 from shardcron.coordinator.cassandra.run_states import StoredState
 from shardcron.coordinator.cassandra.session import Cql
@@ -414,30 +415,25 @@ class WritePlanner:
             stored.update(read)
         return stored
 
-    def plan_progress(
-        self, writes: Writes, p: JobProgress, states: dict[str, tuple[str, int]], write_us: int
-    ) -> None:
-        """The poller's fields of one job that exists, as plain column updates
-        (``store_rules.progress_write``).
+    def plan_progress(self, writes: Writes, p: JobProgress, write_us: int) -> None:
+        """The poller's fields of one job, as plain column updates
+        (``store_rules.progress_write``), none of them read first.
 
-        The state moves only ACTIVE -> COMPLETED | PAUSED, as read just before
-        (``states``: job id -> (state, its write time)). That state write carries the
-        write time of the state it read + 1 µs: a user's update (the version
-        compare-and-set) that lands between the read and this write has a later
-        timestamp and wins, as if it came after, so the poller never undoes it."""
-        stored = states.get(p.job_id)
-        if stored is None:
-            return  # an unknown job: an UPDATE would create a stray row
+        A move of the state (ACTIVE -> COMPLETED | PAUSED) goes to the poller's own
+        columns, ``poller_state`` and ``poller_reason``, at the time of now: a read takes
+        it only over an ACTIVE state the user wrote before it (``reads.job_row``), so a
+        job the user paused or deleted stays so, and a user's update or resume written
+        after it wins. A job with no row gets a row without an owner, which no read
+        takes for a job."""
         write = progress_write(p)
         if write.columns:
             reason = write.columns.get("pause_reason", UNSET_VALUE)
             values = (write_us, *progress_values(write.columns), reason, p.job_id)
             stmt = self._cql.bind("progress", values)
             writes.add(P_JOBS, ("jobs", p.job_id), stmt, 100)
-        state, written_at = stored
-        if write.state is not None and state == JobState.ACTIVE:
+        if write.state is not None:
             reason = UNSET_VALUE if write.state_reason is None else write.state_reason
-            values = (written_at + 1, str(write.state), reason, p.job_id)
+            values = (now_us(), str(write.state), reason, p.job_id)
             writes.add(P_JOBS, ("jobs", p.job_id), self._cql.bind("progress_state", values), 100)
 
 
