@@ -160,9 +160,14 @@ def _download(data: bytes, calls: list[int]):  # type: ignore[no-untyped-def]
     return download
 
 
+def _archive(content: bytes) -> bytes:
+    """A plain tar of one file holding ``content``: 10,240 bytes for a small one."""
+    return tar_of([("f", content)], mode="w")
+
+
 async def test_a_cached_copy_changed_on_disk_is_fetched_again(tmp_path: Path) -> None:
     cache = ArtifactCache(tmp_path / "cache", 1 << 20)
-    data = b"the archive's bytes"
+    data = _archive(b"the archive's bytes")
     digest = hashlib.sha256(data).hexdigest()
     calls: list[int] = []
     async with cache.held(digest, _download(data, calls)) as path:
@@ -179,16 +184,30 @@ async def test_a_cached_copy_changed_on_disk_is_fetched_again(tmp_path: Path) ->
 
 async def test_bytes_of_another_digest_are_refused_and_not_kept(tmp_path: Path) -> None:
     cache = ArtifactCache(tmp_path / "cache", 1 << 20)
-    digest = hashlib.sha256(b"genuine").hexdigest()
+    digest = hashlib.sha256(_archive(b"genuine")).hexdigest()
     with pytest.raises(ArtifactFetchFailed, match="digest"):
-        async with cache.held(digest, _download(b"forged!", [])):
+        async with cache.held(digest, _download(_archive(b"forged!"), [])):
+            pass
+    assert os.listdir(tmp_path / "cache") == []
+
+
+async def test_an_archive_the_node_should_have_refused_is_refused_and_not_kept(
+    tmp_path: Path,
+) -> None:
+    # Bytes of the right digest, but no archive a node would store (an old node, a bug):
+    # the worker checks the download itself, before its runs' supervisors unpack it
+    # with Python's filter alone (which would unpack ``a/../b``: it resolves inside).
+    data = tar_of([entry("a", tarfile.DIRTYPE), entry("a/../b")])
+    cache = ArtifactCache(tmp_path / "cache", 1 << 20)
+    with pytest.raises(ArtifactFetchFailed, match=r"refused: entry 'a/\.\./b'"):
+        async with cache.held(hashlib.sha256(data).hexdigest(), _download(data, [])):
             pass
     assert os.listdir(tmp_path / "cache") == []
 
 
 async def test_the_least_recently_used_copies_go_first_never_one_in_use(tmp_path: Path) -> None:
-    cache = ArtifactCache(tmp_path / "cache", 250)
-    blobs = [bytes([i]) * 100 for i in range(4)]
+    cache = ArtifactCache(tmp_path / "cache", 25_000)  # room for two of 10,240 bytes
+    blobs = [_archive(bytes([i]) * 100) for i in range(4)]
     digests = [hashlib.sha256(b).hexdigest() for b in blobs]
     async with cache.held(digests[0], _download(blobs[0], [])):
         for i in (1, 2):

@@ -14,6 +14,13 @@ The cache is bounded in bytes: past its bound the copies used least recently (by
 their modification time, moved at each use) are removed, never one a run is
 starting from. One download per digest at a time: runs that need it meanwhile wait
 for it. Files are this process's user's, 0600, in a 0700 directory.
+
+A download is checked as an archive too, before it is kept (``blobs.archives``: the
+node's own check, paths and links resolved through the archive's links): the worker
+does not rest on the node's check alone, nor on Python's extraction filter that its
+runs' supervisors unpack with (releases before 3.11.13 and 3.12.11 let some link
+chains through it). A refused archive fails the run, saying which entry and why; as
+the copy kept is the one checked, by digest at each use, the check is not repeated.
 """
 
 from __future__ import annotations
@@ -29,11 +36,19 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
+from shardcron.blobs.archives import MAX_ARCHIVE_BYTES, ArchiveLimits, check_archive
+from shardcron.client.errors import InvalidArgument
+
 log = logging.getLogger(__name__)
 
 DEFAULT_CACHE_BYTES = 2 << 30  # 2 GiB
 READ_CHUNK = 1 << 20
 Download = Callable[[], AsyncIterator[bytes]]  # the archive's bytes, from the node
+# The worker's check judges the tree, not the size: the node that stored the archive
+# held it to the bounds it was given, which may be above the defaults.
+ANY_SIZE = ArchiveLimits(
+    compressed_bytes=MAX_ARCHIVE_BYTES, unpacked_bytes=MAX_ARCHIVE_BYTES, entries=10_000_000
+)
 
 
 class ArtifactFetchFailed(Exception):
@@ -108,6 +123,7 @@ class ArtifactCache:
                 raise ArtifactFetchFailed(
                     f"artifact {sha256}: the bytes fetched have the digest {digest.hexdigest()}"
                 )
+            await asyncio.to_thread(_check, staged, sha256)
             os.replace(staged, self.path(sha256))
             self.stats["downloads"] += 1
         except OSError as e:
@@ -136,6 +152,15 @@ class ArtifactCache:
                 os.unlink(self.root / name)
                 self.stats["evicted"] += 1
             total -= size
+
+
+def _check(path: Path, sha256: str) -> None:
+    """``ArtifactFetchFailed`` unless the archive at ``path`` passes ``check_archive``."""
+    with path.open("rb") as f:
+        try:
+            check_archive(f, ANY_SIZE)
+        except InvalidArgument as e:
+            raise ArtifactFetchFailed(f"artifact {sha256}: refused: {e.reason}") from None
 
 
 def _digest_of(path: Path) -> str | None:
