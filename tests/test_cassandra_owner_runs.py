@@ -42,3 +42,46 @@ async def test_owner_runs_stop_at_the_scan_budget_and_resume_from_the_token(
     assert (
         await all_pages(lambda **kw: store.list_owner_runs(ALICE, states=only_done, **kw), 3) == []
     )
+
+
+async def test_owner_runs_read_a_hundred_jobs_to_a_request_and_only_the_runs_a_page_needs(
+    store: CassandraStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 230 jobs whose runs all ended, then 3 with PENDING runs (one with 150 of them):
+    # a page of PENDING runs is a few requests, not one per job walked.
+    done = [await create(store, make_job()) for _ in range(230)]
+    busy = [await create(store, make_job()) for _ in range(3)]
+    ended = [make_run(job, due_at=T0, fire_key="f", state=RunState.SUCCEEDED) for job in done]
+    counts = [2, 150, 2]
+    pending = [
+        make_run(job, due_at=T0 + i * S, fire_key=f"p{i}", state=RunState.PENDING)
+        for job, n in zip(busy, counts, strict=True)
+        for i in range(n)
+    ]
+    await store.commit(runs=ended)
+    await store.commit(runs=pending)
+    requests = 0
+    exec_ = store._cql.exec
+
+    async def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        nonlocal requests
+        requests += 1
+        return await exec_(*args, **kwargs)
+
+    monkeypatch.setattr(store._cql, "exec", counted)
+    only_pending = frozenset({RunState.PENDING})
+    first = await store.list_owner_runs(ALICE, states=only_pending, page_size=20)
+    # jobs in id order, each one's runs newest first
+    want = [
+        r
+        for job in busy
+        for r in sorted(pending, key=lambda r: r.id, reverse=True)
+        if r.job_id == job.id
+    ]
+    assert first.items == want[:20] and first.next_page_token
+    # 3 chunks of job ids and their (job, id, state) rows; the whole runs: the first
+    # job's with others' (one request), the one with 150 alone (two): 9, where a request
+    # per job walked made 236
+    assert requests <= 10, requests
+    got = await all_pages(lambda **kw: store.list_owner_runs(ALICE, states=only_pending, **kw), 20)
+    assert got == want

@@ -28,8 +28,8 @@ Layout and why:
 - Runs across an owner's jobs by state (``list_owner_runs``, e.g. every RUNNING run)
   have no index: one would be written and deleted on every state change of every
   run (a tombstone each). The listing is a bounded scan instead: ``jobs_by_owner``,
-  then each job's ``runs`` partition read as (id, state) only, then the runs wanted
-  read whole; a call stops after about ``reads.OWNER_RUNS_SCAN_ROWS`` rows and
+  then the jobs' ``runs`` partitions read as (job, id, state) only, a hundred jobs to
+  a request, then the runs a page needs read whole; a call stops after about ``reads.OWNER_RUNS_SCAN_ROWS`` rows and
   answers with a token. Its cost is the owner's runs kept, not the runs wanted: fine
   for a dashboard or a CLI call, not for polling at a high rate.
 - ``dead_letters`` ((owner), run_id DESC) -> job_id: an index, checked against

@@ -72,6 +72,7 @@ STATEMENTS: dict[str, str] = {
     "job_runs_before": f"SELECT {_RUN_COLS} FROM runs WHERE job_id = ? AND id < ?",
     "job_run_states": "SELECT id, state FROM runs WHERE job_id = ?",
     "job_run_states_before": "SELECT id, state FROM runs WHERE job_id = ? AND id < ?",
+    "jobs_run_states": "SELECT job_id, id, state FROM runs WHERE job_id IN ?",
     "insert_dead": "INSERT INTO dead_letters (owner, run_id, job_id) VALUES (?, ?, ?)",
     "delete_dead": "DELETE FROM dead_letters WHERE owner = ? AND run_id = ?",
     "dead": "SELECT run_id, job_id FROM dead_letters WHERE owner = ? AND run_id < ? LIMIT ?",
@@ -166,6 +167,7 @@ _PAGED = (
     "job_runs_before",
     "job_run_states",
     "job_run_states_before",
+    "jobs_run_states",
     "output_from",
 )
 
