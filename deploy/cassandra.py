@@ -383,7 +383,8 @@ native_transport_max_threads: 32
             capture_output=True, text=True, timeout=timeout,
         )  # fmt: skip
         if done.returncode != 0:
-            raise ServerError(f"nodetool {' '.join(args)} failed:\n{done.stdout}{done.stderr}")
+            output = (done.stdout + done.stderr)[-4000:]  # its DEBUG lines come first
+            raise ServerError(f"nodetool {' '.join(args)} failed:\n{output}")
         return done.stdout
 
     def keyspace_bytes(self, i: int, keyspace: str) -> int:
