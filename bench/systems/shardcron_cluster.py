@@ -326,8 +326,8 @@ class ClusterNode:
             name_of = session.prepare("SELECT id, name FROM jobs WHERE id = ?")
 
             def pages() -> Iterator[list[tuple[str, str | None]]]:
-                rows = iter(ids)
-                while page := [row[0] for row in islice(rows, NAME_PAGE)]:
+                newest_first = (row[0] for row in ids)  # a ResultSet's iter() starts over
+                while page := list(islice(newest_first, NAME_PAGE)):
                     reads = execute_concurrent_with_args(
                         session, name_of, [(i,) for i in page], concurrency=READ_CONCURRENCY
                     )
