@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.systems.shardcron_cluster import named_ids
+from bench.systems.shardcron_cluster import name_pages, named_ids
 from deploy import cluster
 
 
@@ -40,6 +40,44 @@ def test_named_ids_read_every_page_when_the_name_runs_to_the_oldest() -> None:
     assert named_ids(pages, "w4") == ["j2", "j1"]
     assert read == [0, 1, 2]
     assert named_ids(iter([[("j1", "x")]]), "w4") == []
+
+
+class _RestartingRows:
+    """Its own iterator, set back to its first row at every ``iter()``, as the driver's
+    ResultSet is."""
+
+    def __init__(self, ids: list[str]) -> None:
+        self.ids, self.at = ids, 0
+
+    def __iter__(self) -> _RestartingRows:
+        self.at = 0
+        return self
+
+    def __next__(self) -> str:
+        if self.at == len(self.ids):
+            raise StopIteration
+        self.at += 1
+        return self.ids[self.at - 1]
+
+
+def test_name_pages_walk_the_ids_once_and_read_names_page_by_page() -> None:
+    asked: list[list[str]] = []
+    known = {"j5": "s1-cron", "j4": "s1-cron", "j3": "s1", "j1": "s1"}
+
+    def names(page: list[str]) -> dict[str, str]:
+        asked.append(page)
+        assert len(asked) <= 6, "the same ids read over and over"
+        return {i: known[i] for i in page if i in known}
+
+    rows = _RestartingRows(["j5", "j4", "j3", "j2", "j1"])
+    assert named_ids(name_pages(rows, names, size=2), "s1-cron") == ["j5", "j4"]
+    assert asked == [["j5", "j4"], ["j3", "j2"]]  # the third page is never read
+    pages = list(name_pages(rows, names, size=2))
+    assert pages == [
+        [("j5", "s1-cron"), ("j4", "s1-cron")],
+        [("j3", "s1"), ("j2", None)],
+        [("j1", "s1")],
+    ]
 
 
 def test_start_node_repeats_the_command_up_gave_the_node(

@@ -51,7 +51,7 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import islice
 from pathlib import Path
 
@@ -170,6 +170,17 @@ def named_ids(pages: Iterable[Sequence[tuple[str, str | None]]], name: str) -> l
             break
         found += here
     return found
+
+
+def name_pages(
+    ids: Iterable[str], names: Callable[[list[str]], dict[str, str]], size: int = NAME_PAGE
+) -> Iterator[list[tuple[str, str | None]]]:
+    """``ids`` in pages of ``size``, each id with its name as ``names`` reads a page's
+    (None for an id it has not), a page read only when the one before was taken."""
+    ahead = (i for i in ids)  # iter(ids) once: a driver's ResultSet starts over at each
+    while page := list(islice(ahead, size)):
+        found = names(page)
+        yield [(i, found.get(i)) for i in page]
 
 
 def _rss(pid: int) -> int:
@@ -325,16 +336,13 @@ class ClusterNode:
             )
             name_of = session.prepare("SELECT id, name FROM jobs WHERE id = ?")
 
-            def pages() -> Iterator[list[tuple[str, str | None]]]:
-                newest_first = (row[0] for row in ids)  # a ResultSet's iter() starts over
-                while page := list(islice(newest_first, NAME_PAGE)):
-                    reads = execute_concurrent_with_args(
-                        session, name_of, [(i,) for i in page], concurrency=READ_CONCURRENCY
-                    )
-                    names = {row[0]: row[1] for ok, rows in reads if ok for row in rows}
-                    yield [(i, names.get(i)) for i in page]
+            def names(page: list[str]) -> dict[str, str]:
+                reads = execute_concurrent_with_args(
+                    session, name_of, [(i,) for i in page], concurrency=READ_CONCURRENCY
+                )
+                return {row[0]: row[1] for ok, rows in reads if ok for row in rows}
 
-            jobs = named_ids(pages(), name)
+            jobs = named_ids(name_pages((row[0] for row in ids), names), name)
             runs_of = session.prepare(
                 "SELECT job_id, attempt, fire_at, due_at, started_at FROM runs WHERE job_id = ?"
             )
