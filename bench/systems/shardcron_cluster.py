@@ -28,7 +28,9 @@ S1 (``shardcron_s1``) runs on it too, its figures defined for a cluster:
   children), summed; Cassandra's apart (``store_server_rss_bytes``: its JVM heap is sized
   up front, so it says little about the jobs); ZooKeeper's and the workers' in neither;
 - ``store_bytes``: the files of the keyspace's tables in Cassandra's data directory
-  after a ``nodetool flush`` (so the memtables count; the commit log does not);
+  after a ``nodetool flush`` (so the memtables count; the commit log does not); the
+  keyspace also holds the warm-up's ended jobs and their runs (``WARM_JOBS``), so at a
+  small N the size per job is overstated;
 - ``kill``: SIGKILL to every shardcron node (each process group), ZooKeeper, Cassandra,
   the S3 gateway and the workers left up: the store is durable, a node crash is what is
   timed; ``restart``: the three nodes started again with the arguments ``up`` gave them
@@ -100,6 +102,7 @@ JIT_QUIET = 0.05
 JIT_SAMPLE = 5.0
 JIT_QUIET_SAMPLES = 2
 JIT_WAIT = 180.0
+WARM_JOBS = WARM_ROUNDS * int(WARM_RATE * WARM_SECONDS)  # jobs the warm-up leaves stored
 WARM_NOTE = (
     f"warmed first, not metered: {WARM_ROUNDS} x ({WARM_RATE} jobs/s of W3 arrivals for"
     f" {WARM_SECONDS:.0f} s, then until Cassandra's C2 compiler is idle)"
@@ -108,7 +111,8 @@ METRICS = [f"http://127.0.0.1:{9464 + i}/metrics" for i in range(1, NODES + 1)]
 S1_NOTE = (
     f"; S1: RSS of the {NODES} shardcron nodes summed (Cassandra's apart; ZooKeeper's and"
     f" the workers' in neither); store size: the keyspace's files in Cassandra's data"
-    f" directory after `nodetool flush`; HTTP: node 1 over mTLS with the admin token;"
+    f" directory after `nodetool flush`, the warm-up's {WARM_JOBS:,} ended jobs and their"
+    f" runs included, divided by the jobs stored; HTTP: node 1 over mTLS with the admin token;"
     f" kill: SIGKILL to the {NODES} shardcron nodes (ZooKeeper, Cassandra, workers left"
     f" up), restart: the same {NODES} node commands, timed until node 1 serves"
 )
@@ -235,7 +239,7 @@ class ClusterNode:
         cassandra = _pid(self.state / "cassandra" / "cass1" / "pid")
         for round_ in range(1, WARM_ROUNDS + 1):
             asyncio.run(open_loop(self.targets, "warm-up-jit", WARM_RATE, WARM_SECONDS))
-            wait_ended(self.metrics, round_ * int(WARM_RATE * WARM_SECONDS), 120.0)
+            wait_ended(self.metrics, round_ * WARM_JOBS // WARM_ROUNDS, 120.0)
             if cassandra:
                 _jit_quiet(cassandra[0])
 
