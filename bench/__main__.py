@@ -89,7 +89,7 @@ def _run_system(key: str, wanted: list[str], plan: Plan, scratch: Path) -> list[
     show_default=True,
     help="Comma-separated: W1 (burst), W2 (storm), W3 (steady), W4 (cron fleet), W6 (commands),"
     " S1 (a million jobs stored: create rate, RSS, size, pages, cron fire error, restart;"
-    " shardcron embedded only, not in the default set).",
+    " shardcron and shardcron-cluster only, not in the default set).",
 )
 @click.option("--quick", is_flag=True, help=f"Smaller workloads: {QUICK}.")
 @click.option("--n", "overrides", multiple=True, help="A job count, e.g. --n W1=50000.")

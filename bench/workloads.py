@@ -28,8 +28,9 @@ S1_BASELINE = 1_000  # S1: jobs stored when the pages are first timed, to compar
 S1_FIGURES = (
     ("create_first_tenth_per_s", "creates/s, first tenth", "/s"),
     ("create_per_s", "creates/s, all", "/s"),
-    ("rss_mb", "node RSS (process and its children)", " MB"),
-    ("store_bytes_per_job", "store size per job (data dir, WAL included)", " B"),
+    ("rss_mb", "shardcron RSS (the node(s) and their children)", " MB"),
+    ("store_server_rss_mb", "store server RSS (Cassandra; apart, heap sized up front)", " MB"),
+    ("store_bytes_per_job", "store size per job (data on disk: see config)", " B"),
     ("job_list_first_ms", "`job list` first page (101 jobs, health), first call", " ms"),
     ("job_list_ms", "`job list` first page, median", " ms"),
     ("run_list_pending_ms", "`run list --state PENDING` (20 runs), median", " ms"),

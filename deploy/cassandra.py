@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import struct
+import subprocess
 import time
 from pathlib import Path
 
@@ -365,6 +366,32 @@ native_transport_max_threads: 32
             "address": self.address(i),
             "release_version": cql_release_version(self.address(i), self.native_port),
         }
+
+    def nodetool(self, i: int, *args: str, timeout: float = 300.0) -> str:
+        """Runs ``nodetool args`` against node ``i`` over its local JMX port (the jars'
+        ``NodeTool``: the fetched runtime has no ``bin/``); returns its output, raises
+        ``ServerError`` with it when it fails."""
+        port = self.jmx_port(i)
+        if port is None:
+            raise ServerError(f"{self.prefix}{i} has no JMX port: nodetool cannot reach it")
+        done = subprocess.run(
+            [
+                java_bin(), *self._jvm17_options(), "-cp", cassandra_classpath(),
+                "org.apache.cassandra.tools.NodeTool", "-h", "127.0.0.1", "-p", str(port),
+                *args,
+            ],
+            capture_output=True, text=True, timeout=timeout,
+        )  # fmt: skip
+        if done.returncode != 0:
+            output = (done.stdout + done.stderr)[-4000:]  # its DEBUG lines come first
+            raise ServerError(f"nodetool {' '.join(args)} failed:\n{output}")
+        return done.stdout
+
+    def keyspace_bytes(self, i: int, keyspace: str) -> int:
+        """Bytes of every file under node ``i``'s data directory for ``keyspace`` (its
+        SSTables, indexes and snapshots; memtables count only once flushed)."""
+        tables = self.node_dir(i) / "data" / "data" / keyspace
+        return sum(f.stat().st_size for f in tables.rglob("*") if f.is_file())
 
     def _log_tail(self, i: int) -> str:
         logs = self.node_dir(i) / "logs"

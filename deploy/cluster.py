@@ -9,7 +9,9 @@ through ZooKeeper. Every process's pid and log go under ``.cluster/`` so
 Every gRPC connection is mTLS: ``.cluster/tls/`` holds a CA and the certificates it
 signs (``deploy.certs``, made with ``openssl``): the nodes serve with ``node.crt``,
 require client certificates of the CA and call each other with ``node.crt``; the
-workers present ``worker.crt``, the user ``client.crt``.
+workers present ``worker.crt``, the user ``client.crt``. Each node serves its HTTP/JSON
+API and dashboard too (``HTTP_BASE_PORT`` on: 7431, 7432, 7433), over TLS with the
+same certificates, a client certificate required, and the same tokens as a bearer.
 
 Tokens are on too: ``up`` makes an admin, a node and a worker token (``tokens.json``,
 readable by its owner only) and the auth file that holds their digests
@@ -26,7 +28,8 @@ nodes are given by file name, never on their command line.
 
 ``down`` stops the processes and keeps the ZooKeeper and Cassandra data under
 ``.cluster/``: the next ``up`` resumes the jobs it held, under a new leader at a later
-epoch. ``reset`` stops everything too and deletes that data, for a fresh start.
+epoch. ``start_node`` starts one node again with the arguments ``up`` gave it (after a
+crash: the bench's S1 kills the nodes and times their restart). ``reset`` stops everything too and deletes that data, for a fresh start.
 
     python -m deploy.cluster up [--dir .cluster] [--nodes 3] [--workers 2] [--slots 8]
     python -m deploy.cluster status
@@ -61,6 +64,7 @@ from deploy.zookeeper import ZooKeeper
 REPO = Path(__file__).resolve().parent.parent
 
 BASE_PORT = 7401
+HTTP_BASE_PORT = 7431  # the nodes' HTTP/JSON API and dashboard: 7431, 7432, ...
 CLUSTER = "local"
 KEYSPACE = "shardcron"
 ZK_PORT = 2191  # apart from the ports the tests use, so both can run at once
@@ -181,6 +185,57 @@ def wait_serving(target: str, state: Path, timeout: float = 60) -> None:
     raise SystemExit(f"{target} did not start serving within {timeout:.0f}s")
 
 
+def node_target(i: int) -> str:
+    """Node ``i``'s gRPC address (``BASE_PORT`` on)."""
+    return f"127.0.0.1:{BASE_PORT + i - 1}"
+
+
+def node_http_url(i: int) -> str:
+    """Node ``i``'s HTTP/JSON API and dashboard (``HTTP_BASE_PORT`` on): HTTPS with the
+    node certificate, a client certificate of the CA required, as on its gRPC port."""
+    return f"https://127.0.0.1:{HTTP_BASE_PORT + i - 1}"
+
+
+def spawn_node(
+    state: Path, i: int, zk: str, cassandra: str, gateway: VersityGateway, node_token: str
+) -> int:
+    """Starts node ``i`` (every role) on its ports, detached; returns its pid."""
+    tls = state / "tls"
+    return spawn(
+        f"node{i}",
+        shardcron(
+            "node",
+            "--zk", zk,
+            "--cluster", CLUSTER,
+            "--cassandra", cassandra,
+            "--keyspace", KEYSPACE,
+            "--listen", node_target(i),
+            "--node-id", f"node{i}",
+            "--metrics-listen", f"127.0.0.1:{9464 + i}",
+            "--http-listen", f"127.0.0.1:{HTTP_BASE_PORT + i - 1}",
+            "--auth-file", str(state / "auth.toml"),
+            "--secrets-key-file", str(state / "secrets.keys"),
+            *blob_store_args(gateway),
+            *node_tls_args(tls),
+        ),
+        state,
+        {"SHARDCRON_NODE_TOKEN": node_token},
+    )  # fmt: skip
+
+
+def start_node(state: Path, i: int) -> int:
+    """Starts node ``i`` of a cluster ``up`` made, with the arguments ``up`` gave it
+    (ZooKeeper, Cassandra and the S3 gateway as ``endpoints.json`` and ``state`` say),
+    not waiting for it to serve: a node restarted after a crash. Returns its pid."""
+    state = state.resolve()
+    endpoints = json.loads((state / "endpoints.json").read_text())
+    tokens = json.loads((state / "tokens.json").read_text())
+    gateway = VersityGateway(state / "s3", port=S3_PORT)
+    return spawn_node(
+        state, i, endpoints["zookeeper"], endpoints["cassandra"], gateway, tokens["node"]
+    )
+
+
 def up(state: Path, nodes: int, workers: int, slots: int = 8) -> None:
     state = state.resolve()
     state.mkdir(parents=True, exist_ok=True)
@@ -194,43 +249,14 @@ def up(state: Path, nodes: int, workers: int, slots: int = 8) -> None:
     gateway.start(buckets=[S3_BUCKET])
     contact = ",".join(cassandra.contact_points)
     tokens = write_tokens(state)
-    secrets_keys = write_secrets_key(state)
+    write_secrets_key(state)  # the nodes' --secrets-key-file
     subprocess.run(
         shardcron("store", "init", "--cassandra", contact, "--keyspace", KEYSPACE), check=True
     )
     targets = []
     for i in range(1, nodes + 1):
-        port = BASE_PORT + i - 1
-        target = f"127.0.0.1:{port}"
-        targets.append(target)
-        spawn(
-            f"node{i}",
-            shardcron(
-                "node",
-                "--zk",
-                zk.connect_string,
-                "--cluster",
-                CLUSTER,
-                "--cassandra",
-                contact,
-                "--keyspace",
-                KEYSPACE,
-                "--listen",
-                target,
-                "--node-id",
-                f"node{i}",
-                "--metrics-listen",
-                f"127.0.0.1:{9464 + i}",
-                "--auth-file",
-                str(state / "auth.toml"),
-                "--secrets-key-file",
-                str(secrets_keys),
-                *blob_store_args(gateway),
-                *node_tls_args(tls),
-            ),
-            state,
-            {"SHARDCRON_NODE_TOKEN": tokens["node"]},
-        )
+        targets.append(node_target(i))
+        spawn_node(state, i, zk.connect_string, contact, gateway, tokens["node"])
     for target in targets:
         wait_serving(target, state)
     for i in range(1, workers + 1):
@@ -263,6 +289,7 @@ def up(state: Path, nodes: int, workers: int, slots: int = 8) -> None:
     )
     endpoints = {
         "api": targets,
+        "http": [node_http_url(i) for i in range(1, nodes + 1)],
         "zookeeper": zk.connect_string,
         "cassandra": contact,
         "blob_store": f"s3://{S3_BUCKET}/blobs at {gateway.endpoint}",
@@ -273,6 +300,7 @@ def up(state: Path, nodes: int, workers: int, slots: int = 8) -> None:
     (state / "endpoints.json").write_text(json.dumps(endpoints, indent=2))
     print(f"""shardcron cluster up
   api        {", ".join(targets)}   (mTLS; certificates in {tls}/; tokens in {state}/tokens.json)
+  http       {", ".join(endpoints["http"])}   (HTTP/JSON API and dashboard; the same mTLS and tokens)
   zookeeper  {zk.connect_string}
   cassandra  {contact}  keyspace {KEYSPACE}
   blobs      s3://{S3_BUCKET}/blobs at {gateway.endpoint} (data in {gateway.data_dir})

@@ -40,6 +40,11 @@ COMMAND_SLOTS = 64  # W6: slots per worker for `true` commands (each a child pro
 
 SYSTEM = "shardcron (embedded)"
 CONFIGS = {w: ["embedded"] for w in ("W1", "W2", "W3", "W4", "W6", "S1")}
+S1_NOTE = (
+    "; S1: RSS of the dev process and its children (the SQLite writer); store size: every"
+    " file of its data dir (WAL included); HTTP: plain, no credential; kill: SIGKILL to the"
+    " dev process group, restart: the same command on the same data dir"
+)
 
 
 class EmbeddedNode:
@@ -49,6 +54,8 @@ class EmbeddedNode:
     config_id = "embedded"
     in_flight = IN_FLIGHT
     storm_submits_per_s = 2000  # W1 acknowledged 5,000-6,000 jobs/s here
+    http_headers: dict[str, str] = {}  # a dev node trusts every caller: no credential
+    http_ssl = None  # plain HTTP on loopback
 
     def __init__(
         self, out_dir: Path, name: str, *, commands: bool = False, http: bool = False
@@ -117,6 +124,10 @@ class EmbeddedNode:
         root = psutil.Process(self.node.pid)
         return sum(p.memory_info().rss for p in [root, *root.children(recursive=True)])
 
+    def store_server_rss_bytes(self) -> None:
+        """None: the store (SQLite) lives in the node's own processes, in ``rss_bytes``."""
+        return None
+
     def store_bytes(self) -> int:
         """Bytes of every file under the node's data dir (database, WAL, blobs)."""
         return sum(f.stat().st_size for f in (self.dir / "data").rglob("*") if f.is_file())
@@ -142,6 +153,7 @@ class EmbeddedNode:
         return (
             f"`shardcron dev` (api, poller; SQLite WAL from its writer process) + {WORKERS} worker process x "
             f"{self.slots} slots; submits: CreateJobs x {BATCH} jobs, {IN_FLIGHT} calls in flight"
+            + (S1_NOTE if workload == "S1" else "")
         )
 
     def run_times(self, name: str) -> list[RunTime]:

@@ -1,12 +1,16 @@
 """S1: what a user waits on with many jobs stored (issue 37). ``n`` one-shot no-op jobs,
 due hours ahead (``S1_DUE_AHEAD_S``, spread over an hour), are created on a fresh node;
 then, with them stored, each figure of ``S1_FIGURES`` is measured on that node (a
-``RestartableNode``: the embedded one, ``shardcron_embedded``):
+``RestartableNode``: the embedded one, ``shardcron_embedded``, or the cluster,
+``shardcron_cluster``; each says in its docstring and ``describe`` which processes its
+memory, store size, kill and restart take in):
 
 - the create rate over the first tenth and over all the jobs created past the first
   ``S1_BASELINE`` (``CreateJobs`` batches, as the other workloads submit);
-- the node's resident memory (its process and every descendant: the SQLite writer) and
-  the store's size per job (every file of its data dir, WAL included, as it stands);
+- the node's resident memory (the embedded node's process and every descendant, the
+  SQLite writer; the cluster's shardcron nodes, summed) and the store's size per job
+  (every file of the embedded data dir, WAL included, as it stands; Cassandra's
+  keyspace, flushed); a store server's own memory (Cassandra) apart, when there is one;
 - what the CLI and the dashboard ask for, each call ``CALLS`` times in a row (the first
   call and the median are reported): ``job list``'s first page (101 jobs with health),
   ``run list --state PENDING``'s (20 runs), ``cluster status``, and over HTTP
@@ -16,16 +20,22 @@ then, with them stored, each figure of ``S1_FIGURES`` is measured on that node (
 - ``S1_CRONS`` every-minute crons created beside the stored jobs, watched for
   ``S1_MINUTES`` whole minutes: each fire's first start minus its minute
   (``bench.workloads.fire_errors``), p50/p99 in ``Result.lag``;
-- restart: the node's process group is sent SIGKILL, a new node is started on the same
-  data dir, and the time until its first ``job list`` page is answered is taken.
+- restart: the node is sent SIGKILL (``kill``: the embedded node's process group, or
+  every shardcron node of the cluster), started again on the same store (``restart``),
+  and the time until its first ``job list`` page is answered is taken.
+
+Over HTTP the node's own credentials are sent (``http_headers``, ``http_ssl``: none for
+the embedded node, the admin token and the client certificate for the cluster), with
+the owner header, so the same calls serve both.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 import urllib.request
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -55,8 +65,11 @@ class RestartableNode(Node, Protocol):
     """A node S1 can weigh and crash: its HTTP edge, memory, store size, a restart."""
 
     http_url: str
+    http_headers: Mapping[str, str]  # sent with every HTTP call (e.g. a bearer token)
+    http_ssl: ssl.SSLContext | None  # for an https ``http_url``
 
     def rss_bytes(self) -> int: ...
+    def store_server_rss_bytes(self) -> int | None: ...  # None: no store server apart
     def store_bytes(self) -> int: ...
     def kill(self) -> None: ...  # SIGKILL, no shutdown
     def restart(self) -> None: ...  # a new node process on the same store, not waited for
@@ -86,9 +99,10 @@ async def _timed(call: Callable[[], Awaitable[object]], calls: int = CALLS) -> d
     return timing(samples)
 
 
-def _get(url: str) -> None:
-    request = urllib.request.Request(url, headers={OWNER_HEADER: OWNER})
-    with urllib.request.urlopen(request, timeout=60) as r:
+def _get(url: str, headers: Mapping[str, str], context: ssl.SSLContext | None) -> None:
+    """GET ``url`` as ``OWNER`` with ``headers`` (the node's credentials), the body read."""
+    request = urllib.request.Request(url, headers={**headers, OWNER_HEADER: OWNER})
+    with urllib.request.urlopen(request, timeout=60, context=context) as r:
         r.read()
 
 
@@ -101,10 +115,12 @@ async def _pages(node: RestartableNode) -> dict[str, float]:
         status = await _timed(client.cluster_status)
     finally:
         await client.close()
-    http_jobs = await _timed(
-        lambda: asyncio.to_thread(_get, f"{node.http_url}/v1/jobs?withHealth=true")
-    )
-    overview = await _timed(lambda: asyncio.to_thread(_get, f"{node.http_url}/v1/overview"))
+
+    def get(path: str) -> Awaitable[None]:
+        return asyncio.to_thread(_get, node.http_url + path, node.http_headers, node.http_ssl)
+
+    http_jobs = await _timed(lambda: get("/v1/jobs?withHealth=true"))
+    overview = await _timed(lambda: get("/v1/overview"))
     return {
         "job_list_first_ms": jobs["first"] * 1000,
         "job_list_ms": jobs["median"] * 1000,
@@ -164,6 +180,9 @@ def s1(node: RestartableNode, n: int) -> Result:
         figures["create_first_tenth_per_s"] = (tenth - base) / max(tenth_acked - first, 1e-9)
         figures["create_per_s"] = timed / max(last_ack - first, 1e-9)
         figures["rss_mb"] = node.rss_bytes() / 2**20
+        server_rss = node.store_server_rss_bytes()
+        if server_rss is not None:
+            figures["store_server_rss_mb"] = server_rss / 2**20
         figures["store_bytes_per_job"] = node.store_bytes() / n
         figures = with_baseline({**figures, **asyncio.run(_pages(node))}, baseline)
         errors, missed, marks = _crons(node)
@@ -192,6 +211,7 @@ def s1(node: RestartableNode, n: int) -> Result:
         missed=missed,
         figures=figures,
         notes=f"pages: each asked {CALLS} times in a row; fire error = first start - the"
-        " minute (signed), read from the store; restart: the node's process group sent"
-        " SIGKILL, a new node on the same data dir, timed to its first job list page",
+        " minute (signed), read from the store; restart: SIGKILL (the embedded node's"
+        " process group; every node of a cluster), the same node processes started again"
+        " on the same store, timed to the first job list page",
     )
