@@ -205,7 +205,11 @@ class JobStore(Protocol):
         is durable has its deliveries durable). A delivery whose id is stored already is
         left as it is (a replayed end never resets one that was sent). A run inserted here that already exists with the same
         id is overwritten only by a run of the same or a later state order, so a
-        replayed materialisation never resets a run that moved on.
+        replayed materialisation never resets a run that moved on. A run the store holds
+        PENDING (as it last wrote or read it) and that ``runs`` gives LEASED may be
+        written as its lease alone: its state, worker, token, lease expiry and lateness,
+        the rest of its record as stored (a lease changes nothing else of a run:
+        ``RunTable.lease``).
 
         ``write_time``: when the caller last made sure it alone owns the shards of
         these runs. A store shared by several processes applies the writes as of

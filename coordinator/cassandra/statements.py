@@ -63,6 +63,12 @@ STATEMENTS: dict[str, str] = {
         f"INSERT INTO runs ({_RUN_COLS}) VALUES ({', '.join('?' * _RUN_COL_COUNT)})"
         " USING TIMESTAMP ? AND TTL ?"
     ),
+    # a PENDING run leased: only what a lease changes (``writes.LEASE_COLUMNS``)
+    "lease_run": (
+        "UPDATE runs USING TIMESTAMP ? SET state = ?, worker_id = ?, lease_token = ?,"
+        " lease_expires_at = ?, late_reason = ?, late_text = ?, late_waited_micros = ?"
+        " WHERE job_id = ? AND id = ?"
+    ),
     "insert_run_id": "INSERT INTO runs_by_id (id, job_id, owner) VALUES (?, ?, ?) USING TTL ?",
     "run_ids": "SELECT id, job_id, owner FROM runs_by_id WHERE id IN ?",
     "run_states": "SELECT id, state, dead_letter FROM runs WHERE job_id IN ? AND id IN ?",

@@ -46,6 +46,11 @@ state changes of the runs of jobs with no other write in it (``Writes.early``) o
 of phase 4 and writes them first: a lease among them is durable, and goes out, after
 one round trip.
 
+A run's records are written whole (every cell, so no null and no tombstone, and
+the final one gives each cell the run's TTL), but for a lease: a run this store holds
+PENDING and leased is written as the columns a lease changes (``LEASE_COLUMNS``), a
+third of the cells of a whole record.
+
 Timestamps: the poller's run rows and progress carry its ``write_time`` (store.py
 docstring); the api writes a new run as of one second ago, so the poller's first
 write of the run beats its creation even when the two hosts' clocks are a little
@@ -64,13 +69,13 @@ from typing import Any
 
 from cassandra.query import UNSET_VALUE, BoundStatement
 
-from shardcron.client.types import Job, Run
+from shardcron.client.types import Job, Run, RunState
 from shardcron.coordinator.cassandra.batches import Partition, phase_batches
 from shardcron.coordinator.cassandra.run_states import StoredState
 from shardcron.coordinator.cassandra.session import Cql
 from shardcron.coordinator.cassandra.statements import NONE, ROWS
 from shardcron.coordinator.ids import bucket_for
-from shardcron.coordinator.rows import _us
+from shardcron.coordinator.rows import _RUN_COLS, _us
 from shardcron.coordinator.store import JobProgress
 from shardcron.coordinator.store_rules import progress_write, run_expires_at, run_state_order
 
@@ -89,6 +94,20 @@ P_DUE = 1  # due rows, shard_buckets rows
 P_JOBS = 2  # job rows, owner index, job progress; dead-letter index entries added
 P_STATES = 3  # rows of existing runs
 P_UNINDEX = 4  # dead-letter index entries removed
+
+
+# What a lease changes of a PENDING run (``RunTable.lease``), in ``lease_run``'s order
+LEASE_COLUMNS = (
+    "state",
+    "worker_id",
+    "lease_token",
+    "lease_expires_at",
+    "late_reason",
+    "late_text",
+    "late_waited_micros",
+)
+_LEASE_AT = tuple([c.strip() for c in _RUN_COLS.split(",")].index(c) for c in LEASE_COLUMNS)
+_PENDING = run_state_order(RunState.PENDING)
 
 
 def now_us() -> int:
@@ -218,15 +237,26 @@ class WritePlanner:
         was_dead: bool,
         indexed: bool,
         write_us: int | None,
+        leased: bool = False,
     ) -> None:
         """``indexed``: the call also writes a due row for the run (its row goes first).
-        ``write_us``: the poller's write time (module docstring), None for the api."""
+        ``write_us``: the poller's write time (module docstring), None for the api.
+        ``leased``: the run is stored PENDING (as this store last wrote or read it) and
+        this writes its lease: only the columns a lease changes are written
+        (``LEASE_COLUMNS``; the rest of the row is the one stored, and its final record,
+        written whole, gives every cell its TTL)."""
         self._cql.run_jobs.add(run.id, run.job_id)
         # the api (no write_us): now, and a new run a second earlier (module docstring)
         backdate = _CREATE_BACKDATE_US if new else 0
         ts = write_us if write_us is not None else now_us() - backdate
         phase = P_RUNS if new or indexed else P_STATES
         now = time.time()
+        if leased and phase == P_STATES and not (run.dead_letter or was_dead):
+            values = (ts, *[row[i] for i in _LEASE_AT], run.job_id, run.id)
+            stmt = self._cql.bind("lease_run", values)
+            writes.add(phase, ("runs", run.job_id), stmt, _size(values))
+            writes.state_runs.setdefault(run.job_id, []).append(run.id)
+            return
         ttl = self.run_ttl(run, now)
         stmt = self._cql.bind("insert_run", (*row, ts, ttl))
         writes.add(phase, ("runs", run.job_id), stmt, _size(row))
@@ -377,6 +407,9 @@ class WritePlanner:
                 was_dead=current is not None and current[1],
                 indexed=run.id in indexed,
                 write_us=write_us,
+                leased=current is not None
+                and current[0] == _PENDING
+                and run.state == RunState.LEASED,
             )
             stored[run.id] = (order, run.dead_letter)
         now = time.time()
