@@ -43,8 +43,9 @@ async def create_jobs(
         return []
     # Encode every row before anything is written: bad input writes nothing.
     writes = Writes()
+    texts: dict[int, str] = {}  # each distinct spec's JSON (every spec stays referenced)
     for item in items:
-        planner.plan_job(writes, item.job)
+        planner.plan_job(writes, item.job, texts)
     rows = [encode_runs(item.runs) for item in items]
     # Idempotency keys: the first item with a key claims it (an LWT, only here).
     first: dict[tuple[str, str], int] = {}
@@ -71,7 +72,7 @@ async def create_jobs(
     if len(created) != len(items):  # re-plan without the items that were not created
         writes = Writes()
         for item in created:
-            planner.plan_job(writes, item.job)
+            planner.plan_job(writes, item.job, texts)
     runs = [run for item in created for run in item.runs]
     due = [r for r in runs if r.state == RunState.PENDING]
     await planner.put_runs(writes, runs, created_rows, due, known_new=True)

@@ -75,7 +75,7 @@ from shardcron.coordinator.cassandra.run_states import StoredState
 from shardcron.coordinator.cassandra.session import Cql
 from shardcron.coordinator.cassandra.statements import NONE, ROWS
 from shardcron.coordinator.ids import bucket_for
-from shardcron.coordinator.rows import _RUN_COLS, _us
+from shardcron.coordinator.rows import _RUN_COLS, _spec_to_json, _us
 from shardcron.coordinator.store import JobProgress
 from shardcron.coordinator.store_rules import progress_write, run_expires_at, run_state_order
 
@@ -220,8 +220,15 @@ class WritePlanner:
         # (shard, bucket) -> until when (epoch seconds) its shard_buckets row is known to live
         self._buckets_written: dict[tuple[int, int], float] = {}
 
-    def plan_job(self, writes: Writes, job: Job) -> None:
-        row = ROWS.job_row(job)
+    def plan_job(self, writes: Writes, job: Job, texts: dict[int, str] | None = None) -> None:
+        """``texts``: the JSON of the specs a call already encoded, by ``id()`` of the spec
+        (a batch created from one spec shares it: encoded once, not once per job)."""
+        text = None
+        if texts is not None:
+            text = texts.get(id(job.spec))
+            if text is None:
+                text = texts[id(job.spec)] = _spec_to_json(job.spec)
+        row = ROWS.job_row(job, text)
         writes.add(P_JOBS, ("jobs", job.id), self._cql.bind("insert_job", row), _size(row))
         writes.ordered_jobs.add(job.id)
         stmt = self._cql.bind("insert_owner", (job.owner, job.id))
