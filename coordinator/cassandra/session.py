@@ -11,8 +11,10 @@ its caller reads the outcome.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
+import threading
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -46,6 +48,39 @@ def _unlink(rf: ResponseFuture) -> None:
     rf._timer = None  # cancelled by the driver before the callbacks run
 
 
+class Replies:
+    """Hands requests' outcomes from the driver's IO thread to one event loop, many to a
+    wake-up: each outcome is queued, and the loop is woken only when no hand-over is
+    already on its way (``call_soon_threadsafe`` wrote to the loop's wake-up pipe for
+    every reply: under load a syscall and a loop turn each, where one serves all the
+    replies that came meanwhile)."""
+
+    __slots__ = ("loop", "_queue", "_armed", "_lock")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._queue: collections.deque[tuple[asyncio.Future[Any], bool, Any]] = collections.deque()
+        self._armed = False
+        self._lock = threading.Lock()
+
+    def put(self, future: asyncio.Future[Any], ok: bool, value: Any) -> None:
+        """From any thread."""
+        self._queue.append((future, ok, value))
+        with self._lock:
+            if self._armed:
+                return  # the hand-over on its way takes this one too
+            self._armed = True
+        with contextlib.suppress(RuntimeError):  # the loop is closed
+            self.loop.call_soon_threadsafe(self._hand_over)
+
+    def _hand_over(self) -> None:
+        with self._lock:
+            self._armed = False  # a reply queued from now on wakes the loop again
+        queue = self._queue
+        while queue:
+            resolve_future(*queue.popleft())
+
+
 def chunks(values: Sequence[T], n: int) -> Iterable[Sequence[T]]:
     for i in range(0, len(values), n):
         yield values[i : i + n]
@@ -77,6 +112,7 @@ class Cql:
         self._binders: dict[str, Binder] = {}
         self._session: Session | None = None
         self._lanes: Lanes | None = None
+        self._replies: Replies | None = None  # to the loop of the newest request
         self._lwt: list[PreparedStatement] = []
         # this store's job-counter updates under way (``creates.count_jobs_later``),
         # kept referenced until done
@@ -136,6 +172,9 @@ class Cql:
         if session is None or lanes is None:
             raise RuntimeError("CassandraStore is not open")
         loop = asyncio.get_running_loop()
+        replies = self._replies
+        if replies is None or replies.loop is not loop:
+            replies = self._replies = Replies(loop)
         async with lanes.current():
             future: asyncio.Future[Result] = loop.create_future()
             rf = session.execute_async(stmt, params, paging_state=paging_state)
@@ -143,13 +182,11 @@ class Cql:
             def ok(rows: list[tuple[Any, ...]]) -> None:
                 result = Result(list(rows or ()), list(rf._col_names or ()), rf._paging_state)
                 _unlink(rf)
-                with contextlib.suppress(RuntimeError):  # the loop is closed
-                    loop.call_soon_threadsafe(resolve_future, future, True, result)
+                replies.put(future, True, result)
 
             def err(exc: BaseException) -> None:
                 _unlink(rf)
-                with contextlib.suppress(RuntimeError):
-                    loop.call_soon_threadsafe(resolve_future, future, False, exc)
+                replies.put(future, False, exc)
 
             # the errback first: a response that came before the callback was added
             # runs it at once, and then nothing is left on the request to tie it
