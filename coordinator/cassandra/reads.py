@@ -190,7 +190,7 @@ async def list_runs(
 # it answers with what it found and a token to go on from (checked between jobs, so a
 # job's whole history may pass it once).
 OWNER_RUNS_SCAN_ROWS = 20_000
-_OWNER_IDS_CHUNK = 100
+_OWNER_IDS_CHUNK = 1000  # job ids read at once; their runs' states read 100 jobs a request
 _IN_CHUNK = 100  # a job's wanted runs read with others' at most this many
 
 
@@ -216,11 +216,13 @@ async def list_owner_runs(
     scan_rows: int = OWNER_RUNS_SCAN_ROWS,
 ) -> Page[Run]:
     """A bounded scan, there being no index of runs by owner and state: the owner's jobs
-    in id order (``jobs_by_owner``), their partitions read as (job, id, state) only, a
-    hundred jobs to a request, and the runs wanted read whole, only as many jobs' as the
-    page needs, in one request per group of jobs (``Cql.cross``). A call reads about
-    ``scan_rows`` rows at most, so a page may be short, or empty, and still carry a
-    token. (One request per job made a call that scanned 20,000 jobs wait 15 s.)"""
+    in id order (``jobs_by_owner``, a thousand ids a read), their partitions read as
+    (job, id, state) only, a hundred jobs to a request and ten requests at once, and the
+    runs wanted read whole, only as many jobs' as the page needs, in one request per
+    group of jobs (``Cql.cross``). A call reads about ``scan_rows`` rows at most, so a
+    page may be short, or empty, and still carry a token. (One request per job, one at
+    a time, made a call that scanned 20,000 jobs wait 15 s; a hundred jobs a request,
+    one at a time, 2.8 s.)"""
     size = clamp_page_size(page_size)
     after = owner_runs_after(page_token)
     found: list[Run] = []
@@ -253,7 +255,7 @@ async def list_owner_runs(
     async for chunk in _owner_job_chunks(cql, owner, after[0] if after else ""):
         counts = dict.fromkeys(chunk, 0)
         wanted: dict[str, list[str]] = {}
-        for job_id, run_id, state in await cql.all(cql.ps["jobs_run_states"], (chunk,)):
+        for job_id, run_id, state in await cql.in_("jobs_run_states", chunk):
             counts[job_id] += 1
             if run_state_wanted(states, state):
                 wanted.setdefault(job_id, []).append(run_id)
