@@ -143,4 +143,3 @@ def test_each_compression_is_read_and_the_callers_file_stays_open(mode: str) -> 
     buf = io.BytesIO(tar_of([entry("a/b"), entry("c", tarfile.SYMTYPE, "a/b")], mode=mode))
     assert check_archive(buf, ArchiveLimits()).entries == 2
     assert not buf.closed  # the node streams it to the blob store next
-
