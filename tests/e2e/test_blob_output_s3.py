@@ -15,7 +15,7 @@ from shardcron.client.types import CommandTask, JobSpec, RunState
 from tests.e2e.harness import DevServer
 from tests.support.blob_stores import BUCKET, gateway_options
 
-LINES = 2_000_000  # `seq 1 LINES`: 14 MiB, four parts
+LINES = 2_000_000  # `seq 1 LINES`: 14 MiB, several parts
 RESULT_LINES = 1_000_000  # of its result file: 6.9 MiB, a multipart upload
 
 
@@ -58,7 +58,7 @@ async def test_dev_keeps_a_runs_whole_output_in_s3(
     try:
         page = await store.list(output_prefix(owner, run.id, run.lease_token))
         assert sum(entry.size for entry in page.items) == len(expected)
-        assert len(page.items) == 4
+        assert len(page.items) >= 2  # parts: cut by size and by the flush clock
         assert await store.get(result_key(owner, run.id, "nums.txt")) == nums
     finally:
         await store.close()

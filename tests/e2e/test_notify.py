@@ -24,10 +24,11 @@ from pathlib import Path
 
 import pytest
 
-from shardcron.client.errors import InvalidArgument
+from shardcron.client.errors import InvalidArgument, Unavailable
 from shardcron.client.types import (
     CommandTask,
     ConcurrencyPolicy,
+    Delivery,
     DeliveryStatus,
     JobSpec,
     NotifyPolicy,
@@ -209,7 +210,19 @@ def test_a_node_killed_after_the_commit_delivers_after_its_restart(tmp_path: Pat
             what="the delivery after the restart",
         )  # fmt: skip
         ids = {r.headers["x-shardcron-delivery"] for r in receiver.received}
-        [d] = server.client(OWNER).list_deliveries(job_id=job.id).items
+        listed: list[Delivery] = []
+
+        def listing() -> bool:
+            # gRPC shares subchannels between channels to one address: a new client's
+            # first call may still meet the killed node's connection backing off
+            try:
+                listed[:] = server.client(OWNER).list_deliveries(job_id=job.id).items
+            except Unavailable:
+                return False
+            return True
+
+        wait_until(listing, timeout=30, what="the deliveries listed after the restart")
+        [d] = listed
         assert ids == {d.id} and d.run_id in d.id
         wait_until(
             lambda: server.client(OWNER).list_deliveries(job_id=job.id).items[0].status
