@@ -17,7 +17,7 @@ cluster.
 - Each fresh cluster is warmed before it is measured (``ClusterNode.warm``): Cassandra
   runs the JVM's full tiered JIT (server sizing, deploy/README.md), whose C2 compiles
   its hot paths over about a minute of load, as a server that has run a while has
-  done. Measured on a fresh node, a workload paid for those compiles (1-1.2 cores
+  done; then a burst of immediate jobs, whose calls of 1,000 take other paths. Measured on a fresh node, a workload paid for those compiles (1-1.2 cores
   of a 2-core machine for that minute) instead of what a job costs.
 
 S1 (``shardcron_s1``) runs on it too, its figures defined for a cluster:
@@ -59,7 +59,7 @@ from pathlib import Path
 
 from bench.common import CpuMeter, Result, wait_ended, wait_until_metric
 from bench.systems.shardcron_s1 import OWNER, s1
-from bench.systems.shardcron_workloads import BATCH, open_loop, run_on
+from bench.systems.shardcron_workloads import BATCH, open_loop, run_on, submit
 from bench.workloads import QUICK, Plan, RunTime
 from deploy.cluster import (
     CASSANDRA_HEAP,
@@ -70,6 +70,7 @@ from deploy.cluster import (
     start_node,
 )
 from deploy.process import pid_alive
+from shardcron.client.types import HandlerTask, JobSpec
 
 REPO = Path(__file__).resolve().parents[2]
 IN_FLIGHT = 6  # calls at once, spread over the three api nodes
@@ -102,10 +103,17 @@ JIT_QUIET = 0.05
 JIT_SAMPLE = 5.0
 JIT_QUIET_SAMPLES = 2
 JIT_WAIT = 180.0
-WARM_JOBS = WARM_ROUNDS * int(WARM_RATE * WARM_SECONDS)  # jobs the warm-up leaves stored
+# Then one burst of WARM_BURST immediate jobs, as W1 submits them, and again until the
+# compiler is quiet: W3's arrivals (20 jobs a call) never ran the paths of W1's calls of
+# 1,000, and the first W1 measured after them paid 1.1-1.3 CPU-s of C2 compiles, a
+# quarter of Cassandra's CPU in it (each later W1 on the same node 0.2-0.8 s).
+WARM_BURST = 10_000
+WARM_ARRIVALS = WARM_ROUNDS * int(WARM_RATE * WARM_SECONDS)
+WARM_JOBS = WARM_ARRIVALS + WARM_BURST  # jobs the warm-up leaves stored
 WARM_NOTE = (
     f"warmed first, not metered: {WARM_ROUNDS} x ({WARM_RATE} jobs/s of W3 arrivals for"
-    f" {WARM_SECONDS:.0f} s, then until Cassandra's C2 compiler is idle)"
+    f" {WARM_SECONDS:.0f} s), then a burst of {WARM_BURST:,} immediate jobs, each until"
+    " Cassandra's C2 compiler is idle"
 )
 METRICS = [f"http://127.0.0.1:{9464 + i}/metrics" for i in range(1, NODES + 1)]
 S1_NOTE = (
@@ -239,9 +247,14 @@ class ClusterNode:
         cassandra = _pid(self.state / "cassandra" / "cass1" / "pid")
         for round_ in range(1, WARM_ROUNDS + 1):
             asyncio.run(open_loop(self.targets, "warm-up-jit", WARM_RATE, WARM_SECONDS))
-            wait_ended(self.metrics, round_ * WARM_JOBS // WARM_ROUNDS, 120.0)
+            wait_ended(self.metrics, round_ * WARM_ARRIVALS // WARM_ROUNDS, 120.0)
             if cassandra:
                 _jit_quiet(cassandra[0])
+        burst = JobSpec(name="warm-up-burst", task=HandlerTask(name="noop"))
+        asyncio.run(submit(self.targets, [burst] * WARM_BURST, IN_FLIGHT))
+        wait_ended(self.metrics, WARM_JOBS, 120.0)
+        if cassandra:
+            _jit_quiet(cassandra[0])
 
     def stop(self) -> None:
         for k, v in self._saved.items():

@@ -113,6 +113,10 @@ class Cql:
         self._session: Session | None = None
         self._lanes: Lanes | None = None
         self._replies: Replies | None = None  # to the loop of the newest request
+        # the driver's map of the keyspace's tokens to replicas seen last (``replicas``),
+        # and the one set of replicas all its tokens have, if so
+        self._mapped: object = None
+        self._only: frozenset[Any] | None = None
         self._lwt: list[PreparedStatement] = []
         # this store's job-counter updates under way (``creates.count_jobs_later``),
         # kept referenced until done
@@ -138,14 +142,34 @@ class Cql:
     def replicas(self, stmt: BoundStatement) -> Hashable:
         """A key equal for statements whose partitions are held by the same nodes (the
         set of replicas, from the driver's token map); without a token map, the
-        partition's routing key (one token, so one set of replicas)."""
+        partition's routing key (one token, so one set of replicas). Where every token
+        range of the keyspace has the same replicas (one node, or as many replicas as
+        nodes) that set, without hashing the key (``_only_replicas``)."""
         key = stmt.routing_key
         session = self._session
         if session is not None and key is not None:
+            only = self._only_replicas(session)
+            if only is not None:
+                return only
             hosts = session.cluster.metadata.get_replicas(session.keyspace, key)
             if hosts:
                 return frozenset(hosts)
         return key if key is not None else id(stmt)
+
+    def _only_replicas(self, session: Session) -> frozenset[Any] | None:
+        """The one set of replicas every token range of the keyspace has, or None: there
+        are several, or the driver has not mapped the keyspace yet. Worked out again
+        whenever the driver's map of the keyspace is another object (the driver builds a
+        new one on a change of topology or replication, never changes one in place)."""
+        token_map = session.cluster.metadata.token_map
+        mapped = token_map.tokens_to_hosts_by_ks.get(session.keyspace) if token_map else None
+        if not mapped:
+            return None
+        if mapped is not self._mapped:
+            sets = {frozenset(hosts) for hosts in list(mapped.values())}
+            self._only = next(iter(sets)) if len(sets) == 1 and next(iter(sets)) else None
+            self._mapped = mapped
+        return self._only
 
     async def exec(
         self,

@@ -70,7 +70,7 @@ from typing import Any
 from cassandra.query import UNSET_VALUE, BoundStatement
 
 from shardcron.client.types import Job, Run, RunState
-from shardcron.coordinator.cassandra.batches import Partition, phase_batches
+from shardcron.coordinator.cassandra.batches import Partition, bound_size, phase_batches
 from shardcron.coordinator.cassandra.run_states import StoredState
 from shardcron.coordinator.cassandra.session import Cql
 from shardcron.coordinator.cassandra.statements import NONE, ROWS
@@ -113,21 +113,6 @@ _PENDING = run_state_order(RunState.PENDING)
 def now_us() -> int:
     """Now as a Cassandra write timestamp (µs since the epoch, as the driver's own)."""
     return time.time_ns() // 1000
-
-
-def _size(values: Iterable[Any]) -> int:
-    """About how many bytes a statement's values add to a batch (as Cassandra counts
-    them for ``batch_size_fail_threshold``: the data, plus a little per cell); the
-    bound of a batch is ``batches.BATCH_BYTES``."""
-    n = 40
-    for v in values:
-        if isinstance(v, str):
-            n += (len(v) if v.isascii() else len(v.encode())) + 17
-        elif isinstance(v, bytes):
-            n += len(v) + 17
-        else:
-            n += 21
-    return n
 
 
 @dataclasses.dataclass(slots=True)
@@ -229,7 +214,8 @@ class WritePlanner:
             if text is None:
                 text = texts[id(job.spec)] = _spec_to_json(job.spec)
         row = ROWS.job_row(job, text)
-        writes.add(P_JOBS, ("jobs", job.id), self._cql.bind("insert_job", row), _size(row))
+        stmt = self._cql.bind("insert_job", row)
+        writes.add(P_JOBS, ("jobs", job.id), stmt, bound_size(stmt))
         writes.ordered_jobs.add(job.id)
         stmt = self._cql.bind("insert_owner", (job.owner, job.id))
         writes.add(P_JOBS, ("jobs_by_owner", job.owner), stmt, 64)
@@ -261,12 +247,12 @@ class WritePlanner:
         if leased and phase == P_STATES and not (run.dead_letter or was_dead):
             values = (ts, *[row[i] for i in _LEASE_AT], run.job_id, run.id)
             stmt = self._cql.bind("lease_run", values)
-            writes.add(phase, ("runs", run.job_id), stmt, _size(values))
+            writes.add(phase, ("runs", run.job_id), stmt, bound_size(stmt))
             writes.state_runs.setdefault(run.job_id, []).append(run.id)
             return
         ttl = self.run_ttl(run, now)
         stmt = self._cql.bind("insert_run", (*row, ts, ttl))
-        writes.add(phase, ("runs", run.job_id), stmt, _size(row))
+        writes.add(phase, ("runs", run.job_id), stmt, bound_size(stmt))
         if phase == P_STATES:
             writes.state_runs.setdefault(run.job_id, []).append(run.id)
         if phase != P_STATES or run.dead_letter or was_dead:
