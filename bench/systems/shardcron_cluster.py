@@ -17,8 +17,9 @@ cluster.
 - Each fresh cluster is warmed before it is measured (``ClusterNode.warm``): Cassandra
   runs the JVM's full tiered JIT (server sizing, deploy/README.md), whose C2 compiles
   its hot paths over about a minute of load, as a server that has run a while has
-  done; then a burst of immediate jobs, whose calls of 1,000 take other paths. Measured on a fresh node, a workload paid for those compiles (1-1.2 cores
-  of a 2-core machine for that minute) instead of what a job costs.
+  done; then a burst of immediate jobs, whose calls of 1,000 take other paths.
+  Measured on a fresh node, a workload paid for those compiles (1-1.2 cores of a
+  2-core machine for that minute) instead of what a job costs.
 
 S1 (``shardcron_s1``) runs on it too, its figures defined for a cluster:
 

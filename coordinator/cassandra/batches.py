@@ -12,8 +12,10 @@ Cassandra node, or as many replicas as nodes, a phase is a few batches whatever
 the number of partitions; with more nodes, about one per replica set.
 
 A batch stays under Cassandra's default ``batch_size_fail_threshold`` (50 KiB) by
-the estimate of ``bound_size`` (the bytes of the bound values, as serialized for the
-request, plus a little per cell: within a few % of what Cassandra counts), and under ``BATCH_STATEMENTS`` statements. It is over Cassandra's default warning
+the estimate of ``bound_size`` (the bytes of the bound values, as serialized for
+the request, plus a little per cell: what Cassandra counts, or a little more; a
+fifth more for a lease, whose cells are mostly null), and under ``BATCH_STATEMENTS``
+statements. It is over Cassandra's default warning
 thresholds (5 KiB, 10 partitions): a server with those defaults logs (rate-limited)
 warnings; the nodes ``deploy`` starts raise them.
 """
@@ -29,8 +31,8 @@ BATCH_STATEMENTS = 250
 
 # A partition's statements with their estimated sizes (``bound_size``).
 Partition = list[tuple[BoundStatement, int]]
-_CELL = 17  # what Cassandra adds to a cell's value, about; 40 to a statement
-_STATEMENT = 40
+_CELL = 17  # about what Cassandra adds to a cell's value
+_STATEMENT = 40  # and to a statement
 
 
 def bound_size(stmt: BoundStatement) -> int:

@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from shardcron.client.types import Delivery, DeliveryStatus, Page
-from shardcron.coordinator.cassandra.batches import bound_size
 from shardcron.coordinator.cassandra.session import Cql
 from shardcron.coordinator.cassandra.statements import NONE
 from shardcron.coordinator.cassandra.writes import P_JOBS, Writes, now_us
@@ -43,7 +42,7 @@ def plan_deliveries(cql: Cql, writes: Writes, deliveries: Sequence[Delivery]) ->
     for d in deliveries:
         row = delivery_row(d, NONE)
         stmt = cql.bind("insert_delivery", (*row, _INSERTED))
-        writes.add(P_JOBS, ("deliveries", d.owner), stmt, bound_size(stmt))
+        writes.add(P_JOBS, ("deliveries", d.owner), stmt)
         stmt = cql.bind("insert_pending", (d.shard, d.id, d.owner, _INSERTED))
         writes.add(P_JOBS, ("pending_deliveries", d.shard), stmt, 120)
         writes.ordered_jobs.add(d.job_id)

@@ -167,7 +167,8 @@ class Cql:
             return None
         if mapped is not self._mapped:
             sets = {frozenset(hosts) for hosts in list(mapped.values())}
-            self._only = next(iter(sets)) if len(sets) == 1 and next(iter(sets)) else None
+            only = sets.pop() if len(sets) == 1 else None
+            self._only = only or None  # an empty set names no replica
             self._mapped = mapped
         return self._only
 

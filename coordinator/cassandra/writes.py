@@ -131,9 +131,12 @@ class Writes:
     # of new or re-indexed runs, due rows, job rows, dead-letter index entries
     ordered_jobs: set[str] = dataclasses.field(default_factory=set)
 
-    def add(self, phase: int, partition: tuple[Any, ...], stmt: BoundStatement, size: int) -> None:
-        """``partition``: the table and the partition key the statement writes."""
-        self.parts.setdefault((phase, partition), []).append((stmt, size))
+    def add(
+        self, phase: int, partition: tuple[Any, ...], stmt: BoundStatement, size: int = 0
+    ) -> None:
+        """``partition``: the table and the partition key the statement writes; ``size``
+        its weight in a batch, when known to be small (else ``bound_size`` weighs it)."""
+        self.parts.setdefault((phase, partition), []).append((stmt, size or bound_size(stmt)))
 
     def __bool__(self) -> bool:
         return bool(self.parts)
@@ -215,7 +218,7 @@ class WritePlanner:
                 text = texts[id(job.spec)] = _spec_to_json(job.spec)
         row = ROWS.job_row(job, text)
         stmt = self._cql.bind("insert_job", row)
-        writes.add(P_JOBS, ("jobs", job.id), stmt, bound_size(stmt))
+        writes.add(P_JOBS, ("jobs", job.id), stmt)
         writes.ordered_jobs.add(job.id)
         stmt = self._cql.bind("insert_owner", (job.owner, job.id))
         writes.add(P_JOBS, ("jobs_by_owner", job.owner), stmt, 64)
@@ -247,12 +250,12 @@ class WritePlanner:
         if leased and phase == P_STATES and not (run.dead_letter or was_dead):
             values = (ts, *[row[i] for i in _LEASE_AT], run.job_id, run.id)
             stmt = self._cql.bind("lease_run", values)
-            writes.add(phase, ("runs", run.job_id), stmt, bound_size(stmt))
+            writes.add(phase, ("runs", run.job_id), stmt)
             writes.state_runs.setdefault(run.job_id, []).append(run.id)
             return
         ttl = self.run_ttl(run, now)
         stmt = self._cql.bind("insert_run", (*row, ts, ttl))
-        writes.add(phase, ("runs", run.job_id), stmt, bound_size(stmt))
+        writes.add(phase, ("runs", run.job_id), stmt)
         if phase == P_STATES:
             writes.state_runs.setdefault(run.job_id, []).append(run.id)
         if phase != P_STATES or run.dead_letter or was_dead:
