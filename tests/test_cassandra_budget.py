@@ -68,7 +68,10 @@ SETTLE = 0.5  # seconds
 # shard and bucket are a price per call (1 / BATCH per job), not per job.
 W1_BUDGET: dict[str, tuple[float, float]] = {
     "jobs": (2.0, 0.0),  # created; COMPLETED (the poller's columns: nothing read first)
-    "runs": (3.0, 0.0),  # PENDING with the job; LEASED; SUCCEEDED
+    # PENDING with the job; LEASED; SUCCEEDED, carrying its start: a start its worker
+    # reports ahead of the result is written only once the run outlasts
+    # start_write_delay (1 s)
+    "runs": (3.0, 0.0),
     # with the PENDING run: its job, for reads by run id, with a TTL that outlives the
     # run (the retention, 30 days as `shardcron node` has it, and a day): written once
     "runs_by_id": (1.0, 0.0),

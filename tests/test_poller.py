@@ -60,7 +60,7 @@ from tests.support.pollers import (
     TICK,
     FakeClock,
     PollerSetup,
-    connect,
+    leased_now,
     turns,
     turns_until,
 )
@@ -507,13 +507,7 @@ async def test_a_cancel_waiting_on_a_run_whose_shard_moves_is_answered_regressio
     """Issue 33, probe 3: a CancelRun waiting for a leased run's worker to stop it was
     never answered once the run's shard moved to another poller: the run was dropped
     with the shard, and its waiter with it. It is told to try again (Unavailable)."""
-    link = connect(poller, "w", waits=False)
-    now = clock.now()
-    job = dataclasses.replace(make_job(), created_at=now, updated_at=now)
-    run = dataclasses.replace(make_run(job, due_at=now), created_at=now)
-    await store.create_jobs([NewJob(job=job, runs=[run])])
-    poller.runs_created([run], [job])
-    await turns_until(lambda: link.granted(run.id) is not None, poller)
+    run, link = await leased_now(store, poller, clock)
     answer = asyncio.ensure_future(poller.cancel(run, RunReason.CANCELLED_BY_USER))
     await turns_until(lambda: bool(link.cancels), poller)  # its worker is told to stop
     assert not answer.done()

@@ -129,7 +129,13 @@ class TableMoves(RuleBasedStateMachine):
     def start(self, i: int) -> None:
         slot = self._pick(i, Place.LEASED)
         if slot is not None and slot.worker is not None and slot.run.state == RunState.LEASED:
-            self.h.table.start(slot, self.now)
+            written = self.h.table.start(slot, self.now, self.now)  # its write waits
+            assert written is None and slot.run.state == RunState.RUNNING
+
+    @rule()
+    def write_starts(self) -> None:
+        for run in self.h.table.starts_to_write(self.now):
+            assert run.state == RunState.RUNNING and run.started_at is not None
 
     @rule(i=st.integers(0, 50), which=st.integers(0, 1))
     def renew(self, i: int, which: int) -> None:
@@ -157,6 +163,8 @@ class TableMoves(RuleBasedStateMachine):
 
     @rule(shard=st.integers(0, 2))
     def release_a_shard(self, shard: int) -> None:
+        for run in self.h.table.starts_to_write(self.now, {shard}):  # as ``shards`` does
+            assert run.state == RunState.RUNNING
         self.h.table.release({shard})
 
     @rule(by=st.integers(0, 30))

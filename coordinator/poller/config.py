@@ -58,6 +58,12 @@ class PollerConfig:
     crowd_lead_per_run: timedelta = timedelta(microseconds=400)
     crowd_lead_most: timedelta = timedelta(seconds=10)
     max_loaded: int = 500_000  # runs held in memory before loading pauses
+    # A run's start (RUNNING, its started_at) is written this long after its worker
+    # reports it, with what that turn writes, unless the run ended by then: its end
+    # record carries the start, so a run shorter than this is written twice (LEASED,
+    # its end), not three times. A shard released writes the starts of its runs first.
+    # Zero: written in the turn that hears of it.
+    start_write_delay: timedelta = timedelta(seconds=1)
     cursor_save_interval: timedelta = timedelta(seconds=5)
 
     def job_read_until(self, now: datetime) -> datetime:

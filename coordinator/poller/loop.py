@@ -309,6 +309,7 @@ class Poller:
             table.leases.next_expiry(),
             table.next_deadline(),
             table.next_not_due(),
+            table.next_start_write(),
         ):
             if at is not None:
                 candidates.append((at - now).total_seconds())
@@ -361,6 +362,8 @@ class Poller:
             self._streams.update_demand(active=self.active, coming=soon)
         if self._table.retries:
             await self._place_retries(turn)
+        for run in self._table.starts_to_write(now):
+            turn.runs[run.id] = run
         if not turn.empty():
             if self._stand_still():
                 return  # nothing of this turn is written, nothing is sent

@@ -8,7 +8,8 @@ as the shards it gains and the shards it loses (``apply``):
   owner granted for their runs are waited out one TTL from then (``lease_book``).
 - ``release``: every run held of them is dropped (a cancel waiting on one is told to
   try again), a lease decided for them and not yet sent is never sent, and their
-  windows are forgotten.
+  windows are forgotten; the starts of their runs not written yet
+  (``start_write_delay``) are written by the turn, for the next owner to read.
 
 **A shard released waits for the turn's write.** The future each assignment comes
 with (``AssignmentChanged.applied``) is answered once the turn that applied it is
@@ -112,6 +113,8 @@ class Shards:
         if gained := a.shards - held:
             self.acquire(gained, now)
         if lost := held - a.shards:
+            for run in self._table.starts_to_write(now, lost):  # the next owner reads them
+                turn.runs[run.id] = run
             self.release(lost)
         self._metrics.epoch.set(self.epoch)
         self._metrics.owned_shards.set(len(a.shards))

@@ -16,7 +16,8 @@ worker says to the runs held (through the ``RunTable``'s transitions, and ``Ends
   is sent again.
 - Started, results and output count only from the stream that holds the run's
   lease (``_holds``), under its current token. Started: a LEASED run becomes
-  RUNNING. Results: a result under the current token ends its run and is
+  RUNNING, its record written ``start_write_delay`` later unless its end carries
+  it first (``RunTable.start``). Results: a result under the current token ends its run and is
   acknowledged once that is durable; any other is refused at once ("stale fencing
   token", or "not the lease holder" from another stream, which changes nothing).
   Refused: nothing of the run ran, it is leased again. Output is kept for runs
@@ -217,7 +218,7 @@ class WorkerStreams:
             case Heartbeat(leases=refs):
                 self._renew(book, refs, turn, now)
             case Started(leases=refs, at=at):
-                self._started(book, refs, at or now, turn)
+                self._started(book, refs, at or now, turn, now)
             case Results(outcomes=outcomes):
                 for outcome in outcomes:
                     self._on_result(book, outcome, turn, now)
@@ -337,14 +338,16 @@ class WorkerStreams:
         return holder is book or (holder.link.closed and holder.same_process(book))
 
     def _started(
-        self, book: WorkerBook, refs: Sequence[LeaseRef], at: datetime, turn: Turn
+        self, book: WorkerBook, refs: Sequence[LeaseRef], at: datetime, turn: Turn, now: datetime
     ) -> None:
         for ref in refs:
             slot = self._table.held_slot(ref.run_id, ref.fencing_token)
             if slot is None or slot.run.state != RunState.LEASED or not self._holds(book, slot):
                 continue
-            run = self._table.start(slot, at)
-            turn.runs[run.id] = run
+            written = self._table.start(slot, at, now)  # else written later, or by its end
+            if written is not None:
+                turn.runs[written.id] = written
+            run = slot.run
             if slot.job is not None:
                 self._ends.notify_start(slot.job, run, turn, at)
             self._metrics.schedule_lag.observe(max(0.0, (at - run.due_at).total_seconds()))

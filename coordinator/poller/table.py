@@ -136,6 +136,9 @@ class RunTable:
         self._deadlines = Timeline()  # runs in a _STARTING place whose job has a deadline
         self._admitted: dict[str, set[str]] = {}  # job id -> its runs in an _ADMITTED place
         self.leases = LeaseBook(lease_ttl=config.lease_ttl, expiry_grace=config.expiry_grace)
+        # LEASED runs started whose start is not written yet, by when to write it
+        self._start_writes = Timeline()
+        self._start_write_delay = config.start_write_delay
         # the jobs of the runs held (dropped with a job's last run), and when each copy
         # was read from the store (monotonic)
         self.jobs: dict[str, Job] = {}
@@ -420,11 +423,31 @@ class RunTable:
         keeps its granted expiry). None if the run is not leased under its token."""
         return self.leases.sent(slot.run.id, slot.run.lease_token, now)
 
-    def start(self, slot: Slot, at: datetime) -> Run:
-        """The leased run started on its worker at ``at``."""
+    def start(self, slot: Slot, at: datetime, now: datetime) -> Run | None:
+        """The leased run started on its worker at ``at``: the record to write now, or
+        None when its write waits ``start_write_delay`` (``starts_to_write``), for the
+        run's end to carry it instead."""
         assert slot.place is Place.LEASED and slot.run.state == RunState.LEASED
         slot.run = copy_with(slot.run, state=RunState.RUNNING, started_at=at)
-        return slot.run
+        if not self._start_write_delay:
+            return slot.run
+        self._start_writes.push(slot.run.id, now + self._start_write_delay)
+        return None
+
+    def starts_to_write(self, now: datetime, shards: Collection[int] = ()) -> list[Run]:
+        """The records of the runs started whose start waited until ``now``, and of all
+        those of ``shards`` (released: their next owner reads the start), taken out of
+        the wait: written by the caller's turn."""
+        writes = self._start_writes
+        runs = [self.slots[rid].run for _, rid in writes.pop_until(now, len(writes))]
+        for shard in shards:
+            for rid in self._by_shard.get(shard, {}):
+                if writes.remove(rid):
+                    runs.append(self.slots[rid].run)
+        return runs
+
+    def next_start_write(self) -> datetime | None:
+        return self._start_writes.first_at()
 
     def renew(
         self, slot: Slot, book: WorkerBook, token: int, now: datetime, *, active: bool
@@ -532,6 +555,7 @@ class RunTable:
         self._deadlines.clear()
         self._admitted.clear()
         self.leases.clear()
+        self._start_writes.clear()
         self.jobs.clear()
         self._job_read_at.clear()
         self.recent_final.clear()
@@ -572,6 +596,7 @@ class RunTable:
                 self._blocked -= 1
             case Place.LEASED:
                 self.leases.release(rid)
+                self._start_writes.remove(rid)  # ended: its end record carries the start
                 if slot.worker is not None:
                     slot.worker.release(rid)
                     slot.worker = None
@@ -670,6 +695,10 @@ class RunTable:
                 books.setdefault(id(slot.worker), (slot.worker, set()))[1].add(rid)
             assert rid not in self.recent_final, f"run {rid} held and ended here"
         assert self._admitted == admitted, "the runs admitted per job are not those placed so"
+        for rid in self._start_writes:
+            run = slots[rid].run if rid in slots else None
+            assert run is not None and run.state == RunState.RUNNING, f"{rid}'s start waits"
+            assert slots[rid].place is Place.LEASED, f"{rid}'s start waits, not leased"
         _same("starting deadlines", set(self._deadlines), deadlines)
         for book, held in books.values():
             _same(f"worker {book.id}'s runs", set(book.leases), held)

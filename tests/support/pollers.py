@@ -11,13 +11,15 @@
   calls in flight: none means the poller is between turns); ``turns`` and
   ``turns_until`` drive the poller turn by turn while the fake clock stands still.
 - ``RecordingLink``: a worker's lease stream as the poller sees it, recording what
-  the poller sends; ``connect`` books a worker on it.
+  the poller sends; ``connect`` books a worker on it; ``leased_now`` leases it a run
+  due now.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -26,14 +28,15 @@ from typing import Any
 
 from shardcron.client.errors import ShardcronError
 from shardcron.client.stream import CancelOrder, Hello, LeaseGrant, Renewal, ResultAck, Welcome
+from shardcron.client.types import Run
 from shardcron.coordinator.coordination import Assignment
 from shardcron.coordinator.metrics import Metrics
 from shardcron.coordinator.poller import Poller, PollerConfig
 from shardcron.coordinator.poller.clock import Clock
 from shardcron.coordinator.poller.events import WorkerConnected
-from shardcron.coordinator.store import JobStore
+from shardcron.coordinator.store import JobStore, NewJob
 from tests.support.poller_invariants import InvariantWatch
-from tests.support.store_builders import SHARDS
+from tests.support.store_builders import SHARDS, make_job, make_run
 from tests.support.waiting import until
 
 ALL_SHARDS = frozenset(range(SHARDS))
@@ -277,3 +280,18 @@ def connect(poller: Poller, worker_id: str, *, waits: bool, slots: int = 4) -> R
     )
     poller.submit(WorkerConnected(link=link, hello=hello, address=worker_id))
     return link
+
+
+async def leased_now(
+    store: JobStore, poller: Poller, clock: FakeClock, worker_id: str = "w"
+) -> tuple[Run, RecordingLink]:
+    """A worker connects, and a run due now (of a job of its own, both created on
+    ``store`` and hinted) is leased to it: the run and the worker's link."""
+    link = connect(poller, worker_id, waits=False)
+    now = clock.now()
+    job = dataclasses.replace(make_job(), created_at=now, updated_at=now)
+    run = dataclasses.replace(make_run(job, due_at=now), created_at=now)
+    await store.create_jobs([NewJob(job=job, runs=[run])])
+    poller.runs_created([run], [job])
+    await turns_until(lambda: link.granted(run.id) is not None, poller)
+    return run, link
