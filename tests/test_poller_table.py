@@ -15,10 +15,12 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 import shardcron.coordinator.poller as poller_package
 from shardcron.client.types import Job, OverlapPolicy, Run, RunReason, RunState
 from shardcron.coordinator.metrics import Metrics
+from shardcron.coordinator.poller.config import PollerConfig
 from shardcron.coordinator.poller.end_rules import Outcome
 from shardcron.coordinator.poller.leasing import placements
-from shardcron.coordinator.poller.table import Place, Slot
+from shardcron.coordinator.poller.table import Place, RunTable, Slot
 from tests.support.held_runs import T0, Held, job, worker
+from tests.support.pollers import FakeClock
 
 # a write of a slot's place, phase, run record or worker, or a Slot built in a place
 WRITES = re.compile(r"\.(place|phase|run|worker)\s*=[^=]|\b(place|phase)\s*=\s*(Place|Phase)\.")
@@ -180,3 +182,18 @@ class TableMoves(RuleBasedStateMachine):
 
 TableMoves.TestCase.settings = settings(max_examples=100, stateful_step_count=50, deadline=None)
 test_the_table_holds_its_invariants_through_any_moves = TableMoves.TestCase
+
+
+def test_runs_ended_are_let_go_oldest_first_once_past_the_time_kept() -> None:
+    clock = FakeClock(T0)
+    table = RunTable(config=PollerConfig(), clock=clock)
+    for rid in ("a", "b", "c"):
+        table.remember_ended(rid)
+        clock.advance(timedelta(seconds=10))
+    table.remember_ended("a")  # met again: remembered from now
+    table.prune_ended(15)  # "b" ended 20 s ago, "c" 10 s ago, "a" now
+    assert list(table.recent_final) == ["c", "a"]
+    assert table.known("a") and not table.known("b")
+    clock.advance(timedelta(seconds=10))
+    table.prune_ended(15)
+    assert list(table.recent_final) == ["a"]

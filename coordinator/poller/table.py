@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -143,7 +144,8 @@ class RunTable:
         # was read from the store (monotonic)
         self.jobs: dict[str, Job] = {}
         self._job_read_at: dict[str, float] = {}
-        self.recent_final: dict[str, float] = {}  # run id -> when it ended here (monotonic)
+        # run id -> when it ended here (monotonic), oldest first (``_ended_now``)
+        self.recent_final: OrderedDict[str, float] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self.slots)
@@ -243,7 +245,7 @@ class RunTable:
 
     def remember_ended(self, run_id: str) -> None:
         """A run not held here is final (met by a scan, or ended without being held)."""
-        self.recent_final[run_id] = self._clock.monotonic()
+        self._ended_now(run_id)
 
     def hold_retry(self, run: Run, job: Job) -> Slot | None:
         """A retry decided; written (or not) by the turn (``place_retry``)."""
@@ -263,7 +265,18 @@ class RunTable:
 
     def prune_ended(self, keep_seconds: float) -> None:
         cutoff = self._clock.monotonic() - keep_seconds
-        self.recent_final = {k: v for k, v in self.recent_final.items() if v > cutoff}
+        recent = self.recent_final
+        while recent:  # oldest first: only the runs let go are looked at
+            rid = next(iter(recent))
+            if recent[rid] > cutoff:
+                return
+            del recent[rid]
+
+    def _ended_now(self, run_id: str) -> None:
+        """Remembers the run as ended now, behind every run remembered earlier."""
+        recent = self.recent_final
+        recent.pop(run_id, None)
+        recent[run_id] = self._clock.monotonic()
 
     def _track(self, run: Run, job: Job | None) -> Slot:
         slot = Slot(run=run, job=job)
@@ -515,7 +528,7 @@ class RunTable:
             results_note=outcome.results_note,
         )
         self._remove(slot)
-        self.recent_final[rid] = self._clock.monotonic()
+        self._ended_now(rid)
         return final
 
     def drop(self, slot: Slot, why: str) -> None:
