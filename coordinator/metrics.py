@@ -173,6 +173,14 @@ class Metrics:
             "Times the poller reloaded its shards from the store, forgetting what it held",
             registry=r,
         )
+        # The poller's turns, by whether the turn wrote to the store: turns per run at a
+        # given rate say how well its work is batched.
+        self.poller_turns = Counter(
+            "shardcron_poller_turns_total",
+            "Turns of the poller's loop, by whether the turn wrote (commit) or not (idle)",
+            ["kind"],
+            registry=r,
+        )
         # Job and run rows the store could not decode and skipped, each counted once.
         self.store_bad_rows = Counter(
             "shardcron_store_bad_rows_total",

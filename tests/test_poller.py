@@ -515,3 +515,22 @@ async def test_a_cancel_waiting_on_a_run_whose_shard_moves_is_answered_regressio
     await turns_until(lambda: moved.done() and answer.done(), poller)
     with pytest.raises(Unavailable):
         answer.result()
+
+
+async def test_the_poller_counts_its_turns_by_whether_they_wrote(
+    store: SqliteStore, poller: Poller, clock: FakeClock
+) -> None:
+    def turns_of(kind: str) -> float:
+        value = poller.metrics.registry.get_sample_value(
+            "shardcron_poller_turns_total", {"kind": kind}
+        )
+        return value or 0.0
+
+    await turns(poller)
+    idle, written = turns_of("idle"), turns_of("commit")
+    assert idle >= 1
+    await leased_now(store, poller, clock)  # its LEASED record is one turn's commit
+    assert turns_of("commit") >= written + 1
+    before = turns_of("commit")
+    await turns(poller, 3)  # nothing more to write
+    assert turns_of("commit") == before and turns_of("idle") >= idle + 3

@@ -110,6 +110,8 @@ class Poller:
         self.poller_id = poller_id
         self.config = config
         self.metrics = metrics
+        self._turns_written = metrics.poller_turns.labels(kind="commit")
+        self._turns_idle = metrics.poller_turns.labels(kind="idle")
         self._clock: Clock = clock or SystemClock()
         self._table = table = RunTable(config=config, clock=self._clock)
         self._history = RunHistory(since=self._clock.now())
@@ -399,6 +401,7 @@ class Poller:
             self._save_cursors(now)
         self._update_gauges()
         self.turns += 1
+        (self._turns_idle if turn.empty() else self._turns_written).inc()
 
     def _send_durable_leases(self, turn: Turn, run_ids: Collection[str]) -> None:
         """The store wrote these runs of the turn while the rest of its commit goes on
