@@ -105,6 +105,7 @@ class Sender:
         self._task: asyncio.Task[None] | None = None
         self._attempts: set[asyncio.Task[None]] = set()
         self._session: aiohttp.ClientSession | None = None
+        self._stopping = False
 
     def start(self) -> None:
         resolver = GuardedResolver(allow_private=self._config.allow_private, inner=self._resolver)
@@ -116,6 +117,11 @@ class Sender:
         self._task = asyncio.create_task(self._loop(), name="notify-sender")
 
     async def stop(self) -> None:
+        # the loop also ends by itself once told: on Python 3.11 a cancel that lands as
+        # its wait's timeout fires comes out of ``wait_for`` as that timeout, which the
+        # loop takes for a plain wake-up, and it would go on for ever
+        self._stopping = True
+        self._wake.set()
         tasks = [t for t in (self._task, *self._attempts) if t is not None]
         for task in tasks:
             task.cancel()
@@ -132,7 +138,7 @@ class Sender:
     async def _loop(self) -> None:
         rescan_at = 0.0
         scanned: set[int] = set()  # the owned shards whose pending ones were read
-        while True:
+        while not self._stopping:
             owned = {s for s in range(self._store.shard_count) if self._owns(s)}
             if time.monotonic() >= rescan_at:
                 rescan_at = time.monotonic() + self._config.rescan.total_seconds()
