@@ -2,7 +2,7 @@
 many jobs in one shard plans one bucket row, not one per run (``WritePlanner``), and a
 later call of this process, once that row is written, plans none. A scan over a few
 buckets reads them without that index; a longer one goes by it. A create writes its
-runs and due rows in one phase, its jobs after them."""
+due rows first, then each job with its runs, one partition key in one batch."""
 
 from __future__ import annotations
 
@@ -10,11 +10,13 @@ from datetime import datetime, timedelta
 
 import pytest
 
+from shardcron.client.types import HandlerTask, JobSpec
 from shardcron.coordinator.cassandra.reads import DIRECT_BUCKETS
 from shardcron.coordinator.cassandra.store import CassandraStore
-from shardcron.coordinator.cassandra.writes import P_DUE, P_JOBS, P_RUNS, Writes, encode_runs
+from shardcron.coordinator.cassandra.writes import P_DUE, Writes, encode_runs
 from shardcron.coordinator.ids import bucket_for
 from shardcron.coordinator.store import NewJob
+from tests.support.cassandra_sent import sent_batches
 from tests.support.store_builders import T0, make_job, make_run
 
 
@@ -66,27 +68,40 @@ async def test_a_scan_of_a_few_buckets_reads_them_without_the_index(
     assert await scan(T0, (DIRECT_BUCKETS + 2) * 60) == []
 
 
-async def test_a_create_writes_its_runs_and_due_rows_in_one_phase_then_its_jobs(
+async def test_a_create_writes_its_due_rows_then_each_job_with_its_runs_in_one_batch(
     cassandra_store: CassandraStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A round trip fewer before the answer: the job rows still come last, once their
-    runs are findable (writes.py)."""
-    phases: list[list[tuple[int, str]]] = []
-    real = cassandra_store._flush
-
-    async def recorded(writes: Writes) -> None:
-        phases.append(sorted({(phase, key[0]) for phase, key in writes.parts}))
-        await real(writes)
-
-    monkeypatch.setattr(cassandra_store, "_flush", recorded)
+    """The job and its runs are one partition key, so one mutation of a batch: they land
+    together, once the runs' due rows are there (writes.py)."""
+    flushes = sent_batches(cassandra_store, monkeypatch)
     job = make_job(shard=3)
     run = make_run(job, due_at=T0)
     await cassandra_store.create_jobs([NewJob(job=job, runs=[run])])
-    [written] = phases
-    assert {phase for phase, _ in written} == {P_RUNS, P_JOBS}
-    assert {table for phase, table in written if phase == P_RUNS} >= {"runs", "due_runs"}
-    assert {table for phase, table in written if phase == P_JOBS} >= {"jobs"}
+    [batches] = flushes
+    tables = [{table for table, _ in batch} for batch in batches]
+    assert "due_runs" in tables[0] and not tables[0] & {"runs", "jobs"}
+    key = job.id.encode()
+    [together] = [b for b in batches if ("jobs", key) in b]
+    assert ("runs", key) in together
+    assert batches.index(together) > 0
     entries = await cassandra_store.scan_due(
         3, due_from=T0, due_until=T0 + timedelta(seconds=1), after=None, limit=10
     )
     assert [e.run_id for e in entries] == [run.id]
+
+
+async def test_a_job_whose_runs_do_not_fit_a_batch_beside_it_has_them_with_its_due_rows(
+    cassandra_store: CassandraStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flushes = sent_batches(cassandra_store, monkeypatch)
+    spec = JobSpec(name="big", task=HandlerTask(name="h", payload=b"x" * 12_000))
+    job = make_job(shard=3, spec=spec)
+    runs = [make_run(job, due_at=T0, fire_key=f"k{i}") for i in range(60)]  # ~16 KB
+    await cassandra_store.create_jobs([NewJob(job=job, runs=runs)])
+    [batches] = flushes
+    key = job.id.encode()
+    with_runs = [i for i, b in enumerate(batches) if ("runs", key) in b]
+    [with_job] = [i for i, b in enumerate(batches) if ("jobs", key) in b]
+    assert with_runs and max(with_runs) < with_job
+    stored = await cassandra_store.get_runs([r.id for r in runs])
+    assert set(stored) == {r.id for r in runs}

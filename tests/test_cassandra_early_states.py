@@ -1,9 +1,10 @@
 """Cassandra store: a poller's commit writes the state changes of runs whose jobs have
-no other write in the call first, beside the read of the progressing jobs' states, and
-names those runs to ``durable`` once they are acknowledged, so the turn's leases go out
-after one round trip. Every write ordered against a job's run states (its progress, a
-new run and its due row, a dead-letter entry) keeps its phase, and that job's run
-states wait for it as before."""
+no other write in the call first, and names those runs to ``durable`` once they are
+acknowledged, so the turn's leases go out after one round trip. A job whose only other
+write is its progress has it written with them, in the same batch: one mutation of the
+job's partition key. Every other write ordered against a job's run states (a new run
+and its due row, a dead-letter entry) keeps its phase, and that job's run states wait
+for it as before."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from shardcron.coordinator.cassandra.store import CassandraStore
 from shardcron.coordinator.cassandra.writes import P_STATES, Writes
 from shardcron.coordinator.ids import utcnow
 from shardcron.coordinator.store import JobProgress
+from tests.support.cassandra_sent import sent_batches
 from tests.support.store_builders import ALICE, create, make_job, make_run
 
 
@@ -74,11 +76,11 @@ async def test_lease_rows_of_jobs_without_other_writes_are_durable_before_the_re
         durable=_durable(log),
     )
 
-    # the lease first and alone, named once written; then the phases of the rest, with
-    # the states of the runs of the completing job and of the retried one last
-    assert log[0] == ("flushed", {leasing.id})
-    assert log[1] == ("durable", {leased.id})
-    assert log[2:] == [("flushed", {ending.id, retrying.id})]
+    # the lease first, with the end of the completing job (its progress beside it),
+    # named once written; then the phases of the rest, the retried run's state last
+    assert log[0] == ("flushed", {leasing.id, ending.id})
+    assert log[1] == ("durable", {leased.id, ended.id})
+    assert log[2:] == [("flushed", {retrying.id})]
     assert await store.get_run(ALICE, leased.id) == leased
     assert (await store.get_run(ALICE, ended.id)).state == RunState.SUCCEEDED
     assert (await store.get_job(ALICE, ending.id)).state == JobState.COMPLETED
@@ -116,3 +118,24 @@ async def test_a_dead_letter_keeps_its_runs_state_after_its_index_entry(
     assert log[:2] == [("flushed", {leasing.id}), ("durable", {leased.id})]
     assert log[2:] == [("flushed", {dead_job.id})]
     assert (await store.get_run(ALICE, dead.id)).dead_letter
+
+
+async def test_a_one_off_jobs_end_and_its_completion_are_one_batch(
+    store: CassandraStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = await create(store, make_job(name="one-off"))
+    run = make_run(job)
+    await store.commit(runs=[run], due=[run])
+    flushes = sent_batches(store, monkeypatch)
+    ended = dataclasses.replace(run, state=RunState.SUCCEEDED, ended_at=utcnow())
+    await store.commit(
+        runs=[ended],
+        progress=[JobProgress(job_id=job.id, state=JobState.COMPLETED)],
+        write_time=utcnow(),
+        durable=lambda ids: None,
+    )
+    [[batch]] = flushes  # one round trip
+    key = job.id.encode()
+    assert ("runs", key) in batch and ("jobs", key) in batch
+    assert (await store.get_run(ALICE, ended.id)).state == RunState.SUCCEEDED
+    assert (await store.get_job(ALICE, job.id)).state == JobState.COMPLETED

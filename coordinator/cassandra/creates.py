@@ -22,7 +22,14 @@ from shardcron.client.types import Job, JobState, RunState
 from shardcron.coordinator.cassandra.reads import job_rows
 from shardcron.coordinator.cassandra.session import Cql
 from shardcron.coordinator.cassandra.statements import ROWS
-from shardcron.coordinator.cassandra.writes import P_DUE, P_RUNS, WritePlanner, Writes, encode_runs
+from shardcron.coordinator.cassandra.writes import (
+    P_DUE,
+    P_JOBS,
+    P_RUNS,
+    WritePlanner,
+    Writes,
+    encode_runs,
+)
 from shardcron.coordinator.store import NewJob
 
 log = logging.getLogger(__name__)
@@ -76,7 +83,11 @@ async def create_jobs(
     runs = [run for item in created for run in item.runs]
     due = [r for r in runs if r.state == RunState.PENDING]
     await planner.put_runs(writes, runs, created_rows, due, known_new=True)
-    # the due rows go with the run rows, not a round trip after them (writes.py)
+    # each job's runs go with the job, one mutation of its partition key; its due rows
+    # before them (a scan skips a due row whose run it cannot read yet), or with them
+    # when they do not fit one batch with the job (writes.py)
+    for item in created:
+        writes.beside_job(item.job.id, P_RUNS, P_JOBS)
     writes.merge(P_DUE, into=P_RUNS)
     try:
         await flush(writes)

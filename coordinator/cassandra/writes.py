@@ -23,12 +23,15 @@ phases is a consistent store:
 1 and 2 before 3: a job's next fire is written only once its run is findable, and
 a created job becomes visible only once its first runs are findable (a run whose
 job row never landed is cancelled as JOB_DELETED by the poller; its create was
-never acknowledged). A create writes 1 and 2 as one phase (``Writes.merge``), a
-round trip fewer before its answer: a due row may then land before its run's row,
-and a scan skips a due row whose run it cannot read (the run's hint, sent once the
-create is written, or the next re-read of the recent past holds it), so such a
-prefix is consistent too. A create that fails between them leaves at most a due row
-naming no run, which every reader skips.
+never acknowledged). A create writes 2 first, then each job with its runs in 3:
+the statements of one partition key in one batch are one mutation in Cassandra,
+whatever their tables, applied whole on each replica (``flush``), so the job and its
+first runs land together or not at all (``Writes.beside_job``; a job whose runs do
+not fit one batch with it has them written with the due rows). A due row lands
+before its run's row, and a scan skips a due row whose run it cannot read (the run's
+hint, sent once the create is written, or the next re-read of the recent past holds
+it), so such a prefix is consistent too. A create that fails between them leaves at
+most due rows naming no run, which every reader skips.
 
 3 before 4: when progress (the next fire) lands without the state change of the run
 that fired, that run is still PENDING and runs as a plain run on reload; the other
@@ -44,7 +47,9 @@ encoded first.
 The order is an order between the writes of one job. A poller's commit takes the
 state changes of the runs of jobs with no other write in it (``Writes.early``) out
 of phase 4 and writes them first: a lease among them is durable, and goes out, after
-one round trip.
+one round trip. A job whose only other write is its progress (a one-off job's end)
+has the progress written with them, one mutation: the order of 3 before 4 is then
+moot, as neither lands without the other.
 
 A run's records are written whole (every cell, so no null and no tombstone, and
 the final one gives each cell the run's TTL), but for a lease: a run this store holds
@@ -70,7 +75,13 @@ from typing import Any
 from cassandra.query import UNSET_VALUE, BoundStatement
 
 from shardcron.client.types import Job, Run, RunState
-from shardcron.coordinator.cassandra.batches import Partition, bound_size, phase_batches
+from shardcron.coordinator.cassandra.batches import (
+    BATCH_BYTES,
+    BATCH_STATEMENTS,
+    Partition,
+    bound_size,
+    phase_batches,
+)
 from shardcron.coordinator.cassandra.run_states import StoredState
 from shardcron.coordinator.cassandra.session import Cql
 from shardcron.coordinator.cassandra.statements import NONE, ROWS
@@ -146,37 +157,75 @@ class Writes:
         for key in [k for k in self.parts if k[0] == phase]:
             self.parts.setdefault((into, key[1]), []).extend(self.parts.pop(key))
 
-    def early(self, held: Collection[str]) -> tuple[Writes, list[str]]:
+    def early(self, held: Collection[str]) -> tuple[Writes, list[str], list[str]]:
         """Takes out the run rows that need not wait for an earlier phase: the state
         changes (P_STATES) of the runs of jobs that have no other write in this call
-        (``ordered_jobs``, and ``held``: the jobs whose progress the caller will plan).
-        Returns them, to be written at once, with the ids of their runs. What stays is
-        written in phases as before; every prefix of what is written is still
-        consistent (module docstring): the order of the phases is an order between
-        writes of one job (its new runs, due rows, progress, dead-letter entries and
-        the state changes of its runs), and these jobs have no such other write."""
+        (``ordered_jobs``), and of the jobs of ``held`` (those whose progress the caller
+        will plan) that have none either. Returns them, to be written at once, with the
+        ids of their runs and the jobs of ``held`` taken: the caller plans the progress
+        of each of those beside its runs (``plan_progress(..., phase=P_STATES)``), so
+        that the job's progress and its runs' states are one mutation of the job's
+        partition key (``flush``), applied whole: neither lands without the other, which
+        is what the order of the phases guarded. A job whose run rows would not fit one
+        batch with its progress is not taken. What stays is written in phases as before;
+        every prefix of what is written is still consistent (module docstring): the
+        order of the phases is an order between writes of one job (its new runs, due
+        rows, progress, dead-letter entries and the state changes of its runs), and
+        these jobs have no such other write."""
         taken = Writes()
         ids: list[str] = []
+        joined: list[str] = []
         for job_id, run_ids in self.state_runs.items():
-            if job_id in held or job_id in self.ordered_jobs:
+            if job_id in self.ordered_jobs:
                 continue
             key = (P_STATES, ("runs", job_id))
-            statements = self.parts.pop(key, None)
-            if statements is not None:
-                taken.parts[key] = statements
-                ids += run_ids
-        return taken, ids
+            statements = self.parts.get(key)
+            if statements is None:
+                continue
+            if job_id in held:
+                if not fits_beside(statements, _PROGRESS_WEIGHT):
+                    continue
+                joined.append(job_id)
+            taken.parts[key] = self.parts.pop(key)
+            ids += run_ids
+        return taken, ids, joined
+
+    def beside_job(self, job_id: str, runs_phase: int, job_phase: int) -> bool:
+        """Moves the job's run rows planned in ``runs_phase`` to ``job_phase``, beside its
+        job row, when the two fit one batch: the job and its runs are then one mutation
+        of one partition key (``flush``), applied whole on each replica. True if moved."""
+        runs = self.parts.get((runs_phase, ("runs", job_id)))
+        job = self.parts.get((job_phase, ("jobs", job_id)))
+        if runs is None or job is None or not fits_beside(runs, sum(s for _, s in job), len(job)):
+            return False
+        target = self.parts.setdefault((job_phase, ("runs", job_id)), [])
+        target.extend(self.parts.pop((runs_phase, ("runs", job_id))))
+        return True
+
+
+_PROGRESS_WEIGHT = 200  # a job's progress statements (``plan_progress``), weighed high
+
+
+def fits_beside(statements: Partition, weight: int, count: int = 2) -> bool:
+    """Whether ``statements`` and ``count`` more of ``weight`` bytes in all fit one batch
+    (``batches``), so that ``phase_batches`` never cuts them apart."""
+    return (
+        len(statements) + count <= BATCH_STATEMENTS
+        and sum(s for _, s in statements) + weight <= BATCH_BYTES
+    )
 
 
 async def flush(cql: Cql, writes: Writes) -> None:
     """Sends the statements phase by phase (module docstring): in a phase, as unlogged
     batches of partitions that share their replicas (``batches``), the batches
     concurrently; the next phase once all of them were acknowledged."""
-    phases: dict[int, list[Partition]] = {}
-    for (phase, _), statements in writes.parts.items():
-        phases.setdefault(phase, []).append(statements)
+    phases: dict[int, dict[tuple[Any, ...], Partition]] = {}
+    for (phase, partition), statements in writes.parts.items():
+        # the partitions of one key, whatever their tables, go together: Cassandra makes
+        # one mutation of a batch's statements of one partition key
+        phases.setdefault(phase, {}).setdefault(partition[1:], []).extend(statements)
     for phase in sorted(phases):
-        batches = phase_batches(phases[phase], cql.replicas)
+        batches = phase_batches(phases[phase].values(), cql.replicas)
         await cql.all_written(cql.send(batch) for batch in batches)
     for done in writes.after:
         done()
@@ -444,7 +493,9 @@ class WritePlanner:
             stored.update(read)
         return stored
 
-    def plan_progress(self, writes: Writes, p: JobProgress, write_us: int) -> None:
+    def plan_progress(
+        self, writes: Writes, p: JobProgress, write_us: int, phase: int = P_JOBS
+    ) -> None:
         """The poller's fields of one job, as plain column updates
         (``store_rules.progress_write``), none of them read first.
 
@@ -459,11 +510,11 @@ class WritePlanner:
             reason = write.columns.get("pause_reason", UNSET_VALUE)
             values = (write_us, *progress_values(write.columns), reason, p.job_id)
             stmt = self._cql.bind("progress", values)
-            writes.add(P_JOBS, ("jobs", p.job_id), stmt, 100)
+            writes.add(phase, ("jobs", p.job_id), stmt, 100)
         if write.state is not None:
             reason = UNSET_VALUE if write.state_reason is None else write.state_reason
             values = (now_us(), str(write.state), reason, p.job_id)
-            writes.add(P_JOBS, ("jobs", p.job_id), self._cql.bind("progress_state", values), 100)
+            writes.add(phase, ("jobs", p.job_id), self._cql.bind("progress_state", values), 100)
 
 
 def _id_expiry(run: Run, retention: timedelta) -> float:
