@@ -139,3 +139,36 @@ async def test_a_one_off_jobs_end_and_its_completion_are_one_batch(
     assert ("runs", key) in batch and ("jobs", key) in batch
     assert (await store.get_run(ALICE, ended.id)).state == RunState.SUCCEEDED
     assert (await store.get_job(ALICE, job.id)).state == JobState.COMPLETED
+
+
+async def test_with_no_one_waiting_a_jobs_end_still_goes_beside_its_progress(
+    store: CassandraStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A turn with results and no lease names nothing durable ahead, and still writes a
+    one-off job's end and its COMPLETED in one batch; a job with a new run keeps its
+    phases (the new run and its due row, then its progress, then its run's state)."""
+    one_off = await create(store, make_job(name="one-off"))
+    cron = await create(store, make_job(name="cron"))
+    runs = [make_run(one_off), make_run(cron)]
+    await store.commit(runs=runs, due=runs)
+    flushes = sent_batches(store, monkeypatch)
+    ended = [dataclasses.replace(r, state=RunState.SUCCEEDED, ended_at=utcnow()) for r in runs]
+    following = make_run(cron, fire_key="next")
+    await store.commit(
+        runs=[*ended, following],
+        due=[following],
+        progress=[
+            JobProgress(job_id=one_off.id, state=JobState.COMPLETED),
+            JobProgress(job_id=cron.id, consecutive_failures=0),
+        ],
+        write_time=utcnow(),
+    )
+    [batches] = flushes
+    one, other = one_off.id.encode(), cron.id.encode()
+    [together] = [b for b in batches if ("jobs", one) in b]
+    assert ("runs", one) in together
+    [progress] = [i for i, b in enumerate(batches) if ("jobs", other) in b]
+    assert ("runs", other) not in batches[progress]
+    assert any(("runs", other) in b for b in batches[progress + 1 :])  # its run's end after
+    assert (await store.get_job(ALICE, one_off.id)).state == JobState.COMPLETED
+    assert (await store.get_run(ALICE, following.id)).state == RunState.PENDING

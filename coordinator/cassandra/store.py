@@ -327,8 +327,9 @@ class CassandraStore:
         written first and named to ``durable`` once acknowledged (``Writes.early``): a
         turn's new leases go out after one round trip, not after the ordered phases;
         so are those of jobs whose only other write is their progress, with it (a one-off
-        job's end: its run's final record and its COMPLETED state, one mutation).
-        Nothing of the jobs is read (``WritePlanner.plan_progress``)."""
+        job's end: its run's final record and its COMPLETED state, one mutation), which
+        they are written beside even when no ``durable`` waits for them. Nothing of the
+        jobs is read (``WritePlanner.plan_progress``)."""
         runs, due, progress = list(runs), list(due), list(progress)
         if not (runs or due or progress or deliveries):
             return
@@ -338,17 +339,17 @@ class CassandraStore:
         plan_deliveries(self._cql, writes, deliveries)  # before the runs' final records
         await self._planner.put_runs(writes, runs, rows, due, known_new=False, write_us=write_us)
         at = now_us() if write_us is None else write_us
-        if durable is not None:
-            later = {p.job_id: p for p in progress}
-            early, ids, joined = writes.early(later)
-            for job_id in joined:  # its progress and its runs' states: one mutation
-                self._planner.plan_progress(early, later.pop(job_id), at, phase=P_STATES)
-            progress = list(later.values())
-            if ids and (writes or progress):  # else the call is one phase: nothing to gain
-                await self._flush(early)
-                durable(ids)
-            else:
-                writes.parts.update(early.parts)
+        later = {p.job_id: p for p in progress}
+        early, ids, joined = writes.early(later)
+        for job_id in joined:  # its progress and its runs' states: one mutation
+            self._planner.plan_progress(early, later.pop(job_id), at, phase=P_STATES)
+        progress = list(later.values())
+        # written ahead when a caller waits for them and more phases follow
+        if durable is not None and ids and (writes or progress):
+            await self._flush(early)
+            durable(ids)
+        else:
+            writes.parts.update(early.parts)
         for p in progress:
             self._planner.plan_progress(writes, p, at)
         await self._flush(writes)
