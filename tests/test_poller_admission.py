@@ -18,7 +18,12 @@ from shardcron.client.types import (
     RunState,
 )
 from shardcron.coordinator.poller.overlap import Verdict, concurrency_limit, decide, victim
-from shardcron.coordinator.poller.placement import demand, past_deadline, pick_worker
+from shardcron.coordinator.poller.placement import (
+    coming_classes,
+    demand,
+    past_deadline,
+    pick_worker,
+)
 from shardcron.coordinator.poller.table import Phase
 from tests.support.held_runs import T0, TICK, Held, job, lease_all, worker
 
@@ -282,9 +287,11 @@ def test_demand_counts_the_runs_coming_due_a_sharing_worker_could_take() -> None
     shared = worker("shared", slots=8, credit_limit=0)
     cmds = worker("cmds", slots=8, credit_limit=0, runs_commands=True, handlers=frozenset())
     handler, command = job().spec, job("cmd", task=CommandTask(argv=("true",))).spec
-    coming = [(handler, "o"), (handler, "o"), (command, "o")]
+    coming = coming_classes([(handler, "o"), (handler, "o"), (command, "o")])
+    assert sorted(n for _, _, n in coming) == [1, 2]  # two classes
     assert demand(h.table.ready, [shared, cmds], coming) == {shared: 3, cmds: 1}
-    many = [(handler, "o")] * 20
+    many = coming_classes([(handler, "o")] * 10 + [(job().spec, "o")] * 10)  # equal specs
+    assert [n for _, _, n in many] == [20]
     assert demand(h.table.ready, [shared, cmds], many) == {shared: 8, cmds: 0}
 
 

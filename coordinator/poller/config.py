@@ -16,6 +16,7 @@ JOB_ROW_RETRY = timedelta(milliseconds=500)
 # A worker that shares its slots among pollers grants them one round trip after it is
 # asked: runs coming due within this of the lease lead count in the demand for them.
 DEMAND_AHEAD = timedelta(seconds=2)
+COMING_EVERY = 0.2  # seconds: the runs coming due are counted for the demand this often
 _LATEST = datetime.max.replace(tzinfo=UTC)  # after every instant, stored ones included
 
 

@@ -361,7 +361,8 @@ class Poller:
                 self._leasing.dispatch(self._streams.workers.values(), now, turn)
         with self._isolated("demand"):
             soon = partial(coming, self._due, self._table, now, self._lead())
-            self._streams.update_demand(active=self.active, coming=soon)
+            at = self._clock.monotonic()
+            self._streams.update_demand(active=self.active, at=at, coming=soon)
         if self._table.retries:
             await self._place_retries(turn)
         for run in self._table.starts_to_write(now):

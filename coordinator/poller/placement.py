@@ -42,6 +42,7 @@ from collections import deque
 from collections.abc import Collection, Iterable, Iterator
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import Any
 
 from shardcron.client.types import CommandTask, Job, JobSpec, Resources, Run
 from shardcron.coordinator.poller.timeline import Timeline
@@ -158,18 +159,36 @@ def free_slots(workers: Iterable[WorkerBook]) -> int:
 def demand(
     ready: ReadyRuns,
     workers: Collection[WorkerBook],
-    coming: Iterable[tuple[JobSpec, str]] = (),
+    coming: Iterable[tuple[JobSpec, str, int]] = (),
 ) -> dict[WorkerBook, int]:
     """For each worker given, the slots of ``ready`` runs, and of runs ``coming`` due
-    ((spec, owner) each), it could take (at most its slots)."""
+    ((spec, owner, how many) per placement class: ``coming_classes``), it could take
+    (at most its slots)."""
     want = dict.fromkeys(workers, 0)
     needs = [(c.spec, c.owner, c.count) for c in ready.classes()]
-    for spec, owner, count in (*needs, *((spec, owner, 1) for spec, owner in coming)):
+    for spec, owner, count in (*needs, *coming):
         need = count * (spec.resources.slots or 1)
         for w in workers:
             if want[w] < w.slots and w.could_run(spec, owner):
                 want[w] += need
     return {w: min(n, w.slots) for w, n in want.items()}
+
+
+def coming_classes(coming: Iterable[tuple[JobSpec, str]]) -> list[tuple[JobSpec, str, int]]:
+    """Runs ``coming`` due ((spec, owner) each) counted by placement class (``class_key``),
+    so that ``demand`` asks each worker about a class once, not about every run."""
+    classes: dict[ClassKey, list[Any]] = {}
+    keys: dict[tuple[int, str], ClassKey] = {}  # the runs of one job share its spec
+    for spec, owner in coming:
+        key = keys.get((id(spec), owner))
+        if key is None:
+            key = keys[(id(spec), owner)] = class_key(spec, owner)
+        entry = classes.get(key)
+        if entry is None:
+            classes[key] = [spec, owner, 1]
+        else:
+            entry[2] += 1
+    return [(spec, owner, n) for spec, owner, n in classes.values()]
 
 
 class _Class:

@@ -44,6 +44,7 @@ that stream: the loop counts it and closes the stream, and nothing else changes.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 
@@ -65,11 +66,11 @@ from shardcron.client.stream import (
 )
 from shardcron.client.types import CommandTask, JobSpec, OutputChunk, RunState
 from shardcron.coordinator.metrics import Metrics
-from shardcron.coordinator.poller.config import MAX_DEFERRED, PollerConfig
+from shardcron.coordinator.poller.config import COMING_EVERY, MAX_DEFERRED, PollerConfig
 from shardcron.coordinator.poller.end_rules import Outcome
 from shardcron.coordinator.poller.ends import Ends
 from shardcron.coordinator.poller.events import WorkerConnected
-from shardcron.coordinator.poller.placement import demand
+from shardcron.coordinator.poller.placement import coming_classes, demand
 from shardcron.coordinator.poller.table import RunTable, Slot
 from shardcron.coordinator.poller.turn import Turn
 from shardcron.coordinator.poller.workers import WorkerBook, WorkerLink
@@ -113,6 +114,9 @@ class WorkerStreams:
         # its owner and output limit: its late output is kept from that process alone
         # (while ``recent_final``)
         self._ended: dict[str, tuple[int, str, str, tuple[str, int]]] = {}
+        # the runs coming due by placement class, as last counted (``update_demand``)
+        self._coming: list[tuple[JobSpec, str, int]] = []
+        self._coming_at = -math.inf  # monotonic: when
 
     # --- what the loop does to every stream ---------------------------------------
 
@@ -300,13 +304,21 @@ class WorkerStreams:
                 self._on_result(book, item, turn, now)
 
     def update_demand(
-        self, *, active: bool, coming: Callable[[], Iterable[tuple[JobSpec, str]]] = tuple
+        self,
+        *,
+        active: bool,
+        at: float,
+        coming: Callable[[], Iterable[tuple[JobSpec, str]]] = tuple,
     ) -> None:
         """Tells each worker that shares its slots among pollers how many slots of ready
         runs, and of runs ``coming()`` due ((spec, owner) each; asked only if a worker
         shares), it could take from this one (it hands out its free slots by that),
         until it was last told 0: a demand left standing would keep slots from other
-        pollers."""
+        pollers. The runs coming due are counted again at most every ``COMING_EVERY``
+        (``at``: monotonic seconds), by placement class: they are asked for
+        ``DEMAND_AHEAD`` ahead, and counting them in every turn cost a busy poller a
+        tenth of its time (and changed its demand, so a message and a worker's
+        rebalance, nearly every turn)."""
         sharing = [
             w
             for w in self.workers.values()
@@ -315,7 +327,9 @@ class WorkerStreams:
         if not sharing:
             return
         if active:
-            for w, slots in demand(self._table.ready, sharing, coming()).items():
+            if not self._coming_at <= at < self._coming_at + COMING_EVERY:
+                self._coming, self._coming_at = coming_classes(coming()), at
+            for w, slots in demand(self._table.ready, sharing, self._coming).items():
                 w.link.demand(slots)
         else:
             for w in sharing:
