@@ -50,6 +50,15 @@ def bound_size(stmt: BoundStatement) -> int:
     return _STATEMENT + _CELL * len(values) + data
 
 
+def fits_one_batch(statements: Partition, weight: int, count: int) -> bool:
+    """Whether ``statements`` and ``count`` statements more, of ``weight`` in all, stay
+    within one batch's bounds: ``phase_batches`` then never cuts them apart."""
+    return (
+        len(statements) + count <= BATCH_STATEMENTS
+        and sum(s for _, s in statements) + weight <= BATCH_BYTES
+    )
+
+
 def phase_batches(
     partitions: Iterable[Partition], replicas: Callable[[BoundStatement], Hashable]
 ) -> list[list[BoundStatement]]:

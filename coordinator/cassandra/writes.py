@@ -76,10 +76,9 @@ from cassandra.query import UNSET_VALUE, BoundStatement
 
 from shardcron.client.types import Job, Run, RunState
 from shardcron.coordinator.cassandra.batches import (
-    BATCH_BYTES,
-    BATCH_STATEMENTS,
     Partition,
     bound_size,
+    fits_one_batch,
     phase_batches,
 )
 from shardcron.coordinator.cassandra.run_states import StoredState
@@ -183,36 +182,30 @@ class Writes:
             if statements is None:
                 continue
             if job_id in held:
-                if not fits_beside(statements, _PROGRESS_WEIGHT):
+                if not fits_one_batch(statements, 2 * _PROGRESS_WEIGHT, 2):
                     continue
                 joined.append(job_id)
             taken.parts[key] = self.parts.pop(key)
             ids += run_ids
         return taken, ids, joined
 
-    def beside_job(self, job_id: str, runs_phase: int, job_phase: int) -> bool:
+    def beside_job(self, job_id: str, runs_phase: int, job_phase: int) -> None:
         """Moves the job's run rows planned in ``runs_phase`` to ``job_phase``, beside its
         job row, when the two fit one batch: the job and its runs are then one mutation
-        of one partition key (``flush``), applied whole on each replica. True if moved."""
+        of one partition key (``flush``), applied whole on each replica."""
         runs = self.parts.get((runs_phase, ("runs", job_id)))
         job = self.parts.get((job_phase, ("jobs", job_id)))
-        if runs is None or job is None or not fits_beside(runs, sum(s for _, s in job), len(job)):
-            return False
+        if (
+            runs is None
+            or job is None
+            or not fits_one_batch(runs, sum(s for _, s in job), len(job))
+        ):
+            return
         target = self.parts.setdefault((job_phase, ("runs", job_id)), [])
         target.extend(self.parts.pop((runs_phase, ("runs", job_id))))
-        return True
 
 
-_PROGRESS_WEIGHT = 200  # a job's progress statements (``plan_progress``), weighed high
-
-
-def fits_beside(statements: Partition, weight: int, count: int = 2) -> bool:
-    """Whether ``statements`` and ``count`` more of ``weight`` bytes in all fit one batch
-    (``batches``), so that ``phase_batches`` never cuts them apart."""
-    return (
-        len(statements) + count <= BATCH_STATEMENTS
-        and sum(s for _, s in statements) + weight <= BATCH_BYTES
-    )
+_PROGRESS_WEIGHT = 100  # each of a job's two progress statements (``plan_progress``), weighed high
 
 
 async def flush(cql: Cql, writes: Writes) -> None:
@@ -510,11 +503,12 @@ class WritePlanner:
             reason = write.columns.get("pause_reason", UNSET_VALUE)
             values = (write_us, *progress_values(write.columns), reason, p.job_id)
             stmt = self._cql.bind("progress", values)
-            writes.add(phase, ("jobs", p.job_id), stmt, 100)
+            writes.add(phase, ("jobs", p.job_id), stmt, _PROGRESS_WEIGHT)
         if write.state is not None:
             reason = UNSET_VALUE if write.state_reason is None else write.state_reason
             values = (now_us(), str(write.state), reason, p.job_id)
-            writes.add(phase, ("jobs", p.job_id), self._cql.bind("progress_state", values), 100)
+            stmt = self._cql.bind("progress_state", values)
+            writes.add(phase, ("jobs", p.job_id), stmt, _PROGRESS_WEIGHT)
 
 
 def _id_expiry(run: Run, retention: timedelta) -> float:
