@@ -54,6 +54,7 @@ from tests.support.store_builders import make_job, make_run
 
 LEAD = PollerConfig().lease_lead  # the default, as the fake clock's poller runs
 TTL = PollerConfig().lease_ttl
+WINDOW = PollerConfig().trigger_window
 
 
 @pytest.fixture
@@ -160,6 +161,30 @@ async def test_a_run_is_leased_ahead_of_its_instant_to_a_worker_that_waits_for_i
     leased = await stored(sqlite_store, run)
     assert leased.state == RunState.LEASED and leased.started_at is None
     assert leased.lease_expires_at == run.due_at + TTL
+
+
+async def test_runs_due_within_the_trigger_window_of_one_triggered_go_with_it(
+    sqlite_store: SqliteStore,
+    poller: Poller,
+    clock: FakeClock,
+) -> None:
+    # one-off runs due at instants of their own are triggered, written and leased a
+    # window at a time, not a turn each; each still holds from its own instant
+    link = connect(poller, "new", waits=True)
+    now = clock.now()
+    first = await due_run(sqlite_store, poller, timedelta(seconds=2), now)
+    inside = await due_run(sqlite_store, poller, timedelta(seconds=2) + WINDOW - TICK, now)
+    after = await due_run(sqlite_store, poller, timedelta(seconds=2) + WINDOW + TICK, now)
+    await clock.move_to(first.due_at - LEAD - TICK)
+    await turns(poller)
+    assert not link.leases  # nothing comes within the lead: the window does not either
+    await leased_early(poller, clock, link, first)
+    granted = {g.run_id: g for g in link.leases}
+    assert set(granted) == {first.id, inside.id}
+    assert granted[inside.id].due_at == inside.due_at
+    assert granted[inside.id].expires_at == inside.due_at + TTL
+    assert poller.phase_of(after.id) == Phase.WAITING
+    await leased_early(poller, clock, link, after)
 
 
 async def test_a_worker_that_does_not_wait_gets_its_lease_at_the_instant(

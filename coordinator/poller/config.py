@@ -51,6 +51,12 @@ class PollerConfig:
     # small machine, with a margin. A lease given ahead holds its worker's slot while
     # it waits.
     lease_lead: timedelta = timedelta(milliseconds=500)
+    # With a lease lead, the turn that triggers a run also triggers those due up to this
+    # much after it: runs due at instants of their own (one-off jobs due at any
+    # millisecond) are triggered, written and leased a window at a time instead of a
+    # turn, a commit and a lease message each. They still start on their very instant,
+    # held on their worker up to the lead and this window ahead. Zero: one by one.
+    trigger_window: timedelta = timedelta(milliseconds=100)
     max_batch: int = 2000  # runs leased or triggered per turn
     secret_keys: KeyRing | None = None  # opens sealed secret env values for leases
     # An instant many runs are due at is reached this much earlier per run, up to

@@ -1,8 +1,8 @@
 """What happens to a held run when it comes due.
 
 A run waiting for its due time is taken out of the table's timers up to the lease
-lead ahead of its instant (further for a crowded instant: ``crowded_instants``), so its rules
-and its lease are decided by then; one whose job has runs admitted waits for its very
+lead ahead of its instant (further for a crowded instant: ``crowded_instants``), with the
+runs due within ``trigger_window`` after it, so its rules and its lease are decided by then; one whose job has runs admitted waits for its very
 instant (``overlap.waits_for_instant``). Its job copy is read again first when it is
 older than ``job_cache_ttl`` (``job_reads``). Then ``trigger`` applies its rules, in
 order: a run whose job row has not landed yet is looked at again shortly, one whose
@@ -71,13 +71,18 @@ class Due:
 
     def take(self, now: datetime, lead: timedelta) -> list[Slot]:
         """Runs due by ``now`` + ``lead`` (more for a crowded instant), at most a batch,
-        taken out to trigger; a run whose job has runs admitted is left to its very
-        instant instead: whether it overlaps them is decided when it is due, not up to a
-        lead before."""
+        taken out to trigger; when one is, with a lead, those due up to
+        ``trigger_window`` after it too. A run whose job has runs admitted is left to its
+        very instant instead: whether it overlaps them is decided when it is due, not up
+        to a lead before."""
         table = self._table
+        until = table.crowds.reach(now, lead)
+        window = self._config.trigger_window
+        if lead and window and (first := table.next_due(lead)) is not None and first <= now:
+            until = max(until, saturating_add(now, lead + window))  # they go with it
         return table.take_due(
             now,
-            table.crowds.reach(now, lead),
+            until,
             self._config.max_batch,
             to_instant=lambda s: waits_for_instant(table.busy(s.run.job_id), s.run.due_at, now),
         )
