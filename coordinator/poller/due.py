@@ -1,9 +1,10 @@
 """What happens to a held run when it comes due.
 
 A run waiting for its due time is taken out of the table's timers up to the lease
-lead ahead of its instant (further for a crowded instant: ``crowded_instants``), with the
-runs due within ``trigger_window`` after it, so its rules and its lease are decided by then; one whose job has runs admitted waits for its very
-instant (``overlap.waits_for_instant``). Its job copy is read again first when it is
+lead ahead of its instant (further for a crowded instant: ``crowded_instants``), with
+the runs due within ``trigger_window`` after it, so its rules and its lease are decided
+by then; one whose job has runs admitted waits for its very instant
+(``overlap.waits_for_instant``). Its job copy is read again first when it is
 older than ``job_cache_ttl`` (``job_reads``). Then ``trigger`` applies its rules, in
 order: a run whose job row has not landed yet is looked at again shortly, one whose
 job is gone is CANCELLED, a fire of an older schedule is SUPERSEDED; a fresh fire of
