@@ -61,6 +61,7 @@ from tests.support.pollers import (
     FakeClock,
     PollerSetup,
     leased_now,
+    running_poller,
     turns,
     turns_until,
 )
@@ -369,7 +370,9 @@ async def test_a_run_written_while_the_poller_was_held_up_is_found_without_its_h
         return entries
 
     monkeypatch.setattr(store, "scan_due", scan_due)
-    await clock.move(SCAN_INTERVAL)  # the next scan is held up
+    # the next re-read of the recent past is held up (a scan between re-reads leaves
+    # the shard alone: its loaded edge is far enough ahead)
+    await clock.move(RECHECK_INTERVAL)
     await turns_until(held.is_set, poller)
     clock.advance(timedelta(seconds=2.5))  # held up longer than the recheck window (mid-scan)
     run = dataclasses.replace(make_run(job, due_at=clock.now()), created_at=clock.now())
@@ -378,6 +381,44 @@ async def test_a_run_written_while_the_poller_was_held_up_is_found_without_its_h
     await turns(poller, 1)  # the held-up scan ends: the shard counts as read up to now + 5 s
     await rescan(poller, clock)  # the next scan re-reads the recent past
     await turns_until(lambda: poller.phase_of(run.id) is not None, poller)
+
+
+async def test_a_scan_reads_a_shard_again_only_once_its_loaded_edge_comes_near(
+    store: SqliteStore, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each read of each shard is a store round trip: a shard loaded up to the lookahead
+    and the scan reach ahead is read once per scan reach, not at every scan, and what
+    is written before its edge meanwhile is held from its hint."""
+    reads: list[int] = []
+    real = store.scan_due
+
+    async def scan_due(s: int, **kw):  # type: ignore[no-untyped-def]
+        reads.append(s)
+        return await real(s, **kw)
+
+    monkeypatch.setattr(store, "scan_due", scan_due)
+    config = PollerConfig(scan_interval=SCAN_INTERVAL)  # no re-read of the recent past
+    setup = PollerSetup(config=config, clock=clock, store=clock.counting)
+    async with running_poller(store, setup) as poller:
+        await turns_until(lambda: poller._settled(), poller)
+        assert sorted(reads) == sorted(range(SHARDS)), "the first scan reads every shard"
+        reads.clear()
+        # loaded up to the lookahead and the reach ahead: the scans of the reach less two
+        # intervals that follow leave every shard alone
+        for step in range(1, config.scan_reach // SCAN_INTERVAL - 1):
+            await clock.move(SCAN_INTERVAL)
+            await turns(poller)
+            assert not reads, f"shards read again by the scan {step} intervals later"
+        job = dataclasses.replace(make_job(), created_at=clock.now(), updated_at=clock.now())
+        due = clock.now() + config.lookahead + SCAN_INTERVAL  # before the loaded edge
+        run = dataclasses.replace(make_run(job, due_at=due), created_at=clock.now())
+        await store.create_jobs([NewJob(job=job, runs=[run])])
+        poller.runs_created([run], [job])
+        await turns_until(lambda: poller.phase_of(run.id) == Phase.WAITING, poller)
+        await clock.move(2 * SCAN_INTERVAL)
+        await turns(poller)
+        assert sorted(reads) == sorted(range(SHARDS)), "each shard read once its edge came near"
+        assert poller.phase_of(run.id) == Phase.WAITING
 
 
 @pytest.mark.parametrize("lease_ttl", [timedelta(seconds=90)])

@@ -86,6 +86,7 @@ def poller_setup(scans: HeldReads, job_cache_ttl: timedelta | None) -> PollerSet
     """Started, assigned no shard yet (``_settled`` assigns them)."""
     config = PollerConfig(
         scan_interval=timedelta(milliseconds=50),
+        scan_reach=timedelta(milliseconds=50),  # each scan reads every shard again
         cursor_save_interval=timedelta(milliseconds=50),
         job_cache_ttl=job_cache_ttl,
     )

@@ -28,6 +28,13 @@ class PollerConfig:
     # A created run due within this is held from its hint, even past the loaded edge.
     hint_horizon: timedelta = timedelta(minutes=1)
     scan_interval: timedelta = timedelta(seconds=1)
+    # A scan reads a shard this far past the lookahead, and a shard is read again only
+    # once its loaded edge is less than the lookahead and a scan interval ahead: each
+    # shard is read once per this, not once per scan interval (every read of every
+    # shard is a store round trip, whatever it finds). A run written after a scan and
+    # due before that scan's edge was due within the hint horizon of its create, so its
+    # hint holds it: the lookahead, this and a scan interval stay within the horizon.
+    scan_reach: timedelta = timedelta(seconds=5)
     # Also re-read the recent past of the due index this often, for runs whose
     # creation hint never arrived (api on another node). None: hints are reliable.
     recheck_interval: timedelta | None = None
@@ -72,6 +79,23 @@ class PollerConfig:
     # Zero: written in the turn that hears of it.
     start_write_delay: timedelta = timedelta(seconds=1)
     cursor_save_interval: timedelta = timedelta(seconds=5)
+
+    def __post_init__(self) -> None:
+        if self.lookahead + self.scan_reach + self.scan_interval >= self.hint_horizon:
+            raise ValueError(
+                "the lookahead, the scan reach and a scan interval must stay within the"
+                " hint horizon: a run written after a scan and due before its edge would"
+                " be neither read nor hinted"
+            )
+
+    def scan_edge(self, now: datetime) -> datetime:
+        """How far a scan beginning ``now`` reads each shard it reads."""
+        return saturating_add(now, self.lookahead + self.scan_reach)
+
+    def needs_scan(self, edge: datetime | None, now: datetime) -> bool:
+        """A shard loaded up to ``edge`` (None: not yet) is read by the scan beginning
+        ``now``: its edge would come within the lookahead before the next scan."""
+        return edge is None or edge < saturating_add(now, self.lookahead + self.scan_interval)
 
     def job_read_until(self, now: datetime) -> datetime:
         """Runs due by then have their jobs read as they are loaded (from a hint or a

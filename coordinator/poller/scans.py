@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from shardcron.client.saturating import saturating_add
 from shardcron.client.types import Job, Run, RunState
 from shardcron.coordinator.poller.config import PollerConfig
 from shardcron.coordinator.poller.table import RunTable
@@ -92,15 +91,24 @@ class ScanReads:
         return self._task is not None
 
     def begin(self, now: datetime, monotonic: float, generation: int) -> None:
-        """Starts reading the runs that come due before now + lookahead from every owned
-        shard; runs held or ended here are not read, nor more than memory has room for."""
-        windows, table = self._windows, self._table
+        """Starts reading the runs that come due before the scan's edge
+        (``PollerConfig.scan_edge``) from each owned shard whose loaded edge is near
+        (``PollerConfig.needs_scan``), or from every one when the recent past is re-read
+        too; runs held or ended here are not read, nor more than memory has room for. No
+        shard to read: the scan is over at once."""
+        windows, table, config = self._windows, self._table, self._config
+        recheck = windows.recheck_due(monotonic)
+        edges = {s: windows.loaded_until(s) for s in sorted(windows.shards)}
+        starts = {s: e for s, e in edges.items() if recheck or config.needs_scan(e, now)}
+        if not starts:
+            windows.scanned(monotonic, rechecked=False)
+            return
         plan = self.plan = ScanPlan(
-            starts={s: windows.loaded_until(s) for s in sorted(windows.shards)},
-            until=saturating_add(now, self._config.lookahead),
+            starts=starts,
+            until=config.scan_edge(now),
             now=now,
             read_at=monotonic,
-            recheck=windows.recheck_due(monotonic),
+            recheck=recheck,
             generation=generation,
         )
         room = self._config.max_loaded - len(table)

@@ -1,7 +1,9 @@
 """Which part of each owned shard's due index the poller reads, and when.
 
 Each shard is read from where it was left (its cursor, or its oldest due row the
-first time) up to ``now + lookahead``; later scans read on from there. With a
+first time) up to ``now + lookahead + scan_reach``; a later scan reads on from there
+once that edge comes near (``PollerConfig.needs_scan``), so a shard is read about
+once per ``scan_reach``, not at every scan. With a
 ``recheck_interval`` the recent past is read again too, back ``recheck_window``
 from the previous re-read, for runs whose creation hint never came: however long
 the poller was held up in between, nothing written meanwhile is skipped; runs
