@@ -88,15 +88,6 @@ class PollerConfig:
                 " be neither read nor hinted"
             )
 
-    def scan_edge(self, now: datetime) -> datetime:
-        """How far a scan beginning ``now`` reads each shard it reads."""
-        return saturating_add(now, self.lookahead + self.scan_reach)
-
-    def needs_scan(self, edge: datetime | None, now: datetime) -> bool:
-        """A shard loaded up to ``edge`` (None: not yet) is read by the scan beginning
-        ``now``: its edge would come within the lookahead before the next scan."""
-        return edge is None or edge < saturating_add(now, self.lookahead + self.scan_interval)
-
     def job_read_until(self, now: datetime) -> datetime:
         """Runs due by then have their jobs read as they are loaded (from a hint or a
         scan). A later run's job is read as the run triggers (``JobReads``): a copy read

@@ -91,21 +91,18 @@ class ScanReads:
         return self._task is not None
 
     def begin(self, now: datetime, monotonic: float, generation: int) -> None:
-        """Starts reading the runs that come due before the scan's edge
-        (``PollerConfig.scan_edge``) from each owned shard whose loaded edge is near
-        (``PollerConfig.needs_scan``), or from every one when the recent past is re-read
-        too; runs held or ended here are not read, nor more than memory has room for. No
-        shard to read: the scan is over at once."""
-        windows, table, config = self._windows, self._table, self._config
+        """Starts reading the runs that come due before the scan's edge from the shards
+        the windows say (``ShardWindows.to_read``); runs held or ended here are not read,
+        nor more than memory has room for. No shard to read: the scan is over at once."""
+        windows, table = self._windows, self._table
         recheck = windows.recheck_due(monotonic)
-        edges = {s: windows.loaded_until(s) for s in sorted(windows.shards)}
-        starts = {s: e for s, e in edges.items() if recheck or config.needs_scan(e, now)}
+        starts = windows.to_read(now, recheck=recheck)
         if not starts:
             windows.scanned(monotonic, rechecked=False)
             return
         plan = self.plan = ScanPlan(
             starts=starts,
-            until=config.scan_edge(now),
+            until=windows.scan_edge(now),
             now=now,
             read_at=monotonic,
             recheck=recheck,

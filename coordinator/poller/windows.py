@@ -2,7 +2,7 @@
 
 Each shard is read from where it was left (its cursor, or its oldest due row the
 first time) up to ``now + lookahead + scan_reach``; a later scan reads on from there
-once that edge comes near (``PollerConfig.needs_scan``), so a shard is read about
+once that edge comes near (``to_read``), so a shard is read about
 once per ``scan_reach``, not at every scan. With a
 ``recheck_interval`` the recent past is read again too, back ``recheck_window``
 from the previous re-read, for runs whose creation hint never came: however long
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from shardcron.client.saturating import saturating_add
 from shardcron.coordinator.ids import bucket_for
 from shardcron.coordinator.poller.config import PollerConfig
 
@@ -71,6 +72,18 @@ class ShardWindows:
 
     def seconds_to_scan(self, clock: float) -> float | None:
         return self._next_scan - clock if self.shards else None
+
+    def scan_edge(self, now: datetime) -> datetime:
+        """How far a scan beginning ``now`` reads each shard it reads."""
+        return saturating_add(now, self._config.lookahead + self._config.scan_reach)
+
+    def to_read(self, now: datetime, *, recheck: bool) -> dict[int, datetime | None]:
+        """The shards the scan beginning ``now`` reads, each with its loaded edge (None:
+        not loaded yet): every one when it re-reads the recent past, else those whose
+        edge would come within the lookahead before the next scan."""
+        near = saturating_add(now, self._config.lookahead + self._config.scan_interval)
+        edges = {s: self._loaded_until.get(s) for s in sorted(self.shards)}
+        return {s: e for s, e in edges.items() if recheck or e is None or e < near}
 
     def recheck_due(self, clock: float) -> bool:
         """The scan beginning now re-reads the recent past too."""
