@@ -5,6 +5,9 @@ Every connection holds a file descriptor of the whole node, so none is held for 
 - **Caps.** At most ``ConnectionLimits.total`` connections at once, and at most
   ``per_host`` from one peer address; one past either is closed at once (RST), before
   a byte of it is read, and counted (``shardcron_http_connections_refused_total``).
+  The listen backlog is the total cap too: with aiohttp's 128, a burst of connects
+  while the loop was busy overflowed the kernel's queue, whose dropped SYNs the
+  clients only sent again a second later.
 - **Time.** A connection has ``head_timeout`` seconds from its accept, and from the end
   of each answer, to send a complete request head, or it is closed: a client that
   trickles a head byte by byte, or keeps an idle connection, holds it no longer than
@@ -132,7 +135,7 @@ class GatedSite(web.TCPSite):
             self._port,
             ssl=self._ssl_context,
             ssl_handshake_timeout=gate.limits.handshake_timeout if self._ssl_context else None,
-            backlog=self._backlog,
+            backlog=max(self._backlog, gate.limits.total),
             reuse_port=False,
         )
         sockets = self._server.sockets
