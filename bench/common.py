@@ -3,7 +3,9 @@
 A runner returns one ``Result`` per (system, workload) run. CPU is counted per role
 ("scheduler", "store", "broker", "workers", "client", ...) from the processes the
 runner started, read with psutil at the end of the measured span (before any of them
-is stopped), minus what they had used when the span began.
+is stopped), minus what they had used when the span began. A part of a role (a JVM's
+compiler threads: ``CpuMeter``'s ``parts``) is reported beside it under a name that
+says so, ``"<part> of <role>"``, and not counted again in the total.
 """
 
 from __future__ import annotations
@@ -71,15 +73,55 @@ def wait_ended(
     return done, at
 
 
+PART_OF = " of "  # in a figure's name: a part of a role's CPU, already in its total
+
+
+def thread_seconds(pid: int, prefixes: tuple[str, ...]) -> dict[int, float]:
+    """CPU seconds used so far by each thread of ``pid`` whose name (``comm``) starts
+    with one of ``prefixes``, read from ``/proc`` (user and system time); {} once the
+    process is gone."""
+    seconds: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return seconds
+    for tid in tids:
+        try:
+            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+        except OSError:
+            continue  # the thread ended
+        # pid (comm) state ...: the name may hold spaces and parentheses, so it ends
+        # at the last ")"; utime and stime are the 12th and 13th fields after it
+        name, fields = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :]
+        if name.startswith(prefixes):
+            f = fields.split()
+            seconds[int(tid)] = (int(f[11]) + int(f[12])) / tick
+    return seconds
+
+
 class CpuMeter:
     """CPU seconds used by groups of processes (each with its descendants, live and
     reaped, except the harness's own process, counted alone) over a span. A descendant
     that ended unreaped by a process of the tree (its parent ignored SIGCHLD) is not
-    counted."""
+    counted. ``parts``: name -> (pids, thread name prefixes), the CPU of those threads
+    of those processes, a part of a role, reported under its name (which holds
+    ``PART_OF``); a thread that ends within the span is not counted in it."""
 
-    def __init__(self, roles: dict[str, Iterable[int]]) -> None:
+    def __init__(
+        self,
+        roles: dict[str, Iterable[int]],
+        parts: dict[str, tuple[Iterable[int], tuple[str, ...]]] | None = None,
+    ) -> None:
         self._roles = {role: list(pids) for role, pids in roles.items()}
+        self._parts = {name: (list(p), prefixes) for name, (p, prefixes) in (parts or {}).items()}
+        assert all(PART_OF in name for name in self._parts), "a part's name says whose"
         self._start: dict[str, float] = {}
+        self._part_start: dict[str, dict[tuple[int, int], float]] = {}
+
+    def _part_threads(self, name: str) -> dict[tuple[int, int], float]:
+        pids, prefixes = self._parts[name]
+        return {(pid, tid): s for pid in pids for tid, s in thread_seconds(pid, prefixes).items()}
 
     @staticmethod
     def _tree_seconds(pids: Iterable[int]) -> float:
@@ -105,19 +147,25 @@ class CpuMeter:
 
     def start(self) -> None:
         self._start = {role: self._tree_seconds(p) for role, p in self._roles.items()}
+        self._part_start = {name: self._part_threads(name) for name in self._parts}
 
     def stop(self) -> dict[str, float]:
-        """CPU seconds per role since ``start``."""
-        return {
+        """CPU seconds per role since ``start``, and per part."""
+        out = {
             role: max(0.0, self._tree_seconds(p) - self._start.get(role, 0.0))
             for role, p in self._roles.items()
         }
+        for name in self._parts:
+            before = self._part_start.get(name, {})
+            now = self._part_threads(name)
+            out[name] = sum(max(0.0, s - before.get(key, 0.0)) for key, s in now.items())
+        return out
 
 
 def per_1000(cpu: dict[str, float], n: int) -> dict[str, float]:
     out = {role: s * 1000.0 / n for role, s in cpu.items()} if n else {}
     if out:
-        out["total"] = sum(out.values())
+        out["total"] = sum(v for role, v in out.items() if PART_OF not in role)
     return out
 
 

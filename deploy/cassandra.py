@@ -260,6 +260,11 @@ native_transport_max_threads: 32
             # took 0.7-0.8 CPU-s of each later 10,000-job burst; 0.2-0.5 without it. The
             # code a node compiles is bounded by its code (240 MB reserved, ~35 MB used).
             flags.append("-XX:-UseCodeCacheFlushing")
+            # Its compiler threads all start with the JVM and stay: what the JIT costs
+            # is then theirs to read, per thread (the bench's "jit of cassandra"),
+            # where threads started and ended with the compile queue take their CPU
+            # with them.
+            flags.append("-XX:-UseDynamicNumberOfCompilerThreads")
         archive = cds_archive_path()
         if self.use_cds and archive.exists():
             flags.append(f"-XX:SharedArchiveFile={archive}")

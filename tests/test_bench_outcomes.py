@@ -4,6 +4,8 @@ tried once more before it is reported failed, W3's timetable and W4's minutes.""
 from __future__ import annotations
 
 import json
+import os
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -219,3 +221,29 @@ def test_s1_baseline_figures_sit_beside_the_figures_under_their_own_names() -> N
 
     both = with_baseline({"job_list_ms": 40.0}, {"job_list_ms": 3.0})
     assert both == {"job_list_ms": 40.0, "base_job_list_ms": 3.0}
+
+
+def test_a_part_of_a_role_is_reported_beside_it_and_not_counted_twice_in_the_total() -> None:
+    from bench.common import per_1000
+
+    got = per_1000({"cassandra": 3.0, "nodes": 1.0, "jit of cassandra": 1.0}, 2000)
+    assert got == {"cassandra": 1.5, "nodes": 0.5, "jit of cassandra": 0.5, "total": 2.0}
+
+
+def test_a_part_is_the_cpu_its_named_threads_used_over_the_span() -> None:
+    import threading
+    from pathlib import Path
+
+    from bench.common import CpuMeter, thread_seconds
+
+    pid = os.getpid()
+    main = Path(f"/proc/{pid}/task/{threading.get_native_id()}/comm").read_text().strip()
+    assert thread_seconds(pid, (main,)), "the main thread is found by its name"
+    assert thread_seconds(pid, ("no thread is named so",)) == {}
+    meter = CpuMeter({}, parts={"busy of client": ([pid], (main,))})
+    meter.start()
+    began = time.process_time()
+    while time.process_time() < began + 0.3:  # the main thread busy for 0.3 CPU-s
+        pass
+    cpu = meter.stop()
+    assert 0.2 <= cpu["busy of client"] <= time.process_time() - began + 0.02
