@@ -93,8 +93,8 @@ def thread_seconds(pid: int, prefixes: tuple[str, ...]) -> dict[int, float]:
             continue  # the thread ended
         # pid (comm) state ...: the name may hold spaces and parentheses, so it ends
         # at the last ")"; utime and stime are the 12th and 13th fields after it
-        name, fields = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :]
-        if name.startswith(prefixes):
+        head, _, fields = stat.rpartition(")")
+        if head[head.index("(") + 1 :].startswith(prefixes):
             f = fields.split()
             seconds[int(tid)] = (int(f[11]) + int(f[12])) / tick
     return seconds

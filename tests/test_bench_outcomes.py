@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
+from bench.common import CpuMeter, per_1000, thread_seconds
 from bench.outcomes import ENTRY_FIELDS, Result, entries, failed_results, spread, twice
 from bench.workloads import (
     RunTime,
@@ -224,18 +227,11 @@ def test_s1_baseline_figures_sit_beside_the_figures_under_their_own_names() -> N
 
 
 def test_a_part_of_a_role_is_reported_beside_it_and_not_counted_twice_in_the_total() -> None:
-    from bench.common import per_1000
-
     got = per_1000({"cassandra": 3.0, "nodes": 1.0, "jit of cassandra": 1.0}, 2000)
     assert got == {"cassandra": 1.5, "nodes": 0.5, "jit of cassandra": 0.5, "total": 2.0}
 
 
 def test_a_part_is_the_cpu_its_named_threads_used_over_the_span() -> None:
-    import threading
-    from pathlib import Path
-
-    from bench.common import CpuMeter, thread_seconds
-
     pid = os.getpid()
     main = Path(f"/proc/{pid}/task/{threading.get_native_id()}/comm").read_text().strip()
     assert thread_seconds(pid, (main,)), "the main thread is found by its name"

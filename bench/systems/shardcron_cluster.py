@@ -94,7 +94,8 @@ READ_CONCURRENCY = 64  # point reads in flight when run times are read back
 KILL_WAIT = 10.0  # seconds a SIGKILLed node may take to be gone
 CONFIGS = {w: ["zookeeper-cassandra"] for w in ("W1", "W2", "W3", "W4", "W6", "S1")}
 JIT_PART = "jit of cassandra"  # CPU of Cassandra's compiler threads, within its figure
-JIT_THREADS = ("C1 CompilerThre", "C2 CompilerThre")
+C2_THREADS = ("C2 CompilerThre",)  # the names the JVM gives its C2 compiler threads
+JIT_THREADS = ("C1 CompilerThre", *C2_THREADS)
 # The warm-up, WARM_ROUNDS times: W3's arrivals (one-off jobs due 0-5 s after submit,
 # in CreateJobs calls every 20 ms) at WARM_RATE for WARM_SECONDS, then until
 # Cassandra's C2 compiler threads used less than JIT_QUIET of a core in each of
@@ -150,20 +151,15 @@ def _pid(path: Path) -> list[int]:
         return []
 
 
-def _compiler_seconds(pid: int) -> dict[int, float]:
-    """CPU seconds used so far by each of the JVM's C2 compiler threads."""
-    return thread_seconds(pid, ("C2 CompilerThre",))
-
-
 def _jit_quiet(pid: int) -> None:
     """Until the JVM's C2 compiler threads used less than ``JIT_QUIET`` of a core in each
     of ``JIT_QUIET_SAMPLES`` spans in a row (``JIT_WAIT`` at most)."""
     deadline, quiet = time.monotonic() + JIT_WAIT, 0
     while quiet < JIT_QUIET_SAMPLES and time.monotonic() < deadline:
-        before = _compiler_seconds(pid)
+        before = thread_seconds(pid, C2_THREADS)
         time.sleep(JIT_SAMPLE)
         # the JVM starts and ends compiler threads as its queue grows and drains
-        used = sum(t - before.get(k, 0.0) for k, t in _compiler_seconds(pid).items())
+        used = sum(t - before.get(k, 0.0) for k, t in thread_seconds(pid, C2_THREADS).items())
         quiet = quiet + 1 if used < JIT_QUIET * JIT_SAMPLE else 0
 
 
