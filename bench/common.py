@@ -25,6 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench.outcomes import Result as Result  # re-exported: the runners import it from here
 from bench.workloads import percentiles as percentiles  # re-exported, as Result
+from deploy.ports import free_port as free_port  # re-exported, as Result
 
 
 def metric_total(urls: Iterable[str], name: str) -> float:
@@ -167,12 +168,6 @@ def per_1000(cpu: dict[str, float], n: int) -> dict[str, float]:
     if out:
         out["total"] = sum(v for role, v in out.items() if PART_OF not in role)
     return out
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_port(port: int, timeout: float = 60.0, host: str = "127.0.0.1") -> None:

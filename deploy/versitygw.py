@@ -30,7 +30,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -38,6 +37,7 @@ import urllib.request
 from pathlib import Path
 
 from deploy.errors import ServerError, log
+from deploy.ports import free_port as free_port  # re-exported: the blob tests import it from here
 from deploy.process import pid_alive, spawn_detached, tail
 from deploy.tools import cache_dir
 
@@ -113,11 +113,6 @@ def fetch_versitygw() -> Path:
         shutil.rmtree(partial, ignore_errors=True)
         log(f"built {target} in {time.monotonic() - started:.0f}s")
     return target
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.create_server((host, 0)) as probe:
-        return probe.getsockname()[1]
 
 
 class VersityGateway:

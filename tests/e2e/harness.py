@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import queue
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -20,17 +19,12 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from deploy.ports import free_port as free_port  # re-exported: the harnesses import it from here
 from shardcron.client.sdk import Client
 from shardcron.client.tls import TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, ClientTls
 from shardcron.v1 import worker_pb2
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def channel_to(target: str, tls: ClientTls | None = None) -> grpc.Channel:
